@@ -1,0 +1,39 @@
+// Package handle owns identity and per-allocation bookkeeping: who refers to
+// an allocation, where it currently lives, and which of its bytes a failure
+// left unwritten.
+//
+// # Owns
+//
+// [ID], [Location] (packing, bounds, [ErrIndexOverflow]), the shared
+// [Descriptor] with its two explicit counters, [Handle] (an owner) and
+// [Binding] (a holder of the address, not an owner), the predicates IsFree,
+// CanMut and IsBound, [ErrNotFound], and failure bookkeeping: [FailureID],
+// [ErrorGraph] and [Taint] (SPEC §11).
+//
+// # Invariants
+//
+//   - (H1) refs counts every live Handle and Binding object of a descriptor,
+//     handles counts the Handle objects; every clone is a distinct object
+//     released exactly once (a second Release panics).
+//   - (H2) Free ⇔ refs ≤ 1: only the pool's slice refers to the allocation.
+//     CanMut ⇔ handles ≤ 2. IsBound ⇔ refs > handles.
+//   - (H3) Allocation IDs start at 1, increase and are never reused.
+//   - (H4) Every owner shares one descriptor, so rewriting its location
+//     re-points all of them at once: renumbering and relocation are invisible
+//     to owners. Nothing may keep a page or slice index across a point where
+//     pages renumber; keep a Handle or Binding and read its location.
+//   - (H5) A Location never wraps: NewLocation refuses indices beyond MaxPage
+//     and MaxSlice.
+//
+// # Does not know
+//
+// Pools, pages, placement, streams: a location is three numbers whose meaning
+// the pool package gives them.
+//
+// # Concurrency
+//
+// Counters are atomics, because stream workers and finalizer-free release
+// paths read them. A location is an atomic word written only under the
+// device lock and read anywhere. ErrorGraph and Taint are not safe for
+// concurrent use: the device lock serialises them.
+package handle

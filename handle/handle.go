@@ -1,0 +1,158 @@
+package handle
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+// ID is an allocation's identity: from 1, monotonic, never reused (H3).
+type ID uint64
+
+// nextID is the process-wide allocation counter: IDs must stay unique across
+// devices so that a buffer handed to the wrong device never matches.
+var nextID atomic.Uint64
+
+// Descriptor is what every owner of one allocation shares: its ID, its
+// current location and two explicit counters (H1). Rewriting the location
+// re-points every Handle and Binding at once (H4).
+type Descriptor struct {
+	id      ID
+	loc     atomic.Uint64 // a Location; written under the device lock only
+	refs    atomic.Int32  // live Handle and Binding objects
+	handles atomic.Int32  // live Handle objects
+}
+
+// ID returns the allocation ID.
+func (d *Descriptor) ID() ID { return d.id }
+
+// Location returns the current location.
+func (d *Descriptor) Location() Location { return Location(d.loc.Load()) }
+
+// SetLocation rewrites the location for every owner. Call it under the
+// device lock.
+func (d *Descriptor) SetLocation(l Location) { d.loc.Store(uint64(l)) }
+
+// Refs returns the live Handle and Binding objects.
+func (d *Descriptor) Refs() int { return int(d.refs.Load()) }
+
+// Handles returns the live Handle objects.
+func (d *Descriptor) Handles() int { return int(d.handles.Load()) }
+
+// IsFree reports refs ≤ 1: only the pool's slice refers to the allocation.
+func (d *Descriptor) IsFree() bool { return d.refs.Load() <= 1 }
+
+// CanMut reports handles ≤ 2: the slice's handle plus exactly one user
+// handle. Bindings do not count, so guards and pending work never block an
+// in-place update.
+func (d *Descriptor) CanMut() bool { return d.handles.Load() <= 2 }
+
+// IsBound reports refs > handles: something holds the address.
+func (d *Descriptor) IsBound() bool { return d.refs.Load() > d.handles.Load() }
+
+// Ref is anything that refers to an allocation: *Handle or *Binding.
+type Ref interface {
+	Descriptor() *Descriptor
+}
+
+// Handle is an owning reference to an allocation. Release it exactly once.
+type Handle struct {
+	d        *Descriptor
+	released atomic.Bool
+}
+
+// New returns a fresh descriptor at loc with one Handle (refs = 1,
+// handles = 1).
+func New(loc Location) *Handle {
+	d := &Descriptor{id: ID(nextID.Add(1))}
+	d.loc.Store(uint64(loc))
+	d.refs.Store(1)
+	d.handles.Store(1)
+	return &Handle{d: d}
+}
+
+// Descriptor returns the shared descriptor.
+func (h *Handle) Descriptor() *Descriptor { return h.d }
+
+// ID returns the allocation ID.
+func (h *Handle) ID() ID { return h.d.id }
+
+// Location returns the current location.
+func (h *Handle) Location() Location { return h.d.Location() }
+
+// Clone returns a new Handle on the same descriptor (refs+1, handles+1).
+func (h *Handle) Clone() *Handle {
+	h.check("Clone")
+	h.d.refs.Add(1)
+	h.d.handles.Add(1)
+	return &Handle{d: h.d}
+}
+
+// Binding returns a new Binding on the same descriptor (refs+1).
+func (h *Handle) Binding() *Binding {
+	h.check("Binding")
+	h.d.refs.Add(1)
+	return &Binding{d: h.d}
+}
+
+// Release drops this Handle. A second Release of the same object panics: it
+// is an internal bug that would corrupt the counters.
+func (h *Handle) Release() {
+	if h.released.Swap(true) {
+		panic(fmt.Sprintf("handle: Handle of allocation %d released twice", h.d.id))
+	}
+	h.d.handles.Add(-1)
+	if h.d.refs.Add(-1) < 0 {
+		panic(fmt.Sprintf("handle: allocation %d reference count below zero", h.d.id))
+	}
+}
+
+// Released reports whether Release was called on this object.
+func (h *Handle) Released() bool { return h.released.Load() }
+
+// IsFree reports whether only the pool's slice refers to the allocation.
+func (h *Handle) IsFree() bool { return h.d.IsFree() }
+
+// CanMut reports whether the allocation may be updated in place.
+func (h *Handle) CanMut() bool { return h.d.CanMut() }
+
+// IsBound reports whether something holds the allocation's address.
+func (h *Handle) IsBound() bool { return h.d.IsBound() }
+
+func (h *Handle) check(op string) {
+	if h.released.Load() {
+		panic(fmt.Sprintf("handle: %s on a released Handle of allocation %d", op, h.d.id))
+	}
+}
+
+// Binding refers to an allocation's address (a host mapping, a guard, a
+// pending cross-stream use). It is not an owner: it keeps the slice from
+// reuse but does not count against CanMut.
+type Binding struct {
+	d        *Descriptor
+	released atomic.Bool
+}
+
+// Descriptor returns the shared descriptor.
+func (b *Binding) Descriptor() *Descriptor { return b.d }
+
+// Location returns the current location.
+func (b *Binding) Location() Location { return b.d.Location() }
+
+// Clone returns a new Binding (refs+1).
+func (b *Binding) Clone() *Binding {
+	if b.released.Load() {
+		panic(fmt.Sprintf("handle: Clone on a released Binding of allocation %d", b.d.id))
+	}
+	b.d.refs.Add(1)
+	return &Binding{d: b.d}
+}
+
+// Release drops this Binding; a second Release of one object panics.
+func (b *Binding) Release() {
+	if b.released.Swap(true) {
+		panic(fmt.Sprintf("handle: Binding of allocation %d released twice", b.d.id))
+	}
+	if b.d.refs.Add(-1) < 0 {
+		panic(fmt.Sprintf("handle: allocation %d reference count below zero", b.d.id))
+	}
+}

@@ -1,0 +1,42 @@
+package storage
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrOutOfMemory is returned by Alloc when the budget or the device
+	// refuses an allocation. Nothing changed; the caller may free or reclaim
+	// memory (an explicit cleanup) and retry, or raise the capacity.
+	ErrOutOfMemory = errors.New("storage: out of memory")
+
+	// ErrUnknownRegion is returned by Resolve when the region's allocation is
+	// not live in this storage (never allocated, or already deallocated), or
+	// when the window lies outside it.
+	ErrUnknownRegion = errors.New("storage: unknown region")
+
+	// ErrDevicePoisoned marks a sticky device fault (illegal address, hardware
+	// exception, ECC error, device lost). Nothing on the device can be trusted
+	// afterwards: close it and open a new one.
+	ErrDevicePoisoned = errors.New("storage: device poisoned")
+)
+
+// IsDevicePoisoned reports whether err is, or wraps, ErrDevicePoisoned.
+func IsDevicePoisoned(err error) bool { return errors.Is(err, ErrDevicePoisoned) }
+
+// OutOfMemoryError carries the numbers of a refused allocation; it unwraps to
+// ErrOutOfMemory. Reach it with errors.As.
+type OutOfMemoryError struct {
+	Requested uint64 // bytes asked for
+	Allocated uint64 // bytes the budget held when it refused
+	Capacity  uint64 // the budget's capacity
+}
+
+func (e *OutOfMemoryError) Error() string {
+	return fmt.Sprintf("storage: out of memory: %d bytes requested, %d of %d bytes already allocated (raise the capacity or free memory)",
+		e.Requested, e.Allocated, e.Capacity)
+}
+
+// Unwrap returns ErrOutOfMemory.
+func (e *OutOfMemoryError) Unwrap() error { return ErrOutOfMemory }

@@ -1,0 +1,220 @@
+package storage
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// DefaultAlignment is the base alignment of Host and Sim allocations when the
+// caller passes 0.
+const DefaultAlignment = 32
+
+// Observer is told of every Alloc and Dealloc a storage performs ("alloc",
+// "dealloc"). The host software graph uses it to imitate the driver: a storage
+// call made for a recording stream invalidates the capture.
+type Observer func(op string)
+
+// table is the bookkeeping Host and Sim share: live allocations by ID, their
+// total, the budget and the observer.
+type table[E any] struct {
+	mu        sync.RWMutex
+	live      map[ID]E
+	sizes     map[ID]uint64
+	allocated atomic.Uint64
+	budget    *Budget
+	align     uint64
+	observer  atomic.Pointer[Observer]
+}
+
+func (t *table[E]) init(align uint64, b *Budget) {
+	if align == 0 {
+		align = DefaultAlignment
+	}
+	t.align = align
+	t.budget = b
+	t.live = make(map[ID]E)
+	t.sizes = make(map[ID]uint64)
+}
+
+func (t *table[E]) notify(op string) {
+	if o := t.observer.Load(); o != nil {
+		(*o)(op)
+	}
+}
+
+// SetObserver installs fn (nil removes it).
+func (t *table[E]) setObserver(fn Observer) {
+	if fn == nil {
+		t.observer.Store(nil)
+		return
+	}
+	t.observer.Store(&fn)
+}
+
+func (t *table[E]) take(size uint64) error {
+	if size == 0 {
+		return nil
+	}
+	return t.budget.Take(size)
+}
+
+func (t *table[E]) add(id ID, size uint64, e E) {
+	t.mu.Lock()
+	t.live[id] = e
+	t.sizes[id] = size
+	t.mu.Unlock()
+	t.allocated.Add(size)
+	t.notify("alloc")
+}
+
+func (t *table[E]) remove(id ID) {
+	t.mu.Lock()
+	size, ok := t.sizes[id]
+	if ok {
+		delete(t.live, id)
+		delete(t.sizes, id)
+	}
+	t.mu.Unlock()
+	if !ok {
+		return
+	}
+	t.allocated.Add(^(size - 1))
+	if size != 0 {
+		t.budget.Give(size)
+	}
+	t.notify("dealloc")
+}
+
+func (t *table[E]) lookup(r Region) (E, error) {
+	t.mu.RLock()
+	e, ok := t.live[r.ID]
+	size := t.sizes[r.ID]
+	t.mu.RUnlock()
+	if !ok {
+		var zero E
+		return zero, fmt.Errorf("%w: allocation %d is not live", ErrUnknownRegion, r.ID)
+	}
+	if r.Offset > size || r.Size > size-r.Offset {
+		var zero E
+		return zero, fmt.Errorf("%w: window [%d, %d) lies outside allocation %d of %d bytes",
+			ErrUnknownRegion, r.Offset, SatAdd(r.Offset, r.Size), r.ID, size)
+	}
+	return e, nil
+}
+
+// Host is the embedded default backend: real, zeroed host bytes whose base is
+// a multiple of the alignment. Dealloc is immediate and Flush does nothing.
+type Host struct {
+	t table[[]byte]
+}
+
+// NewHost returns a host storage with the given base alignment (0 = 32) that
+// takes its bytes from budget (nil = unlimited).
+func NewHost(alignment uint64, budget *Budget) *Host {
+	h := &Host{}
+	h.t.init(alignment, budget)
+	return h
+}
+
+// Alignment implements Storage.
+func (h *Host) Alignment() uint64 { return h.t.align }
+
+// SetObserver installs fn, told of every Alloc and Dealloc (nil removes it).
+func (h *Host) SetObserver(fn Observer) { h.t.setObserver(fn) }
+
+// Alloc implements Storage: size zeroed bytes, base aligned (S4). A zero-size
+// allocation takes no budget and resolves to an empty non-nil slice.
+func (h *Host) Alloc(size uint64) (Region, error) {
+	if size > uint64(maxHostAlloc)-h.t.align {
+		return Region{}, &OutOfMemoryError{Requested: size, Allocated: h.t.budget.Used(), Capacity: h.t.budget.Capacity()}
+	}
+	if err := h.t.take(size); err != nil {
+		return Region{}, err
+	}
+	var buf []byte
+	if size == 0 {
+		buf = make([]byte, 0)
+	} else {
+		// Over-allocate by the alignment and start at the first aligned byte;
+		// the slice keeps the whole backing array alive.
+		raw := make([]byte, size+h.t.align)
+		base := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
+		skip := Padding(uint64(base), h.t.align)
+		buf = raw[skip : skip+size : skip+size]
+	}
+	id := newID()
+	h.t.add(id, size, buf)
+	return Region{ID: id, Size: size}, nil
+}
+
+// maxHostAlloc bounds a host allocation so that size+alignment cannot
+// overflow an int.
+const maxHostAlloc = int(^uint(0) >> 2)
+
+// Dealloc implements Storage; it is immediate.
+func (h *Host) Dealloc(id ID) { h.t.remove(id) }
+
+// Flush implements Storage; Host queues nothing.
+func (h *Host) Flush() {}
+
+// Resolve implements Storage: Bytes is exactly the window.
+func (h *Host) Resolve(r Region) (Resource, error) {
+	buf, err := h.t.lookup(r)
+	if err != nil {
+		return Resource{}, err
+	}
+	return Resource{Region: r, Bytes: buf[r.Offset : r.Offset+r.Size : r.Offset+r.Size]}, nil
+}
+
+// BytesAllocated implements Storage.
+func (h *Host) BytesAllocated() uint64 { return h.t.allocated.Load() }
+
+// Sim is accounting without bytes: an allocation is a map entry, so a 100 GiB
+// workload replays on a small machine. Resources resolve with neither Bytes
+// nor Ptr; copies against Sim are counted by the copy queue, not performed.
+type Sim struct {
+	t table[struct{}]
+}
+
+// NewSim returns a simulated storage with the given alignment (0 = 32) that
+// takes its bytes from budget (nil = unlimited).
+func NewSim(alignment uint64, budget *Budget) *Sim {
+	s := &Sim{}
+	s.t.init(alignment, budget)
+	return s
+}
+
+// Alignment implements Storage.
+func (s *Sim) Alignment() uint64 { return s.t.align }
+
+// SetObserver installs fn, told of every Alloc and Dealloc (nil removes it).
+func (s *Sim) SetObserver(fn Observer) { s.t.setObserver(fn) }
+
+// Alloc implements Storage.
+func (s *Sim) Alloc(size uint64) (Region, error) {
+	if err := s.t.take(size); err != nil {
+		return Region{}, err
+	}
+	id := newID()
+	s.t.add(id, size, struct{}{})
+	return Region{ID: id, Size: size}, nil
+}
+
+// Dealloc implements Storage; it is immediate.
+func (s *Sim) Dealloc(id ID) { s.t.remove(id) }
+
+// Flush implements Storage; Sim queues nothing.
+func (s *Sim) Flush() {}
+
+// Resolve implements Storage: the region is checked, no bytes come back.
+func (s *Sim) Resolve(r Region) (Resource, error) {
+	if _, err := s.t.lookup(r); err != nil {
+		return Resource{}, err
+	}
+	return Resource{Region: r}, nil
+}
+
+// BytesAllocated implements Storage.
+func (s *Sim) BytesAllocated() uint64 { return s.t.allocated.Load() }
