@@ -26,8 +26,6 @@ type Faulty struct {
 	waitCalls   int
 	failWith    error
 	refusals    int
-	allocCalls  int
-	refusedWait int
 }
 
 // FaultInjector is implemented by storages that refuse copies and waits on
@@ -129,12 +127,12 @@ func (f *Faulty) Alloc(size uint64) (Region, error) {
 	case f.allocIf != nil && f.allocIf(size):
 		refuse = true
 	}
+	defer f.mu.Unlock()
 	if refuse {
-		err := f.refuseLocked(&OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
-		f.mu.Unlock()
-		return Region{}, err
+		return Region{}, f.refuseLocked(&OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
 	}
-	f.mu.Unlock()
+	// Held across the inner call so concurrent allocations cannot pass
+	// RefuseAllocAbove's total together.
 	return f.inner.Alloc(size)
 }
 
@@ -176,7 +174,6 @@ func (f *Faulty) CheckWait() error {
 	defer f.mu.Unlock()
 	f.waitCalls++
 	if f.waits != nil && f.waits(f.waitCalls) {
-		f.refusedWait++
 		return f.refuseLocked(ErrOutOfMemory)
 	}
 	return nil

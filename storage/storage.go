@@ -30,7 +30,7 @@ func (r Region) End() uint64 { return SatAdd(r.Offset, r.Size) }
 
 // Sub returns the window [off, off+size) of r, relative to r's offset.
 func (r Region) Sub(off, size uint64) Region {
-	return Region{ID: r.ID, Offset: r.Offset + off, Size: size}
+	return Region{ID: r.ID, Offset: SatAdd(r.Offset, off), Size: size}
 }
 
 // Resource is a resolved Region: Bytes on the Host backend (exactly the

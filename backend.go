@@ -1,0 +1,84 @@
+package gpumem
+
+import (
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Backend is what a device runs on: the host (the embedded default), a
+// simulation, or a driver such as package cuda. It supplies storage, queues
+// and device-side copies; the device decides everything else.
+type Backend interface {
+	// Name names the backend ("host", "sim", "cuda").
+	Name() string
+	// Properties are the memory properties the device starts from.
+	Properties() memory.Properties
+	// NewStorage returns a storage for one stream's memory, drawing on the
+	// device's shared budget.
+	NewStorage(b *storage.Budget) (storage.Storage, error)
+	// NewQueue returns the queue of the index-th stream.
+	NewQueue(index int) (stream.Queue, error)
+	// CopyOnDevice copies src to dst (equal sizes) in the order of q. The
+	// relocation calls it only after every stream's work is done.
+	CopyOnDevice(q stream.Queue, src, dst storage.Resource) error
+	// WaitOutsideStreams waits for driver work not ordered on any queue.
+	WaitOutsideStreams() error
+	// Close releases the backend.
+	Close() error
+}
+
+// hostBackend is the embedded default: Host storage and worker-goroutine
+// queues, or with sim, Sim storage and inline queues for fast replay.
+type hostBackend struct {
+	sim   bool
+	props memory.Properties
+}
+
+// HostProperties returns the host and sim backends' default properties for
+// a capacity (0 = unknown): alignment 32, MaxMemory = capacity, max page =
+// capacity/4 rounded down to the alignment, or 1 GiB without a capacity.
+func HostProperties(capacity uint64) memory.Properties {
+	const align = storage.DefaultAlignment
+	maxPage := uint64(1 << 30)
+	if capacity != 0 {
+		maxPage = max(align, capacity/4/align*align)
+	}
+	return memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+}
+
+func (h *hostBackend) Name() string {
+	if h.sim {
+		return "sim"
+	}
+	return "host"
+}
+
+func (h *hostBackend) Properties() memory.Properties { return h.props }
+
+func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
+	if h.sim {
+		return storage.NewSim(h.props.Alignment, b), nil
+	}
+	return storage.NewHost(h.props.Alignment, b), nil
+}
+
+func (h *hostBackend) NewQueue(int) (stream.Queue, error) {
+	if h.sim {
+		return stream.NewInline(), nil
+	}
+	return stream.NewHost(), nil
+}
+
+// CopyOnDevice copies at once: the relocation calls it only after every
+// stream's work is done and under the device lock, so nothing else can run
+// on q or touch either window before the copy queue's final wait; running
+// the copy now is what the queue would do next.
+func (h *hostBackend) CopyOnDevice(_ stream.Queue, src, dst storage.Resource) error {
+	copy(dst.Bytes, src.Bytes)
+	return nil
+}
+
+func (h *hostBackend) WaitOutsideStreams() error { return nil }
+
+func (h *hostBackend) Close() error { return nil }

@@ -1,0 +1,235 @@
+package gpumem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Buffer is an allocation owned by the stream that allocated it. A Buffer is
+// one owning reference: Clone makes another, and each is freed exactly once.
+// Its location may change (relocation, renumbering); the Buffer follows.
+type Buffer struct {
+	s    *Stream
+	h    *handle.Handle
+	size uint64
+	// freed is guarded by the device lock.
+	freed bool
+}
+
+// ID returns the allocation's identity.
+func (b *Buffer) ID() handle.ID { return b.h.ID() }
+
+// Size returns the requested size in bytes.
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Stream returns the stream whose memory holds the buffer.
+func (b *Buffer) Stream() *Stream { return b.s }
+
+// CanMut reports whether this is the only user reference, so the bytes may
+// be updated in place.
+func (b *Buffer) CanMut() bool { return b.h.CanMut() }
+
+// Clone returns another owning reference to the same allocation; free both.
+// It returns nil when b is already freed.
+func (b *Buffer) Clone() *Buffer {
+	d := b.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.freed {
+		return nil
+	}
+	return &Buffer{s: b.s, h: b.h.Clone(), size: b.size}
+}
+
+// Free drops this reference. The memory is reused once no reference and no
+// pending use remains. A second call returns ErrAlreadyFreed.
+func (b *Buffer) Free() error {
+	d := b.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.freed {
+		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	}
+	b.freed = true
+	if b.s.cap != nil {
+		b.s.cap.freedLocked(b)
+	}
+	b.h.Release()
+	return nil
+}
+
+// Write copies data into the buffer from offset 0, in stream order. data is
+// copied before Write returns.
+func (b *Buffer) Write(ctx context.Context, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if uint64(len(data)) > b.size {
+		return fmt.Errorf("%w: writing %d bytes into buffer %d of %d bytes", ErrInvalidUse, len(data), b.h.ID(), b.size)
+	}
+	if len(data) == 0 {
+		return nil
+	}
+	src := append([]byte(nil), data...)
+	d := b.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if b.s.cap != nil {
+		b.s.cap.retainLocked(src)
+	}
+	return b.s.enqueueLocked("write", []Use{{Buffer: b, Access: Write, Size: uint64(len(src))}}, func(res []storage.Resource) error {
+		copy(res[0].Bytes, src)
+		return nil
+	})
+}
+
+// Read returns a copy of the buffer's bytes once every earlier op on its
+// stream has run. Bytes a failed op left unwritten return an error wrapping
+// ErrUnwritten and the failure, never stale bytes. On a recording stream it
+// returns ErrRecording and dooms the recording.
+func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
+	res, err := b.hostView(ctx, "Read")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]byte, len(res.Bytes))
+	copy(out, res.Bytes)
+	d := b.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := b.checkUnwrittenLocked(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// hostView waits until the buffer's pending work (on its stream and every
+// stream that used it) has run and returns its resolved bytes, with a
+// binding held during the wait so nothing moves the bytes.
+func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, error) {
+	if err := ctx.Err(); err != nil {
+		return storage.Resource{}, err
+	}
+	s := b.s
+	d := s.d
+	d.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		d.mu.Unlock()
+		return storage.Resource{}, err
+	}
+	if err := s.refuseHostSyncLocked(op); err != nil {
+		d.mu.Unlock()
+		return storage.Resource{}, err
+	}
+	d.collectFailuresLocked()
+	if err := b.checkUnwrittenLocked(); err != nil {
+		d.mu.Unlock()
+		return storage.Resource{}, err
+	}
+	res, err := s.mem.Resolve(b.h)
+	if err != nil {
+		d.mu.Unlock()
+		return storage.Resource{}, err
+	}
+	if res.Bytes == nil && b.size > 0 {
+		d.mu.Unlock()
+		return storage.Resource{}, fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.h.ID(), d.backend.Name())
+	}
+	fences := []stream.Fence{}
+	if f, err := s.q.Fence(); err == nil {
+		fences = append(fences, f)
+	}
+	fences = append(fences, d.foreign[b.h.Descriptor()]...)
+	bind := b.h.Binding()
+	d.mu.Unlock()
+	var werr error
+	for _, f := range fences {
+		if werr = f.Q.Wait(ctx, f); werr != nil {
+			break
+		}
+	}
+	d.mu.Lock()
+	bind.Release()
+	d.collectFailuresLocked()
+	d.mu.Unlock()
+	if werr != nil {
+		return storage.Resource{}, werr
+	}
+	return res, nil
+}
+
+// usableLocked refuses a closed device or a freed buffer.
+func (b *Buffer) usableLocked() error {
+	if b.s.d.closed {
+		return ErrClosed
+	}
+	if b.freed {
+		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	}
+	return nil
+}
+
+// checkUnwrittenLocked reports the failure marking any byte of the buffer.
+func (b *Buffer) checkUnwrittenLocked() error {
+	f, ok, err := b.s.mem.FindFailure(b.h, 0, b.size)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return nil
+	}
+	return b.s.d.g.Report(f, b.h.ID())
+}
+
+// Mapping is a host view of a buffer's bytes. It holds a binding, so the
+// bytes stay where they are (relocation leaves the page in place) until
+// Release.
+type Mapping struct {
+	d     *Device
+	b     *handle.Binding
+	bytes []byte
+	done  bool
+}
+
+// Map waits for the buffer's pending work and returns a view of its bytes
+// (host backend only). Release it when done.
+func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
+	res, err := b.hostView(ctx, "Map")
+	if err != nil {
+		return nil, err
+	}
+	d := b.s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := b.usableLocked(); err != nil {
+		return nil, err
+	}
+	if err := b.checkUnwrittenLocked(); err != nil {
+		return nil, err
+	}
+	// Re-resolve under the lock: the bytes may have moved during the wait.
+	res, err = b.s.mem.Resolve(b.h)
+	if err != nil {
+		return nil, err
+	}
+	return &Mapping{d: d, b: b.h.Binding(), bytes: res.Bytes}, nil
+}
+
+// Bytes returns the mapped bytes; valid until Release.
+func (m *Mapping) Bytes() []byte { return m.bytes }
+
+// Release drops the mapping's binding; later calls do nothing.
+func (m *Mapping) Release() {
+	m.d.mu.Lock()
+	defer m.d.mu.Unlock()
+	if m.done {
+		return
+	}
+	m.done = true
+	m.bytes = nil
+	m.b.Release()
+}

@@ -1,0 +1,278 @@
+package gpumem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Device is one accelerator, or the host standing in for one: its streams,
+// their memories and one lock. Open it with Open or OpenBackend; Close it.
+type Device struct {
+	backend Backend
+	budget  *storage.Budget
+	props   memory.Properties
+	cfg     memory.Config
+	log     *slog.Logger
+	wrap    func(storage.Storage) storage.Storage
+
+	// mu guards every field below, every manager, pool, location write, the
+	// error graph, capture records and deferred-release lists (D3).
+	mu      sync.Mutex
+	g       *handle.ErrorGraph
+	streams []*Stream
+	closed  bool
+	// foreign holds, per allocation, the fences of uses by streams other than
+	// its owner: the owner's next use waits on them (X2).
+	foreign  map[*handle.Descriptor][]stream.Fence
+	counters counters
+	nextTok  stream.Owner
+}
+
+// counters are the device's own statistics (under mu).
+type counters struct {
+	reserveRetries   uint64
+	explicitCleanups uint64
+	failedReserves   map[string]uint64
+	captures         CaptureStats
+}
+
+// Open opens a device on the host backend: real host bytes and one worker
+// goroutine per stream (WithSim: accounting only, inline queues).
+func Open(opts ...Option) (*Device, error) {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	b := &hostBackend{sim: o.sim, props: HostProperties(o.capacity)}
+	return openWith(b, o)
+}
+
+// OpenBackend opens a device on b.
+func OpenBackend(b Backend, opts ...Option) (*Device, error) {
+	if b == nil {
+		return nil, fmt.Errorf("%w: nil backend", ErrNotSupported)
+	}
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	return openWith(b, o)
+}
+
+func openWith(b Backend, o options) (*Device, error) {
+	props := b.Properties()
+	if o.capacity != 0 && (props.MaxMemory == 0 || o.capacity < props.MaxMemory) {
+		props.MaxMemory = o.capacity
+	}
+	if o.props != nil {
+		props = *o.props
+	}
+	if err := o.cfg.Validate(props); err != nil {
+		return nil, err
+	}
+	log := o.log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Device{
+		backend: b,
+		budget:  storage.NewBudget(o.capacity),
+		props:   props,
+		cfg:     o.cfg,
+		log:     log,
+		wrap:    o.wrapStorage,
+		g:       handle.NewErrorGraph(),
+		foreign: make(map[*handle.Descriptor][]stream.Fence),
+	}
+	d.counters.failedReserves = make(map[string]uint64)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, err := d.newStreamLocked(); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Backend returns the device's backend.
+func (d *Device) Backend() Backend { return d.backend }
+
+// Properties returns the memory properties every stream uses.
+func (d *Device) Properties() memory.Properties { return d.props }
+
+// NewStream adds a stream with its own queue and memory.
+func (d *Device) NewStream() (*Stream, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	return d.newStreamLocked()
+}
+
+func (d *Device) newStreamLocked() (*Stream, error) {
+	index := len(d.streams)
+	st, err := d.backend.NewStorage(d.budget)
+	if err != nil {
+		return nil, err
+	}
+	if d.wrap != nil {
+		st = d.wrap(st)
+	}
+	counted := &countedStorage{Storage: st}
+	name := fmt.Sprintf("stream-%d", index)
+	mem, err := memory.New(counted, d.props, d.cfg, d.log, name, d.g)
+	if err != nil {
+		return nil, err
+	}
+	q, err := d.backend.NewQueue(index)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
+	if w, ok := q.(stream.StorageWatcher); ok {
+		if o, ok := st.(interface{ SetObserver(storage.Observer) }); ok {
+			o.SetObserver(w.ObserveStorage)
+		}
+	}
+	d.streams = append(d.streams, s)
+	return s, nil
+}
+
+// DefaultStream returns the stream Open created.
+func (d *Device) DefaultStream() *Stream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.streams[0]
+}
+
+// Streams returns the device's streams in creation order.
+func (d *Device) Streams() []*Stream {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]*Stream(nil), d.streams...)
+}
+
+// Cleanup gives memory back now, on every stream: refused while a stream
+// records (ErrRecording, before any wait); otherwise deferred cross-stream
+// frees are drained, what outdated pages hold is relocated, and every empty
+// page goes back.
+func (d *Device) Cleanup(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
+		return err
+	}
+	for _, s := range d.streams {
+		s.drainDeferredLocked()
+	}
+	for _, s := range d.streams {
+		if err := relocation.Reclaim(streamsOf{d, s}); err != nil {
+			return err
+		}
+	}
+	d.counters.explicitCleanups++
+	return nil
+}
+
+// refuseWhileRecordingLocked returns ErrRecording naming the recording
+// stream.
+func (d *Device) refuseWhileRecordingLocked(s *Stream) error {
+	if err := relocation.RefuseWhileRecording(streamsOf{d, s}); err != nil {
+		if r := d.recordingLocked(); r != nil {
+			return fmt.Errorf("%w (%s records a graph)", err, r.name)
+		}
+		return err
+	}
+	return nil
+}
+
+// recordingLocked returns the stream that records, or nil.
+func (d *Device) recordingLocked() *Stream {
+	for _, s := range d.streams {
+		if s.capture.Recording() {
+			return s
+		}
+	}
+	return nil
+}
+
+// Close closes the device: every queue runs what it holds and stops. It is
+// idempotent; every later call on the device returns ErrClosed. Refused with
+// ErrRecording while a stream records.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	if r := d.recordingLocked(); r != nil {
+		return fmt.Errorf("%w: %s records a graph; end or abort its capture before closing", ErrRecording, r.name)
+	}
+	d.closed = true
+	var errs []error
+	for _, s := range d.streams {
+		errs = append(errs, s.q.Close())
+	}
+	errs = append(errs, d.backend.Close())
+	return errors.Join(errs...)
+}
+
+// collectFailuresLocked takes every queue's failed ops and marks the bytes
+// they left unwritten (SPEC §11).
+func (d *Device) collectFailuresLocked() {
+	for _, s := range d.streams {
+		s.collectFailuresLocked()
+	}
+}
+
+// countedStorage counts storage calls for Stats, and forwards fault
+// injection to a wrapped Faulty storage.
+type countedStorage struct {
+	storage.Storage
+	allocs, deallocs atomic.Uint64
+}
+
+func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
+	r, err := c.Storage.Alloc(size)
+	if err == nil {
+		c.allocs.Add(1)
+	}
+	return r, err
+}
+
+func (c *countedStorage) Dealloc(id storage.ID) {
+	c.deallocs.Add(1)
+	c.Storage.Dealloc(id)
+}
+
+// CheckCopy forwards to the wrapped storage's fault injection, if any.
+func (c *countedStorage) CheckCopy() error {
+	if f, ok := c.Storage.(storage.FaultInjector); ok {
+		return f.CheckCopy()
+	}
+	return nil
+}
+
+// CheckWait forwards to the wrapped storage's fault injection, if any.
+func (c *countedStorage) CheckWait() error {
+	if f, ok := c.Storage.(storage.FaultInjector); ok {
+		return f.CheckWait()
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+// Package gpumem manages GPU device memory for Go compute runtimes: device
+// memory in pools of pages carved into slices, one memory per stream, several
+// asynchronous streams, relocation of live allocations off outdated pages so
+// those pages go back to the device, and graph-capture safety.
+//
+// # Owns
+//
+// [Device], [Stream], [Buffer], [Mapping], [Backend], the options, [Stats],
+// [Report] and the re-exported errors. The Device implements the relocation
+// package's Streams interface internally, holds the device lock, and drives
+// reserve, relocate and cleanup.
+//
+// # Your duties
+//
+//  1. Open a device (Open for the host, OpenBackend for a driver) and Close
+//     it when done.
+//  2. Allocate buffers on a stream (Stream.Alloc), write them, and Enqueue
+//     work that uses them; every Use names the access, so the device orders
+//     cross-stream work and marks what a failed op left unwritten.
+//  3. Free every Buffer and Release every Mapping explicitly: nothing is
+//     released by finalizers. A freed buffer used again returns
+//     ErrAlreadyFreed, never someone else's bytes.
+//  4. Synchronize (or Read) before trusting results: work runs
+//     asynchronously, and an op's failure surfaces on the read of the bytes
+//     it left unwritten (ErrUnwritten).
+//  5. Call Device.Cleanup when memory should go back now: it relocates what
+//     outdated pages hold, then releases every empty page.
+//
+// # Invariants
+//
+//   - (D1) No byte moves until every stream's work is done; nothing moves
+//     while a stream records a graph.
+//   - (D2) Every buffer resolves to its own bytes or to an error, never to
+//     another allocation's memory.
+//   - (D3) Bookkeeping of one device is serialised by one lock; stream
+//     workers never take it, so waiting on a fence under it cannot deadlock.
+//
+// # Does not know
+//
+// The cuda driver: a backend supplies storage, queues and device copies.
+//
+// # Concurrency
+//
+// Every exported method is safe for concurrent use from many goroutines.
+package gpumem

@@ -1,0 +1,162 @@
+package handle_test
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/gpumem/gpumem/handle"
+)
+
+// SPEC §12.2 scenario 4.
+func TestLocationUpdateIsVisibleThroughEveryHandleAndBindingClone(t *testing.T) {
+	h := handle.New(handle.Uninit)
+	hc := h.Clone()
+	b := h.Binding()
+	bc := b.Clone()
+	cb := hc.Binding()
+	refs := []handle.Ref{h, hc, b, bc, cb}
+	for _, r := range refs {
+		if r.Descriptor() != h.Descriptor() {
+			t.Fatal("a clone has its own descriptor")
+		}
+	}
+	for _, loc := range []handle.Location{
+		handle.MustLocation(3, 10, 20),
+		handle.MustLocation(255, handle.MaxPage, 0),
+	} {
+		hc.Descriptor().SetLocation(loc) // written through any one owner
+		for i, r := range refs {
+			if got := r.Descriptor().Location(); got != loc {
+				t.Fatalf("ref %d sees %v, want %v", i, got, loc)
+			}
+		}
+		if h.Location() != loc || b.Location() != loc || bc.Location() != loc {
+			t.Fatal("Location accessor disagrees with the descriptor")
+		}
+	}
+	for _, r := range []interface{ Release() }{h, hc, b, bc, cb} {
+		r.Release()
+	}
+}
+
+// SPEC §12.2 scenario 5: counters.
+func TestCountersFollowHandlesAndBindings(t *testing.T) {
+	slice := handle.New(handle.MustLocation(0, 0, 0)) // the pool's own handle
+	if !slice.IsFree() || !slice.CanMut() || slice.IsBound() {
+		t.Fatal("a fresh slice handle is not free, mutable and unbound")
+	}
+	user := slice.Clone()
+	if user.IsFree() || !user.CanMut() {
+		t.Fatalf("slice + one user: free %v canMut %v; want false, true", user.IsFree(), user.CanMut())
+	}
+	second := user.Clone()
+	if user.CanMut() {
+		t.Fatal("slice + two user handles: CanMut still true")
+	}
+	second.Release()
+	if !user.CanMut() {
+		t.Fatal("releasing the second user handle did not restore CanMut")
+	}
+	b := user.Binding()
+	if !user.IsBound() || !user.CanMut() {
+		t.Fatalf("with a binding: bound %v canMut %v; want true, true", user.IsBound(), user.CanMut())
+	}
+	d := user.Descriptor()
+	if d.Refs() != 3 || d.Handles() != 2 {
+		t.Fatalf("refs %d handles %d, want 3 and 2", d.Refs(), d.Handles())
+	}
+	user.Release()
+	if slice.IsFree() {
+		t.Fatal("free while a binding holds the address")
+	}
+	b.Release()
+	if !slice.IsFree() || slice.IsBound() {
+		t.Fatal("all user references released but the slice is not free")
+	}
+	slice.Release()
+}
+
+// SPEC §12.2 scenario 5: identity.
+func TestAllocationIDsIncreaseAndNeverRepeat(t *testing.T) {
+	seen := map[handle.ID]bool{}
+	var prev handle.ID
+	for range 100 {
+		h := handle.New(handle.Uninit)
+		id := h.ID()
+		if id == 0 || id <= prev || seen[id] {
+			t.Fatalf("ID %d after %d", id, prev)
+		}
+		c := h.Clone()
+		if c.ID() != id || c.Descriptor().ID() != id {
+			t.Fatal("a clone changed the ID")
+		}
+		seen[id], prev = true, id
+		c.Release()
+		h.Release() // a released ID is never handed out again
+	}
+}
+
+// SPEC §12.2 scenario 5: a second Release of one object panics.
+func TestSecondReleasePanics(t *testing.T) {
+	mustPanic := func(t *testing.T, name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Fatalf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	t.Run("handle", func(t *testing.T) {
+		h := handle.New(handle.Uninit)
+		c := h.Clone()
+		c.Release()
+		if !c.Released() || h.Released() {
+			t.Fatal("Released reports the wrong object")
+		}
+		mustPanic(t, "second Handle.Release", c.Release)
+		if d := h.Descriptor(); d.Refs() != 1 || d.Handles() != 1 {
+			t.Fatalf("the panicking Release changed counters: refs %d handles %d", d.Refs(), d.Handles())
+		}
+		h.Release()
+	})
+	t.Run("binding", func(t *testing.T) {
+		h := handle.New(handle.Uninit)
+		b := h.Binding()
+		b.Release()
+		mustPanic(t, "second Binding.Release", b.Release)
+		if d := h.Descriptor(); d.Refs() != 1 {
+			t.Fatalf("the panicking Release changed refs to %d", d.Refs())
+		}
+		h.Release()
+	})
+	t.Run("use after release", func(t *testing.T) {
+		h := handle.New(handle.Uninit)
+		b := h.Binding()
+		b.Release()
+		mustPanic(t, "Clone of a released Binding", func() { b.Clone() })
+		h.Release()
+		mustPanic(t, "Clone of a released Handle", func() { h.Clone() })
+		mustPanic(t, "Binding of a released Handle", func() { h.Binding() })
+	})
+}
+
+func TestConcurrentClonesAndReleasesKeepCountersExact(t *testing.T) {
+	h := handle.New(handle.Uninit)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				c := h.Clone()
+				b := c.Binding()
+				b.Release()
+				c.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if d := h.Descriptor(); d.Refs() != 1 || d.Handles() != 1 {
+		t.Fatalf("refs %d handles %d after balanced clones, want 1 and 1", d.Refs(), d.Handles())
+	}
+	h.Release()
+}

@@ -1,0 +1,306 @@
+package memory
+
+import (
+	"fmt"
+	"log/slog"
+	"math"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Dynamic memory serves what a workload allocates and frees as it runs (not
+// persistent weights, not dedicated buffers).
+type Dynamic interface {
+	// Reserve serves size, adding pages as needed.
+	Reserve(st storage.Storage, size uint64) (*handle.Handle, error)
+	// TryReserve serves size from room already held, or nil.
+	TryReserve(size uint64) *handle.Handle
+	// Pool returns the pool at a pool index, or nil.
+	Pool(index uint8) pool.Pool
+	// RelocationNeed says whether the memory wants a relocation, before the
+	// device's byte count is known.
+	RelocationNeed() relocation.Need
+	// HasOutdated reports whether a growth left pages behind.
+	HasOutdated() bool
+	// Relocate moves what outdated pages hold onto current ones.
+	Relocate(st storage.Storage, q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome
+	// Cleanup gives back what the pools' policies say may go.
+	Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind)
+	// Report describes every pool, in SPEC order.
+	Report() []pool.Report
+	// Growths counts arena growths (0 for exclusive pages).
+	Growths() uint64
+	// RelocationStats returns the relocation counters.
+	RelocationStats() relocation.Stats
+	// GuardedPages counts guarded pages.
+	State() relocation.ArenaState
+}
+
+// Adaptive-memory constants (SPEC §6.6).
+const (
+	// SmallPage is the small pool's page: kernel-metadata churn (shapes,
+	// strides, scalars) stays off the arena, so it neither fragments the
+	// arena nor shapes its page size.
+	SmallPage = 8 << 20
+	// SmallSlice is the largest allocation the small pool serves.
+	SmallSlice = 64 << 10
+	tinyIndex  = 0
+	smallIndex = 1
+)
+
+// AdaptiveMemory is tiny + small + arena: the default dynamic memory.
+type AdaptiveMemory struct {
+	tiny    *pool.Exclusive
+	small   *pool.Sliced
+	arena   *pool.Arena
+	trigger relocation.Trigger
+	g       *handle.ErrorGraph
+	log     *slog.Logger
+	stats   relocation.Stats
+}
+
+// NewAdaptive builds the adaptive memory for p.
+func NewAdaptive(p Properties, g *handle.ErrorGraph, log *slog.Logger, lim pool.Limits) *AdaptiveMemory {
+	sizing := pool.NewPageSizing(p.MaxPageSize, p.Alignment)
+	smallPage := min(storage.RoundUp(SmallPage, p.Alignment), sizing.Max)
+	return &AdaptiveMemory{
+		tiny:    pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
+		small:   pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
+		arena:   pool.NewArena(sizing, lim, log),
+		trigger: relocation.NewTrigger(p.MaxMemory),
+		g:       g,
+		log:     log,
+	}
+}
+
+// Arena returns the arena.
+func (a *AdaptiveMemory) Arena() *pool.Arena { return a.arena }
+
+// Reserve implements Dynamic: tiny for zero bytes, small up to 64 KiB,
+// arena for everything else.
+func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
+	switch {
+	case size == 0:
+		if h := a.tiny.TryReserve(0, a.g); h != nil {
+			return h, nil
+		}
+		return a.tiny.Alloc(st, 0)
+	case a.small.Accept(size):
+		if h := a.small.TryReserve(size, a.g); h != nil {
+			return h, nil
+		}
+		return a.small.Alloc(st, size)
+	}
+	return a.arena.Reserve(st, size, a.g)
+}
+
+// TryReserve implements Dynamic.
+func (a *AdaptiveMemory) TryReserve(size uint64) *handle.Handle {
+	switch {
+	case size == 0:
+		return a.tiny.TryReserve(0, a.g)
+	case a.small.Accept(size):
+		return a.small.TryReserve(size, a.g)
+	}
+	return a.arena.TryReserve(size, a.g)
+}
+
+// Pool implements Dynamic.
+func (a *AdaptiveMemory) Pool(index uint8) pool.Pool {
+	switch index {
+	case tinyIndex:
+		return a.tiny
+	case smallIndex:
+		return a.small
+	}
+	if p := a.arena.Pool(index); p != nil {
+		return p
+	}
+	return nil
+}
+
+// State implements Dynamic.
+func (a *AdaptiveMemory) State() relocation.ArenaState { return a.arena.State() }
+
+// RelocationNeed implements Dynamic.
+func (a *AdaptiveMemory) RelocationNeed() relocation.Need { return a.trigger.Need(a.arena.State()) }
+
+// HasOutdated implements Dynamic.
+func (a *AdaptiveMemory) HasOutdated() bool { return a.arena.HasOutdated() }
+
+// Relocate implements Dynamic: plan with the room the reason allows, copy
+// through q, commit what landed, and settle the trigger. Emptied pages go
+// back before it returns (a reservation retried right after needs the room).
+func (a *AdaptiveMemory) Relocate(st storage.Storage, q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome {
+	plan := a.arena.Plan(reason.Room(), st, a.g)
+	var out relocation.Outcome
+	if plan.IsEmpty() {
+		a.trigger.Settled(false, a.arena.State())
+		out = relocation.Outcome{Kind: relocation.NothingToMove}
+		a.stats.Record(reason, out)
+		return out
+	}
+	moves, bytes := plan.Len(), plan.Bytes()
+	landed, err := plan.Copy(st, q)
+	if err != nil {
+		a.trigger.Settled(false, a.arena.State())
+		kind := relocation.Abandoned
+		if plan.Leaked() {
+			kind = relocation.Leaked
+			a.log.Error("gpumem: relocation wait failed; leaking its sources and targets so no copy in flight is overwritten", "moves", moves, "err", err)
+		} else {
+			a.log.Warn(fmt.Sprintf("gpumem: relocation off outdated pages abandoned: %v", err), "moves", moves)
+		}
+		out = relocation.Outcome{Kind: kind, Moves: moves, Bytes: bytes, Err: err}
+		a.stats.Record(reason, out)
+		return out
+	}
+	pages, released := a.arena.Commit(landed, st, a.g)
+	a.trigger.Settled(true, a.arena.State())
+	st.Flush()
+	out = relocation.Outcome{Kind: relocation.Moved, Moves: moves, Bytes: bytes}
+	a.stats.Record(reason, out)
+	a.stats.PagesReleased += uint64(pages)
+	a.stats.BytesReleased += released
+	return out
+}
+
+// Cleanup implements Dynamic.
+func (a *AdaptiveMemory) Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind) {
+	a.tiny.Cleanup(st, allocNr, kind, a.g)
+	a.small.Cleanup(st, allocNr, kind, a.g)
+	pages, bytes := a.arena.Cleanup(st, allocNr, kind, a.g)
+	a.stats.PagesReleased += uint64(pages)
+	a.stats.BytesReleased += bytes
+}
+
+// Report implements Dynamic: tiny, small, arena current, outdated pools.
+func (a *AdaptiveMemory) Report() []pool.Report {
+	return append([]pool.Report{a.tiny.Report(), a.small.Report()}, a.arena.Report()...)
+}
+
+// Growths implements Dynamic.
+func (a *AdaptiveMemory) Growths() uint64 { return a.arena.Growths() }
+
+// RelocationStats implements Dynamic.
+func (a *AdaptiveMemory) RelocationStats() relocation.Stats { return a.stats }
+
+// Exclusive-pages constants (SPEC §6.6).
+const (
+	MaxBuckets        = 24
+	MinBucketSize     = 32 << 10
+	BaseDeallocPeriod = 5000
+	DeallocScale      = 1 << 30
+)
+
+// ExclusivePools is 24 buckets of one allocation per page, log-uniform from
+// 32 KiB to the max page: nothing is ever outdated, nothing relocates.
+type ExclusivePools struct {
+	buckets []*pool.Exclusive
+	g       *handle.ErrorGraph
+}
+
+// BucketSizes returns the exclusive buckets' max allocations for a max page
+// and alignment: s_i = roundUp(exp(ln 32768 + (ln max − ln 32768)·i/23),
+// align), the last forced to max, consecutive duplicates dropped.
+func BucketSizes(maxPage, align uint64) []uint64 {
+	maxSize := maxPage / align * align
+	lo, hi := math.Log(MinBucketSize), math.Log(float64(maxSize))
+	var out []uint64
+	for i := 0; i < MaxBuckets; i++ {
+		s := storage.RoundUp(uint64(math.Exp(lo+(hi-lo)*float64(i)/float64(MaxBuckets-1))), align)
+		if i == MaxBuckets-1 {
+			s = maxSize
+		}
+		if len(out) > 0 && out[len(out)-1] == s {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// NewExclusivePools builds the exclusive-pages memory for p.
+func NewExclusivePools(p Properties, g *handle.ErrorGraph, lim pool.Limits) *ExclusivePools {
+	e := &ExclusivePools{g: g}
+	for i, s := range BucketSizes(p.MaxPageSize, p.Alignment) {
+		period := uint64(BaseDeallocPeriod * math.Round(1+float64(s)/DeallocScale))
+		e.buckets = append(e.buckets, pool.NewExclusive(s, period, p.Alignment, uint8(i), lim))
+	}
+	return e
+}
+
+// Reserve implements Dynamic: held room in every accepting bucket, smallest
+// first; else a new page in the smallest accepting bucket.
+func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
+	if h := e.TryReserve(size); h != nil {
+		return h, nil
+	}
+	for _, b := range e.buckets {
+		if b.Accept(size) {
+			return b.Alloc(st, size)
+		}
+	}
+	return nil, fmt.Errorf("%w: %d bytes exceed the largest exclusive bucket of %d bytes (raise the max page size)",
+		pool.ErrBufferTooBig, size, e.buckets[len(e.buckets)-1].MaxAlloc())
+}
+
+// TryReserve implements Dynamic.
+func (e *ExclusivePools) TryReserve(size uint64) *handle.Handle {
+	for _, b := range e.buckets {
+		if !b.Accept(size) {
+			continue
+		}
+		if h := b.TryReserve(size, e.g); h != nil {
+			return h
+		}
+	}
+	return nil
+}
+
+// Pool implements Dynamic.
+func (e *ExclusivePools) Pool(index uint8) pool.Pool {
+	if int(index) < len(e.buckets) {
+		return e.buckets[index]
+	}
+	return nil
+}
+
+// RelocationNeed implements Dynamic: never.
+func (e *ExclusivePools) RelocationNeed() relocation.Need { return relocation.Need{} }
+
+// HasOutdated implements Dynamic: never.
+func (e *ExclusivePools) HasOutdated() bool { return false }
+
+// State implements Dynamic.
+func (e *ExclusivePools) State() relocation.ArenaState { return relocation.ArenaState{} }
+
+// Relocate implements Dynamic: nothing to move.
+func (e *ExclusivePools) Relocate(storage.Storage, relocation.CopyQueue, relocation.Reason) relocation.Outcome {
+	return relocation.Outcome{Kind: relocation.NothingToMove}
+}
+
+// Cleanup implements Dynamic.
+func (e *ExclusivePools) Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind) {
+	for _, b := range e.buckets {
+		b.Cleanup(st, allocNr, kind, e.g)
+	}
+}
+
+// Report implements Dynamic: buckets ascending.
+func (e *ExclusivePools) Report() []pool.Report {
+	out := make([]pool.Report, len(e.buckets))
+	for i, b := range e.buckets {
+		out[i] = b.Report()
+	}
+	return out
+}
+
+// Growths implements Dynamic.
+func (e *ExclusivePools) Growths() uint64 { return 0 }
+
+// RelocationStats implements Dynamic.
+func (e *ExclusivePools) RelocationStats() relocation.Stats { return relocation.Stats{} }

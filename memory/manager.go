@@ -1,0 +1,483 @@
+// The per-stream memory manager.
+//
+// Reserve paths, in order (SPEC §6.3):
+//
+//	Allow     → Cleanup(Periodic), then reserveAdding
+//	AddOnly   → reserveAdding (never releases or renumbers)
+//	Forbidden → reserveHeld, else ErrPageUpdateForbidden
+//
+// reserveAdding counts the reservation (allocNr, which drives periodic
+// cleanup), then: Dedicated → the direct pool; Persistent (or SizeMatch) →
+// held persistent room; Persistent, or SizeMatch with a bucket of that size →
+// a new persistent slice; otherwise the dynamic memory.
+//
+// Reserve-then-bind: the root creates the buffer's handle first, reserves a
+// slice (getting a clone of the slice's own handle), then Bind hands the
+// slice to the buffer's descriptor. The reserved descriptor is stale from
+// then on, so lookups are identity-checked (M3).
+
+package memory
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+var (
+	// ErrPageUpdateForbidden is returned by a Forbidden reservation that
+	// needs a page: a recording may only use room already held. Warm up the
+	// capture with the same workload so the pools hold what it needs.
+	ErrPageUpdateForbidden = errors.New("memory: reservation needs a new page while page updates are forbidden")
+
+	// ErrAlreadyPlaced is returned by Bind when the assigned handle already
+	// has a location.
+	ErrAlreadyPlaced = errors.New("memory: handle already placed")
+)
+
+// Pool sentinels (SPEC §3.2).
+const (
+	PersistentIndex = 255
+	DedicatedIndex  = 254
+)
+
+// PageUpdate says what a reservation may do to pages.
+type PageUpdate uint8
+
+const (
+	// Allow runs the periodic cleanup first (may release and renumber) and
+	// may add pages.
+	Allow PageUpdate = iota
+	// AddOnly never releases or renumbers (every page keeps its number and
+	// address) and may add a page: other streams while one records.
+	AddOnly
+	// Forbidden uses only room already held: the recording stream.
+	Forbidden
+)
+
+func (u PageUpdate) String() string {
+	switch u {
+	case Allow:
+		return "allow"
+	case AddOnly:
+		return "add-only"
+	case Forbidden:
+		return "forbidden"
+	}
+	return fmt.Sprintf("PageUpdate(%d)", uint8(u))
+}
+
+// MaySucceedAfterReclaim reports whether a failed reservation may succeed
+// after the device gives memory back: out of memory or page sizes exhausted,
+// and the device is not poisoned.
+func MaySucceedAfterReclaim(err error) bool {
+	if err == nil || storage.IsDevicePoisoned(err) {
+		return false
+	}
+	return errors.Is(err, storage.ErrOutOfMemory) || errors.Is(err, pool.ErrPageSizesExhausted)
+}
+
+// Stats counts a manager's work.
+type Stats struct {
+	Growths    uint64
+	AllocNr    uint64
+	Relocation relocation.Stats
+}
+
+// PoolsReport describes every pool of a manager.
+type PoolsReport struct {
+	Dynamic    []pool.Report
+	Persistent pool.Report
+	Dedicated  pool.Report
+}
+
+// Usage sums every pool.
+func (r PoolsReport) Usage() pool.Usage {
+	u := r.Persistent.Usage.Combine(r.Dedicated.Usage)
+	for _, d := range r.Dynamic {
+		u = u.Combine(d.Usage)
+	}
+	return u
+}
+
+// Manager is one stream's memory.
+type Manager struct {
+	st         storage.Storage
+	props      Properties
+	cfg        Config
+	log        *slog.Logger
+	name       string
+	g          *handle.ErrorGraph
+	persistent *pool.Persistent
+	dedicated  *pool.Direct
+	dynamic    Dynamic
+	reclaimAt  uint64 // the dedicated pool's watermark: 0
+	allocNr    uint64
+	windows    []Mode
+	guards     int
+	base       Mode
+}
+
+// New builds a stream's memory on st. g is the device-wide error graph
+// (nil: a private one); log may be nil.
+func New(st storage.Storage, p Properties, c Config, log *slog.Logger, name string, g *handle.ErrorGraph) (*Manager, error) {
+	return NewWithLimits(st, p, c, log, name, g, pool.Limits{})
+}
+
+// NewWithLimits is New with page-count limits on every pool (tests reach
+// the index bound cheaply).
+func NewWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger, name string, g *handle.ErrorGraph, lim pool.Limits) (*Manager, error) {
+	if err := c.Validate(p); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if g == nil {
+		g = handle.NewErrorGraph()
+	}
+	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g}
+	m.persistent = pool.NewPersistent(p.MaxPageSize/p.Alignment*p.Alignment, p.Alignment, lim)
+	m.dedicated = pool.NewDirect(p.Alignment, DedicatedIndex, &m.reclaimAt, lim)
+	switch c.Dynamic {
+	case ExclusivePages:
+		m.dynamic = NewExclusivePools(p, g, lim)
+	default:
+		m.dynamic = NewAdaptive(p, g, m.infoLog(), lim)
+	}
+	m.base = Auto
+	if c.Persistent == Enforced {
+		m.base = Persistent
+	}
+	if c.BaseMode != nil {
+		m.base = *c.BaseMode
+	}
+	if c.LogLevel >= LogBasic {
+		m.log.Info("gpumem: memory created", "stream", name, "dynamic", c.Dynamic.String(), "persistent", c.Persistent.String(),
+			"max_page", p.MaxPageSize, "alignment", p.Alignment, "max_memory", p.MaxMemory)
+	}
+	return m, nil
+}
+
+// infoLog is the logger Info lines go to: discarded below LogBasic.
+func (m *Manager) infoLog() *slog.Logger {
+	if m.cfg.LogLevel >= LogBasic {
+		return m.log.With("stream", m.name)
+	}
+	return slog.New(warnOnly{m.log.Handler()})
+}
+
+// Storage returns the manager's storage.
+func (m *Manager) Storage() storage.Storage { return m.st }
+
+// ErrorGraph returns the error graph the manager marks failures in.
+func (m *Manager) ErrorGraph() *handle.ErrorGraph { return m.g }
+
+// Dynamic returns the dynamic memory.
+func (m *Manager) Dynamic() Dynamic { return m.dynamic }
+
+// Properties returns the properties the manager was built with.
+func (m *Manager) Properties() Properties { return m.props }
+
+// Mode returns the effective mode: the innermost window, else the base mode
+// (M4).
+func (m *Manager) Mode() Mode {
+	if n := len(m.windows); n > 0 {
+		return m.windows[n-1]
+	}
+	return m.base
+}
+
+// SetMode opens or closes a window: Auto pops the innermost (no-op when
+// none); Persistent pushes Persistent when the config is Enabled or
+// SizeMatch, else the base mode; Dedicated always pushes Dedicated.
+func (m *Manager) SetMode(mode Mode) {
+	switch mode {
+	case Auto:
+		if n := len(m.windows); n > 0 {
+			m.windows = m.windows[:n-1]
+		}
+	case Persistent:
+		if m.cfg.Persistent == Enabled || m.cfg.Persistent == SizeMatch {
+			m.windows = append(m.windows, Persistent)
+		} else {
+			m.windows = append(m.windows, m.base)
+		}
+	default:
+		m.windows = append(m.windows, Dedicated)
+	}
+	if m.cfg.LogLevel >= LogBasic {
+		m.log.Info("gpumem: mode changed", "stream", m.name, "requested", mode.String(), "effective", m.Mode().String())
+	}
+}
+
+// Reserve reserves size bytes under u and returns a clone of the chosen
+// slice's handle; bind it (Bind) and release it. On error nothing changed
+// (M2).
+func (m *Manager) Reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
+	switch u {
+	case Allow:
+		m.Cleanup(pool.Periodic)
+		return m.reserveAdding(size, u)
+	case AddOnly:
+		return m.reserveAdding(size, u)
+	}
+	if h := m.reserveHeld(size); h != nil {
+		return h, nil
+	}
+	return nil, fmt.Errorf("%w: %d bytes in %s mode, no held room fits (warm up so the pools hold it)", ErrPageUpdateForbidden, size, m.Mode())
+}
+
+func (m *Manager) reserveAdding(size uint64, u PageUpdate) (*handle.Handle, error) {
+	m.allocNr++
+	mode := m.Mode()
+	if mode == Dedicated {
+		m.debug("dedicated", size)
+		return m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
+	}
+	if mode == Persistent || m.cfg.Persistent == SizeMatch {
+		if h := m.persistent.TryReserve(size, m.g); h != nil {
+			m.debug("persistent (held)", size)
+			return h, nil
+		}
+	}
+	if mode == Persistent || (m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size)) {
+		m.debug("persistent (new slice)", size)
+		if m.cfg.LogLevel >= LogBasic {
+			m.log.Info("gpumem: new persistent page", "stream", m.name, "size", size)
+		}
+		return m.persistent.Alloc(m.st, size)
+	}
+	m.debug("dynamic", size)
+	h, err := m.dynamic.Reserve(m.st, size)
+	if err == nil && m.cfg.LogLevel >= LogFull {
+		m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
+	}
+	return h, err
+}
+
+func (m *Manager) reserveHeld(size uint64) *handle.Handle {
+	switch m.Mode() {
+	case Dedicated:
+		return m.dedicated.TryReserve(size, m.g)
+	case Persistent:
+		return m.persistent.TryReserve(size, m.g)
+	}
+	if m.cfg.Persistent == SizeMatch {
+		if h := m.persistent.TryReserve(size, m.g); h != nil {
+			return h
+		}
+	}
+	return m.dynamic.TryReserve(size)
+}
+
+func (m *Manager) debug(route string, size uint64) {
+	if m.cfg.LogLevel >= LogFull {
+		m.log.Debug("gpumem: reservation", "stream", m.name, "route", route, "size", size)
+	}
+}
+
+// Bind hands the slice reserved (a handle Reserve returned) to the
+// allocation of assigned: assigned takes the slice's location, the slice's
+// taint is cleared, the slice holds a clone of assigned, and its cursor is
+// set. The caller releases reserved afterwards; its descriptor is stale.
+func (m *Manager) Bind(reserved, assigned *handle.Handle, cursor uint64) error {
+	if assigned.Location().Placed() {
+		return fmt.Errorf("%w: allocation %d is already at %v", ErrAlreadyPlaced, assigned.ID(), assigned.Location())
+	}
+	s, err := m.FindAt(reserved.Location(), reserved)
+	if err != nil {
+		return err
+	}
+	s.Rebind(assigned, cursor, m.g)
+	return nil
+}
+
+// pool routes a pool index.
+func (m *Manager) pool(index uint8) pool.Pool {
+	switch index {
+	case PersistentIndex:
+		return m.persistent
+	case DedicatedIndex:
+		return m.dedicated
+	}
+	return m.dynamic.Pool(index)
+}
+
+// Find returns the slice ref's allocation lives on, or ErrNotFound: never
+// placed, no slice at its location, or the slice belongs to another
+// allocation (M3).
+func (m *Manager) Find(ref handle.Ref) (*pool.Slice, error) {
+	return m.FindAt(ref.Descriptor().Location(), ref)
+}
+
+// FindAt is Find at an explicit location (guard lookup, tests).
+func (m *Manager) FindAt(loc handle.Location, ref handle.Ref) (*pool.Slice, error) {
+	d := ref.Descriptor()
+	if !loc.Placed() {
+		return nil, fmt.Errorf("%w: allocation %d was never placed", handle.ErrNotFound, d.ID())
+	}
+	p := m.pool(loc.Pool())
+	if p == nil {
+		return nil, fmt.Errorf("%w: allocation %d: no pool %d at %v", handle.ErrNotFound, d.ID(), loc.Pool(), loc)
+	}
+	s := p.Slice(loc)
+	if s == nil {
+		return nil, fmt.Errorf("%w: allocation %d: no slice at %v", handle.ErrNotFound, d.ID(), loc)
+	}
+	if s.Handle().Descriptor() != d {
+		return nil, fmt.Errorf("%w: allocation %d: %v points to a different allocation", handle.ErrNotFound, d.ID(), loc)
+	}
+	return s, nil
+}
+
+// Resolve returns the bytes (or device address) ref's allocation occupies.
+func (m *Manager) Resolve(ref handle.Ref) (storage.Resource, error) {
+	s, err := m.Find(ref)
+	if err != nil {
+		return storage.Resource{}, err
+	}
+	return m.st.Resolve(s.Region)
+}
+
+// Cursor returns the cursor stored with ref's allocation.
+func (m *Manager) Cursor(ref handle.Ref) (uint64, error) {
+	s, err := m.Find(ref)
+	if err != nil {
+		return 0, err
+	}
+	return s.Cursor, nil
+}
+
+// SetCursor stores a cursor with ref's allocation.
+func (m *Manager) SetCursor(ref handle.Ref, c uint64) error {
+	s, err := m.Find(ref)
+	if err != nil {
+		return err
+	}
+	s.Cursor = c
+	return nil
+}
+
+// Guard freezes the page (or allocation) at loc; false when there is none.
+func (m *Manager) Guard(loc handle.Location) (*pool.PageGuard, bool) {
+	if !loc.Placed() {
+		return nil, false
+	}
+	p := m.pool(loc.Pool())
+	if p == nil {
+		return nil, false
+	}
+	g, ok := p.Guard(loc)
+	if !ok {
+		return nil, false
+	}
+	m.guards++
+	g.OnRelease(func() { m.guards-- })
+	return g, true
+}
+
+// Guards counts the live guards this memory handed out.
+func (m *Manager) Guards() int { return m.guards }
+
+// BytesAllocated is the bytes the storage holds from the device.
+func (m *Manager) BytesAllocated() uint64 { return m.st.BytesAllocated() }
+
+// RelocationNeed says whether the dynamic memory wants a relocation.
+func (m *Manager) RelocationNeed() relocation.Need { return m.dynamic.RelocationNeed() }
+
+// HasOutdated reports whether a growth left pages behind.
+func (m *Manager) HasOutdated() bool { return m.dynamic.HasOutdated() }
+
+// Relocate moves what outdated pages hold, through q.
+func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome {
+	return m.dynamic.Relocate(m.st, q, reason)
+}
+
+// Cleanup gives back what each pool's policy allows (SPEC §6.4): persistent,
+// then dedicated (every free dedicated buffer goes back at once), then the
+// dynamic memory; Explicit flushes the storage. Renumbering rewrites
+// descriptors, so held handles and bindings survive it.
+func (m *Manager) Cleanup(kind pool.CleanupKind) {
+	if kind == pool.Explicit && m.cfg.LogLevel >= LogBasic {
+		m.log.Info("gpumem: explicit cleanup", "stream", m.name)
+	}
+	m.persistent.Cleanup(m.st, m.allocNr, kind, m.g)
+	if m.dedicated.Reclaim(m.st, m.g) {
+		m.st.Flush()
+	}
+	m.dynamic.Cleanup(m.st, m.allocNr, kind)
+	if kind == pool.Explicit {
+		m.st.Flush()
+	}
+}
+
+// Report describes every pool.
+func (m *Manager) Report() PoolsReport {
+	return PoolsReport{Dynamic: m.dynamic.Report(), Persistent: m.persistent.Report(), Dedicated: m.dedicated.Report()}
+}
+
+// Stats returns the manager's counters.
+func (m *Manager) Stats() Stats {
+	return Stats{Growths: m.dynamic.Growths(), AllocNr: m.allocNr, Relocation: m.dynamic.RelocationStats()}
+}
+
+// Taint returns the failure marks of ref's bytes (nil: none), or an error
+// when ref does not resolve.
+func (m *Manager) Taint(ref handle.Ref) (*handle.Taint, error) {
+	s, err := m.Find(ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.Taint(), nil
+}
+
+// MarkFailure marks [off, off+size) of ref's bytes as left unwritten by f.
+func (m *Manager) MarkFailure(ref handle.Ref, f handle.FailureID, off, size uint64) error {
+	s, err := m.Find(ref)
+	if err != nil {
+		return err
+	}
+	t := s.Taint()
+	if t == nil {
+		t = &handle.Taint{}
+	}
+	t.Mark(m.g, f, off, size)
+	if t.Empty() {
+		t = nil
+	}
+	s.SetTaint(t)
+	return nil
+}
+
+// ReleaseMarks clears the marks on [off, off+size) of ref's bytes: a
+// successful write covered them.
+func (m *Manager) ReleaseMarks(ref handle.Ref, off, size uint64) error {
+	s, err := m.Find(ref)
+	if err != nil {
+		return err
+	}
+	if t := s.Taint(); t != nil {
+		t.Release(m.g, off, size)
+		if t.Empty() {
+			s.SetTaint(nil)
+		}
+	}
+	return nil
+}
+
+// FindFailure returns the first failure marking [off, off+size) of ref's
+// bytes.
+func (m *Manager) FindFailure(ref handle.Ref, off, size uint64) (handle.FailureID, bool, error) {
+	s, err := m.Find(ref)
+	if err != nil {
+		return 0, false, err
+	}
+	f, ok := s.Taint().Find(off, size)
+	return f, ok, nil
+}

@@ -1,0 +1,53 @@
+package gpumem
+
+import (
+	"log/slog"
+
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Option configures Open and OpenBackend. Later options of one kind replace
+// earlier ones.
+type Option interface{ apply(*options) }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+type options struct {
+	capacity    uint64
+	sim         bool
+	props       *memory.Properties
+	cfg         memory.Config
+	log         *slog.Logger
+	wrapStorage func(storage.Storage) storage.Storage
+}
+
+// WithCapacity bounds the device's memory to bytes (default: unlimited on
+// the host; the driver's total on cuda). Every stream's storage draws on it.
+func WithCapacity(bytes uint64) Option { return optionFunc(func(o *options) { o.capacity = bytes }) }
+
+// WithSim replaces host bytes by accounting only (Sim storage) and worker
+// queues by inline ones: a 100 GiB workload replays on a laptop, fast. Ops
+// run synchronously over resources without bytes.
+func WithSim() Option { return optionFunc(func(o *options) { o.sim = true }) }
+
+// WithProperties overrides the backend's memory properties (max page size,
+// alignment, the memory figure the pressure trigger judges against).
+func WithProperties(p memory.Properties) Option {
+	return optionFunc(func(o *options) { o.props = &p })
+}
+
+// WithMemoryConfig chooses the memory policies of every stream (default:
+// adaptive with relocation, persistent memory enabled).
+func WithMemoryConfig(c memory.Config) Option { return optionFunc(func(o *options) { o.cfg = c }) }
+
+// WithLogger sends the device's logs to l (default: discarded).
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.log = l }) }
+
+// WithStorageWrapper wraps every stream's storage (for example in a
+// storage.Faulty, to test failure paths).
+func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
+	return optionFunc(func(o *options) { o.wrapStorage = wrap })
+}

@@ -1,0 +1,312 @@
+// The arena: growth and outdated pools.
+//
+// The adaptive memory's arena holds up to 64 sliced pools (slots), one per
+// page size. One is current: only it serves reservations. When an allocation
+// does not fit the current page size the arena grows: a new pool with bigger
+// pages takes the lowest empty slot and becomes current, and the previous one
+// becomes outdated. Growth never releases anything.
+//
+//   (A1) at most one pool is current; every other live slot is outdated, in
+//        growth order;
+//   (A2) an outdated pool serves no reservation, even with room; its pages go
+//        back as soon as they are empty and unguarded (Drain), and a pageless
+//        outdated pool is dropped, freeing its slot;
+//   (A3) the page size never shrinks;
+//   (A4) a growth allocates the new pool's first page and reserves on it
+//        before switching: a refused growth changes nothing.
+//
+// A long-lived allocation (a cache made early) can pin an outdated page for
+// the life of the process. Relocation exists to move it: Plan and Commit
+// (plan.go) move live allocations off outdated pages onto the current pool.
+//
+// Fit uses the effective size (size + padding): a request whose padded size
+// exceeds the page would not fit even though its requested size does.
+
+package pool
+
+import (
+	"fmt"
+	"log/slog"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Arena constants (SPEC §6.6).
+const (
+	// ArenaSlots is the number of page sizes an arena holds at once.
+	ArenaSlots = 64
+	// ArenaFirstIndex is the pool index of arena slot 0; slot k is index
+	// ArenaFirstIndex+k.
+	ArenaFirstIndex = 2
+	// MinPage is the arena's floor page size: small enough for a modest
+	// workload, large enough that mid-sized allocations share pages.
+	MinPage = 2 << 20
+	// PageSlack is added to an allocation that forces a growth, so the next
+	// slightly larger allocation does not force another.
+	PageSlack = 1 << 20
+	// PageGranule rounds grown page sizes, so sizes stay few and comparable.
+	PageGranule = 1 << 20
+)
+
+// PageSizing bounds the arena's page sizes.
+type PageSizing struct {
+	Min, Max uint64
+	Align    uint64
+}
+
+// NewPageSizing derives the sizing from the device's largest page and the
+// alignment: Max = the largest page rounded down to the alignment (at least
+// one alignment unit), Min = the 2 MiB floor rounded up, capped at Max.
+func NewPageSizing(deviceMaxPage, align uint64) PageSizing {
+	if align == 0 {
+		align = storage.DefaultAlignment
+	}
+	maxPage := max(align, deviceMaxPage/align*align)
+	minPage := min(maxPage, storage.RoundUp(max(MinPage, align), align))
+	return PageSizing{Min: minPage, Max: maxPage, Align: align}
+}
+
+// FitKind is the answer of Fit.
+type FitKind uint8
+
+const (
+	// Fits: the allocation fits the current page size.
+	Fits FitKind = iota
+	// Grow: the arena must grow to a bigger page size.
+	Grow
+	// TooLarge: no page size the device allows holds it.
+	TooLarge
+)
+
+// Fit says whether size fits pageSize, needs a growth (and to which size), or
+// is too large for any page.
+func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
+	need := storage.SatAdd(size, storage.Padding(size, s.Align))
+	switch {
+	case need <= pageSize:
+		return Fits, pageSize
+	case need > s.Max:
+		return TooLarge, 0
+	}
+	grown := storage.RoundUp(storage.RoundUp(storage.SatAdd(size, PageSlack), PageGranule), s.Align)
+	return Grow, min(max(grown, s.Min), s.Max)
+}
+
+// Arena is the adaptive memory's growing set of sliced pools.
+type Arena struct {
+	sizing   PageSizing
+	lim      Limits
+	log      *slog.Logger
+	slots    [ArenaSlots]*Sliced
+	current  int
+	outdated []int // slots in growth order
+	growths  uint64
+}
+
+// NewArena returns an arena whose slot 0 is current, with page size Min and
+// no pages.
+func NewArena(sizing PageSizing, lim Limits, log *slog.Logger) *Arena {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	a := &Arena{sizing: sizing, lim: lim, log: log}
+	a.slots[0] = a.newPool(0, sizing.Min)
+	return a
+}
+
+func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
+	return NewSliced(pageSize, pageSize, false, a.sizing.Align, uint8(ArenaFirstIndex+slot), a.lim)
+}
+
+// Sizing returns the arena's page sizing.
+func (a *Arena) Sizing() PageSizing { return a.sizing }
+
+// Current returns the current pool.
+func (a *Arena) Current() *Sliced { return a.slots[a.current] }
+
+// PageSize is the current page size.
+func (a *Arena) PageSize() uint64 { return a.Current().pageSize }
+
+// Growths counts growths so far.
+func (a *Arena) Growths() uint64 { return a.growths }
+
+// Pool returns the pool at a pool index, or nil.
+func (a *Arena) Pool(index uint8) *Sliced {
+	slot := int(index) - ArenaFirstIndex
+	if slot < 0 || slot >= ArenaSlots {
+		return nil
+	}
+	return a.slots[slot]
+}
+
+// Accept reports whether some page size the device allows holds size.
+func (a *Arena) Accept(size uint64) bool {
+	k, _ := a.sizing.Fit(size, a.PageSize())
+	return k != TooLarge
+}
+
+// Reserve serves size: from the current pool when it fits (held room first,
+// else a new page), by growing when it does not; TooLarge → ErrBufferTooBig,
+// nothing changed.
+func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (*handle.Handle, error) {
+	kind, grown := a.sizing.Fit(size, a.PageSize())
+	switch kind {
+	case TooLarge:
+		return nil, fmt.Errorf("%w: %d bytes exceed the largest page size of %d bytes (raise the max page size)", ErrBufferTooBig, size, a.sizing.Max)
+	case Grow:
+		return a.grow(st, size, grown)
+	}
+	cur := a.Current()
+	if h := cur.TryReserve(size, g); h != nil {
+		return h, nil
+	}
+	return cur.Alloc(st, size)
+}
+
+// TryReserve serves size from room the current pool already holds, or nil.
+func (a *Arena) TryReserve(size uint64, g *handle.ErrorGraph) *handle.Handle {
+	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
+		return nil
+	}
+	return a.Current().TryReserve(size, g)
+}
+
+// grow builds the next current pool in the lowest empty slot, with its first
+// page holding size, before switching (A4).
+func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle, error) {
+	slot := -1
+	for i, p := range a.slots {
+		if p == nil {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		return nil, fmt.Errorf("%w: growing to %d-byte pages for a %d-byte allocation needs a slot, all %d hold a pool", ErrPageSizesExhausted, pageSize, size, ArenaSlots)
+	}
+	p := a.newPool(slot, pageSize)
+	h, err := p.Alloc(st, size)
+	if err != nil {
+		return nil, err
+	}
+	a.slots[slot] = p
+	a.outdated = append(a.outdated, a.current)
+	a.current = slot
+	a.growths++
+	a.log.Info("gpumem: arena grew", "page_size", pageSize, "slot", slot, "outdated_pools", len(a.outdated))
+	return h, nil
+}
+
+// Drain gives back every empty, unguarded page of the outdated pools and
+// drops the pools left pageless (A2). It returns the pages and bytes given
+// back.
+func (a *Arena) Drain(st storage.Storage, g *handle.ErrorGraph) (pages int, bytes uint64) {
+	kept := a.outdated[:0]
+	for _, slot := range a.outdated {
+		p := a.slots[slot]
+		n, b := p.ReleaseEmpty(st, g)
+		pages += n
+		bytes += b
+		if len(p.pages) == 0 {
+			a.slots[slot] = nil
+			continue
+		}
+		kept = append(kept, slot)
+	}
+	clear(a.outdated[len(kept):])
+	a.outdated = kept
+	return pages, bytes
+}
+
+// Cleanup runs the current pool's cleanup, then Drain.
+func (a *Arena) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) (pages int, bytes uint64) {
+	a.Current().Cleanup(st, allocNr, kind, g)
+	return a.Drain(st, g)
+}
+
+// HasOutdated reports whether an outdated pool exists.
+func (a *Arena) HasOutdated() bool { return len(a.outdated) > 0 }
+
+// Full reports whether every slot holds a pool.
+func (a *Arena) Full() bool {
+	for _, p := range a.slots {
+		if p == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// OutdatedPages counts the pages the outdated pools hold.
+func (a *Arena) OutdatedPages() uint64 {
+	var n uint64
+	for _, slot := range a.outdated {
+		n += uint64(len(a.slots[slot].pages))
+	}
+	return n
+}
+
+// State describes the arena for the relocation trigger.
+func (a *Arena) State() relocation.ArenaState {
+	shape := relocation.ArenaShape{
+		CurrentPages:  uint64(len(a.Current().pages)),
+		OutdatedPools: len(a.outdated),
+	}
+	for _, slot := range a.outdated {
+		p := a.slots[slot]
+		shape.OutdatedPages += uint64(len(p.pages))
+		shape.OutdatedGuarded += p.guardedPages()
+	}
+	return relocation.ArenaState{
+		PageSize:    a.PageSize(),
+		HasOutdated: len(a.outdated) > 0,
+		Full:        a.Full(),
+		Shape:       shape,
+	}
+}
+
+// Report returns the current pool as AdaptiveKind, then one SlicedKind
+// report per outdated pool in growth order.
+func (a *Arena) Report() []Report {
+	cur := a.Current().Report()
+	cur.Kind = AdaptiveKind{PageSize: a.PageSize(), OutdatedPages: a.OutdatedPages()}
+	out := []Report{cur}
+	for _, slot := range a.outdated {
+		out = append(out, a.slots[slot].Report())
+	}
+	return out
+}
+
+// Usage sums every pool.
+func (a *Arena) Usage() Usage {
+	var u Usage
+	for _, p := range a.slots {
+		if p != nil {
+			u = u.Combine(p.Usage())
+		}
+	}
+	return u
+}
+
+// Check verifies A1 and every page's invariants; it panics when one is
+// broken.
+func (a *Arena) Check() {
+	seen := map[int]bool{a.current: true}
+	for _, slot := range a.outdated {
+		if seen[slot] || a.slots[slot] == nil {
+			panic(fmt.Sprintf("pool: arena slot %d listed twice or empty (A1)", slot))
+		}
+		seen[slot] = true
+	}
+	for i, p := range a.slots {
+		if p == nil {
+			continue
+		}
+		if !seen[i] {
+			panic(fmt.Sprintf("pool: arena slot %d holds a pool that is neither current nor outdated (A1)", i))
+		}
+		p.Check()
+	}
+}

@@ -1,0 +1,224 @@
+// The exclusive pool: one allocation per page (SPEC §4.3, §5.1).
+//
+// Each page is one storage allocation holding one slice (single.go, S1–S3)
+// plus its allocSize and a freeCount, the pool's estimate of how long the
+// page has sat unused. Pages are sized by a decaying average of the sizes
+// asked, so one page can serve a range of nearby sizes:
+//
+//   (X1) avg = avg·(1 − 0.01) + 0.01·size on every TryReserve, hit or miss;
+//        it starts at maxAlloc/2 and stays ≤ maxAlloc because only accepted
+//        sizes feed it.
+//   (X2) a new page holds roundUp(max(uint64(avg), size), align) bytes: at
+//        least the request, at most maxAlloc (a multiple of align); it starts
+//        at freeCount = allocAfterFree − 1 ("suspected unused").
+//   (X3) TryReserve takes, among free pages of allocSize ≥ size, the one with
+//        the smallest freeCount (tie: lowest index) and decrements it
+//        (saturating): pages that keep being reused are kept longest.
+//   (X4) Cleanup runs when Explicit or when deallocPeriod/5 reservations
+//        passed since the last check: each free page ages (freeCount++) and
+//        goes back at allocAfterFree, or at once when Explicit. A page freed
+//        and never reused therefore goes back at the first check after its
+//        free; an unused page goes back after about deallocPeriod
+//        reservations. Survivors are renumbered densely (S2).
+//   (X5) a guarded page's slice is never free (S3), so it is never reused,
+//        aged or released.
+//
+// Example (alignment 32, maxAlloc 32 KiB): avg starts at 16,384; two 512 B
+// reservations move it to 16,225.28 then 16,068.15, giving pages of 16,256
+// and 16,096 bytes.
+//
+// Costs: TryReserve and Cleanup scan every page once (O(pages)); Alloc is
+// O(1). A bucket rarely holds more than a few hundred pages, and the scan
+// reads one atomic counter per page.
+
+package pool
+
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/storage"
+)
+
+const (
+	// allocAfterFree is the freeCount at which a free exclusive page goes
+	// back (ALLOC_AFTER_FREE): a new page starts one below it.
+	allocAfterFree = 5
+	// exclusiveDecay weighs each new size in the running average of sizes.
+	exclusiveDecay = 0.01
+)
+
+// exclusivePage is one exclusive allocation and its age.
+type exclusivePage struct {
+	slot
+	freeCount uint32 // X3, X4
+}
+
+// Exclusive is a pool of one allocation per page, sized by a running
+// average of the sizes asked (X1–X5). The exclusive-pages dynamic memory is
+// 24 of them; the adaptive memory's tiny pool is one with maxAlloc 0.
+type Exclusive struct {
+	maxAlloc      uint64
+	deallocPeriod uint64
+	align         uint64
+	index         uint8
+	lim           Limits
+	avg           float64 // X1
+	lastCheck     uint64  // allocNr at the last aging pass (X4)
+	pages         []*exclusivePage
+	pagesPeak     uint64
+	largest       uint64
+}
+
+var _ Pool = (*Exclusive)(nil)
+
+// NewExclusive returns an empty exclusive pool serving sizes up to maxAlloc
+// (a multiple of align), whose unused pages go back after about
+// deallocPeriod reservations. An align of 0 means
+// storage.DefaultAlignment.
+func NewExclusive(maxAlloc, deallocPeriod, align uint64, index uint8, lim Limits) *Exclusive {
+	if align == 0 {
+		align = storage.DefaultAlignment
+	}
+	return &Exclusive{
+		maxAlloc:      maxAlloc,
+		deallocPeriod: deallocPeriod,
+		align:         align,
+		index:         index,
+		lim:           lim,
+		avg:           float64(maxAlloc / 2),
+	}
+}
+
+// Index implements Pool.
+func (p *Exclusive) Index() uint8 { return p.index }
+
+// MaxAlloc is the largest size the pool serves.
+func (p *Exclusive) MaxAlloc() uint64 { return p.maxAlloc }
+
+// Pages is the number of pages held.
+func (p *Exclusive) Pages() int { return len(p.pages) }
+
+// Accept implements Pool: size ≤ maxAlloc.
+func (p *Exclusive) Accept(size uint64) bool { return size <= p.maxAlloc }
+
+// TryReserve implements Pool (X1, X3): the running average moves towards
+// size, then the free page of allocSize ≥ size with the smallest freeCount
+// (lowest index on ties) serves it. A size the pool does not accept returns
+// nil and leaves the average alone: the caller asks only accepting pools.
+func (p *Exclusive) TryReserve(size uint64, _ *handle.ErrorGraph) *handle.Handle {
+	if !p.Accept(size) {
+		return nil
+	}
+	p.avg = p.avg*(1-exclusiveDecay) + exclusiveDecay*float64(size)
+	var best *exclusivePage
+	for _, pg := range p.pages {
+		if pg.allocSize < size || (best != nil && pg.freeCount >= best.freeCount) || !pg.free() {
+			continue
+		}
+		best = pg
+		if best.freeCount == 0 {
+			break
+		}
+	}
+	if best == nil {
+		return nil
+	}
+	if best.freeCount > 0 {
+		best.freeCount--
+	}
+	p.largest = max(p.largest, size)
+	return best.reserve(size, p.align)
+}
+
+// Alloc implements Pool (X2): one new page of roundUp(max(avg, size), align)
+// bytes serving size. It returns ErrBufferTooBig above maxAlloc and
+// handle.ErrIndexOverflow when the pool holds as many pages as a location
+// (or Limits) can index; on any error the pool is unchanged.
+func (p *Exclusive) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
+	if size > p.maxAlloc {
+		return nil, fmt.Errorf("%w: %d bytes exceed the exclusive pool's %d-byte largest allocation", ErrBufferTooBig, size, p.maxAlloc)
+	}
+	n := len(p.pages)
+	if n >= p.lim.maxPages() {
+		return nil, fmt.Errorf("%w: exclusive pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+	}
+	allocSize := storage.RoundUp(max(uint64(p.avg), size), p.align)
+	sl, err := newSlot(st, allocSize, size, p.align, p.index, n)
+	if err != nil {
+		return nil, err
+	}
+	pg := &exclusivePage{slot: *sl, freeCount: allocAfterFree - 1}
+	p.pages = append(p.pages, pg)
+	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
+	p.largest = max(p.largest, size)
+	return pg.s.h.Clone(), nil
+}
+
+// Cleanup implements Pool (X4): it runs when kind is Explicit or when
+// deallocPeriod/5 reservations passed since the last run (allocNr counts
+// reservations). Each free page ages and goes back at allocAfterFree, or at
+// once when Explicit; guarded pages are never free (X5). Survivors are
+// renumbered, their descriptors rewritten.
+func (p *Exclusive) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) {
+	if kind != Explicit && storage.SatSub(allocNr, p.lastCheck) < p.deallocPeriod {
+		return
+	}
+	p.lastCheck = allocNr
+	p.pages, _, _ = sweep(p.pages, p.index, st, g, func(pg *exclusivePage) bool {
+		if !pg.free() {
+			return false
+		}
+		if pg.freeCount < allocAfterFree {
+			pg.freeCount++
+		}
+		return kind == Explicit || pg.freeCount >= allocAfterFree
+	})
+}
+
+// Slice implements Pool.
+func (p *Exclusive) Slice(loc handle.Location) *Slice {
+	if sl := slotAt(p.pages, p.index, loc); sl != nil {
+		return &sl.s
+	}
+	return nil
+}
+
+// Guard implements Pool: an allocation guard on the page at loc (X5).
+func (p *Exclusive) Guard(loc handle.Location) (*PageGuard, bool) {
+	sl := slotAt(p.pages, p.index, loc)
+	if sl == nil {
+		return nil, false
+	}
+	return sl.guard(), true
+}
+
+// Usage sums every page: reserved is Σ allocSize.
+func (p *Exclusive) Usage() Usage {
+	var u Usage
+	for _, pg := range p.pages {
+		pg.addUsage(&u)
+	}
+	return u
+}
+
+// Report implements Pool.
+func (p *Exclusive) Report() Report {
+	return Report{
+		Kind:         ExclusiveKind{MaxAlloc: p.maxAlloc},
+		Usage:        p.Usage(),
+		Pages:        uint64(len(p.pages)),
+		PagesPeak:    p.pagesPeak,
+		LargestAlloc: p.largest,
+	}
+}
+
+// Check verifies S1 and S2 on every page and panics when one is broken.
+// Tests and invariant builds call it.
+func (p *Exclusive) Check() {
+	for i, pg := range p.pages {
+		if msg := checkSlot(&pg.slot, p.index, i); msg != "" {
+			panic(fmt.Sprintf("pool: exclusive pool %d page %d %s", p.index, i, msg))
+		}
+	}
+}

@@ -1,0 +1,227 @@
+// Pages and slices.
+//
+// A page is one storage allocation carved into slices. Its slices are kept in
+// offset order and tile it exactly:
+//
+//   (P1) slices are contiguous: slice i+1 starts where slice i's effective
+//        size ends, the first at offset 0;
+//   (P2) the effective sizes (requested size + padding) sum to the page size;
+//   (P3) the slice at index i carries location (pool, page, i): every index
+//        change (split, coalesce, renumbering) rewrites the descriptors of the
+//        slices it moves.
+//
+// Reserve is first fit on effective size. Comparing the stored size instead
+// (an earlier design) lost the old padding bytes on each reuse-with-split and
+// broke P2; comparing the effective size keeps it exact.
+//
+// Cost: a reservation scans the page's slices once (O(slices)), and a split
+// shifts the slices after the chosen one. Slices are values in one array
+// (56 bytes each), so a scan touches contiguous memory.
+
+package pool
+
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// page is one storage allocation carved into slices.
+type page struct {
+	region storage.Region // the whole allocation
+	slices []Slice
+	align  uint64
+	pool   uint8
+	index  int // page index within the pool
+	guards int // guarded ⇔ guards > 0
+}
+
+// newPage wraps a fresh storage region as one free slice spanning it.
+func newPage(r storage.Region, align uint64, pool uint8, index int) *page {
+	p := &page{region: r, align: align, pool: pool, index: index}
+	p.slices = []Slice{{Region: r, h: handle.New(handle.MustLocation(pool, index, 0))}}
+	return p
+}
+
+func (p *page) size() uint64 { return p.region.Size }
+
+func (p *page) guarded() bool { return p.guards > 0 }
+
+func (p *page) loc(i int) handle.Location { return handle.MustLocation(p.pool, p.index, i) }
+
+// relocate rewrites the locations of slices from index i on (P3).
+func (p *page) relocate(from int) {
+	for i := from; i < len(p.slices); i++ {
+		p.slices[i].h.Descriptor().SetLocation(p.loc(i))
+	}
+}
+
+// tryReserve carves size bytes from the first free slice whose effective
+// size holds size plus its padding, and returns a clone of its handle; nil
+// when nothing fits. The caller has checked the page is not guarded.
+func (p *page) tryReserve(size uint64) *handle.Handle {
+	return p.tryReserveFrom(0, size)
+}
+
+// tryReserveFrom is tryReserve starting the scan at slice index from.
+func (p *page) tryReserveFrom(from int, size uint64) *handle.Handle {
+	pad := storage.Padding(size, p.align)
+	need := storage.SatAdd(size, pad)
+	for i := from; i < len(p.slices); i++ {
+		s := &p.slices[i]
+		if s.EffectiveSize() < need || !s.h.IsFree() {
+			continue
+		}
+		return p.carve(i, size, pad)
+	}
+	return nil
+}
+
+// carve gives slice i (free, effective size ≥ size+pad) the window size with
+// padding pad, splitting the rest off as a new free slice right after it.
+func (p *page) carve(i int, size, pad uint64) *handle.Handle {
+	s := &p.slices[i]
+	eff := s.EffectiveSize()
+	need := size + pad
+	s.Region.Size = size
+	s.Padding = pad
+	if eff > need {
+		rest := Slice{
+			Region: storage.Region{ID: p.region.ID, Offset: s.Region.Offset + need, Size: eff - need},
+			h:      handle.New(p.loc(i + 1)),
+		}
+		p.slices = append(p.slices, Slice{})
+		copy(p.slices[i+2:], p.slices[i+1:])
+		p.slices[i+1] = rest
+		p.relocate(i + 2)
+	}
+	return p.slices[i].h.Clone()
+}
+
+// coalesce merges each maximal run of ≥ 2 adjacent free slices into one free
+// slice with a fresh handle. A lone free slice is left alone.
+func (p *page) coalesce(g *handle.ErrorGraph) {
+	n := len(p.slices)
+	out := 0
+	changed := false
+	for i := 0; i < n; {
+		if !p.slices[i].h.IsFree() {
+			p.slices[out] = p.slices[i]
+			out++
+			i++
+			continue
+		}
+		j := i + 1
+		for j < n && p.slices[j].h.IsFree() {
+			j++
+		}
+		if j-i == 1 {
+			p.slices[out] = p.slices[i]
+			out++
+			i++
+			continue
+		}
+		total := uint64(0)
+		for k := i; k < j; k++ {
+			total += p.slices[k].EffectiveSize()
+			p.slices[k].clearTaint(g)
+			p.slices[k].h.Release()
+		}
+		p.slices[out] = Slice{
+			Region: storage.Region{ID: p.region.ID, Offset: p.slices[i].Region.Offset, Size: total},
+			h:      handle.New(p.loc(out)),
+		}
+		out++
+		i = j
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	clear(p.slices[out:])
+	p.slices = p.slices[:out]
+	p.relocate(0)
+}
+
+// isEmpty reports whether every slice is free.
+func (p *page) isEmpty() bool {
+	for i := range p.slices {
+		if !p.slices[i].h.IsFree() {
+			return false
+		}
+	}
+	return true
+}
+
+// setIndex renumbers the page, rewriting every descriptor (P3).
+func (p *page) setIndex(n int) {
+	if p.index == n {
+		return
+	}
+	p.index = n
+	p.relocate(0)
+}
+
+// shed clears every slice's taint and drops the slices' handles before the
+// page goes back to the storage.
+func (p *page) shed(g *handle.ErrorGraph) {
+	for i := range p.slices {
+		p.slices[i].clearTaint(g)
+		p.slices[i].h.Release()
+	}
+	p.slices = nil
+}
+
+// slice returns slice i or nil.
+func (p *page) slice(i uint32) *Slice {
+	if int64(i) >= int64(len(p.slices)) {
+		return nil
+	}
+	return &p.slices[i]
+}
+
+// usage sums the page's live slices.
+func (p *page) usage() Usage {
+	u := Usage{BytesReserved: p.size()}
+	for i := range p.slices {
+		s := &p.slices[i]
+		if s.h.IsFree() {
+			continue
+		}
+		u.Allocations++
+		u.BytesInUse += s.Region.Size
+		u.BytesPadding += s.Padding
+	}
+	return u
+}
+
+// liveBytes is Σ requested sizes of live slices.
+func (p *page) liveBytes() uint64 {
+	var n uint64
+	for i := range p.slices {
+		if !p.slices[i].h.IsFree() {
+			n += p.slices[i].Region.Size
+		}
+	}
+	return n
+}
+
+// check verifies P1–P3; it panics with the page's layout when broken. Tests
+// and invariant builds call it.
+func (p *page) check() {
+	off := p.region.Offset
+	for i := range p.slices {
+		s := &p.slices[i]
+		if s.Region.Offset != off || s.Region.ID != p.region.ID {
+			panic(fmt.Sprintf("pool: page %d slice %d at offset %d, want %d (P1)", p.index, i, s.Region.Offset, off))
+		}
+		if got := s.h.Location(); got != p.loc(i) {
+			panic(fmt.Sprintf("pool: page %d slice %d carries location %v, want %v (P3)", p.index, i, got, p.loc(i)))
+		}
+		off += s.EffectiveSize()
+	}
+	if off-p.region.Offset != p.size() {
+		panic(fmt.Sprintf("pool: page %d slices sum to %d bytes, page holds %d (P2)", p.index, off-p.region.Offset, p.size()))
+	}
+}

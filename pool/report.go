@@ -1,0 +1,90 @@
+package pool
+
+import "fmt"
+
+// Usage sums a set of slices or pools.
+type Usage struct {
+	Allocations   uint64 // live slices
+	BytesInUse    uint64 // Σ requested sizes of live slices
+	BytesPadding  uint64 // Σ padding of live slices
+	BytesReserved uint64 // bytes held from the storage
+}
+
+// Combine returns u + o.
+func (u Usage) Combine(o Usage) Usage {
+	return Usage{
+		Allocations:   u.Allocations + o.Allocations,
+		BytesInUse:    u.BytesInUse + o.BytesInUse,
+		BytesPadding:  u.BytesPadding + o.BytesPadding,
+		BytesReserved: u.BytesReserved + o.BytesReserved,
+	}
+}
+
+func (u Usage) String() string {
+	eff, pad := 0.0, 0.0
+	if u.BytesReserved > 0 {
+		eff = float64(u.BytesInUse) / float64(u.BytesReserved)
+	}
+	if u.BytesInUse > 0 {
+		pad = float64(u.BytesPadding) / float64(u.BytesInUse)
+	}
+	return fmt.Sprintf("%d allocations, %s in use, %s padding, %s reserved (usage %.1f%%, padding overhead %.1f%%)",
+		u.Allocations, Bytes(u.BytesInUse), Bytes(u.BytesPadding), Bytes(u.BytesReserved), eff*100, pad*100)
+}
+
+// Kind describes a pool's placement policy in a report.
+type Kind interface{ kind() string }
+
+// SlicedKind is a pool of fixed-size pages carved into slices.
+type SlicedKind struct{ PageSize, MaxSlice uint64 }
+
+// AdaptiveKind is the arena's current pool, with the pages its outdated pools hold.
+type AdaptiveKind struct{ PageSize, OutdatedPages uint64 }
+
+// ExclusiveKind is a pool of one allocation per page.
+type ExclusiveKind struct{ MaxAlloc uint64 }
+
+// DirectKind is the dedicated pool: one device allocation per buffer.
+type DirectKind struct{}
+
+// PersistentKind is the exact-fit pool for weights and caches.
+type PersistentKind struct{}
+
+func (SlicedKind) kind() string     { return "sliced" }
+func (AdaptiveKind) kind() string   { return "adaptive" }
+func (ExclusiveKind) kind() string  { return "exclusive" }
+func (DirectKind) kind() string     { return "direct" }
+func (PersistentKind) kind() string { return "persistent" }
+
+// KindName returns a short name for k.
+func KindName(k Kind) string {
+	if k == nil {
+		return "none"
+	}
+	return k.kind()
+}
+
+// Report describes one pool.
+type Report struct {
+	Kind         Kind
+	Usage        Usage
+	Pages        uint64 // pages held now
+	PagesPeak    uint64 // the most pages ever held at once
+	LargestAlloc uint64 // the largest size ever served
+}
+
+// Bytes formats a byte count with a binary unit.
+type Bytes uint64
+
+func (b Bytes) String() string {
+	const unit = 1024
+	if b < unit {
+		return fmt.Sprintf("%d B", uint64(b))
+	}
+	div, exp := uint64(unit), 0
+	for n := uint64(b) / unit; n >= unit && exp < 5; n /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.2f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
+}

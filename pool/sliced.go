@@ -1,0 +1,195 @@
+package pool
+
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Sliced is a pool of pages of one size carved into slices, first fit. The
+// adaptive memory's small pool and every arena pool are Sliced.
+type Sliced struct {
+	pageSize  uint64
+	maxSlice  uint64
+	nearPage  bool
+	align     uint64
+	index     uint8
+	lim       Limits
+	pages     []*page
+	pagesPeak uint64
+	largest   uint64
+}
+
+// NewSliced returns an empty pool of pageSize pages serving slices up to
+// maxSlice bytes (capped at pageSize); with nearPage it also serves a size
+// that leaves less than 20 % of a page unused.
+func NewSliced(pageSize, maxSlice uint64, nearPage bool, align uint64, index uint8, lim Limits) *Sliced {
+	if align == 0 {
+		align = storage.DefaultAlignment
+	}
+	return &Sliced{pageSize: pageSize, maxSlice: min(maxSlice, pageSize), nearPage: nearPage, align: align, index: index, lim: lim}
+}
+
+// Index implements Pool.
+func (p *Sliced) Index() uint8 { return p.index }
+
+// PageSize is the size of every page of the pool.
+func (p *Sliced) PageSize() uint64 { return p.pageSize }
+
+// Pages is the number of pages held.
+func (p *Sliced) Pages() int { return len(p.pages) }
+
+// Accept implements Pool: size ≤ maxSlice, or near-page: size ≤ pageSize
+// leaving less than a fifth of the page unused.
+func (p *Sliced) Accept(size uint64) bool {
+	if size <= p.maxSlice {
+		return true
+	}
+	return p.nearPage && size <= p.pageSize && (p.pageSize-size)*5 < p.pageSize
+}
+
+// TryReserve implements Pool: pages in index order, skipping guarded ones;
+// each visited page is coalesced, then tried; the first fit wins.
+func (p *Sliced) TryReserve(size uint64, g *handle.ErrorGraph) *handle.Handle {
+	for _, pg := range p.pages {
+		if pg.guarded() {
+			continue
+		}
+		pg.coalesce(g)
+		if h := pg.tryReserve(size); h != nil {
+			p.served(size)
+			return h
+		}
+	}
+	return nil
+}
+
+func (p *Sliced) served(size uint64) {
+	p.largest = max(p.largest, size)
+}
+
+// Alloc implements Pool: one new page of pageSize, the reservation on it.
+// The page-index bound is checked first; on error nothing changes.
+func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
+	pg, err := p.addPage(st)
+	if err != nil {
+		return nil, err
+	}
+	h := pg.tryReserve(size)
+	if h == nil {
+		// size does not fit a fresh page: give it back, nothing changed.
+		p.pages = p.pages[:len(p.pages)-1]
+		pg.shed(nil)
+		st.Dealloc(pg.region.ID)
+		return nil, fmt.Errorf("%w: %d bytes (with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, p.pageSize)
+	}
+	p.served(size)
+	return h, nil
+}
+
+// addPage allocates and appends one page.
+func (p *Sliced) addPage(st storage.Storage) (*page, error) {
+	n := len(p.pages)
+	if n >= p.lim.maxPages() {
+		return nil, fmt.Errorf("%w: pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+	}
+	r, err := st.Alloc(p.pageSize)
+	if err != nil {
+		return nil, err
+	}
+	pg := newPage(r, p.align, p.index, n)
+	p.pages = append(p.pages, pg)
+	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
+	return pg, nil
+}
+
+// ReleaseEmpty coalesces every page and gives back each page that is empty
+// and not guarded; survivors are renumbered densely in order (their
+// descriptors are rewritten, so held handles follow). It returns the pages
+// and bytes given back.
+func (p *Sliced) ReleaseEmpty(st storage.Storage, g *handle.ErrorGraph) (pages int, bytes uint64) {
+	out := 0
+	for _, pg := range p.pages {
+		pg.coalesce(g)
+		if !pg.guarded() && pg.isEmpty() {
+			pages++
+			bytes += pg.size()
+			pg.shed(g)
+			st.Dealloc(pg.region.ID)
+			continue
+		}
+		pg.setIndex(out)
+		p.pages[out] = pg
+		out++
+	}
+	clear(p.pages[out:])
+	p.pages = p.pages[:out]
+	return pages, bytes
+}
+
+// Cleanup implements Pool: Periodic does nothing, Explicit releases empty
+// unguarded pages.
+func (p *Sliced) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *handle.ErrorGraph) {
+	if kind == Explicit {
+		p.ReleaseEmpty(st, g)
+	}
+}
+
+// Slice implements Pool.
+func (p *Sliced) Slice(loc handle.Location) *Slice {
+	if loc.Pool() != p.index || int64(loc.Page()) >= int64(len(p.pages)) {
+		return nil
+	}
+	return p.pages[loc.Page()].slice(loc.Slice())
+}
+
+// Guard implements Pool: a page guard on loc's page, holding the whole page.
+func (p *Sliced) Guard(loc handle.Location) (*PageGuard, bool) {
+	if loc.Pool() != p.index || int64(loc.Page()) >= int64(len(p.pages)) {
+		return nil, false
+	}
+	return newPageGuard(p.pages[loc.Page()]), true
+}
+
+// Usage sums every page.
+func (p *Sliced) Usage() Usage {
+	var u Usage
+	for _, pg := range p.pages {
+		u = u.Combine(pg.usage())
+	}
+	return u
+}
+
+// Report implements Pool.
+func (p *Sliced) Report() Report {
+	return Report{
+		Kind:         SlicedKind{PageSize: p.pageSize, MaxSlice: p.maxSlice},
+		Usage:        p.Usage(),
+		Pages:        uint64(len(p.pages)),
+		PagesPeak:    p.pagesPeak,
+		LargestAlloc: p.largest,
+	}
+}
+
+// guardedPages counts guarded pages.
+func (p *Sliced) guardedPages() int {
+	n := 0
+	for _, pg := range p.pages {
+		if pg.guarded() {
+			n++
+		}
+	}
+	return n
+}
+
+// Check verifies every page's invariants (P1–P3) and panics when one is
+// broken. Tests and invariant builds call it.
+func (p *Sliced) Check() {
+	for i, pg := range p.pages {
+		if pg.index != i {
+			panic(fmt.Sprintf("pool: pool %d page at position %d carries index %d", p.index, i, pg.index))
+		}
+		pg.check()
+	}
+}

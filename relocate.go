@@ -1,0 +1,198 @@
+package gpumem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// streamsOf is the device as relocation.Streams, on behalf of one stream
+// (the relocating stream). Every method runs under the device lock; the
+// order the steps run in lives in package relocation.
+type streamsOf struct {
+	d *Device
+	s *Stream
+}
+
+var _ relocation.Streams = streamsOf{}
+
+// Recording: any stream's capture is in phase Recording.
+func (x streamsOf) Recording() bool { return x.d.recordingLocked() != nil }
+
+// HasOutdated: the relocating stream's memory has outdated pages.
+func (x streamsOf) HasOutdated() bool { return x.s.mem.HasOutdated() }
+
+// RelocationNeed: the relocating stream's memory's need.
+func (x streamsOf) RelocationNeed() relocation.Need { return x.s.mem.RelocationNeed() }
+
+// BytesAllocated: Σ of every stream's storage.
+func (x streamsOf) BytesAllocated() uint64 {
+	var n uint64
+	for _, s := range x.d.streams {
+		n = storage.SatAdd(n, s.mem.BytesAllocated())
+	}
+	return n
+}
+
+// Finish submits every stream's batched work; the waiting is left to the
+// copy queue's WaitDevice.
+func (x streamsOf) Finish() {
+	for _, s := range x.d.streams {
+		if err := s.q.Flush(); err != nil {
+			x.d.log.Warn("gpumem: flushing a queue before relocation failed", "stream", s.name, "err", err)
+		}
+	}
+}
+
+// RelocateMemory moves what the relocating stream's memory holds on
+// outdated pages, copying on that stream.
+func (x streamsOf) RelocateMemory(r relocation.Reason) {
+	x.s.mem.Relocate(&deviceCopies{d: x.d, s: x.s}, r)
+}
+
+// DeviceHasOutdated: any stream's memory has outdated pages.
+func (x streamsOf) DeviceHasOutdated() bool {
+	for _, s := range x.d.streams {
+		if s.mem.HasOutdated() {
+			return true
+		}
+	}
+	return false
+}
+
+// RelocateDeviceMemory relocates, in creation order, every stream whose
+// memory has outdated pages, copying on that stream.
+func (x streamsOf) RelocateDeviceMemory(r relocation.Reason) {
+	for _, s := range x.d.streams {
+		if s.mem.HasOutdated() {
+			s.mem.Relocate(&deviceCopies{d: x.d, s: s}, r)
+		}
+	}
+}
+
+// CleanupMemory gives back every page the relocating stream's memory holds
+// and nothing needs.
+func (x streamsOf) CleanupMemory() { x.s.mem.Cleanup(pool.Explicit) }
+
+// deviceCopies is the device's relocation copy queue: before the first copy
+// it waits for every stream's work (a relocation moves memory any stream
+// may still use), copies on the relocating stream, and waits for that
+// stream after the last copy.
+type deviceCopies struct {
+	d *Device
+	s *Stream
+}
+
+// WaitDevice mints a fence on every stream in creation order and waits on
+// each, then on driver work outside streams.
+func (c *deviceCopies) WaitDevice() error {
+	if err := c.s.st.CheckWait(); err != nil {
+		return err
+	}
+	for _, s := range c.d.streams {
+		if err := s.waitAllLocked(); err != nil {
+			return fmt.Errorf("gpumem: waiting on %s before relocation: %w", s.name, err)
+		}
+	}
+	return c.d.backend.WaitOutsideStreams()
+}
+
+// Copy resolves both regions and copies on the relocating stream: safe,
+// since they are distinct live slices of one size on distinct pages that
+// nothing touches until WaitCopies.
+func (c *deviceCopies) Copy(st storage.Storage, sc relocation.StorageCopy) error {
+	if err := c.s.st.CheckCopy(); err != nil {
+		return err
+	}
+	src, err := st.Resolve(sc.Source)
+	if err != nil {
+		return err
+	}
+	dst, err := st.Resolve(sc.Target)
+	if err != nil {
+		return err
+	}
+	return c.d.backend.CopyOnDevice(c.s.q, src, dst)
+}
+
+// WaitCopies fences the relocating stream and waits.
+func (c *deviceCopies) WaitCopies() error {
+	if err := c.s.st.CheckWait(); err != nil {
+		return err
+	}
+	return c.s.waitAllLocked()
+}
+
+// reserver is what the reserve path needs of a stream's memory; the retry
+// logic is tested against a scripted one.
+type reserver interface {
+	Reserve(size uint64, u memory.PageUpdate) (*handle.Handle, error)
+}
+
+// reserveWithRetry runs one reservation under u; a failure a reclaim may
+// cure (and only under Allow) makes room and retries once, with Allow, and
+// only the second failure is reported.
+func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom func(error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+	h, err = r.Reserve(size, u)
+	if err == nil {
+		return h, false, nil
+	}
+	if u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
+		return nil, false, err
+	}
+	warn(fmt.Sprintf("gpumem: allocation of %d bytes failed, retrying after reclaim: %v", size, err))
+	makeRoom(err)
+	h, err = r.Reserve(size, memory.Allow)
+	return h, true, err
+}
+
+// makeRoomLocked frees what a failed reservation of s may need: page sizes
+// exhausted → a relocation that may allocate; otherwise the explicit cleanup
+// of every stream, s first (cached pages of other streams count against the
+// same device).
+func (d *Device) makeRoomLocked(s *Stream, err error) {
+	if errors.Is(err, pool.ErrPageSizesExhausted) {
+		relocation.Relocate(streamsOf{d, s}, relocation.ArenaFull)
+		return
+	}
+	order := []*Stream{s}
+	for _, t := range d.streams {
+		if t != s {
+			order = append(order, t)
+		}
+	}
+	for _, t := range order {
+		t.drainDeferredLocked()
+		if err := relocation.Reclaim(streamsOf{d, t}); err != nil {
+			// Unreachable under Allow (nothing records); logged, not fatal.
+			d.log.Warn("gpumem: reclaim before retry refused", "stream", t.name, "err", err)
+		}
+	}
+}
+
+// errKind names a reservation error for the failure counters.
+func errKind(err error) string {
+	switch {
+	case storage.IsDevicePoisoned(err):
+		return "device_poisoned"
+	case errors.Is(err, storage.ErrOutOfMemory):
+		return "out_of_memory"
+	case errors.Is(err, pool.ErrPageSizesExhausted):
+		return "page_sizes_exhausted"
+	case errors.Is(err, pool.ErrBufferTooBig):
+		return "buffer_too_big"
+	case errors.Is(err, memory.ErrPageUpdateForbidden):
+		return "page_update_forbidden"
+	case errors.Is(err, handle.ErrIndexOverflow):
+		return "index_overflow"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "cancelled"
+	}
+	return "other"
+}

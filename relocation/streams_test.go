@@ -1,0 +1,206 @@
+package relocation
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// scriptedStreams answers each query from its fields and logs every call, so
+// a test states the exact sequence a provided function must produce.
+type scriptedStreams struct {
+	recording         bool
+	hasOutdated       bool
+	need              Need
+	bytes             uint64
+	deviceHasOutdated bool
+
+	log []string
+}
+
+func (s *scriptedStreams) Recording() bool {
+	s.log = append(s.log, "Recording")
+	return s.recording
+}
+
+func (s *scriptedStreams) HasOutdated() bool {
+	s.log = append(s.log, "HasOutdated")
+	return s.hasOutdated
+}
+
+func (s *scriptedStreams) RelocationNeed() Need {
+	s.log = append(s.log, "RelocationNeed")
+	return s.need
+}
+
+func (s *scriptedStreams) BytesAllocated() uint64 {
+	s.log = append(s.log, "BytesAllocated")
+	return s.bytes
+}
+
+func (s *scriptedStreams) Finish() { s.log = append(s.log, "Finish") }
+
+func (s *scriptedStreams) RelocateMemory(r Reason) {
+	s.log = append(s.log, fmt.Sprintf("RelocateMemory(%v)", r))
+}
+
+func (s *scriptedStreams) DeviceHasOutdated() bool {
+	s.log = append(s.log, "DeviceHasOutdated")
+	return s.deviceHasOutdated
+}
+
+func (s *scriptedStreams) RelocateDeviceMemory(r Reason) {
+	s.log = append(s.log, fmt.Sprintf("RelocateDeviceMemory(%v)", r))
+}
+
+func (s *scriptedStreams) CleanupMemory() { s.log = append(s.log, "CleanupMemory") }
+
+var _ Streams = (*scriptedStreams)(nil)
+
+const mib = 1 << 20
+
+// pressure is the §8.4 example 1 need: 24 MiB device, 4 MiB next page, so
+// High ⇔ allocated > 16 MiB.
+var pressure = Need{Kind: NeedUnderPressure, Capacity: 24 * mib, PageSize: 4 * mib}
+
+func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
+	cases := []struct {
+		name    string
+		streams scriptedStreams
+		run     func(s Streams) error
+		wantErr error
+		want    []string
+	}{
+		// Relocate (§9.2): recording and nothing-outdated refuse before Finish.
+		{
+			name:    "Relocate while recording stops after Recording",
+			streams: scriptedStreams{recording: true, hasOutdated: true},
+			run:     func(s Streams) error { Relocate(s, Capture); return nil },
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "Relocate with nothing outdated never waits",
+			streams: scriptedStreams{},
+			run:     func(s Streams) error { Relocate(s, ArenaFull); return nil },
+			want:    []string{"Recording", "HasOutdated"},
+		},
+		{
+			name:    "Relocate with outdated pages finishes then relocates for its reason",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     func(s Streams) error { Relocate(s, ArenaFull); return nil },
+			want:    []string{"Recording", "HasOutdated", "Finish", "RelocateMemory(ArenaFull)"},
+		},
+		{
+			name:    "Relocate ignores the device-wide checks and the need",
+			streams: scriptedStreams{hasOutdated: true, deviceHasOutdated: false, need: Need{Kind: NeedNothing}},
+			run:     func(s Streams) error { Relocate(s, MemoryPressure); return nil },
+			want:    []string{"Recording", "HasOutdated", "Finish", "RelocateMemory(MemoryPressure)"},
+		},
+		// RelocateDevice mirrors Relocate with device-wide checks.
+		{
+			name:    "RelocateDevice while recording stops after Recording",
+			streams: scriptedStreams{recording: true, deviceHasOutdated: true},
+			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "RelocateDevice with nothing outdated anywhere never waits",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
+			want:    []string{"Recording", "DeviceHasOutdated"},
+		},
+		{
+			name:    "RelocateDevice with outdated pages anywhere finishes then relocates every memory",
+			streams: scriptedStreams{deviceHasOutdated: true},
+			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
+			want:    []string{"Recording", "DeviceHasOutdated", "Finish", "RelocateDeviceMemory(Capture)"},
+		},
+		// RelocateWhenWanted consults the need first, then recording, then bytes.
+		{
+			name:    "RelocateWhenWanted with no need asks nothing else",
+			streams: scriptedStreams{recording: true, hasOutdated: true, need: Need{Kind: NeedNothing}},
+			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			want:    []string{"RelocationNeed"},
+		},
+		{
+			name:    "RelocateWhenWanted while recording stops before the byte count",
+			streams: scriptedStreams{recording: true, need: pressure, bytes: 17 * mib},
+			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			want:    []string{"RelocationNeed", "Recording"},
+		},
+		{
+			name:    "RelocateWhenWanted for a full arena never asks the byte count",
+			streams: scriptedStreams{need: Need{Kind: NeedArenaFull}},
+			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			want:    []string{"RelocationNeed", "Recording", "Finish", "RelocateMemory(ArenaFull)"},
+		},
+		{
+			name:    "RelocateWhenWanted under low pressure ends after the byte count without waiting",
+			streams: scriptedStreams{need: pressure, bytes: 10 * mib},
+			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			want:    []string{"RelocationNeed", "Recording", "BytesAllocated"},
+		},
+		{
+			name:    "RelocateWhenWanted under high pressure relocates for MemoryPressure",
+			streams: scriptedStreams{need: pressure, bytes: 17 * mib},
+			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			want:    []string{"RelocationNeed", "Recording", "BytesAllocated", "Finish", "RelocateMemory(MemoryPressure)"},
+		},
+		// RefuseWhileRecording and Reclaim.
+		{
+			name:    "RefuseWhileRecording refuses a recording device after one Recording",
+			streams: scriptedStreams{recording: true},
+			run:     RefuseWhileRecording,
+			wantErr: ErrRecording,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "RefuseWhileRecording lets an idle device through",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     RefuseWhileRecording,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "Reclaim while recording refuses after one Recording",
+			streams: scriptedStreams{recording: true, hasOutdated: true},
+			run:     Reclaim,
+			wantErr: ErrRecording,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "Reclaim relocates survivors for Explicit before cleaning up",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     Reclaim,
+			want:    []string{"Recording", "Recording", "HasOutdated", "Finish", "RelocateMemory(Explicit)", "CleanupMemory"},
+		},
+		{
+			name:    "Reclaim with nothing outdated cleans up without waiting",
+			streams: scriptedStreams{},
+			run:     Reclaim,
+			want:    []string{"Recording", "Recording", "HasOutdated", "CleanupMemory"},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := tc.streams
+			err := tc.run(&s)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if !slices.Equal(s.log, tc.want) {
+				t.Fatalf("calls\n got %q\nwant %q", s.log, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrRecordingExplainsWhyTheCallWasRefused(t *testing.T) {
+	msg := ErrRecording.Error()
+	for _, part := range []string{"relocation: ", "records a graph", "keep their addresses until it seals", "nothing may wait on the device"} {
+		if !strings.Contains(msg, part) {
+			t.Errorf("ErrRecording = %q, want it to mention %q", msg, part)
+		}
+	}
+}

@@ -1,0 +1,128 @@
+package gpumem
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+)
+
+// Report describes every stream's pools.
+type Report struct {
+	Backend string
+	Streams []StreamReport
+}
+
+// StreamReport is one stream's memory.
+type StreamReport struct {
+	Name  string
+	Pools memory.PoolsReport
+}
+
+// Usage sums every stream.
+func (r Report) Usage() pool.Usage {
+	var u pool.Usage
+	for _, s := range r.Streams {
+		u = u.Combine(s.Pools.Usage())
+	}
+	return u
+}
+
+// String renders the report as a table: per pool its kind, page size,
+// pages, peak pages, outdated pages, bytes reserved / in use / padding and
+// the largest allocation.
+func (r Report) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "gpumem memory report (%s backend)\n", r.Backend)
+	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "stream\tpool\tpage size\tpages\tpeak\toutdated\treserved\tin use\tpadding\tallocs\tlargest\t")
+	for _, s := range r.Streams {
+		rows := []pool.Report{s.Pools.Persistent, s.Pools.Dedicated}
+		rows = append(rows, s.Pools.Dynamic...)
+		for _, p := range rows {
+			if p.PagesPeak == 0 && p.Pages == 0 {
+				continue
+			}
+			page, outdated := "-", "-"
+			switch k := p.Kind.(type) {
+			case pool.SlicedKind:
+				page = pool.Bytes(k.PageSize).String()
+			case pool.AdaptiveKind:
+				page = pool.Bytes(k.PageSize).String()
+				outdated = fmt.Sprint(k.OutdatedPages)
+			case pool.ExclusiveKind:
+				page = "≤" + pool.Bytes(k.MaxAlloc).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n", s.Name, pool.KindName(p.Kind), page, p.Pages, p.PagesPeak, outdated,
+				pool.Bytes(p.Usage.BytesReserved), pool.Bytes(p.Usage.BytesInUse), pool.Bytes(p.Usage.BytesPadding), p.Usage.Allocations, pool.Bytes(p.LargestAlloc))
+		}
+	}
+	w.Flush()
+	fmt.Fprintf(&b, "total: %s\n", r.Usage())
+	return b.String()
+}
+
+// CaptureStats counts capture windows.
+type CaptureStats struct {
+	Sealed, Doomed, Abandoned uint64
+}
+
+// Stats are the device's counters: every manager's plus the device's own.
+type Stats struct {
+	Growths          uint64
+	AllocNr          uint64
+	Relocation       relocation.Stats
+	BytesAllocated   uint64 // held from the device (storage)
+	BytesReserved    uint64 // held by pools
+	BytesInUse       uint64 // requested sizes of live allocations
+	StorageAllocs    uint64
+	StorageDeallocs  uint64
+	ReserveRetries   uint64
+	ExplicitCleanups uint64
+	GuardedPages     uint64 // live page and allocation guards (one per touched page of each sealed graph)
+	FailedReserves   map[string]uint64 // by error kind
+	Captures         CaptureStats
+}
+
+// Report describes every stream's pools.
+func (d *Device) Report() Report {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	r := Report{Backend: d.backend.Name()}
+	for _, s := range d.streams {
+		r.Streams = append(r.Streams, StreamReport{Name: s.name, Pools: s.mem.Report()})
+	}
+	return r
+}
+
+// Stats returns the device's counters.
+func (d *Device) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	st := Stats{
+		ReserveRetries:   d.counters.reserveRetries,
+		ExplicitCleanups: d.counters.explicitCleanups,
+		Captures:         d.counters.captures,
+		FailedReserves:   make(map[string]uint64, len(d.counters.failedReserves)),
+	}
+	for k, v := range d.counters.failedReserves {
+		st.FailedReserves[k] = v
+	}
+	for _, s := range d.streams {
+		ms := s.mem.Stats()
+		st.Growths += ms.Growths
+		st.AllocNr += ms.AllocNr
+		st.Relocation.Add(ms.Relocation)
+		st.BytesAllocated += s.mem.BytesAllocated()
+		u := s.mem.Report().Usage()
+		st.BytesReserved += u.BytesReserved
+		st.BytesInUse += u.BytesInUse
+		st.StorageAllocs += s.st.allocs.Load()
+		st.StorageDeallocs += s.st.deallocs.Load()
+		st.GuardedPages += uint64(s.mem.Guards())
+	}
+	return st
+}

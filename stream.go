@@ -1,0 +1,524 @@
+package gpumem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Stream is an ordered asynchronous work queue with its own memory. Work on
+// one stream runs in order; two streams may overlap, and the device orders
+// them where they share a buffer.
+type Stream struct {
+	d     *Device
+	index int
+	name  string
+	q     stream.Queue
+	mem   *memory.Manager
+	st    *countedStorage
+
+	// Guarded by d.mu:
+	capture  stream.Capture
+	deferred []deferredUse // bindings of foreign buffers, in seq order
+	outputs  []opOutputs   // written ranges of ops not yet known complete, in seq order
+	cap      *captureState // the open capture window's records, nil outside one
+}
+
+// deferredUse keeps a foreign buffer's slice from reuse until this stream
+// completes the op that used it (X1).
+type deferredUse struct {
+	b     *handle.Binding
+	seq   uint64
+	owner *Stream
+}
+
+// output is one written range of an op, kept until the op is known to have
+// completed, so a failure can mark exactly the bytes it left unwritten.
+type output struct {
+	d        *handle.Descriptor
+	owner    *Stream
+	off, len uint64
+}
+
+type opOutputs struct {
+	seq  uint64
+	outs []output
+}
+
+// descRef lets a bare descriptor be looked up (identity-checked) without
+// counting as a reference: an op's outputs must not keep slices from reuse.
+type descRef struct{ d *handle.Descriptor }
+
+func (r descRef) Descriptor() *handle.Descriptor { return r.d }
+
+// Name returns the stream's name ("stream-0", …).
+func (s *Stream) Name() string { return s.name }
+
+// Device returns the stream's device.
+func (s *Stream) Device() *Device { return s.d }
+
+// Queue returns the stream's queue.
+func (s *Stream) Queue() stream.Queue { return s.q }
+
+// Access says how an op uses a buffer.
+type Access uint8
+
+const (
+	// Read: the op reads the range.
+	Read Access = iota
+	// Write: the op writes the whole range.
+	Write
+	// ReadWrite: both.
+	ReadWrite
+)
+
+func (a Access) reads() bool  { return a != Write }
+func (a Access) writes() bool { return a != Read }
+
+// Use declares one buffer range an op touches. Size 0 means the rest of the
+// buffer from Offset.
+type Use struct {
+	Buffer *Buffer
+	Access Access
+	Offset uint64
+	Size   uint64
+}
+
+// pageUpdateLocked says what a reservation on s may do to pages: Forbidden
+// on the recording stream, AddOnly on the others while one records, Allow
+// otherwise.
+func (s *Stream) pageUpdateLocked() memory.PageUpdate {
+	if s.capture.Recording() {
+		return memory.Forbidden
+	}
+	if s.d.recordingLocked() != nil {
+		return memory.AddOnly
+	}
+	return memory.Allow
+}
+
+// Alloc reserves size bytes in the stream's memory. When memory is short it
+// first relocates or cleans up and retries once (SPEC §9.4).
+func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	if !s.capture.Recording() {
+		s.releasePassedLocked()
+	}
+	u := s.pageUpdateLocked()
+	if u == memory.Allow {
+		relocation.RelocateWhenWanted(streamsOf{d, s})
+	}
+	reserved, retried, err := reserveWithRetry(s.mem, size, u,
+		func(err error) { d.makeRoomLocked(s, err) },
+		func(msg string) { d.log.Warn(msg, "stream", s.name) })
+	if retried {
+		d.counters.reserveRetries++
+	}
+	if err != nil {
+		d.counters.failedReserves[errKind(err)]++
+		if u == memory.Forbidden {
+			s.capture.Fail(err)
+		}
+		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
+	}
+	h := handle.New(handle.Uninit)
+	if err := s.mem.Bind(reserved, h, 0); err != nil {
+		reserved.Release()
+		h.Release()
+		return nil, err
+	}
+	reserved.Release()
+	b := &Buffer{s: s, h: h, size: size}
+	if s.cap != nil {
+		s.cap.allocatedLocked(b)
+	}
+	return b, nil
+}
+
+// Window opens a mode window (Persistent or Dedicated) for the stream's next
+// allocations; calling the returned function closes it. Windows nest.
+func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
+	s.d.mu.Lock()
+	s.mem.SetMode(m)
+	s.d.mu.Unlock()
+	closed := false
+	return func() {
+		s.d.mu.Lock()
+		defer s.d.mu.Unlock()
+		if !closed {
+			closed = true
+			s.mem.SetMode(memory.Auto)
+		}
+	}
+}
+
+// Enqueue submits an op over the buffers it uses. Every buffer is resolved
+// now, under the device lock, and run receives the resolved windows in the
+// order of uses; it runs later on the stream's executor and must not keep
+// them. An op whose input carries a failure is skipped and its outputs are
+// marked with that failure; reads of them then report it (ErrUnwritten).
+func (s *Stream) Enqueue(name string, uses []Use, run func(res []storage.Resource) error) error {
+	if run == nil {
+		return fmt.Errorf("%w: op %q has no function", ErrInvalidUse, name)
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return s.enqueueLocked(name, uses, run)
+}
+
+// resolved is one use resolved under the lock.
+type resolved struct {
+	use   Use
+	owner *Stream
+	res   storage.Resource
+}
+
+func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resource) error) error {
+	d := s.d
+	if d.closed {
+		return ErrClosed
+	}
+	d.collectFailuresLocked()
+	rs := make([]resolved, len(uses))
+	for i, u := range uses {
+		r, err := s.resolveUseLocked(u)
+		if err != nil {
+			return fmt.Errorf("gpumem: op %q use %d: %w", name, i, err)
+		}
+		rs[i] = r
+	}
+	// An input carrying a failure: skip the op, hand the failure on.
+	for _, r := range rs {
+		if !r.use.Access.reads() {
+			continue
+		}
+		f, ok, err := r.owner.mem.FindFailure(r.use.Buffer.h, r.use.Offset, r.use.Size)
+		if err != nil || !ok {
+			continue
+		}
+		rec := handle.SkipRecord{Op: name, Input: r.use.Buffer.h.ID()}
+		for _, w := range rs {
+			if w.use.Access.writes() {
+				rec.Outputs = append(rec.Outputs, w.use.Buffer.h.ID())
+				_ = w.owner.mem.MarkFailure(w.use.Buffer.h, f, w.use.Offset, w.use.Size)
+			}
+		}
+		d.g.Skip(f, rec)
+		return nil
+	}
+	// Cross-stream ordering (X1, X2).
+	for _, r := range rs {
+		if err := s.orderAfterLocked(r); err != nil {
+			return err
+		}
+	}
+	res := make([]storage.Resource, len(rs))
+	for i, r := range rs {
+		res[i] = r.res
+	}
+	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: func() error { return run(res) }})
+	if err != nil {
+		f := d.g.Fail(fmt.Errorf("gpumem: op %q could not be enqueued on %s: %w", name, s.name, err), name)
+		for _, r := range rs {
+			if r.use.Access.writes() {
+				_ = r.owner.mem.MarkFailure(r.use.Buffer.h, f, r.use.Offset, r.use.Size)
+			}
+		}
+		d.g.Prune()
+		if s.capture.Recording() {
+			s.capture.Fail(err)
+		}
+		return err
+	}
+	s.afterEnqueueLocked(seq, name, rs)
+	return nil
+}
+
+// resolveUseLocked checks a use and resolves its window.
+func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
+	b := u.Buffer
+	if b == nil {
+		return resolved{}, fmt.Errorf("%w: nil buffer", ErrInvalidUse)
+	}
+	if b.s.d != s.d {
+		return resolved{}, ErrForeignBuffer
+	}
+	if b.freed {
+		return resolved{}, fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	}
+	if u.Offset > b.size || (u.Size != 0 && u.Size > b.size-u.Offset) {
+		return resolved{}, fmt.Errorf("%w: range [%d, +%d) outside buffer %d of %d bytes", ErrInvalidUse, u.Offset, u.Size, b.h.ID(), b.size)
+	}
+	if u.Size == 0 {
+		u.Size = b.size - u.Offset
+	}
+	whole, err := b.s.mem.Resolve(b.h)
+	if err != nil {
+		return resolved{}, err
+	}
+	return resolved{use: u, owner: b.s, res: window(whole, u.Offset, u.Size)}, nil
+}
+
+// window narrows a resolved allocation to [off, off+size).
+func window(r storage.Resource, off, size uint64) storage.Resource {
+	out := storage.Resource{Region: r.Region.Sub(off, size)}
+	if r.Bytes != nil {
+		out.Bytes = r.Bytes[off : off+size : off+size]
+	}
+	if r.Ptr != 0 {
+		out.Ptr = r.Ptr + uintptr(off)
+	}
+	return out
+}
+
+// orderAfterLocked makes s's next op wait for what it must follow: the
+// owner's last use of a foreign buffer (X1), or other streams' uses of one
+// of s's own buffers (X2).
+func (s *Stream) orderAfterLocked(r resolved) error {
+	d := s.d
+	desc := r.use.Buffer.h.Descriptor()
+	var waits []stream.Fence
+	if r.owner != s {
+		cursor, err := r.owner.mem.Cursor(r.use.Buffer.h)
+		if err != nil {
+			return err
+		}
+		if cursor > r.owner.q.Completed() {
+			waits = append(waits, stream.Fence{Q: r.owner.q, Seq: cursor})
+		}
+	} else if notes := d.foreign[desc]; len(notes) > 0 {
+		kept := notes[:0]
+		for _, f := range notes {
+			if f.Q.Completed() < f.Seq {
+				waits = append(waits, f)
+				kept = append(kept, f)
+			}
+		}
+		if len(kept) == 0 {
+			delete(d.foreign, desc)
+		} else {
+			d.foreign[desc] = kept
+		}
+	}
+	for _, f := range waits {
+		if s.capture.Recording() {
+			err := fmt.Errorf("%w: %s would wait on %d of another stream", ErrCaptureCrossStream, s.name, f.Seq)
+			s.capture.Fail(err)
+			return err
+		}
+		if err := s.q.WaitFence(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// afterEnqueueLocked records what an enqueued op means for the buffers it
+// used: cursors, deferred foreign bindings, X2 notes, written ranges.
+func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
+	d := s.d
+	var outs []output
+	for _, r := range rs {
+		h := r.use.Buffer.h
+		if s.cap != nil {
+			s.cap.touchedLocked(r)
+		}
+		if r.use.Access.writes() {
+			_ = r.owner.mem.ReleaseMarks(h, r.use.Offset, r.use.Size)
+			if seq != 0 {
+				outs = append(outs, output{d: h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
+			}
+		}
+		if seq == 0 {
+			continue // recorded, not run: nothing to order yet
+		}
+		if r.owner == s {
+			_ = s.mem.SetCursor(h, seq)
+			continue
+		}
+		s.deferred = append(s.deferred, deferredUse{b: h.Binding(), seq: seq, owner: r.owner})
+		d.foreign[h.Descriptor()] = append(d.foreign[h.Descriptor()], stream.Fence{Q: s.q, Seq: seq})
+	}
+	if len(outs) > 0 {
+		s.outputs = append(s.outputs, opOutputs{seq: seq, outs: outs})
+	}
+}
+
+// collectFailuresLocked marks the outputs of this stream's failed ops and
+// forgets the outputs of ops known complete.
+func (s *Stream) collectFailuresLocked() {
+	done := s.q.Completed()
+	fails := s.q.TakeFailures()
+	g := s.d.g
+	for _, f := range fails {
+		var outs []output
+		for _, o := range s.outputs {
+			if o.seq == f.Seq {
+				outs = o.outs
+				break
+			}
+		}
+		id := g.Fail(fmt.Errorf("gpumem: op %q (seq %d on %s) failed: %w", f.Name, f.Seq, s.name, f.Err), f.Name)
+		for _, o := range outs {
+			_ = o.owner.mem.MarkFailure(descRef{o.d}, id, o.off, o.len)
+		}
+	}
+	if len(fails) > 0 {
+		g.Prune()
+	}
+	n := 0
+	for n < len(s.outputs) && s.outputs[n].seq <= done {
+		n++
+	}
+	if n > 0 {
+		clear(s.outputs[:n])
+		s.outputs = s.outputs[n:]
+	}
+}
+
+// releasePassedLocked releases the deferred bindings whose ops completed.
+func (s *Stream) releasePassedLocked() {
+	if len(s.deferred) == 0 {
+		return
+	}
+	done := s.q.Completed()
+	n := 0
+	for n < len(s.deferred) && s.deferred[n].seq <= done {
+		s.releaseDeferredLocked(s.deferred[n])
+		n++
+	}
+	if n > 0 {
+		clear(s.deferred[:n])
+		s.deferred = s.deferred[n:]
+	}
+}
+
+func (s *Stream) releaseDeferredLocked(u deferredUse) {
+	desc := u.b.Descriptor()
+	if notes := s.d.foreign[desc]; len(notes) > 0 {
+		kept := notes[:0]
+		for _, f := range notes {
+			if f.Q != s.q || f.Seq > u.seq {
+				kept = append(kept, f)
+			}
+		}
+		if len(kept) == 0 {
+			delete(s.d.foreign, desc)
+		} else {
+			s.d.foreign[desc] = kept
+		}
+	}
+	u.b.Release()
+}
+
+// drainDeferredLocked waits on a fence covering every deferred use and
+// releases them all (not while s records: its deferred list is held).
+func (s *Stream) drainDeferredLocked() {
+	if len(s.deferred) == 0 || s.capture.Recording() {
+		return
+	}
+	last := s.deferred[len(s.deferred)-1].seq
+	if err := s.q.Wait(context.Background(), stream.Fence{Q: s.q, Seq: last}); err != nil {
+		if !storage.IsDevicePoisoned(err) {
+			// Unknown whether the work completed: leak the bindings so the
+			// slices are never reused under it (SPEC §7.5).
+			s.d.log.Error("gpumem: waiting for cross-stream uses failed; leaking their buffers", "stream", s.name, "err", err)
+			s.deferred = nil
+			return
+		}
+	}
+	for _, u := range s.deferred {
+		s.releaseDeferredLocked(u)
+	}
+	s.deferred = nil
+}
+
+// waitAllLocked waits until every op enqueued on s so far completed.
+func (s *Stream) waitAllLocked() error {
+	f, err := s.q.Fence()
+	if err != nil {
+		return err
+	}
+	return s.q.Wait(context.Background(), f)
+}
+
+// Synchronize waits until every op enqueued on the stream so far has run.
+// Failed ops do not fail it: their failures surface on reads of the bytes
+// they left unwritten. On a recording stream it returns ErrRecording and
+// dooms the recording.
+func (s *Stream) Synchronize(ctx context.Context) error {
+	d := s.d
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return ErrClosed
+	}
+	if err := s.refuseHostSyncLocked("Synchronize"); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	f, err := s.q.Fence()
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := s.q.Wait(ctx, f); err != nil {
+		return err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.collectFailuresLocked()
+	s.releasePassedLocked()
+	return nil
+}
+
+// refuseHostSyncLocked refuses a host sync on a recording stream and dooms
+// the recording: the sealed graph would not represent the run.
+func (s *Stream) refuseHostSyncLocked(op string) error {
+	if !s.capture.Recording() {
+		return nil
+	}
+	err := fmt.Errorf("%w: %s on %s, which records a graph", ErrRecording, op, s.name)
+	s.capture.Fail(err)
+	return err
+}
+
+// Cleanup gives this stream's memory back now: refused while a stream
+// records; otherwise its deferred frees drain, what its outdated pages hold
+// is relocated, and its empty pages go back.
+func (s *Stream) Cleanup(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	if err := d.refuseWhileRecordingLocked(s); err != nil {
+		return err
+	}
+	for _, t := range d.streams {
+		t.drainDeferredLocked()
+	}
+	if err := relocation.Reclaim(streamsOf{d, s}); err != nil {
+		return err
+	}
+	d.counters.explicitCleanups++
+	return nil
+}

@@ -1,0 +1,183 @@
+package stream_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpumem/gpumem/stream"
+)
+
+// captureIn returns a Capture driven to phase p for owner 1.
+func captureIn(t *testing.T, p stream.Phase) *stream.Capture {
+	t.Helper()
+	c := &stream.Capture{}
+	if p >= stream.Prepared {
+		if err := c.Prepare(1); err != nil {
+			t.Fatalf("Prepare(1): %v", err)
+		}
+	}
+	if p >= stream.Recording {
+		if err := c.Begin(1); err != nil {
+			t.Fatalf("Begin(1): %v", err)
+		}
+	}
+	return c
+}
+
+// SPEC §12.6 #49: out-of-order calls return ErrCaptureState and change
+// nothing; abort returns Prepared to NoCapture; end by another owner closes
+// the window with ErrWrongOwner.
+func TestCaptureStateMachineScenario49(t *testing.T) {
+	type result struct {
+		phase stream.Phase
+		owner stream.Owner
+	}
+	cases := []struct {
+		name  string
+		from  stream.Phase
+		call  func(c *stream.Capture) error
+		want  error // nil: success
+		after result
+	}{
+		{"begin without prepare is out of order", stream.NoCapture,
+			func(c *stream.Capture) error { return c.Begin(1) },
+			stream.ErrCaptureState, result{stream.NoCapture, 0}},
+		{"second prepare while prepared is out of order", stream.Prepared,
+			func(c *stream.Capture) error { return c.Prepare(2) },
+			stream.ErrCaptureState, result{stream.Prepared, 1}},
+		{"prepare while recording is out of order", stream.Recording,
+			func(c *stream.Capture) error { return c.Prepare(1) },
+			stream.ErrCaptureState, result{stream.Recording, 1}},
+		{"second begin while recording is out of order", stream.Recording,
+			func(c *stream.Capture) error { return c.Begin(1) },
+			stream.ErrCaptureState, result{stream.Recording, 1}},
+		{"end without a window is out of order", stream.NoCapture,
+			func(c *stream.Capture) error { _, err := c.End(1); return err },
+			stream.ErrCaptureState, result{stream.NoCapture, 0}},
+		{"abort without a window is out of order", stream.NoCapture,
+			func(c *stream.Capture) error { return c.Abort(1) },
+			stream.ErrCaptureState, result{stream.NoCapture, 0}},
+		{"abort of a recording window is out of order", stream.Recording,
+			func(c *stream.Capture) error { return c.Abort(1) },
+			stream.ErrCaptureState, result{stream.Recording, 1}},
+		{"abort returns prepared to no capture", stream.Prepared,
+			func(c *stream.Capture) error { return c.Abort(1) },
+			nil, result{stream.NoCapture, 0}},
+		{"begin moves prepared to recording", stream.Prepared,
+			func(c *stream.Capture) error { return c.Begin(1) },
+			nil, result{stream.Recording, 1}},
+		{"end by the owner closes the window", stream.Recording,
+			func(c *stream.Capture) error { _, err := c.End(1); return err },
+			nil, result{stream.NoCapture, 0}},
+		{"end by another owner closes the window with wrong owner", stream.Recording,
+			func(c *stream.Capture) error { _, err := c.End(2); return err },
+			stream.ErrWrongOwner, result{stream.NoCapture, 0}},
+		{"end of a prepared window aborts it", stream.Prepared,
+			func(c *stream.Capture) error { _, err := c.End(1); return err },
+			stream.ErrCaptureState, result{stream.NoCapture, 0}},
+		{"begin by another owner changes nothing", stream.Prepared,
+			func(c *stream.Capture) error { return c.Begin(2) },
+			stream.ErrWrongOwner, result{stream.Prepared, 1}},
+		{"abort by another owner changes nothing", stream.Prepared,
+			func(c *stream.Capture) error { return c.Abort(2) },
+			stream.ErrWrongOwner, result{stream.Prepared, 1}},
+		{"prepare for owner zero is invalid", stream.NoCapture,
+			func(c *stream.Capture) error { return c.Prepare(0) },
+			stream.ErrInvalid, result{stream.NoCapture, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := captureIn(t, tc.from)
+			err := tc.call(c)
+			switch {
+			case tc.want == nil && err != nil:
+				t.Fatalf("got %v, want success", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+			if got := (result{c.Phase(), c.Owner()}); got != tc.after {
+				t.Fatalf("after the call: phase %v owner %d, want phase %v owner %d",
+					got.phase, got.owner, tc.after.phase, tc.after.owner)
+			}
+			if c.Recording() != (tc.after.phase == stream.Recording) {
+				t.Fatalf("Recording() = %v in phase %v", c.Recording(), c.Phase())
+			}
+		})
+	}
+}
+
+func TestCaptureEndReturnsTheWindowOwnerEvenToAnotherCaller(t *testing.T) {
+	c := captureIn(t, stream.Recording)
+	owner, err := c.End(9)
+	if owner != 1 {
+		t.Fatalf("End(9) owner = %d, want 1: the caller needs it to tear the queue's recording down", owner)
+	}
+	if !errors.Is(err, stream.ErrWrongOwner) {
+		t.Fatalf("End(9) = %v, want ErrWrongOwner", err)
+	}
+}
+
+func TestCaptureFailKeepsOnlyTheFirstFailureOfAWindow(t *testing.T) {
+	first, second := errors.New("first"), errors.New("second")
+	c := captureIn(t, stream.Recording)
+	c.Fail(nil)
+	c.Fail(first)
+	c.Fail(second)
+	if _, err := c.End(1); err != nil {
+		t.Fatalf("End by owner: %v", err)
+	}
+	if got := c.TakeFailure(); got != first {
+		t.Fatalf("TakeFailure after End = %v, want the first failure", got)
+	}
+	if got := c.TakeFailure(); got != nil {
+		t.Fatalf("second TakeFailure = %v, want nil: taking forgets", got)
+	}
+}
+
+func TestCaptureFailOutsideAWindowIsIgnored(t *testing.T) {
+	c := &stream.Capture{}
+	c.Fail(errors.New("outside"))
+	if got := c.TakeFailure(); got != nil {
+		t.Fatalf("TakeFailure = %v, want nil", got)
+	}
+}
+
+func TestCapturePrepareClearsTheFailureOfAnEarlierWindow(t *testing.T) {
+	c := captureIn(t, stream.Prepared)
+	c.Fail(errors.New("warmup failure"))
+	if err := c.Abort(1); err != nil {
+		t.Fatalf("Abort: %v", err)
+	}
+	if err := c.Prepare(2); err != nil {
+		t.Fatalf("Prepare(2): %v", err)
+	}
+	if got := c.TakeFailure(); got != nil {
+		t.Fatalf("TakeFailure after a new Prepare = %v, want nil", got)
+	}
+}
+
+func TestCaptureEndByAnotherOwnerJoinsTheRecordingFailure(t *testing.T) {
+	doom := errors.New("page update forbidden")
+	c := captureIn(t, stream.Recording)
+	c.Fail(doom)
+	_, err := c.End(2)
+	if !errors.Is(err, stream.ErrWrongOwner) || !errors.Is(err, doom) {
+		t.Fatalf("End(2) = %v, want ErrWrongOwner joined with the failure", err)
+	}
+	if got := c.TakeFailure(); got != doom {
+		t.Fatalf("TakeFailure = %v, want the failure kept for the queue's EndCapture", got)
+	}
+}
+
+func TestPhaseStringNamesEachPhase(t *testing.T) {
+	for p, want := range map[stream.Phase]string{
+		stream.NoCapture: "NoCapture",
+		stream.Prepared:  "Prepared",
+		stream.Recording: "Recording",
+		7:                "Phase(7)",
+	} {
+		if got := p.String(); got != want {
+			t.Errorf("Phase(%d).String() = %q, want %q", uint8(p), got, want)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package stream
+
+import (
+	"context"
+	"sync"
+)
+
+// Inline is a Queue that runs each op inside the Enqueue that submits it, on
+// the caller's goroutine: when Enqueue returns, the op has finished. With Sim
+// storage it replays huge traces fast and deterministically, with no
+// goroutine to schedule. It imitates Host in everything else (sequence
+// numbers, fences, failures, capture), so code written against one works on
+// the other.
+//
+// Because the op runs under the queue's run lock, an op must not enqueue on,
+// replay on, wait a fence on, or close its own Inline queue: it would wait
+// for itself.
+type Inline struct {
+	t tracker
+
+	// run serialises issuing and running, so ops run one at a time in
+	// sequence order. It is held while an op runs; t.mu is not, so
+	// Completed, Fence, Wait and TakeFailures never wait on a running op.
+	// Lock order: run before t.mu.
+	run sync.Mutex
+}
+
+// NewInline returns an Inline queue. It starts no goroutine; Close only
+// refuses later work.
+func NewInline() *Inline {
+	q := &Inline{}
+	q.t.self = q
+	return q
+}
+
+// Enqueue runs op now, after any op another goroutine is running on this
+// queue, and returns its sequence number; a failure is reported by
+// TakeFailures. While the queue records, op is recorded instead and seq is 0.
+func (q *Inline) Enqueue(op Op) (seq uint64, err error) {
+	q.run.Lock()
+	defer q.run.Unlock()
+	q.t.mu.Lock()
+	recorded, err := q.t.acceptLocked("enqueue", []Op{op})
+	if err != nil || recorded {
+		q.t.mu.Unlock()
+		return 0, err
+	}
+	seq = q.t.issueLocked(1)
+	q.t.mu.Unlock()
+	q.t.complete(seq, op.Name, runOp(op))
+	return seq, nil
+}
+
+// Replay runs the ops of e (an [*OpList]) now, in recorded order, with
+// consecutive sequence numbers. While the queue records, the ops are
+// appended to the recording.
+func (q *Inline) Replay(e Exec) error {
+	ops, err := opsOf(e)
+	if err != nil {
+		return err
+	}
+	q.run.Lock()
+	defer q.run.Unlock()
+	q.t.mu.Lock()
+	recorded, err := q.t.acceptLocked("replay", ops)
+	if err != nil || recorded || len(ops) == 0 {
+		q.t.mu.Unlock()
+		return err
+	}
+	first := q.t.issueLocked(len(ops))
+	q.t.mu.Unlock()
+	for i, op := range ops {
+		q.t.complete(first+uint64(i), op.Name, runOp(op))
+	}
+	return nil
+}
+
+// WaitFence blocks the caller until f has passed, since the ops enqueued
+// after it run on the caller's goroutine too. A fence of this queue, or one
+// already passed, adds nothing. On a recording queue a fence not yet passed
+// returns ErrCaptureCrossStream and invalidates the capture.
+func (q *Inline) WaitFence(f Fence) error {
+	if f.Q == Queue(q) {
+		return q.t.flush() // in order already; only ErrClosed to report
+	}
+	passed, err := q.t.checkFence("wait fence", f)
+	if err != nil {
+		return err
+	}
+	q.run.Lock()
+	defer q.run.Unlock()
+	q.t.mu.Lock()
+	s, ok, err := q.t.waitStepLocked(f, passed)
+	q.t.mu.Unlock()
+	if ok {
+		q.t.complete(s.seq, waitStepName, runStep(s))
+	}
+	return err
+}
+
+// Close refuses later work; every op already enqueued has run (Close waits
+// for one running on another goroutine). An open capture is discarded.
+// Later calls return nil.
+func (q *Inline) Close() error {
+	q.run.Lock()
+	defer q.run.Unlock()
+	q.t.mu.Lock()
+	defer q.t.mu.Unlock()
+	q.t.closed = true
+	q.t.rec = nil
+	return nil
+}
+
+// Flush returns nil: an Inline queue holds nothing. After Close it returns
+// ErrClosed.
+func (q *Inline) Flush() error { return q.t.flush() }
+
+// Fence returns a fence covering every op enqueued so far.
+func (q *Inline) Fence() (Fence, error) { return q.t.fence() }
+
+// Completed returns the sequence number of the last finished step, without
+// blocking.
+func (q *Inline) Completed() uint64 { return q.t.completed.Load() }
+
+// Wait blocks until f has passed or ctx is done; for a fence of this queue
+// that is at most until ops running on other goroutines finish. On a
+// recording queue, or with a fence of a recording queue of this package, it
+// returns at once with ErrCaptureUnsupported and ErrCaptureInvalidated and
+// invalidates that capture.
+func (q *Inline) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f) }
+
+// TakeFailures returns the failures since the last call, in sequence order,
+// and forgets them.
+func (q *Inline) TakeFailures() []OpFailure { return q.t.takeFailures() }
+
+// BeginCapture starts recording for owner o (not 0). On a recording queue it
+// returns ErrCaptureState; after FailNextBeginCapture it returns the cued
+// error once and stays usable.
+func (q *Inline) BeginCapture(o Owner) error { return q.t.beginCapture(o) }
+
+// EndCapture stops recording and returns the recorded [*OpList]. The capture
+// is closed in every case; there is no Exec when o is not its owner
+// (ErrWrongOwner), when it was invalidated (ErrCaptureInvalidated) or when
+// doomed is not nil (the error wraps doomed); the errors are joined.
+func (q *Inline) EndCapture(o Owner, doomed error) (Exec, error) { return q.t.endCapture(o, doomed) }
+
+// Recording reports whether a capture is open.
+func (q *Inline) Recording() bool { return q.t.recording() }
+
+// ObserveStorage is the hook the stream's storage calls on every Alloc and
+// Dealloc. While recording it invalidates the capture: the driver cannot
+// capture an allocation, so the graph would not represent the run.
+func (q *Inline) ObserveStorage(op string) { q.t.observeStorage(op) }
+
+// FailNextBeginCapture is a test hook: the next BeginCapture that would
+// succeed returns err instead (wrapped) and leaves the queue as it was. A
+// nil err clears the cue.
+func (q *Inline) FailNextBeginCapture(err error) { q.t.failNextBeginCapture(err) }
