@@ -1,9 +1,434 @@
+// Graph capture on a stream (SPEC §10).
+//
+// Lifecycle: PrepareCapture → warmup (the caller runs the work once) →
+// BeginCapture → record (work is recorded, not run) → EndCapture → Graph
+// (Launch any number of times, Close). Stream.Capture runs the whole
+// sequence and cleans up on every error path.
+//
+//  1. Prepare relocates every stream's memory with reason Capture (room
+//     MayAllocate): a recording may touch memory any stream owns, and every
+//     page it touches is guarded for the graph's life, where no relocation
+//     can empty it.
+//  2. Priming: a buffer allocated on the capturing stream and freed while
+//     Prepared keeps its slice (the device holds a binding), so the pools
+//     grow to the warmup's whole working set, not its transient peak; Begin
+//     releases them, and the recording finds all that room held.
+//  3. While a stream records: its reservations may only use held room
+//     (Forbidden), other streams may add pages but release and renumber
+//     nothing (AddOnly), relocation and cleanup refuse, host syncs on the
+//     recording stream doom it, and its deferred frees wait.
+//  4. Sealing guards every page the recording touched, in whichever stream's
+//     memory it lives, read from the current location (never a cached
+//     index): a guarded page serves nothing new, is never released and never
+//     relocated. Graph.Close drops the guards.
+//
+// A recording that could not seal marks every range it declared written, so
+// later reads fail (ErrUnwritten) instead of returning bytes nothing wrote.
+
 package gpumem
 
-// captureState is what an open capture window records on its stream.
-type captureState struct{}
+import (
+	"context"
+	"errors"
+	"fmt"
 
-func (c *captureState) allocatedLocked(*Buffer) {}
-func (c *captureState) freedLocked(*Buffer)     {}
-func (c *captureState) touchedLocked(resolved)  {}
-func (c *captureState) retainLocked([]byte)     {}
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// CaptureToken is the owner of one capture window, minted by PrepareCapture
+// and passed to BeginCapture, EndCapture and AbortCapture.
+type CaptureToken struct {
+	s     *Stream
+	owner stream.Owner
+}
+
+// captureState is what an open capture window records on its stream. It
+// lives from PrepareCapture until the window closes (under the device lock).
+type captureState struct {
+	s        *Stream
+	prepared map[*handle.Descriptor]bool // allocated on s while Prepared
+	primed   []*handle.Binding           // freed while Prepared, kept until Begin
+	touched  []touch                     // resolved by recorded ops
+	written  []writtenRange              // declared Write/ReadWrite by recorded ops
+	retained [][]byte                    // host bytes recorded copies read
+}
+
+type touch struct {
+	b     *handle.Binding
+	owner *Stream
+}
+
+type writtenRange struct {
+	b        *handle.Binding
+	owner    *Stream
+	off, len uint64
+}
+
+// allocatedLocked notes a buffer allocated on the capturing stream during
+// warmup, so its free primes its slice.
+func (c *captureState) allocatedLocked(b *Buffer) {
+	if c.s.capture.Phase() == stream.Prepared {
+		c.prepared[b.h.Descriptor()] = true
+	}
+}
+
+// freedLocked primes the slice of a warmup buffer freed while Prepared.
+func (c *captureState) freedLocked(b *Buffer) {
+	desc := b.h.Descriptor()
+	if c.s.capture.Phase() == stream.Prepared && c.prepared[desc] {
+		c.primed = append(c.primed, b.h.Binding())
+		delete(c.prepared, desc)
+	}
+}
+
+// touchedLocked records a buffer a recorded op resolved; the binding keeps
+// its slice from reuse until the seal even if the buffer is freed.
+func (c *captureState) touchedLocked(r resolved) {
+	if !c.s.capture.Recording() {
+		return
+	}
+	h := r.use.Buffer.h
+	c.touched = append(c.touched, touch{b: h.Binding(), owner: r.owner})
+	if r.use.Access.writes() {
+		c.written = append(c.written, writtenRange{b: h.Binding(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
+	}
+}
+
+// retainLocked keeps host bytes a recorded copy reads alive with the graph.
+func (c *captureState) retainLocked(data []byte) {
+	if c.s.capture.Recording() {
+		c.retained = append(c.retained, data)
+	}
+}
+
+// releasePrimedLocked releases every primed binding.
+func (c *captureState) releasePrimedLocked() {
+	for _, b := range c.primed {
+		b.Release()
+	}
+	c.primed = nil
+	clear(c.prepared)
+}
+
+// discardLocked releases everything the window held (no graph).
+func (c *captureState) discardLocked() {
+	c.releasePrimedLocked()
+	for _, t := range c.touched {
+		t.b.Release()
+	}
+	c.touched = nil
+	for _, w := range c.written {
+		w.b.Release()
+	}
+	c.written = nil
+	c.retained = nil
+}
+
+// PrepareCapture opens a capture window on s and relocates every stream's
+// memory (reason Capture). Run the workload once (warmup), then
+// BeginCapture with the token.
+func (s *Stream) PrepareCapture() (*CaptureToken, error) {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	d.nextTok++
+	tok := &CaptureToken{s: s, owner: d.nextTok}
+	if err := s.capture.Prepare(tok.owner); err != nil {
+		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
+	}
+	s.cap = &captureState{s: s, prepared: make(map[*handle.Descriptor]bool)}
+	relocation.RelocateDevice(streamsOf{d, s}, relocation.Capture)
+	return tok, nil
+}
+
+// BeginCapture starts recording: from now on work enqueued on s is recorded,
+// not run, until EndCapture. A refusal by the queue closes the window; prepare
+// and begin can be retried.
+func (s *Stream) BeginCapture(tok *CaptureToken) error {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return ErrClosed
+	}
+	if err := s.checkToken(tok); err != nil {
+		return err
+	}
+	// Checked first: a fenced wait on a stream already recording would
+	// invalidate that recording.
+	if err := s.capture.Begin(tok.owner); err != nil {
+		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
+	}
+	s.drainDeferredNowLocked()
+	s.cap.releasePrimedLocked()
+	if err := s.q.BeginCapture(tok.owner); err != nil {
+		_, _ = s.capture.End(tok.owner)
+		_ = s.capture.TakeFailure()
+		s.cap.discardLocked()
+		s.cap = nil
+		d.counters.captures.Abandoned++
+		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
+	}
+	return nil
+}
+
+// checkToken refuses a nil token or one of another stream.
+func (s *Stream) checkToken(tok *CaptureToken) error {
+	if tok == nil || tok.s != s {
+		return fmt.Errorf("%w: capture token of another stream (or nil) used on %s", ErrWrongOwner, s.name)
+	}
+	return nil
+}
+
+// AbortCapture closes a window that was prepared but never began,
+// releasing the primed slices.
+func (s *Stream) AbortCapture(tok *CaptureToken) error {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := s.checkToken(tok); err != nil {
+		return err
+	}
+	if err := s.capture.Abort(tok.owner); err != nil {
+		return fmt.Errorf("gpumem: abort capture on %s: %w", s.name, err)
+	}
+	if s.cap != nil {
+		s.cap.discardLocked()
+		s.cap = nil
+	}
+	d.counters.captures.Abandoned++
+	return nil
+}
+
+// EndCapture seals the recording into a Graph. A recording that was doomed
+// (a reservation needing a page, a host sync, a cross-stream wait), ended by
+// another token, or refused by the backend gives no graph: the error says
+// why, and every range it declared written reads as ErrUnwritten.
+func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := s.checkToken(tok); err != nil {
+		return nil, err
+	}
+	wasRecording := s.capture.Recording()
+	owner, endErr := s.capture.End(tok.owner)
+	if endErr != nil && !wasRecording {
+		// No window, or one still Prepared (now aborted).
+		if s.cap != nil {
+			s.cap.discardLocked()
+			s.cap = nil
+			d.counters.captures.Abandoned++
+		}
+		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, endErr)
+	}
+	_ = owner
+	doomed := s.capture.TakeFailure()
+	exec, qerr := s.q.EndCapture(tok.owner, doomed)
+	c := s.cap
+	s.cap = nil
+
+	guards := s.guardTouchedLocked(c)
+	for _, t := range c.touched {
+		t.b.Release()
+	}
+	c.touched = nil
+	s.drainDeferredLocked()
+
+	if err := errors.Join(endErr, qerr); err != nil || exec == nil {
+		if err == nil {
+			err = fmt.Errorf("%w: backend sealed no graph", ErrCaptureInvalidated)
+		}
+		for _, g := range guards {
+			g.Release()
+		}
+		f := d.g.Fail(fmt.Errorf("gpumem: capture on %s could not seal: %w", s.name, err), "capture")
+		for _, w := range c.written {
+			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+			w.b.Release()
+		}
+		c.written = nil
+		d.g.Prune()
+		d.counters.captures.Doomed++
+		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
+	}
+	d.counters.captures.Sealed++
+	return &Graph{s: s, exec: exec, guards: guards, retained: c.retained, written: c.written}, nil
+}
+
+// guardTouchedLocked takes one guard per distinct touched page (allocation
+// guards per allocation), in the memory of the stream that owns it, at the
+// current location.
+func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
+	type pageKey struct {
+		owner *Stream
+		pool  uint8
+		page  uint32
+	}
+	seenPage := make(map[pageKey]bool)
+	seenAlloc := make(map[*handle.Descriptor]bool)
+	var guards []*pool.PageGuard
+	for _, t := range c.touched {
+		loc := t.b.Location()
+		desc := t.b.Descriptor()
+		if seenAlloc[desc] {
+			continue
+		}
+		g, ok := t.owner.mem.Guard(loc)
+		if !ok {
+			continue
+		}
+		if g.IsPageGuard() {
+			k := pageKey{t.owner, loc.Pool(), loc.Page()}
+			if seenPage[k] {
+				g.Release()
+				continue
+			}
+			seenPage[k] = true
+		} else {
+			seenAlloc[desc] = true
+		}
+		guards = append(guards, g)
+	}
+	return guards
+}
+
+// drainDeferredNowLocked is drainDeferredLocked for a stream whose capture
+// phase already says Recording but whose queue does not record yet.
+func (s *Stream) drainDeferredNowLocked() {
+	if len(s.deferred) == 0 {
+		return
+	}
+	last := s.deferred[len(s.deferred)-1].seq
+	if err := s.q.Wait(context.Background(), stream.Fence{Q: s.q, Seq: last}); err != nil && !errors.Is(err, ErrDevicePoisoned) {
+		s.d.log.Error("gpumem: waiting for cross-stream uses failed; leaking their buffers", "stream", s.name, "err", err)
+		s.deferred = nil
+		return
+	}
+	for _, u := range s.deferred {
+		s.releaseDeferredLocked(u)
+	}
+	s.deferred = nil
+}
+
+// Capture runs the whole capture sequence: prepare, fn as warmup, begin, fn
+// recorded, end. On every error path the window is closed and nothing is
+// left guarded or primed.
+func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) error) (*Graph, error) {
+	tok, err := s.PrepareCapture()
+	if err != nil {
+		return nil, err
+	}
+	if err := fn(ctx, s); err != nil {
+		return nil, errors.Join(fmt.Errorf("gpumem: capture warmup: %w", err), s.AbortCapture(tok))
+	}
+	if err := s.BeginCapture(tok); err != nil {
+		if !errors.Is(err, ErrCaptureState) {
+			return nil, err
+		}
+		return nil, errors.Join(err, s.AbortCapture(tok))
+	}
+	if err := fn(ctx, s); err != nil {
+		_, endErr := s.EndCapture(tok)
+		return nil, errors.Join(fmt.Errorf("gpumem: capture recording: %w", err), endErr)
+	}
+	return s.EndCapture(tok)
+}
+
+// Graph is a sealed recording: replay it with Launch, release it with
+// Close. While it lives, every page it touched is guarded.
+type Graph struct {
+	s        *Stream
+	exec     stream.Exec
+	guards   []*pool.PageGuard
+	retained [][]byte
+	written  []writtenRange
+	closed   bool // under the device lock
+}
+
+// Ops returns the number of recorded ops.
+func (g *Graph) Ops() int { return g.exec.Len() }
+
+// Launch enqueues the recorded work on the graph's stream. A failed enqueue
+// marks every range the graph writes.
+func (g *Graph) Launch(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s := g.s
+	d := s.d
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed || g.closed {
+		return ErrClosed
+	}
+	if err := s.refuseHostSyncLocked("Graph.Launch"); err != nil {
+		return err
+	}
+	if err := s.q.Replay(g.exec); err != nil {
+		f := d.g.Fail(fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err), "launch")
+		for _, w := range g.written {
+			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+		}
+		d.g.Prune()
+		return err
+	}
+	// The launch is the written buffers' latest use on s: later ops on other
+	// streams order after it.
+	if f, err := s.q.Fence(); err == nil {
+		for _, w := range g.written {
+			if w.owner == s {
+				_ = s.mem.SetCursor(w.b, f.Seq)
+			} else {
+				d.foreign[w.b.Descriptor()] = append(d.foreign[w.b.Descriptor()], f)
+			}
+		}
+	}
+	return nil
+}
+
+// Close waits for the graph's stream, then drops the guards (the pages
+// become ordinary: carvable, releasable, relocatable) and the retained
+// bytes. It is idempotent.
+func (g *Graph) Close() error {
+	s := g.s
+	d := s.d
+	d.mu.Lock()
+	if g.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	if err := s.refuseHostSyncLocked("Graph.Close"); err != nil {
+		d.mu.Unlock()
+		return err
+	}
+	f, ferr := s.q.Fence()
+	d.mu.Unlock()
+	if ferr == nil {
+		if err := s.q.Wait(context.Background(), f); err != nil && !errors.Is(err, ErrDevicePoisoned) {
+			return fmt.Errorf("gpumem: closing graph: %w", err)
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	for _, gd := range g.guards {
+		gd.Release()
+	}
+	g.guards = nil
+	for _, w := range g.written {
+		w.b.Release()
+	}
+	g.written = nil
+	g.retained = nil
+	return nil
+}
