@@ -24,6 +24,8 @@ type Device struct {
 	cfg     memory.Config
 	log     *slog.Logger
 	wrap    func(storage.Storage) storage.Storage
+	// noRelocate: WithoutRelocation; the device reports nothing movable.
+	noRelocate bool
 
 	// mu guards every field below, every manager, pool, location write, the
 	// error graph, capture records and deferred-release lists (D3).
@@ -85,14 +87,15 @@ func openWith(b Backend, o options) (*Device, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Device{
-		backend: b,
-		budget:  storage.NewBudget(o.capacity),
-		props:   props,
-		cfg:     o.cfg,
-		log:     log,
-		wrap:    o.wrapStorage,
-		g:       handle.NewErrorGraph(),
-		foreign: make(map[*handle.Descriptor][]stream.Fence),
+		backend:    b,
+		budget:     storage.NewBudget(o.capacity),
+		props:      props,
+		cfg:        o.cfg,
+		log:        log,
+		wrap:       o.wrapStorage,
+		noRelocate: o.noRelocate,
+		g:          handle.NewErrorGraph(),
+		foreign:    make(map[*handle.Descriptor][]stream.Fence),
 	}
 	d.counters.failedReserves = make(map[string]uint64)
 	d.mu.Lock()

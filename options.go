@@ -22,6 +22,7 @@ type options struct {
 	cfg         memory.Config
 	log         *slog.Logger
 	wrapStorage func(storage.Storage) storage.Storage
+	noRelocate  bool
 }
 
 // WithCapacity bounds the device's memory to bytes (default: unlimited on
@@ -51,3 +52,8 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.
 func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
 	return optionFunc(func(o *options) { o.wrapStorage = wrap })
 }
+
+// WithoutRelocation turns relocation off: outdated pages go back only when
+// their last allocation is freed. For comparing policies (the replay tool's
+// adaptive-norelocate), not for production.
+func WithoutRelocation() Option { return optionFunc(func(o *options) { o.noRelocate = true }) }

@@ -26,10 +26,15 @@ var _ relocation.Streams = streamsOf{}
 func (x streamsOf) Recording() bool { return x.d.recordingLocked() != nil }
 
 // HasOutdated: the relocating stream's memory has outdated pages.
-func (x streamsOf) HasOutdated() bool { return x.s.mem.HasOutdated() }
+func (x streamsOf) HasOutdated() bool { return !x.d.noRelocate && x.s.mem.HasOutdated() }
 
 // RelocationNeed: the relocating stream's memory's need.
-func (x streamsOf) RelocationNeed() relocation.Need { return x.s.mem.RelocationNeed() }
+func (x streamsOf) RelocationNeed() relocation.Need {
+	if x.d.noRelocate {
+		return relocation.Need{}
+	}
+	return x.s.mem.RelocationNeed()
+}
 
 // BytesAllocated: Σ of every stream's storage.
 func (x streamsOf) BytesAllocated() uint64 {
@@ -58,6 +63,9 @@ func (x streamsOf) RelocateMemory(r relocation.Reason) {
 
 // DeviceHasOutdated: any stream's memory has outdated pages.
 func (x streamsOf) DeviceHasOutdated() bool {
+	if x.d.noRelocate {
+		return false
+	}
 	for _, s := range x.d.streams {
 		if s.mem.HasOutdated() {
 			return true

@@ -196,6 +196,11 @@ func TestDirectReclaimReportsWhetherAnythingWent(t *testing.T) {
 	if b.Location().Page() != 1 {
 		t.Errorf("Reclaim moved the live slice to %v", b.Location())
 	}
+	b.Release()
+	if !p.Reclaim(st, nil) || p.Pages() != 0 || len(p.slots) != 0 {
+		t.Errorf("Reclaim of the last slice left %d slices, %d indices; want none (trailing vacancies trimmed)", p.Pages(), len(p.slots))
+	}
+	p.Check()
 
 	// Without a watermark Reclaim and Alloc never release.
 	q := NewDirect(32, 5, nil, Limits{})
@@ -208,7 +213,6 @@ func TestDirectReclaimReportsWhetherAnythingWent(t *testing.T) {
 	if q.Pages() != 2 {
 		t.Errorf("Alloc without a watermark left %d slices, want 2", q.Pages())
 	}
-	b.Release()
 }
 
 func TestDirectGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {

@@ -161,7 +161,7 @@ func (p *Exclusive) Alloc(st storage.Storage, size uint64) (*handle.Handle, erro
 // once when Explicit; guarded pages are never free (X5). Survivors are
 // renumbered, their descriptors rewritten.
 func (p *Exclusive) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) {
-	if kind != Explicit && storage.SatSub(allocNr, p.lastCheck) < p.deallocPeriod {
+	if kind != Explicit && storage.SatSub(allocNr, p.lastCheck) < p.deallocPeriod/5 {
 		return
 	}
 	p.lastCheck = allocNr

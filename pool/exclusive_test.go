@@ -338,8 +338,14 @@ func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t 
 	stale := c.Location()
 	before := p.Report().Usage.BytesReserved
 	cSize := p.pages[2].allocSize
-	a.Release()
+	// b is reused once (freeCount 3): aging alone would keep it; Explicit
+	// releases it anyway.
 	b.Release()
+	if b = p.TryReserve(1024, nil); b == nil || b.Location().Page() != 1 || p.pages[1].freeCount != 3 {
+		t.Fatal("the freed page 1 was not reused")
+	}
+	b.Release()
+	a.Release()
 
 	p.Cleanup(st, 1, Explicit, nil) // Explicit runs whatever allocNr says
 	if p.Pages() != 1 {

@@ -15,17 +15,17 @@ import (
 type Faulty struct {
 	inner Storage
 
-	mu          sync.Mutex
-	allocAbove  uint64 // 0 = off
-	nextAllocs  int
-	allocIf     func(size uint64) bool
-	resolve     bool
-	copies      func(n int) bool
-	waits       func(n int) bool
-	copyCalls   int
-	waitCalls   int
-	failWith    error
-	refusals    int
+	mu         sync.Mutex
+	allocAbove uint64 // 0 = off
+	nextAllocs int
+	allocIf    func(size uint64) bool
+	resolve    bool
+	copies     func(n int) bool
+	waits      func(n int) bool
+	copyCalls  int
+	waitCalls  int
+	failWith   error
+	refusals   int
 }
 
 // FaultInjector is implemented by storages that refuse copies and waits on
