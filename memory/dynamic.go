@@ -35,7 +35,8 @@ type Dynamic interface {
 	Growths() uint64
 	// RelocationStats returns the relocation counters.
 	RelocationStats() relocation.Stats
-	// GuardedPages counts guarded pages.
+	// State describes the arena for the relocation trigger (the zero
+	// state for exclusive pages).
 	State() relocation.ArenaState
 }
 

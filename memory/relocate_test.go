@@ -1,0 +1,377 @@
+package memory_test
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Scenario 26 and SPEC §8.4 example 2.
+func TestRelocationMovesOneMiBIntoElevenMiBPageUnderPressureOn24MiBDevice(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
+	a := arena(t, m)
+
+	small := alloc(t, m, 1*mib, memory.Allow)
+	defer small.Release()
+	if got := a.PageSize(); got != 2*mib {
+		t.Fatalf("page size after 1 MiB = %d, want 2 MiB", got)
+	}
+	if got := m.BytesAllocated(); got != 2*mib {
+		t.Fatalf("allocated after 1 MiB = %d, want one 2 MiB page", got)
+	}
+	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
+		t.Fatalf("need with nothing outdated = %+v, want NeedNothing", need)
+	}
+	wantNoRelocation(t, m)
+
+	large := alloc(t, m, 10*mib, memory.Allow)
+	defer large.Release()
+	if got := a.PageSize(); got != 11*mib {
+		t.Fatalf("page size after 10 MiB = %d, want 11 MiB", got)
+	}
+	if !m.HasOutdated() || a.OutdatedPages() != 1 {
+		t.Fatalf("after growth: HasOutdated %v, outdated pages %d; want the 2 MiB page outdated", m.HasOutdated(), a.OutdatedPages())
+	}
+	if got := m.BytesAllocated(); got != 13*mib {
+		t.Fatalf("allocated after growth = %d, want 13 MiB (2 + 11)", got)
+	}
+	wantNeed := relocation.Need{Kind: relocation.NeedUnderPressure, Capacity: 24 * mib, PageSize: 11 * mib}
+	if need := m.RelocationNeed(); need != wantNeed {
+		t.Fatalf("need = %+v, want %+v", need, wantNeed)
+	}
+	// 13 + 11 = 24 > 24 − 11 = 13.
+	wantRelocation(t, m, relocation.MemoryPressure)
+
+	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	if out.Kind != relocation.Moved || out.Moves != 1 || out.Bytes != 1*mib || out.Err != nil {
+		t.Fatalf("outcome = %+v, want Moved, 1 move of 1 MiB", out)
+	}
+	if m.HasOutdated() || a.OutdatedPages() != 0 {
+		t.Fatalf("after relocation: HasOutdated %v, outdated pages %d; want none", m.HasOutdated(), a.OutdatedPages())
+	}
+	if got := a.Current().Pages(); got != 1 {
+		t.Fatalf("current pages = %d, want 1", got)
+	}
+	if got := m.BytesAllocated(); got != 11*mib {
+		t.Fatalf("allocated after relocation = %d, want 11 MiB", got)
+	}
+	if !samePage(small.Location(), large.Location()) || small.Location().Pool() != a.Current().Index() {
+		t.Fatalf("1 MiB at %v, 10 MiB at %v: want both on the current pool's one page", small.Location(), large.Location())
+	}
+	if r := region(t, m, small); r.Offset != 10*mib || r.Size != 1*mib {
+		t.Fatalf("moved 1 MiB at offset %d size %d, want the last MiB of the page", r.Offset, r.Size)
+	}
+	st := m.Stats().Relocation
+	if st.Runs[relocation.MemoryPressure] != 1 || st.Moves != 1 || st.BytesMoved != 1*mib || st.PagesReleased != 1 || st.BytesReleased != 2*mib {
+		t.Fatalf("stats = %+v, want one MemoryPressure run moving 1 MiB and releasing one 2 MiB page", st)
+	}
+	wantNoRelocation(t, m)
+	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
+		t.Fatalf("need after relocation = %+v, want NeedNothing", need)
+	}
+}
+
+// Scenario 26, last sentence.
+func TestFourMiBDeviceWithNothingOutdatedWantsNoRelocation(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(4*mib), memory.Config{}, 4*mib)
+	h := alloc(t, m, 1*mib, memory.Allow)
+	defer h.Release()
+	// 2 + 2 > 4 − 2 would be High, but nothing is outdated.
+	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
+		t.Fatalf("need = %+v, want NeedNothing", need)
+	}
+	wantNoRelocation(t, m)
+}
+
+// SPEC §8.4 example 3.
+func TestOutdatedPageWaitsForItsAllocationOn48MiBDevice(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(48*mib), memory.Config{}, 48*mib)
+	a := arena(t, m)
+	small := alloc(t, m, 1*mib, memory.Allow)
+	large := alloc(t, m, 10*mib, memory.Allow)
+	defer large.Release()
+	wantNeed := relocation.Need{Kind: relocation.NeedUnderPressure, Capacity: 48 * mib, PageSize: 11 * mib}
+	if need := m.RelocationNeed(); need != wantNeed {
+		t.Fatalf("need = %+v, want %+v", need, wantNeed)
+	}
+	// 13 + 11 = 24 > 48 − 11 = 37? no.
+	wantNoRelocation(t, m)
+
+	before := small.Location()
+	other := alloc(t, m, 512*kib, memory.Allow) // an Allow reservation: periodic cleanup runs
+	defer other.Release()
+	if small.Location() != before || a.OutdatedPages() != 1 {
+		t.Fatalf("outdated page changed while its allocation lives: %v → %v, %d outdated pages", before, small.Location(), a.OutdatedPages())
+	}
+	small.Release()
+	last := alloc(t, m, 256*kib, memory.Allow)
+	defer last.Release()
+	if m.HasOutdated() || m.BytesAllocated() != 11*mib {
+		t.Fatalf("after freeing its allocation: HasOutdated %v, %d bytes allocated; want the 2 MiB page gone", m.HasOutdated(), m.BytesAllocated())
+	}
+}
+
+// growWithLive reserves each of liveSizes (which land on one 2 MiB page),
+// then 10 MiB, which grows the arena to 11 MiB pages and leaves that page
+// outdated.
+func growWithLive(t *testing.T, m *memory.Manager, liveSizes ...uint64) (live []*handle.Handle, large *handle.Handle) {
+	t.Helper()
+	for _, s := range liveSizes {
+		live = append(live, alloc(t, m, s, memory.Allow))
+	}
+	large = alloc(t, m, 10*mib, memory.Allow)
+	if !m.HasOutdated() {
+		t.Fatalf("no outdated pool after growth")
+	}
+	return live, large
+}
+
+func releaseAll(hs ...*handle.Handle) {
+	for _, h := range hs {
+		h.Release()
+	}
+}
+
+// Scenario 27 and SPEC §8.4 example 5.
+func TestGuardedOutdatedPageStallsRelocationUntilGuardReleased(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
+	live, large := growWithLive(t, m, 512*kib, 256*kib)
+	defer releaseAll(append(live, large)...)
+	locA, locB := live[0].Location(), live[1].Location()
+	if !samePage(locA, locB) {
+		t.Fatalf("the two allocations are not neighbours: %v, %v", locA, locB)
+	}
+	wantRelocation(t, m, relocation.MemoryPressure)
+
+	g, ok := m.Guard(locA)
+	if !ok {
+		t.Fatalf("no guard for %v", locA)
+	}
+	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	if out.Kind != relocation.NothingToMove || out.Moves != 0 {
+		t.Fatalf("outcome on a guarded page = %+v, want NothingToMove, 0 moves", out)
+	}
+	if live[0].Location() != locA || live[1].Location() != locB {
+		t.Fatalf("guarded page's allocations moved: %v → %v, %v → %v", locA, live[0].Location(), locB, live[1].Location())
+	}
+	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
+		t.Fatalf("need after a fruitless relocation = %+v, want stalled NeedNothing", need)
+	}
+	wantNoRelocation(t, m)
+
+	g.Release()
+	wantRelocation(t, m, relocation.MemoryPressure)
+	out = m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	if out.Kind != relocation.Moved || out.Moves != 2 {
+		t.Fatalf("outcome after the guard went = %+v, want Moved, 2 moves", out)
+	}
+	if m.HasOutdated() {
+		t.Fatalf("outdated page kept after its allocations moved")
+	}
+}
+
+// Scenario 27, second sentence.
+func TestStalledRelocationWantedAgainAfterNewCurrentPage(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
+	live, large := growWithLive(t, m, 1*mib)
+	defer releaseAll(append(live, large)...)
+	g, ok := m.Guard(live[0].Location())
+	if !ok {
+		t.Fatalf("no guard")
+	}
+	defer g.Release()
+	if out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure); out.Kind != relocation.NothingToMove {
+		t.Fatalf("outcome on a guarded page = %+v, want NothingToMove", out)
+	}
+	wantNoRelocation(t, m)
+
+	pagesBefore := arena(t, m).Current().Pages()
+	more := alloc(t, m, 10*mib, memory.Allow) // 1 MiB left on the 11 MiB page: a second page
+	defer more.Release()
+	if got := arena(t, m).Current().Pages(); got != pagesBefore+1 {
+		t.Fatalf("current pages = %d, want %d", got, pagesBefore+1)
+	}
+	wantRelocation(t, m, relocation.MemoryPressure)
+}
+
+// Scenario 27, last sentence.
+func TestGuardReleasedAtOnceDoesNotPreventMove(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
+	live, large := growWithLive(t, m, 1*mib)
+	defer releaseAll(append(live, large)...)
+	g, ok := m.Guard(live[0].Location())
+	if !ok {
+		t.Fatalf("no guard")
+	}
+	g.Release()
+	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	if out.Kind != relocation.Moved || out.Moves != 1 {
+		t.Fatalf("outcome = %+v, want Moved, 1 move", out)
+	}
+	if m.Guards() != 0 {
+		t.Fatalf("guards = %d, want 0", m.Guards())
+	}
+}
+
+// Scenario 32, first half.
+func TestRelocatedAllocationKeepsItsBytes(t *testing.T) {
+	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
+	small := alloc(t, m, 1*mib, memory.Allow)
+	defer small.Release()
+	fill(t, m, small, 7)
+	large := alloc(t, m, 10*mib, memory.Allow)
+	defer large.Release()
+	fill(t, m, large, 9)
+	from := small.Location()
+
+	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	if out.Kind != relocation.Moved || out.Moves != 1 {
+		t.Fatalf("outcome = %+v, want Moved, 1 move", out)
+	}
+	if small.Location() == from {
+		t.Fatalf("allocation still at %v", from)
+	}
+	wantBytes(t, m, small, 1*mib, 7)
+	wantBytes(t, m, large, 10*mib, 9)
+	if m.HasOutdated() || m.BytesAllocated() != 11*mib {
+		t.Fatalf("HasOutdated %v, %d bytes allocated; want the outdated page gone", m.HasOutdated(), m.BytesAllocated())
+	}
+	if !samePage(small.Location(), large.Location()) {
+		t.Fatalf("moved allocation at %v, large one at %v: want one page", small.Location(), large.Location())
+	}
+	if u := usage(m); u.BytesInUse != 11*mib || u.Allocations != 2 || u.BytesReserved != 11*mib {
+		t.Fatalf("usage = %+v, want 2 allocations, 11 MiB in use and reserved", u)
+	}
+}
+
+// Scenario 32, second half.
+func TestRefusedCopiesLeaveAllocationWhereItWasWithItsBytes(t *testing.T) {
+	st := storage.NewFaulty(storage.NewHost(32, storage.NewBudget(24*mib)))
+	m := newManagerOn(t, st, adaptivePreset(24*mib), memory.Config{})
+	small := alloc(t, m, 1*mib, memory.Allow)
+	defer small.Release()
+	fill(t, m, small, 7)
+	large := alloc(t, m, 10*mib, memory.Allow)
+	defer large.Release()
+	from := small.Location()
+	usageBefore := usage(m)
+
+	st.RefuseResolve(true)
+	out := m.Relocate(relocation.HostCopies{Faults: st}, relocation.MemoryPressure)
+	st.RefuseResolve(false)
+	if out.Kind != relocation.Abandoned || out.Err == nil {
+		t.Fatalf("outcome = %+v, want Abandoned with an error", out)
+	}
+	wantErrIs(t, out.Err, storage.ErrUnknownRegion)
+	if st.Refusals() == 0 {
+		t.Fatalf("no resolve was refused")
+	}
+	if small.Location() != from {
+		t.Fatalf("allocation moved from %v to %v although its copy was refused", from, small.Location())
+	}
+	wantBytes(t, m, small, 1*mib, 7)
+	if !m.HasOutdated() || m.BytesAllocated() != 13*mib {
+		t.Fatalf("HasOutdated %v, %d bytes allocated; want the outdated page kept", m.HasOutdated(), m.BytesAllocated())
+	}
+	if u := usage(m); u != usageBefore {
+		t.Fatalf("usage after an abandoned relocation = %+v, want %+v (target freed again)", u, usageBefore)
+	}
+	if got := m.Stats().Relocation.Abandoned; got != 1 {
+		t.Fatalf("abandoned count = %d, want 1", got)
+	}
+	// The freed target is room again: the next relocation moves.
+	if out := m.Relocate(relocation.HostCopies{Faults: st}, relocation.MemoryPressure); out.Kind != relocation.Moved {
+		t.Fatalf("retry outcome = %+v, want Moved", out)
+	}
+	wantBytes(t, m, small, 1*mib, 7)
+}
+
+// recorder keeps every log record's level and message.
+type recorder struct {
+	mu      sync.Mutex
+	records []slog.Record
+}
+
+func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.records = append(r.records, rec)
+	return nil
+}
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *recorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *recorder) has(level slog.Level, substr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rec := range r.records {
+		if rec.Level == level && strings.Contains(rec.Message, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// SPEC §6.5: an abandoned relocation always warns, even with logging
+// disabled, while Info lines stay silent.
+func TestAbandonedRelocationWarnsEvenWithLoggingDisabled(t *testing.T) {
+	rec := &recorder{}
+	st := storage.NewFaulty(storage.NewHost(32, nil))
+	m, err := memory.New(st, adaptivePreset(24*mib), memory.Config{}, slog.New(rec), "s0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live, large := growWithLive(t, m, 1*mib)
+	defer releaseAll(live[0], large)
+	if rec.has(slog.LevelInfo, "grew") {
+		t.Fatalf("growth logged at Info with logging disabled")
+	}
+	st.RefuseResolve(true)
+	out := m.Relocate(relocation.HostCopies{Faults: st}, relocation.MemoryPressure)
+	st.RefuseResolve(false)
+	if out.Kind != relocation.Abandoned {
+		t.Fatalf("outcome = %+v, want Abandoned", out)
+	}
+	if !rec.has(slog.LevelWarn, "relocation off outdated pages abandoned") {
+		t.Fatalf("no Warn for the abandoned relocation")
+	}
+}
+
+// SPEC §7.5: a failed non-poison wait leaks source and target; neither is
+// reused.
+func TestFailedCopyWaitLeaksSourceAndTarget(t *testing.T) {
+	st := storage.NewFaulty(storage.NewHost(32, nil))
+	m := newManagerOn(t, st, adaptivePreset(24*mib), memory.Config{})
+	live, large := growWithLive(t, m, 1*mib)
+	defer releaseAll(large)
+	fill(t, m, live[0], 7)
+	from := live[0].Location()
+	st.RefuseWaits(func(n int) bool { return n == 2 }) // WaitCopies
+	out := m.Relocate(relocation.HostCopies{Faults: st}, relocation.MemoryPressure)
+	st.RefuseWaits(nil)
+	if out.Kind != relocation.Leaked || m.Stats().Relocation.Leaked != 1 {
+		t.Fatalf("outcome = %+v, leaked %d; want Leaked", out, m.Stats().Relocation.Leaked)
+	}
+	if live[0].Location() != from {
+		t.Fatalf("allocation moved after a failed wait")
+	}
+	live[0].Release()
+	// Both slices stay non-free: the 1 MiB left on the 11 MiB page is never
+	// handed out, and the outdated page is never released.
+	h := alloc(t, m, 1*mib, memory.Allow)
+	defer h.Release()
+	if samePage(h.Location(), large.Location()) {
+		t.Fatalf("leaked target room reused at %v", h.Location())
+	}
+	if !m.HasOutdated() {
+		t.Fatalf("outdated page with a leaked source released")
+	}
+}
