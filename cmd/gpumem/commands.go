@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/compare"
+)
+
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// parseFlags parses args, letting flags follow positional arguments.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem replay", stderr)
+	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size) or host (real bytes, small traces)")
+	var capacity sizeFlag
+	fs.Var(&capacity, "capacity", "replay at this device capacity (e.g. 24GiB) instead of unlimited")
+	format := fs.String("format", "text", "output: text or json")
+	jsonOut := fs.Bool("json", false, "same as -format json")
+	htmlOut := fs.String("html", "", "also write a standalone HTML page with the timeline to `FILE`")
+	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run")
+	bandwidth := fs.Float64("bandwidth", compare.DefaultBandwidth, "device copy bandwidth (B/s) for the relocation time estimate")
+	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
+	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gpumem replay [flags] [FILE]\n\nFILE is a PyTorch memory snapshot (.pickle, .json, gzip ok) or a gpumem trace (.jsonl);\nwithout FILE the embedded default trace is replayed.\n\nflags:")
+		fs.PrintDefaults()
+	}
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) > 1 {
+		return fmt.Errorf("%w: replay takes at most one FILE, got %d", errUsage, len(pos))
+	}
+	if *jsonOut {
+		*format = "json"
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
+	}
+	if *backend != "sim" && *backend != "host" {
+		return fmt.Errorf("%w: -backend %q: want sim or host (the cuda backend replays through examples/cuda)", errUsage, *backend)
+	}
+	if *bandwidth <= 0 {
+		return fmt.Errorf("%w: -bandwidth must be positive", errUsage)
+	}
+	path := ""
+	if len(pos) == 1 {
+		path = pos[0]
+	}
+	src, err := loadSource(path)
+	if err != nil {
+		return err
+	}
+	opts := compare.Options{
+		Policies:     strings.Split(*policies, ","),
+		Bandwidth:    *bandwidth,
+		SkipCapacity: *noSearch,
+		Host:         *backend == "host",
+		Capacity:     capacity.v,
+	}
+	if *htmlOut != "" {
+		opts.Timeline = 1500
+	}
+	if !*quiet && isTerminal(os.Stderr) {
+		bar := newProgressBar(stderr)
+		defer bar.done()
+		opts.Progress = bar.update
+	}
+	c, err := compare.Run(ctx, src, opts)
+	if errors.Is(err, compare.ErrUnknownPolicy) {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err != nil {
+		return err
+	}
+	if *format == "json" {
+		err = c.WriteJSON(stdout)
+	} else {
+		err = c.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		if err := writeFile(*htmlOut, c.WriteHTML); err != nil {
+			return err
+		}
+	}
+	if *failOnOOM {
+		for _, p := range c.Policies {
+			if p.FailedAllocs > 0 {
+				return fmt.Errorf("policy %s failed %d allocations", p.Name, p.FailedAllocs)
+			}
+		}
+	}
+	return nil
+}
+
+// writeFile writes through fn to path, removing a partial file on error.
+func writeFile(path string, fn func(io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := fn(f); err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	return f.Close()
+}
+
+func convertCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem convert", stderr)
+	out := fs.String("o", "", "write the trace to `FILE` (required)")
+	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 || *out == "" {
+		return fmt.Errorf("%w: gpumem convert SNAPSHOT -o TRACE.jsonl", errUsage)
+	}
+	f, err := os.Open(pos[0])
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude})
+	if err != nil {
+		return err
+	}
+	err = writeFile(*out, func(w io.Writer) error {
+		enc := trace.NewEncoder(w)
+		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: pos[0], Streams: snap.Streams}); err != nil {
+			return err
+		}
+		for _, e := range snap.Events {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d events (%d streams, %d prelude allocations, peak live %s) to %s\n",
+		len(snap.Events), snap.Streams, snap.Counts.Prelude, pool.Bytes(snap.PeakLive), *out)
+	return nil
+}
+
+func synthCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem synth", stderr)
+	workload := fs.String("workload", "", "one of "+strings.Join(trace.Workloads(), ", "))
+	seed := fs.Uint64("seed", 1, "random seed (same seed, same bytes)")
+	allocs := fs.Int("allocs", 0, "approximate number of allocations (0 = default)")
+	streams := fs.Int("streams", 0, "streams of multistream (0 = default)")
+	out := fs.String("o", "", "write the trace to `FILE` (required)")
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 0 || *out == "" || *workload == "" {
+		return fmt.Errorf("%w: gpumem synth -workload NAME [-seed N] -o TRACE.jsonl", errUsage)
+	}
+	events, err := trace.Synth(*workload, *seed, trace.SynthParams{Allocs: *allocs, Streams: *streams})
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	n := 0
+	err = writeFile(*out, func(w io.Writer) error {
+		enc := trace.NewEncoder(w)
+		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: fmt.Sprintf("synth %s seed %d", *workload, *seed)}); err != nil {
+			return err
+		}
+		for e := range events {
+			if err := enc.Encode(e); err != nil {
+				return err
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "wrote %d events of %s (seed %d) to %s\n", n, *workload, *seed, *out)
+	return nil
+}
+
+func infoCmd(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem info", stderr)
+	if _, err := parseFlags(fs, args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	for _, b := range []struct {
+		name string
+		sim  bool
+	}{{"host", false}, {"sim", true}} {
+		var opts []gpumem.Option
+		if b.sim {
+			opts = append(opts, gpumem.WithSim())
+		}
+		dev, err := gpumem.Open(opts...)
+		if err != nil {
+			return err
+		}
+		p := dev.Properties()
+		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory))
+		dev.Close()
+	}
+	fmt.Fprintln(stdout, cudaInfo())
+	return nil
+}
+
+func capacityString(n uint64) string {
+	if n == 0 {
+		return "unlimited"
+	}
+	return pool.Bytes(n).String()
+}

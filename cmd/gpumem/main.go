@@ -1,0 +1,68 @@
+// Command gpumem replays allocation traces (PyTorch memory snapshots
+// included) under gpumem's policies and a model of PyTorch's caching
+// allocator, side by side; converts snapshots to native traces; generates
+// synthetic workloads; and lists backends.
+//
+//	gpumem replay [flags] [FILE]     compare policies on a trace (default: the embedded one)
+//	gpumem convert SNAPSHOT -o TRACE.jsonl
+//	gpumem synth -workload NAME -seed N -o TRACE.jsonl
+//	gpumem info
+//
+// Exit status: 0 success; 1 a replay error, or failed allocations under
+// -fail-on-oom; 2 a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+// errUsage marks a usage error (exit status 2).
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil:
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(os.Stderr, "gpumem:", err)
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "gpumem:", err)
+		os.Exit(1)
+	}
+}
+
+const usageText = `usage:
+  gpumem replay [flags] [FILE]      replay a trace under every policy, side by side
+                                    (FILE: .pickle/.json snapshot or .jsonl trace; default: embedded)
+  gpumem convert SNAPSHOT -o TRACE.jsonl
+  gpumem synth -workload NAME [-seed N] -o TRACE.jsonl
+  gpumem info                       available backends and their properties
+run "gpumem COMMAND -h" for a command's flags`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command\n%s", errUsage, usageText)
+	}
+	switch args[0] {
+	case "replay":
+		return replayCmd(ctx, args[1:], stdout, stderr)
+	case "convert":
+		return convertCmd(args[1:], stdout, stderr)
+	case "synth":
+		return synthCmd(args[1:], stdout, stderr)
+	case "info":
+		return infoCmd(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(stdout, usageText)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q\n%s", errUsage, args[0], usageText)
+}

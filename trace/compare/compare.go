@@ -1,0 +1,315 @@
+package compare
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/torch"
+)
+
+// ErrUnknownPolicy is returned for a policy name Run does not know.
+var ErrUnknownPolicy = errors.New("compare: unknown policy")
+
+// Policy names.
+const (
+	Adaptive           = "adaptive"
+	AdaptiveNoRelocate = "adaptive-norelocate"
+	Exclusive          = "exclusive"
+	Torch              = "torch"
+)
+
+// Policies lists every policy, in report order.
+func Policies() []string { return []string{Adaptive, AdaptiveNoRelocate, Exclusive, Torch} }
+
+// DefaultBandwidth is the device copy bandwidth relocation time is
+// estimated at (B/s): about an H100's or H200's device-to-device copy rate.
+const DefaultBandwidth = 2.0e12
+
+// Source is one trace to compare.
+type Source struct {
+	Name   string
+	Events []trace.Event
+	// Recorded is what PyTorch itself reserved at its peak (snapshots
+	// only; 0 = unknown).
+	Recorded uint64
+	// RecordedTimeline is PyTorch's reserved bytes after given events.
+	RecordedTimeline []trace.Point
+	// Warnings are counted oddities of the input (ignored frees, …).
+	Warnings map[string]int
+}
+
+// Options tunes Run.
+type Options struct {
+	Policies  []string // nil = every policy
+	Bandwidth float64  // 0 = DefaultBandwidth
+	// SkipCapacity turns off the capacity search (faster).
+	SkipCapacity bool
+	// Timeline points per policy (0 = none).
+	Timeline int
+	// Host replays gpumem policies on host storage (real bytes, small
+	// traces only) instead of Sim.
+	Host bool
+	// Capacity, when set, replays every policy at this capacity instead of
+	// unlimited (the search still runs unless SkipCapacity).
+	Capacity uint64
+	// Progress is told which policy and step runs, and how far it is.
+	Progress func(policy, step string, done, total int)
+}
+
+// PolicyResult is one policy's figures.
+type PolicyResult struct {
+	Name              string              `json:"name"`
+	PeakReserved      uint64              `json:"peak_reserved_bytes"`
+	ReservedOverLive  float64             `json:"reserved_over_peak_live"`
+	MinCapacity       uint64              `json:"min_capacity_bytes"`
+	MinCapacityOver   float64             `json:"min_capacity_over_peak_live"`
+	CapacityProbes    int                 `json:"capacity_probes"`
+	Relocations       uint64              `json:"relocations"`
+	BytesMoved        uint64              `json:"bytes_moved"`
+	CopySeconds       float64             `json:"copy_seconds"`
+	ReplaySeconds     float64             `json:"replay_seconds"`
+	FailedAllocs      int                 `json:"failed_allocs"`
+	MinCapacityReport *trace.ReplayReport `json:"at_min_capacity,omitempty"`
+	Report            *trace.ReplayReport `json:"replay,omitempty"`
+	Timeline          []trace.Point       `json:"-"`
+}
+
+// Comparison is Run's result.
+type Comparison struct {
+	Trace     string         `json:"trace"`
+	Events    int            `json:"events"`
+	PeakLive  uint64         `json:"peak_live_bytes"`
+	Recorded  *uint64        `json:"recorded_reserved_bytes"`
+	Bandwidth float64        `json:"bandwidth_bytes_per_second"`
+	MaxPage   uint64         `json:"max_page_bytes"`
+	Warnings  map[string]int `json:"warnings,omitempty"`
+	Policies  []PolicyResult `json:"policies"`
+	Recording []trace.Point  `json:"-"`
+}
+
+// Run replays src under each policy.
+func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
+	names := opts.Policies
+	if len(names) == 0 {
+		names = Policies()
+	}
+	for _, n := range names {
+		if !slices.Contains(Policies(), n) {
+			return nil, fmt.Errorf("%w %q: want one of %v", ErrUnknownPolicy, n, Policies())
+		}
+	}
+	bw := opts.Bandwidth
+	if bw <= 0 {
+		bw = DefaultBandwidth
+	}
+	c := &Comparison{
+		Trace:     src.Name,
+		Events:    len(src.Events),
+		PeakLive:  peakLive(src.Events),
+		Bandwidth: bw,
+		MaxPage:   maxPageFor(src.Events),
+		Warnings:  src.Warnings,
+		Recording: src.RecordedTimeline,
+	}
+	if src.Recorded > 0 {
+		r := src.Recorded
+		c.Recorded = &r
+	}
+	for _, name := range names {
+		res, err := runPolicy(ctx, name, src.Events, c, opts)
+		if err != nil {
+			return nil, fmt.Errorf("compare: policy %s: %w", name, err)
+		}
+		res.CopySeconds = float64(res.BytesMoved) / bw
+		if c.PeakLive > 0 {
+			res.ReservedOverLive = float64(res.PeakReserved) / float64(c.PeakLive)
+			res.MinCapacityOver = float64(res.MinCapacity) / float64(c.PeakLive)
+		}
+		c.Policies = append(c.Policies, res)
+	}
+	return c, nil
+}
+
+// peakLive is the highest sum of live requested sizes.
+func peakLive(events []trace.Event) uint64 {
+	live := make(map[uint64]uint64)
+	var cur, peak uint64
+	for _, e := range events {
+		switch e.Op {
+		case trace.OpAlloc:
+			if old, ok := live[e.ID]; ok {
+				cur -= old
+			}
+			live[e.ID] = e.Size
+			cur += e.Size
+			peak = max(peak, cur)
+		case trace.OpFree:
+			if s, ok := live[e.ID]; ok {
+				cur -= s
+				delete(live, e.ID)
+			}
+		}
+	}
+	return peak
+}
+
+// maxPageFor is the max page every gpumem policy uses: 1 GiB, or more when
+// the trace holds a larger allocation (C1).
+func maxPageFor(events []trace.Event) uint64 {
+	page := uint64(1 << 30)
+	for _, e := range events {
+		if e.Op == trace.OpAlloc && e.Size+(1<<20) > page {
+			page = storage.RoundUp(e.Size+(1<<20), 1<<20)
+		}
+	}
+	return page
+}
+
+// openPolicy opens a Sim device for a gpumem policy at capacity (0 =
+// unlimited).
+func openPolicy(name string, capacity, maxPage uint64, host bool) (*gpumem.Device, error) {
+	props := memory.Properties{MaxPageSize: maxPage, Alignment: storage.DefaultAlignment, MaxMemory: capacity}
+	opts := []gpumem.Option{gpumem.WithProperties(props), gpumem.WithCapacity(capacity)}
+	if !host {
+		opts = append(opts, gpumem.WithSim())
+	}
+	switch name {
+	case AdaptiveNoRelocate:
+		opts = append(opts, gpumem.WithoutRelocation())
+	case Exclusive:
+		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
+	}
+	return gpumem.Open(opts...)
+}
+
+// replayOnce replays events under a policy at capacity and returns the
+// figures that matter for the search and the report.
+func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, host, failFast bool, timeline int, progress func(done, total int)) (*trace.ReplayReport, error) {
+	if name == Torch {
+		return replayTorch(events, capacity, timeline)
+	}
+	dev, err := openPolicy(name, capacity, maxPage, host)
+	if err != nil {
+		return nil, err
+	}
+	defer dev.Close()
+	return trace.Replay(ctx, dev, slices.Values(events), trace.ReplayOptions{
+		Total: len(events), FailFast: failFast, Timeline: timeline, Progress: progress,
+	})
+}
+
+// replayTorch runs the PyTorch caching-allocator model and reports it in
+// the replay's terms.
+func replayTorch(events []trace.Event, capacity uint64, timeline int) (*trace.ReplayReport, error) {
+	start := time.Now()
+	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity})
+	if err != nil {
+		return nil, err
+	}
+	rep := &trace.ReplayReport{
+		Backend:      "torch-model",
+		Events:       res.Events,
+		Allocs:       res.Allocs,
+		Frees:        res.Frees,
+		IgnoredFrees: res.IgnoredFrees,
+		Cleanups:     res.Cleanups,
+		Skipped:      res.Skipped,
+		FailedAllocs: res.FailedAllocs,
+		FirstFailure: res.FirstFailure,
+		PeakLive:     res.PeakLive,
+		PeakDevice:   res.PeakReserved,
+		FinalDevice:  res.FinalReserved,
+		WallSeconds:  time.Since(start).Seconds(),
+	}
+	if res.PeakLive > 0 {
+		rep.Fragmentation = float64(res.PeakReserved) / float64(res.PeakLive)
+	}
+	if timeline > 0 {
+		rep.Timeline = torchTimeline(events, res.Segments, timeline)
+	}
+	return rep, nil
+}
+
+// torchTimeline rebuilds live and reserved bytes per event from the model's
+// segment events.
+func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) []trace.Point {
+	stride := max(1, len(events)/points)
+	live := make(map[uint64]uint64)
+	var cur, reserved uint64
+	var out []trace.Point
+	j := 0
+	for i, e := range events {
+		switch e.Op {
+		case trace.OpAlloc:
+			if old, ok := live[e.ID]; ok {
+				cur -= old
+			}
+			live[e.ID] = e.Size
+			cur += e.Size
+		case trace.OpFree:
+			if s, ok := live[e.ID]; ok {
+				cur -= s
+				delete(live, e.ID)
+			}
+		}
+		for j < len(segs) && segs[j].Event <= i {
+			if segs[j].Release {
+				reserved -= min(reserved, segs[j].Size)
+			} else {
+				reserved += segs[j].Size
+			}
+			j++
+		}
+		if i%stride == 0 {
+			out = append(out, trace.Point{Event: i, Live: cur, Device: reserved})
+		}
+	}
+	return out
+}
+
+func runPolicy(ctx context.Context, name string, events []trace.Event, c *Comparison, opts Options) (PolicyResult, error) {
+	progress := func(step string) func(done, total int) {
+		if opts.Progress == nil {
+			return nil
+		}
+		return func(done, total int) { opts.Progress(name, step, done, total) }
+	}
+	rep, err := replayOnce(ctx, name, events, opts.Capacity, c.MaxPage, opts.Host, false, opts.Timeline, progress("replay"))
+	if err != nil {
+		return PolicyResult{}, err
+	}
+	res := PolicyResult{
+		Name:          name,
+		PeakReserved:  rep.PeakDevice,
+		Relocations:   rep.Relocations,
+		BytesMoved:    rep.BytesMoved,
+		ReplaySeconds: rep.WallSeconds,
+		FailedAllocs:  rep.FailedAllocs,
+		Report:        rep,
+		Timeline:      rep.Timeline,
+	}
+	if opts.SkipCapacity || rep.FailedAllocs > 0 {
+		return res, nil
+	}
+	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, opts.Host, progress)
+	if err != nil {
+		return PolicyResult{}, err
+	}
+	res.CapacityProbes = probes
+	if capRes != nil {
+		res.MinCapacity = capRes.capacity
+		res.MinCapacityReport = capRes.rep
+		// The figures a capacity-bound device pays: relocations at the
+		// smallest device are the ones that made it fit.
+		res.Relocations = capRes.rep.Relocations
+		res.BytesMoved = capRes.rep.BytesMoved
+	}
+	return res, nil
+}

@@ -1,0 +1,352 @@
+// The replay engine: a trace's events applied, in order, to a gpumem device.
+//
+// Streams are created on demand (trace stream i is the device's i-th
+// stream); IDs map to buffers; a failed allocation is counted and the
+// replay goes on (its later free is ignored). Live, device and reserved
+// bytes are sampled after every event, so the peaks are exact. On Sim
+// storage nothing is copied and ops run inline, so a replay costs the
+// bookkeeping alone.
+
+package trace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"time"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/pool"
+)
+
+// ErrReplay wraps an error that stopped a replay (not a failed allocation,
+// which is counted): a device error, a cancelled context.
+var ErrReplay = errors.New("trace: replay stopped")
+
+// ReplayOptions tunes Replay.
+type ReplayOptions struct {
+	// Total is the number of events, when known, for Progress.
+	Total int
+	// Progress, when set, is called every ProgressEvery events (default
+	// 65536) with the events done so far.
+	Progress      func(done, total int)
+	ProgressEvery int
+	// Timeline, when > 0, records up to about that many evenly spread
+	// (event, live, device) points for plotting.
+	Timeline int
+	// FailFast stops at the first failed allocation.
+	FailFast bool
+}
+
+// Point is one timeline sample.
+type Point struct {
+	Event  int    `json:"event"`
+	Live   uint64 `json:"live_bytes"`
+	Device uint64 `json:"device_bytes"`
+}
+
+// ReplayReport is what a replay measured (SPEC §13.4).
+type ReplayReport struct {
+	Backend      string         `json:"backend"`
+	Events       int            `json:"events"`
+	EventsByOp   map[string]int `json:"events_by_op"`
+	Allocs       int            `json:"allocs"`
+	Frees        int            `json:"frees"`
+	IgnoredFrees int            `json:"ignored_frees"`
+	Cleanups     int            `json:"explicit_cleanups"`
+	Skipped      int            `json:"skipped_events"`
+
+	FailedAllocs       int            `json:"failed_allocs"`
+	FailedAllocsByKind map[string]int `json:"failed_allocs_by_kind"`
+	FirstFailure       int            `json:"first_failure"` // event index, −1 when none
+	FirstFailureError  string         `json:"first_failure_error,omitempty"`
+
+	PeakLive      uint64  `json:"peak_live_bytes"`
+	FinalLive     uint64  `json:"final_live_bytes"`
+	PeakDevice    uint64  `json:"peak_device_bytes"`
+	FinalDevice   uint64  `json:"final_device_bytes"`
+	FinalReserved uint64  `json:"final_reserved_bytes"`
+	Fragmentation float64 `json:"fragmentation"` // peak device ÷ peak live
+
+	StorageAllocs   uint64 `json:"storage_allocs"`
+	StorageDeallocs uint64 `json:"storage_deallocs"`
+	Growths         uint64 `json:"growths"`
+	FinalPageSize   uint64 `json:"final_arena_page_size"`
+
+	RelocationsByReason map[string]uint64 `json:"relocations_by_reason"`
+	Relocations         uint64            `json:"relocations"` // runs that moved something
+	Moves               uint64            `json:"moves"`
+	BytesMoved          uint64            `json:"bytes_moved"`
+	PagesReleased       uint64            `json:"pages_released"`
+	BytesReleased       uint64            `json:"bytes_released"`
+	MovedPerReleased    float64           `json:"bytes_moved_per_byte_released"`
+	Abandoned           uint64            `json:"relocations_abandoned"`
+	Leaked              uint64            `json:"relocations_leaked"`
+	ReserveRetries      uint64            `json:"reserve_retries"`
+	CapturesSealed      uint64            `json:"captures_sealed"`
+	CapturesDoomed      uint64            `json:"captures_doomed"`
+	CapturesAbandoned   uint64            `json:"captures_abandoned"`
+	GuardedPagesAtEnd   uint64            `json:"guarded_pages_at_end"`
+
+	WallSeconds float64 `json:"wall_seconds"`
+	Timeline    []Point `json:"-"`
+}
+
+// replayer holds one replay's state.
+type replayer struct {
+	dev      *gpumem.Device
+	streams  []*gpumem.Stream
+	buffers  map[uint64]*gpumem.Buffer
+	windows  map[int][]func()
+	tokens   map[int]*gpumem.CaptureToken
+	graphs   map[int]*gpumem.Graph
+	capOwner map[int]int // graph → stream
+	live     uint64
+	rep      *ReplayReport
+}
+
+// Replay applies events to dev in order and reports what it measured. It
+// stops early only on a cancelled context, a device error it cannot count
+// (ErrReplay), or with FailFast at the first failed allocation.
+func Replay(ctx context.Context, dev *gpumem.Device, events iter.Seq[Event], opts ReplayOptions) (*ReplayReport, error) {
+	start := time.Now()
+	r := &replayer{
+		dev:      dev,
+		streams:  dev.Streams(),
+		buffers:  make(map[uint64]*gpumem.Buffer),
+		windows:  make(map[int][]func()),
+		tokens:   make(map[int]*gpumem.CaptureToken),
+		graphs:   make(map[int]*gpumem.Graph),
+		capOwner: make(map[int]int),
+		rep: &ReplayReport{
+			Backend:            dev.Backend().Name(),
+			EventsByOp:         make(map[string]int),
+			FailedAllocsByKind: make(map[string]int),
+			FirstFailure:       -1,
+		},
+	}
+	every := opts.ProgressEvery
+	if every <= 0 {
+		every = 1 << 16
+	}
+	stride := 1
+	if opts.Timeline > 0 && opts.Total > opts.Timeline {
+		stride = opts.Total / opts.Timeline
+	}
+	rep := r.rep
+	i := 0
+	var err error
+	for e := range events {
+		if i%1024 == 0 {
+			if cerr := ctx.Err(); cerr != nil {
+				err = cerr
+				break
+			}
+		}
+		if err = r.apply(ctx, i, e); err != nil {
+			break
+		}
+		if opts.FailFast && rep.FailedAllocs > 0 {
+			break
+		}
+		devBytes := dev.BytesAllocated()
+		rep.PeakDevice = max(rep.PeakDevice, devBytes)
+		rep.PeakLive = max(rep.PeakLive, r.live)
+		if opts.Timeline > 0 && i%stride == 0 {
+			rep.Timeline = append(rep.Timeline, Point{Event: i, Live: r.live, Device: devBytes})
+		}
+		i++
+		if opts.Progress != nil && i%every == 0 {
+			opts.Progress(i, opts.Total)
+		}
+	}
+	rep.Events = i
+	if opts.Progress != nil {
+		opts.Progress(i, opts.Total)
+	}
+	r.finish(start)
+	if err != nil {
+		return rep, fmt.Errorf("%w at event %d: %w", ErrReplay, i, err)
+	}
+	return rep, nil
+}
+
+// stream returns trace stream n, creating device streams up to it.
+func (r *replayer) stream(n int) (*gpumem.Stream, error) {
+	for len(r.streams) <= n {
+		s, err := r.dev.NewStream()
+		if err != nil {
+			return nil, err
+		}
+		r.streams = append(r.streams, s)
+	}
+	return r.streams[n], nil
+}
+
+func (r *replayer) apply(ctx context.Context, i int, e Event) error {
+	rep := r.rep
+	rep.EventsByOp[e.Op.String()]++
+	switch e.Op {
+	case OpAlloc:
+		s, err := r.stream(e.Stream)
+		if err != nil {
+			return err
+		}
+		if old, ok := r.buffers[e.ID]; ok {
+			// An ID reused while live: the trace implies a free.
+			r.live -= old.Size()
+			_ = old.Free()
+			delete(r.buffers, e.ID)
+		}
+		b, err := s.Alloc(ctx, e.Size)
+		if err != nil {
+			if errors.Is(err, gpumem.ErrClosed) || ctx.Err() != nil {
+				return err
+			}
+			rep.FailedAllocs++
+			rep.FailedAllocsByKind[failureKind(err)]++
+			if rep.FirstFailure < 0 {
+				rep.FirstFailure = i
+				rep.FirstFailureError = err.Error()
+			}
+			return nil
+		}
+		rep.Allocs++
+		r.buffers[e.ID] = b
+		r.live += e.Size
+	case OpFree:
+		b, ok := r.buffers[e.ID]
+		if !ok {
+			rep.IgnoredFrees++
+			return nil
+		}
+		delete(r.buffers, e.ID)
+		r.live -= b.Size()
+		rep.Frees++
+		return b.Free()
+	case OpCleanup:
+		s, err := r.stream(e.Stream)
+		if err != nil {
+			return err
+		}
+		rep.Cleanups++
+		if err := s.Cleanup(ctx); err != nil && !errors.Is(err, gpumem.ErrRecording) {
+			return err
+		}
+	case OpWindow:
+		s, err := r.stream(e.Stream)
+		if err != nil {
+			return err
+		}
+		if e.Mode == ModeAuto {
+			ws := r.windows[e.Stream]
+			if len(ws) == 0 {
+				rep.Skipped++
+				return nil
+			}
+			ws[len(ws)-1]()
+			r.windows[e.Stream] = ws[:len(ws)-1]
+			return nil
+		}
+		mode, err := memory.ParseMode(e.Mode)
+		if err != nil {
+			return err
+		}
+		r.windows[e.Stream] = append(r.windows[e.Stream], s.Window(mode))
+	case OpCapture:
+		return r.capture(ctx, e)
+	default:
+		rep.Skipped++
+	}
+	return nil
+}
+
+// capture applies a capture phase; capture errors (out-of-order phases,
+// doomed recordings) are counted through the device's stats, not fatal.
+func (r *replayer) capture(ctx context.Context, e Event) error {
+	s, err := r.stream(e.Stream)
+	if err != nil {
+		return err
+	}
+	switch e.Phase {
+	case PhasePrepare:
+		tok, err := s.PrepareCapture()
+		if err == nil {
+			r.tokens[e.Graph] = tok
+			r.capOwner[e.Graph] = e.Stream
+		}
+	case PhaseBegin:
+		if tok, ok := r.tokens[e.Graph]; ok {
+			_ = r.streams[r.capOwner[e.Graph]].BeginCapture(tok)
+		}
+	case PhaseEnd:
+		if tok, ok := r.tokens[e.Graph]; ok {
+			delete(r.tokens, e.Graph)
+			if g, err := r.streams[r.capOwner[e.Graph]].EndCapture(tok); err == nil {
+				r.graphs[e.Graph] = g
+			}
+		}
+	case PhaseLaunch:
+		if g, ok := r.graphs[e.Graph]; ok {
+			_ = g.Launch(ctx)
+		}
+	case PhaseClose:
+		if g, ok := r.graphs[e.Graph]; ok {
+			delete(r.graphs, e.Graph)
+			return g.Close()
+		}
+	}
+	return nil
+}
+
+// finish fills the report from the device's counters.
+func (r *replayer) finish(start time.Time) {
+	rep := r.rep
+	st := r.dev.Stats()
+	rep.FinalLive = r.live
+	rep.FinalDevice = st.BytesAllocated
+	rep.FinalReserved = st.BytesReserved
+	if rep.PeakLive > 0 {
+		rep.Fragmentation = float64(rep.PeakDevice) / float64(rep.PeakLive)
+	}
+	rep.StorageAllocs = st.StorageAllocs
+	rep.StorageDeallocs = st.StorageDeallocs
+	rep.Growths = st.Growths
+	rep.RelocationsByReason = make(map[string]uint64)
+	for reason, n := range st.Relocation.Runs {
+		if n > 0 {
+			rep.RelocationsByReason[relocationReason(reason)] = n
+		}
+	}
+	rep.Moves = st.Relocation.Moves
+	rep.BytesMoved = st.Relocation.BytesMoved
+	rep.PagesReleased = st.Relocation.PagesReleased
+	rep.BytesReleased = st.Relocation.BytesReleased
+	if rep.BytesReleased > 0 {
+		rep.MovedPerReleased = float64(rep.BytesMoved) / float64(rep.BytesReleased)
+	}
+	rep.Relocations = st.Relocation.Runs[0] + st.Relocation.Runs[1] + st.Relocation.Runs[2] + st.Relocation.Runs[3] - st.Relocation.NothingToMove
+	rep.Abandoned = st.Relocation.Abandoned
+	rep.Leaked = st.Relocation.Leaked
+	rep.ReserveRetries = st.ReserveRetries
+	rep.CapturesSealed = st.Captures.Sealed
+	rep.CapturesDoomed = st.Captures.Doomed
+	rep.CapturesAbandoned = st.Captures.Abandoned
+	rep.GuardedPagesAtEnd = st.GuardedPages
+	rep.FinalPageSize = finalPageSize(r.dev)
+	rep.WallSeconds = time.Since(start).Seconds()
+}
+
+func finalPageSize(dev *gpumem.Device) uint64 {
+	var ps uint64
+	for _, s := range dev.Report().Streams {
+		for _, p := range s.Pools.Dynamic {
+			if k, ok := p.Kind.(pool.AdaptiveKind); ok {
+				ps = max(ps, k.PageSize)
+			}
+		}
+	}
+	return ps
+}
