@@ -1,0 +1,46 @@
+// Package trace owns gpumem's trace formats: the native event model and its
+// JSONL codec, the PyTorch memory-snapshot reader and the synthetic
+// workloads (SPEC §13).
+//
+// # Owns
+//
+// [Event] and [Op] (alloc, free, cleanup, window, capture) with [Header];
+// the JSONL codec [Decode] and [Encoder] (SPEC §13.1, keys in the listed
+// order); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
+// pickle (its own unpickler, plain data only, no globals), JSON or gzip — and
+// converts one device's trace to native events with a prelude rebuilding the
+// allocations made before the ring buffer's window, PyTorch's reserved-bytes
+// timeline and the segments held when the window began (SPEC §13.2; the rules
+// are in snapshot.go's header); [Synth], the deterministic synthetic
+// workloads (SPEC §13.3) listed by [Workloads]; and [Default], a small
+// embedded trace. The sub-package trace/torch models PyTorch's caching
+// allocator for comparison.
+//
+// # Invariants
+//
+//   - (E1) Every event Decode yields or the Encoder writes passes
+//     [Event.Validate]; times never decrease along a trace.
+//   - (E2) Decode(Encoder output) yields the encoded events unchanged.
+//   - (E3) A converted snapshot is a valid native trace: unique IDs, frees
+//     only of live IDs, dense streams 0…Streams−1, and PeakLive/FinalLive
+//     are the peak and final sums of live sizes over its events.
+//   - (E4) Synth(name, seed, params) yields the same events on every
+//     iteration and every run; a different seed yields different events.
+//   - (E5) Bad input never panics: a malformed line, pickle or snapshot is
+//     an error wrapping one of the package's sentinels with its position
+//     (line, byte offset or entry index); a pickle that names a global or
+//     builds an object is refused with [ErrPickleGlobal] before anything is
+//     looked up.
+//
+// # Does not know
+//
+// Devices, streams, pools or placement: events carry logical IDs, not
+// addresses, and replaying them against a gpumem.Device is the replay
+// engine's job (SPEC §13.4). It does not import cuda or the root package.
+//
+// # Concurrency
+//
+// Functions are safe for concurrent use on distinct inputs; an [Encoder] is
+// not safe for concurrent use. The sequences Decode and Synth return may be
+// iterated by one goroutine at a time, and again from the start.
+package trace

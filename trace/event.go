@@ -1,0 +1,161 @@
+package trace
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Op is the kind of a native trace event (SPEC §13.1).
+type Op uint8
+
+// The native operations. The zero Op is invalid so a forgotten field is
+// caught by the encoder.
+const (
+	OpAlloc   Op = iota + 1 // allocate Size bytes on Stream under ID
+	OpFree                  // free ID
+	OpCleanup               // explicit cleanup of Stream
+	OpWindow                // open (Mode persistent/dedicated) or close (auto) a window on Stream
+	OpCapture               // a graph-capture Phase of Graph on Stream
+)
+
+var opNames = [...]string{OpAlloc: "alloc", OpFree: "free", OpCleanup: "cleanup", OpWindow: "window", OpCapture: "capture"}
+
+// String returns the op's JSONL spelling, or "op(N)" for an invalid op.
+func (o Op) String() string {
+	if o >= OpAlloc && int(o) < len(opNames) {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// ParseOp returns the Op spelled s, or an error wrapping [ErrUnknownOp].
+func ParseOp(s string) (Op, error) {
+	for o := OpAlloc; int(o) < len(opNames); o++ {
+		if opNames[o] == s {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("%w %q", ErrUnknownOp, s)
+}
+
+// Window modes (Event.Mode of an OpWindow event).
+const (
+	ModePersistent = "persistent" // opens a persistent window
+	ModeDedicated  = "dedicated"  // opens a dedicated window
+	ModeAuto       = "auto"       // closes the innermost window
+)
+
+// Capture phases (Event.Phase of an OpCapture event).
+const (
+	PhasePrepare = "prepare"
+	PhaseBegin   = "begin"
+	PhaseEnd     = "end"
+	PhaseLaunch  = "launch"
+	PhaseClose   = "close"
+)
+
+// MaxSize is the largest allocation size a trace may carry: 2^62 bytes. Larger
+// values are refused as impossible rather than allowed to overflow the sums a
+// replay keeps.
+const MaxSize = uint64(1) << 62
+
+// Event is one native trace event. Which fields are meaningful depends on Op:
+//
+//	OpAlloc    T, ID, Size, Stream
+//	OpFree     T, ID
+//	OpCleanup  T, Stream
+//	OpWindow   T, Stream, Mode
+//	OpCapture  T, Stream, Phase, Graph
+//
+// The other fields are zero. T is in microseconds and non-decreasing along a
+// trace; ID is a logical allocation identity (not an address), unique among
+// the allocs of one trace, so a trace replays against any placement policy.
+// Stream is a dense stream number 0, 1, …
+type Event struct {
+	Op     Op
+	T      int64
+	ID     uint64
+	Size   uint64
+	Stream int
+	Mode   string
+	Phase  string
+	Graph  int
+}
+
+// Validate reports whether e is a well-formed event of its op: a known op, a
+// size at most [MaxSize], a non-negative stream and graph, a known window mode
+// or capture phase. The error wraps [ErrInvalidEvent] or [ErrUnknownOp].
+func (e Event) Validate() error {
+	switch e.Op {
+	case OpAlloc:
+		if e.Size > MaxSize {
+			return fmt.Errorf("%w: alloc size %d exceeds %d", ErrInvalidEvent, e.Size, MaxSize)
+		}
+	case OpFree:
+		return nil
+	case OpCleanup:
+	case OpWindow:
+		switch e.Mode {
+		case ModePersistent, ModeDedicated, ModeAuto:
+		default:
+			return fmt.Errorf("%w: window mode %q (want persistent, dedicated or auto)", ErrInvalidEvent, e.Mode)
+		}
+	case OpCapture:
+		switch e.Phase {
+		case PhasePrepare, PhaseBegin, PhaseEnd, PhaseLaunch, PhaseClose:
+		default:
+			return fmt.Errorf("%w: capture phase %q (want prepare, begin, end, launch or close)", ErrInvalidEvent, e.Phase)
+		}
+		if e.Graph < 0 {
+			return fmt.Errorf("%w: negative graph %d", ErrInvalidEvent, e.Graph)
+		}
+	default:
+		return fmt.Errorf("%w %s", ErrUnknownOp, e.Op)
+	}
+	if e.Stream < 0 {
+		return fmt.Errorf("%w: negative stream %d", ErrInvalidEvent, e.Stream)
+	}
+	return nil
+}
+
+// Header is the optional first line of a JSONL trace.
+type Header struct {
+	Format  string // always [Format]
+	Version int    // [Version]
+	Source  string // free text: where the trace came from
+	Streams int    // number of streams the trace uses
+}
+
+// Format and Version identify the native trace format in its header line.
+const (
+	Format  = "gpumem-trace"
+	Version = 1
+)
+
+// Sentinel errors. Every error this package returns wraps one of them with
+// the position (line, entry index) and the offending value.
+var (
+	// ErrUnknownOp is returned by Decode and the Encoder for an op that is
+	// not one of alloc, free, cleanup, window, capture.
+	ErrUnknownOp = errors.New("trace: unknown op")
+	// ErrInvalidEvent is returned for a malformed event: a missing or
+	// negative field, an impossible size, a bad mode or phase, a decreasing
+	// time, invalid JSON.
+	ErrInvalidEvent = errors.New("trace: invalid event")
+	// ErrBadHeader is returned by Decode for a header line of another format
+	// or version.
+	ErrBadHeader = errors.New("trace: unsupported header")
+	// ErrPickle is returned by ReadSnapshot for a pickle it cannot decode:
+	// truncated, corrupt, an unsupported protocol or opcode, or too deep.
+	ErrPickle = errors.New("trace: bad pickle")
+	// ErrPickleGlobal is returned by ReadSnapshot for a pickle that asks for
+	// a global, a class or an object construction. Snapshots hold plain data
+	// only; the reader never instantiates anything.
+	ErrPickleGlobal = errors.New("trace: pickle refers to a global or constructs an object")
+	// ErrSnapshot is returned by ReadSnapshot for input that decodes but does
+	// not follow the snapshot schema of SPEC §13.2 (a missing action, an
+	// impossible size, a missing device).
+	ErrSnapshot = errors.New("trace: bad snapshot")
+	// ErrUnknownWorkload is returned by Synth for a name it does not know.
+	ErrUnknownWorkload = errors.New("trace: unknown synthetic workload")
+)

@@ -1,0 +1,106 @@
+package trace
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+)
+
+func FuzzDecodeJSONL(f *testing.F) {
+	f.Add([]byte(`{"format":"gpumem-trace","version":1,"source":"x","streams":1}
+{"op":"alloc","t":1,"id":1,"size":10,"stream":0}
+{"op":"free","t":2,"id":1}
+`))
+	f.Add([]byte(`{"op":"window","t":0,"stream":0,"mode":"persistent"}
+{"op":"capture","t":1,"stream":2,"phase":"launch","graph":3,"x":[1]}
+{"op":"cleanup","t":1,"stream":2}`))
+	f.Add([]byte(`{"op":"nope","t":0}`))
+	f.Add([]byte("{\"op\":\"alloc\",\"t\":1,\"id\":1,\"size\":-1,\"stream\":0}\n\n"))
+	f.Add(readFixture(f, "default.jsonl")[:2000])
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var events []Event
+		for e, err := range Decode(bytes.NewReader(data)) {
+			if err != nil {
+				break
+			}
+			if err := e.Validate(); err != nil {
+				t.Fatalf("Decode yielded an invalid event %v: %v", e, err)
+			}
+			events = append(events, e)
+		}
+		// What decodes re-encodes, and decodes back to the same events.
+		var buf bytes.Buffer
+		enc := NewEncoder(&buf)
+		for _, e := range events {
+			if err := enc.Encode(e); err != nil {
+				t.Fatalf("re-encoding %v: %v", e, err)
+			}
+		}
+		var again []Event
+		for e, err := range Decode(&buf) {
+			if err != nil {
+				t.Fatalf("decoding re-encoded events: %v", err)
+			}
+			again = append(again, e)
+		}
+		if !slices.Equal(events, again) {
+			t.Fatalf("round trip changed events")
+		}
+	})
+}
+
+func FuzzReadSnapshot(f *testing.F) {
+	for _, name := range syntheticFixtures {
+		f.Add(readFixture(f, name))
+	}
+	f.Add(pickleOf('}', 0x8c, 13, 'd', 'e', 'v', 'i', 'c', 'e', '_', 't', 'r', 'a', 'c', 'e', 's', ']', 's'))
+	f.Add(append([]byte{0x80, 2, 'c'}, "os\nsystem\n"...))
+	f.Add([]byte(`{"device_traces": [[{"action": "alloc", "addr": 5, "size": 7}, {"action": "free_completed", "addr": 6, "size": 512}]]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: 1 << 20})
+		if err != nil {
+			return
+		}
+		// A successful conversion is a valid native trace: valid events,
+		// times non-decreasing, unique IDs, frees of live IDs only, dense
+		// streams, and the live-bytes figures it reports.
+		live := map[uint64]uint64{}
+		seen := map[uint64]bool{}
+		var cur, peak uint64
+		var prev int64
+		for i, e := range s.Events {
+			if err := e.Validate(); err != nil {
+				t.Fatalf("event %d invalid: %v", i, err)
+			}
+			if e.T < prev {
+				t.Fatalf("event %d: time %d after %d", i, e.T, prev)
+			}
+			prev = e.T
+			switch e.Op {
+			case OpAlloc:
+				if seen[e.ID] || e.Stream >= s.Streams {
+					t.Fatalf("event %d: id %d reused or stream %d ≥ %d", i, e.ID, e.Stream, s.Streams)
+				}
+				seen[e.ID] = true
+				live[e.ID] = e.Size
+				cur += e.Size
+				peak = max(peak, cur)
+			case OpFree:
+				sz, ok := live[e.ID]
+				if !ok {
+					t.Fatalf("event %d frees id %d which is not live", i, e.ID)
+				}
+				delete(live, e.ID)
+				cur -= sz
+			default:
+				t.Fatalf("event %d: op %v from a snapshot", i, e.Op)
+			}
+		}
+		if peak != s.PeakLive || cur != s.FinalLive {
+			t.Fatalf("live peak %d final %d, reported %d %d", peak, cur, s.PeakLive, s.FinalLive)
+		}
+		if s.PeakReserved < s.ReservedAtStart {
+			t.Fatalf("peak reserved %d below start %d", s.PeakReserved, s.ReservedAtStart)
+		}
+	})
+}

@@ -1,0 +1,257 @@
+package trace
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"iter"
+	"strconv"
+)
+
+// MaxLineBytes bounds one JSONL line. A native event is under 150 bytes; the
+// bound only stops a corrupt file from being read into memory whole.
+const MaxLineBytes = 1 << 20
+
+// wireEvent is one JSONL line as decoded; pointers tell a missing field from
+// a zero one. Unknown fields are ignored by encoding/json.
+type wireEvent struct {
+	Op     *string `json:"op"`
+	T      *int64  `json:"t"`
+	ID     *uint64 `json:"id"`
+	Size   *uint64 `json:"size"`
+	Stream *int    `json:"stream"`
+	Mode   *string `json:"mode"`
+	Phase  *string `json:"phase"`
+	Graph  *int    `json:"graph"`
+
+	Format  *string `json:"format"`
+	Version *int    `json:"version"`
+}
+
+// Decode streams the events of a JSONL trace (SPEC §13.1). An optional header
+// line is checked (format gpumem-trace, version 1) and skipped; blank lines
+// are skipped; unknown fields are ignored. The first malformed line ends the
+// sequence with an error naming its 1-based line number and wrapping
+// [ErrUnknownOp], [ErrInvalidEvent] or [ErrBadHeader]; a read error ends it
+// with that error wrapped. Times must not decrease.
+func Decode(r io.Reader) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 0, 64*1024), MaxLineBytes)
+		line := 0
+		first := true
+		var lastT int64
+		haveT := false
+		for sc.Scan() {
+			line++
+			b := bytes.TrimSpace(sc.Bytes())
+			if len(b) == 0 {
+				continue
+			}
+			var w wireEvent
+			if err := json.Unmarshal(b, &w); err != nil {
+				yield(Event{}, fmt.Errorf("%w: line %d: %v", ErrInvalidEvent, line, err))
+				return
+			}
+			if first {
+				first = false
+				if w.Op == nil && w.Format != nil {
+					if *w.Format != Format || w.Version == nil || *w.Version != Version {
+						v := -1
+						if w.Version != nil {
+							v = *w.Version
+						}
+						yield(Event{}, fmt.Errorf("%w: line %d: format %q version %d (want %q version %d)",
+							ErrBadHeader, line, *w.Format, v, Format, Version))
+						return
+					}
+					continue
+				}
+			}
+			e, err := w.event()
+			if err == nil && haveT && e.T < lastT {
+				err = fmt.Errorf("%w: time %d before previous %d", ErrInvalidEvent, e.T, lastT)
+			}
+			if err != nil {
+				yield(Event{}, fmt.Errorf("line %d: %w", line, err))
+				return
+			}
+			lastT, haveT = e.T, true
+			if !yield(e, nil) {
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			yield(Event{}, fmt.Errorf("%w: after line %d: %w", ErrInvalidEvent, line, err))
+		}
+	}
+}
+
+// event checks that the fields its op requires are present and valid.
+func (w *wireEvent) event() (Event, error) {
+	if w.Op == nil {
+		return Event{}, fmt.Errorf("%w: no op", ErrInvalidEvent)
+	}
+	op, err := ParseOp(*w.Op)
+	if err != nil {
+		return Event{}, err
+	}
+	e := Event{Op: op}
+	need := func(name string, ok bool) error {
+		if !ok {
+			return fmt.Errorf("%w: %s without %q", ErrInvalidEvent, op, name)
+		}
+		return nil
+	}
+	if err := need("t", w.T != nil); err != nil {
+		return Event{}, err
+	}
+	e.T = *w.T
+	switch op {
+	case OpAlloc:
+		if err := errorsJoinFirst(need("id", w.ID != nil), need("size", w.Size != nil), need("stream", w.Stream != nil)); err != nil {
+			return Event{}, err
+		}
+		e.ID, e.Size, e.Stream = *w.ID, *w.Size, *w.Stream
+	case OpFree:
+		if err := need("id", w.ID != nil); err != nil {
+			return Event{}, err
+		}
+		e.ID = *w.ID
+	case OpCleanup:
+		if err := need("stream", w.Stream != nil); err != nil {
+			return Event{}, err
+		}
+		e.Stream = *w.Stream
+	case OpWindow:
+		if err := errorsJoinFirst(need("stream", w.Stream != nil), need("mode", w.Mode != nil)); err != nil {
+			return Event{}, err
+		}
+		e.Stream, e.Mode = *w.Stream, *w.Mode
+	case OpCapture:
+		if err := errorsJoinFirst(need("stream", w.Stream != nil), need("phase", w.Phase != nil), need("graph", w.Graph != nil)); err != nil {
+			return Event{}, err
+		}
+		e.Stream, e.Phase, e.Graph = *w.Stream, *w.Phase, *w.Graph
+	}
+	if err := e.Validate(); err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+func errorsJoinFirst(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Encoder writes native events as JSONL, keys in the order of SPEC §13.1
+// ("op" first, then the op's fields as listed there). It is not safe for
+// concurrent use.
+type Encoder struct {
+	w     io.Writer
+	buf   []byte
+	lastT int64
+	n     int
+}
+
+// NewEncoder returns an Encoder writing to w. Each call writes one line with
+// one Write call.
+func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
+
+// WriteHeader writes the header line. Format and Version are filled in when
+// empty; another format or version is refused with [ErrBadHeader]. It must
+// come before the first event.
+func (enc *Encoder) WriteHeader(h Header) error {
+	if enc.n > 0 {
+		return fmt.Errorf("%w: header after %d events", ErrBadHeader, enc.n)
+	}
+	if h.Format == "" {
+		h.Format = Format
+	}
+	if h.Version == 0 {
+		h.Version = Version
+	}
+	if h.Format != Format || h.Version != Version {
+		return fmt.Errorf("%w: format %q version %d", ErrBadHeader, h.Format, h.Version)
+	}
+	b := enc.buf[:0]
+	b = append(b, `{"format":`...)
+	b = appendString(b, h.Format)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendInt(b, int64(h.Version), 10)
+	b = append(b, `,"source":`...)
+	b = appendString(b, h.Source)
+	b = append(b, `,"streams":`...)
+	b = strconv.AppendInt(b, int64(h.Streams), 10)
+	b = append(b, "}\n"...)
+	enc.buf = b
+	_, err := enc.w.Write(b)
+	return err
+}
+
+// Encode writes one event. An invalid event (see [Event.Validate]) or a time
+// before the previous event's is refused and nothing is written.
+func (enc *Encoder) Encode(e Event) error {
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("event %d: %w", enc.n, err)
+	}
+	if enc.n > 0 && e.T < enc.lastT {
+		return fmt.Errorf("%w: event %d: time %d before previous %d", ErrInvalidEvent, enc.n, e.T, enc.lastT)
+	}
+	b := enc.buf[:0]
+	b = append(b, `{"op":"`...)
+	b = append(b, e.Op.String()...)
+	b = append(b, `","t":`...)
+	b = strconv.AppendInt(b, e.T, 10)
+	switch e.Op {
+	case OpAlloc:
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, e.ID, 10)
+		b = append(b, `,"size":`...)
+		b = strconv.AppendUint(b, e.Size, 10)
+		b = append(b, `,"stream":`...)
+		b = strconv.AppendInt(b, int64(e.Stream), 10)
+	case OpFree:
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, e.ID, 10)
+	case OpCleanup:
+		b = append(b, `,"stream":`...)
+		b = strconv.AppendInt(b, int64(e.Stream), 10)
+	case OpWindow:
+		b = append(b, `,"stream":`...)
+		b = strconv.AppendInt(b, int64(e.Stream), 10)
+		b = append(b, `,"mode":`...)
+		b = appendString(b, e.Mode)
+	case OpCapture:
+		b = append(b, `,"stream":`...)
+		b = strconv.AppendInt(b, int64(e.Stream), 10)
+		b = append(b, `,"phase":`...)
+		b = appendString(b, e.Phase)
+		b = append(b, `,"graph":`...)
+		b = strconv.AppendInt(b, int64(e.Graph), 10)
+	}
+	b = append(b, "}\n"...)
+	enc.buf = b
+	if _, err := enc.w.Write(b); err != nil {
+		return err
+	}
+	enc.lastT = e.T
+	enc.n++
+	return nil
+}
+
+// appendString appends s as a JSON string.
+func appendString(b []byte, s string) []byte {
+	q, err := json.Marshal(s)
+	if err != nil { // cannot happen for a string
+		panic("trace: " + err.Error())
+	}
+	return append(b, q...)
+}

@@ -1,0 +1,213 @@
+package trace
+
+import (
+	"bytes"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func decodeAll(t *testing.T, s string) ([]Event, error) {
+	t.Helper()
+	var out []Event
+	for e, err := range Decode(strings.NewReader(s)) {
+		if err != nil {
+			return out, err
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+var everyOp = []Event{
+	{Op: OpWindow, T: 0, Stream: 0, Mode: ModePersistent},
+	{Op: OpAlloc, T: 1, ID: 1, Size: 4096, Stream: 0},
+	{Op: OpWindow, T: 1, Stream: 0, Mode: ModeAuto},
+	{Op: OpAlloc, T: 2, ID: 2, Size: MaxSize, Stream: 3},
+	{Op: OpCapture, T: 3, Stream: 1, Phase: PhasePrepare, Graph: 9},
+	{Op: OpCapture, T: 4, Stream: 1, Phase: PhaseLaunch, Graph: 9},
+	{Op: OpFree, T: 5, ID: 2},
+	{Op: OpCleanup, T: 6, Stream: 3},
+	{Op: OpFree, T: 6, ID: 1},
+}
+
+func TestJSONLRoundTripGivesIdenticalEvents(t *testing.T) {
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	if err := enc.WriteHeader(Header{Source: "unit \"test\"", Streams: 4}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range everyOp {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := decodeAll(t, buf.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, everyOp) {
+		t.Fatalf("round trip:\n got %v\nwant %v", got, everyOp)
+	}
+}
+
+func TestEncoderWritesKeysInSpecOrder(t *testing.T) {
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	if err := enc.WriteHeader(Header{Source: "s", Streams: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []Event{
+		{Op: OpAlloc, T: 1, ID: 7, Size: 512, Stream: 1},
+		{Op: OpFree, T: 2, ID: 7},
+		{Op: OpCleanup, T: 3, Stream: 1},
+		{Op: OpWindow, T: 4, Stream: 0, Mode: ModeDedicated},
+		{Op: OpCapture, T: 5, Stream: 0, Phase: PhaseBegin, Graph: 2},
+	} {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := `{"format":"gpumem-trace","version":1,"source":"s","streams":2}
+{"op":"alloc","t":1,"id":7,"size":512,"stream":1}
+{"op":"free","t":2,"id":7}
+{"op":"cleanup","t":3,"stream":1}
+{"op":"window","t":4,"stream":0,"mode":"dedicated"}
+{"op":"capture","t":5,"stream":0,"phase":"begin","graph":2}
+`
+	if buf.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
+	}
+}
+
+func TestDecodeIgnoresUnknownFieldsAndBlankLines(t *testing.T) {
+	got, err := decodeAll(t, `{"format":"gpumem-trace","version":1,"source":"x","streams":1,"extra":[1,2]}
+
+{"op":"alloc","t":1,"id":1,"size":10,"stream":0,"comment":"hello","nested":{"a":1}}
+{"future":true,"op":"free","t":2,"id":1}
+`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{{Op: OpAlloc, T: 1, ID: 1, Size: 10}, {Op: OpFree, T: 2, ID: 1}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got %v want %v", got, want)
+	}
+}
+
+func TestDecodeRejectsUnknownOpNamingTheLine(t *testing.T) {
+	_, err := decodeAll(t, `{"op":"alloc","t":1,"id":1,"size":10,"stream":0}
+{"op":"free","t":2,"id":1}
+{"op":"realloc","t":3,"id":1}
+`)
+	if !errors.Is(err, ErrUnknownOp) || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "realloc") {
+		t.Fatalf("got %v, want ErrUnknownOp naming line 3 and the op", err)
+	}
+}
+
+func TestDecodeRejectsMalformedEventsNamingTheLine(t *testing.T) {
+	cases := map[string]string{
+		"missing size":     `{"op":"alloc","t":1,"id":1,"stream":0}`,
+		"missing t":        `{"op":"free","id":1}`,
+		"negative size":    `{"op":"alloc","t":1,"id":1,"size":-5,"stream":0}`,
+		"size above 2^62":  `{"op":"alloc","t":1,"id":1,"size":4611686018427387905,"stream":0}`,
+		"fractional id":    `{"op":"free","t":1,"id":1.5}`,
+		"negative stream":  `{"op":"cleanup","t":1,"stream":-1}`,
+		"bad mode":         `{"op":"window","t":1,"stream":0,"mode":"sometimes"}`,
+		"bad phase":        `{"op":"capture","t":1,"stream":0,"phase":"pause","graph":0}`,
+		"negative graph":   `{"op":"capture","t":1,"stream":0,"phase":"end","graph":-1}`,
+		"no op":            `{"t":1,"id":1}`,
+		"not json":         `alloc 1 2 3`,
+		"not an object":    `[1,2]`,
+		"missing graph":    `{"op":"capture","t":1,"stream":0,"phase":"end"}`,
+		"header not first": `{"format":"gpumem-trace","version":1}`,
+	}
+	for name, line := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := decodeAll(t, `{"op":"cleanup","t":0,"stream":0}`+"\n"+line+"\n")
+			if !errors.Is(err, ErrInvalidEvent) && !errors.Is(err, ErrUnknownOp) {
+				t.Fatalf("got %v, want ErrInvalidEvent", err)
+			}
+			if !strings.Contains(err.Error(), "line 2") {
+				t.Fatalf("error %q does not name line 2", err)
+			}
+		})
+	}
+}
+
+func TestDecodeRejectsDecreasingTime(t *testing.T) {
+	_, err := decodeAll(t, `{"op":"cleanup","t":5,"stream":0}
+{"op":"cleanup","t":4,"stream":0}`)
+	if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "line 2") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDecodeRejectsOtherFormatOrVersion(t *testing.T) {
+	for _, h := range []string{`{"format":"other","version":1}`, `{"format":"gpumem-trace","version":2}`, `{"format":"gpumem-trace"}`} {
+		if _, err := decodeAll(t, h+"\n"); !errors.Is(err, ErrBadHeader) {
+			t.Fatalf("%s: got %v", h, err)
+		}
+	}
+}
+
+func TestDecodeRejectsOverlongLine(t *testing.T) {
+	long := `{"op":"cleanup","t":0,"stream":0,"pad":"` + strings.Repeat("x", MaxLineBytes) + `"}`
+	if _, err := decodeAll(t, long); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDecodeStopsWhenTheConsumerStops(t *testing.T) {
+	n := 0
+	for range Decode(strings.NewReader(strings.Repeat(`{"op":"cleanup","t":0,"stream":0}`+"\n", 10))) {
+		n++
+		if n == 3 {
+			break
+		}
+	}
+	if n != 3 {
+		t.Fatalf("got %d", n)
+	}
+}
+
+func TestEncoderRefusesInvalidEventsAndWritesNothing(t *testing.T) {
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	for _, e := range []Event{
+		{},
+		{Op: Op(99), T: 1},
+		{Op: OpAlloc, T: 1, ID: 1, Size: MaxSize + 1},
+		{Op: OpWindow, T: 1, Mode: "x"},
+		{Op: OpCleanup, T: 1, Stream: -2},
+	} {
+		if err := enc.Encode(e); err == nil {
+			t.Fatalf("%+v accepted", e)
+		}
+	}
+	if err := enc.Encode(Event{Op: OpCleanup, T: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Encode(Event{Op: OpCleanup, T: 4}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("decreasing time: %v", err)
+	}
+	if err := enc.WriteHeader(Header{}); !errors.Is(err, ErrBadHeader) {
+		t.Fatalf("header after events: %v", err)
+	}
+	if got := strings.Count(buf.String(), "\n"); got != 1 {
+		t.Fatalf("%d lines written, want 1", got)
+	}
+}
+
+func TestParseOpAndString(t *testing.T) {
+	for o := OpAlloc; o <= OpCapture; o++ {
+		p, err := ParseOp(o.String())
+		if err != nil || p != o {
+			t.Fatalf("%v: %v %v", o, p, err)
+		}
+	}
+	if Op(0).String() != "op(0)" {
+		t.Fatal(Op(0).String())
+	}
+}

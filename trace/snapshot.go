@@ -1,0 +1,751 @@
+// The PyTorch snapshot reader (SPEC §13.2): from the dict that
+// torch.cuda.memory._dump_snapshot pickles to native events.
+//
+// Conversion, in three steps over the chosen device's trace:
+//
+//  1. Parse every trace entry into a compact record, checking the schema:
+//     an action string; an address for alloc, free and segment actions; a
+//     size for alloc and segment actions; sizes in [0, 2^62]. The first
+//     violation is an ErrSnapshot naming the entry index.
+//  2. Prelude (on by default). The trace is a ring buffer that may start
+//     mid-run, so allocations made before its first entry are rebuilt:
+//     (a) a block active in `segments` (active_allocated, active_awaiting_free
+//     or active_pending_free) whose address never appears in the trace was
+//     live throughout it; (b) an address whose first appearance in the trace
+//     is a free (free_requested or free_completed) carrying a size was live
+//     when the trace began, and its size is known. Both become alloc events at
+//     the first entry's time, in address order (the order a fresh allocator
+//     carves a segment front to back), counted separately. For (b) the size
+//     is the free's requested_size, else its size — unless the address is
+//     still active in `segments` and never allocated in the trace, when it
+//     is that block's (same allocation, and the block carries the requested
+//     size). A free of an address never seen whose size is unknown is
+//     ignored and counted.
+//  3. Replay the entries: alloc → alloc with a fresh logical ID (size =
+//     requested_size when present, else size); an alloc at a live address
+//     first frees the old ID (an implied free, counted); free_requested only
+//     marks the allocation pending; free_completed → free; segment_* feed
+//     PyTorch's reserved-bytes timeline; oom and snapshot are counted; any
+//     other action is skipped and counted by name.
+//
+// Times are time_us, or the entry index when time_us is missing; a time
+// before the previous event's is raised to it (counted) so the output keeps
+// the native format's non-decreasing t. Raw stream handles become dense
+// stream numbers in order of first appearance among the emitted events.
+
+package trace
+
+import (
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"math/big"
+	"slices"
+	"strings"
+)
+
+// DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
+// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0.
+const DefaultMaxSnapshotBytes = 8 << 30
+
+// SnapshotOptions configures ReadSnapshot. The zero value reads the first
+// non-empty device trace with the prelude on.
+type SnapshotOptions struct {
+	// ChooseDevice selects Device's trace instead of the first non-empty one.
+	ChooseDevice bool
+	Device       int
+	// NoPrelude turns off the prelude: allocations made before the trace's
+	// first entry are not rebuilt, and every free of an unseen address is
+	// ignored and counted.
+	NoPrelude bool
+	// MaxBytes bounds the (decompressed) input; 0 means
+	// DefaultMaxSnapshotBytes.
+	MaxBytes int64
+}
+
+// SnapshotCounts are the reader's counters. Every entry of the chosen trace
+// lands in exactly one of Allocs, Frees, IgnoredFrees, FreeRequests,
+// UnmatchedFreeRequests, SegmentEvents, OOMs, Snapshots or Skipped.
+type SnapshotCounts struct {
+	Entries               int            // entries in the chosen device trace
+	Allocs                int            // alloc entries (each one native alloc)
+	Frees                 int            // free_completed entries that became a native free
+	IgnoredFrees          int            // free_completed of an address not live and of unknown size
+	FreeRequests          int            // free_requested of a live allocation (marked pending)
+	UnmatchedFreeRequests int            // free_requested of an address not live
+	ImpliedFrees          int            // native frees implied by an alloc at a live address
+	Prelude               int            // prelude allocs in all (PreludeFromSegments + PreludeFromFrees)
+	PreludeFromSegments   int            // rule (a): active blocks of `segments` never seen in the trace
+	PreludeFromFrees      int            // rule (b): first seen as a free with a known size
+	PreludeBytes          uint64         // bytes of all prelude allocs
+	PendingAtEnd          int            // live allocations whose free was requested but not completed
+	SegmentEvents         int            // segment_alloc/free/map/unmap entries
+	OOMs                  int            // oom entries
+	Snapshots             int            // snapshot entries
+	Skipped               map[string]int // other actions, by name
+	SkippedTotal          int            // sum of Skipped
+	MissingTimes          int            // entries without time_us (time = entry index)
+	ClampedTimes          int            // entries whose time went backwards, raised to the previous
+}
+
+// ReservedPoint is PyTorch's reserved bytes right after one segment entry.
+type ReservedPoint struct {
+	Entry int    // index of the segment entry in the device trace
+	Event int    // number of native events emitted before it (prelude included)
+	T     int64  // its time
+	Bytes uint64 // reserved bytes after it
+}
+
+// StartSegment is a segment PyTorch held when the trace's window began: one
+// of `segments` whose segment_alloc is not in the trace, or one the trace
+// frees without having allocated it. A replay that starts from these (all
+// free, the prelude then filling them) starts where PyTorch did.
+type StartSegment struct {
+	Address uint64
+	Size    uint64
+	Stream  int  // dense stream of Events, or -1 when no event uses it
+	Small   bool // segment_type "small" (a 2 MiB segment when the type is unknown)
+}
+
+// Snapshot is a converted PyTorch memory snapshot.
+type Snapshot struct {
+	Device  int     // the device whose trace was converted
+	Events  []Event // native events: prelude first, then the trace
+	Streams int     // dense streams used by Events
+	// StreamHandles[i] is the raw PyTorch stream handle of dense stream i.
+	StreamHandles []uint64
+	Counts        SnapshotCounts
+
+	// PyTorch's own reserved bytes for Device. FinalReserved is the sum of
+	// `segments` total_size; ReservedAtStart is that minus the net segment
+	// entries of the trace (what the segments held before the window);
+	// PeakReserved is the highest point of ReservedAtStart plus the running
+	// net. ReservedInconsistent is set when the net exceeds FinalReserved
+	// (ReservedAtStart is then 0).
+	FinalReserved        uint64
+	ReservedAtStart      uint64
+	PeakReserved         uint64
+	Reserved             []ReservedPoint
+	ReservedInconsistent bool
+	Segments             int // segments of Device in `segments`
+	// StartSegments are the segments held before the window, in address
+	// order. Their sizes add up to ReservedAtStart unless the trace uses
+	// expandable segments (segment_map/segment_unmap).
+	StartSegments []StartSegment
+
+	// PeakLive and FinalLive are the highest and final sums of live sizes
+	// over Events (requested sizes, prelude included).
+	PeakLive  uint64
+	FinalLive uint64
+}
+
+// ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
+// 2–5, plain data only), the same schema as JSON (leading '{'), either
+// optionally gzip-compressed, and converts the chosen device's trace to
+// native events as the file comment above describes. Errors wrap
+// [ErrPickle], [ErrPickleGlobal] or [ErrSnapshot] with the offset or entry
+// index at fault. It never panics on bad input.
+func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
+	limit := opts.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxSnapshotBytes
+	}
+	data, err := readLimited(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
+		zr, err := gzip.NewReader(bytes.NewReader(data))
+		if err != nil {
+			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
+		}
+		data, err = readLimited(zr, limit)
+		if err != nil {
+			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
+		}
+	}
+	root, err := decodeSnapshotValue(data)
+	if err != nil {
+		return nil, err
+	}
+	return convertSnapshot(root, opts)
+}
+
+func readLimited(r io.Reader, limit int64) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) > limit {
+		return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+	}
+	return data, nil
+}
+
+// decodeSnapshotValue decodes JSON (leading '{' after white space) or a
+// pickle into the unpickler's value types.
+func decodeSnapshotValue(data []byte) (any, error) {
+	trimmed := bytes.TrimLeft(data, " \t\r\n")
+	if len(trimmed) > 0 && trimmed[0] == '{' {
+		dec := json.NewDecoder(bytes.NewReader(trimmed))
+		dec.UseNumber()
+		var v any
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("%w: json: %w", ErrSnapshot, err)
+		}
+		return fromJSON(v), nil
+	}
+	return unpickle(data)
+}
+
+// fromJSON converts encoding/json's generic values to the unpickler's. The
+// depth is bounded by encoding/json's own nesting limit.
+func fromJSON(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		d := &pyDict{}
+		keys := make([]string, 0, len(x))
+		for k := range x {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			d.set(k, fromJSON(x[k]))
+		}
+		return d
+	case []any:
+		l := &pyList{items: make([]any, len(x))}
+		for i, e := range x {
+			l.items[i] = fromJSON(e)
+		}
+		return l
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		if b, ok := new(big.Int).SetString(string(x), 10); ok {
+			return b
+		}
+		f, _ := x.Float64()
+		return f
+	default:
+		return v
+	}
+}
+
+// Accessors over decoded values.
+
+func asList(v any) ([]any, bool) {
+	switch x := v.(type) {
+	case *pyList:
+		return x.items, true
+	case pyTuple:
+		return x, true
+	}
+	return nil, false
+}
+
+// asUint64 accepts a non-negative integer that fits a uint64.
+func asUint64(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case int64:
+		if x >= 0 {
+			return uint64(x), true
+		}
+	case *big.Int:
+		if x.IsUint64() {
+			return x.Uint64(), true
+		}
+	}
+	return 0, false
+}
+
+// asStreamKey maps a raw stream handle (any integer in int64 or uint64
+// range) to a uint64 key.
+func asStreamKey(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return uint64(x), true
+	case *big.Int:
+		if x.IsUint64() {
+			return x.Uint64(), true
+		}
+	}
+	return 0, false
+}
+
+type actionKind uint8
+
+const (
+	actSkip actionKind = iota
+	actAlloc
+	actFreeRequested
+	actFreeCompleted
+	actSegmentAdd
+	actSegmentSub
+	actOOM
+	actSnapshot
+)
+
+var actionKinds = map[string]actionKind{
+	"alloc": actAlloc, "free_requested": actFreeRequested, "free_completed": actFreeCompleted,
+	"segment_alloc": actSegmentAdd, "segment_map": actSegmentAdd,
+	"segment_free": actSegmentSub, "segment_unmap": actSegmentSub,
+	"oom": actOOM, "snapshot": actSnapshot,
+}
+
+// entry is one parsed trace entry.
+type entry struct {
+	kind    actionKind
+	action  string // for skipped actions
+	addr    uint64
+	size    uint64 // requested_size when present, else size; 0 when neither
+	rawSize uint64 // size as recorded (segment entries)
+	hasSize bool
+	stream  uint64
+	t       int64
+}
+
+// field reads an optional non-negative size-like integer field.
+func sizeField(d *pyDict, key string, idx int) (uint64, bool, error) {
+	v, ok := d.get(key)
+	if !ok || v == nil {
+		return 0, false, nil
+	}
+	n, ok := asUint64(v)
+	if !ok || n > MaxSize {
+		return 0, false, fmt.Errorf("%w: entry %d: %s %v is not a size in [0, 2^62]", ErrSnapshot, idx, key, v)
+	}
+	return n, true, nil
+}
+
+func parseEntry(v any, idx int) (entry, error) {
+	d, ok := v.(*pyDict)
+	if !ok {
+		return entry{}, fmt.Errorf("%w: entry %d is %T, not a dict", ErrSnapshot, idx, v)
+	}
+	av, _ := d.get("action")
+	action, ok := av.(string)
+	if !ok {
+		return entry{}, fmt.Errorf("%w: entry %d has no action string", ErrSnapshot, idx)
+	}
+	e := entry{kind: actionKinds[action], action: action}
+	if addrV, ok := d.get("addr"); ok && addrV != nil {
+		if e.addr, ok = asUint64(addrV); !ok {
+			return entry{}, fmt.Errorf("%w: entry %d: addr %v is not an address", ErrSnapshot, idx, addrV)
+		}
+	} else if e.kind >= actAlloc && e.kind <= actSegmentSub {
+		return entry{}, fmt.Errorf("%w: entry %d: %s without addr", ErrSnapshot, idx, action)
+	}
+	size, hasSize, err := sizeField(d, "size", idx)
+	if err != nil {
+		return entry{}, err
+	}
+	req, hasReq, err := sizeField(d, "requested_size", idx)
+	if err != nil {
+		return entry{}, err
+	}
+	e.rawSize = size
+	e.size, e.hasSize = size, hasSize
+	if hasReq {
+		e.size, e.hasSize = req, true
+	}
+	if !hasSize && (e.kind == actAlloc || e.kind == actSegmentAdd || e.kind == actSegmentSub) {
+		return entry{}, fmt.Errorf("%w: entry %d: %s without size", ErrSnapshot, idx, action)
+	}
+	if sv, ok := d.get("stream"); ok && sv != nil {
+		if e.stream, ok = asStreamKey(sv); !ok {
+			return entry{}, fmt.Errorf("%w: entry %d: stream %v is not an integer", ErrSnapshot, idx, sv)
+		}
+	}
+	e.t = -1
+	if tv, ok := d.get("time_us"); ok && tv != nil {
+		t, ok := tv.(int64)
+		if !ok {
+			return entry{}, fmt.Errorf("%w: entry %d: time_us %v is not an integer", ErrSnapshot, idx, tv)
+		}
+		if t < 0 {
+			return entry{}, fmt.Errorf("%w: entry %d: negative time_us %d", ErrSnapshot, idx, t)
+		}
+		e.t = t
+	}
+	return e, nil
+}
+
+// preludeAlloc is one allocation rebuilt from before the trace's window.
+type preludeAlloc struct {
+	addr   uint64
+	size   uint64
+	stream uint64
+}
+
+// converter holds the state of step 3.
+type converter struct {
+	s       *Snapshot
+	streams map[uint64]int
+	live    map[uint64]*liveAlloc
+	nextID  uint64
+	liveSum uint64
+}
+
+type liveAlloc struct {
+	id      uint64
+	size    uint64
+	pending bool
+}
+
+func (c *converter) stream(raw uint64) int {
+	if id, ok := c.streams[raw]; ok {
+		return id
+	}
+	id := len(c.s.StreamHandles)
+	c.streams[raw] = id
+	c.s.StreamHandles = append(c.s.StreamHandles, raw)
+	return id
+}
+
+func (c *converter) alloc(t int64, addr, size, stream uint64) error {
+	if c.liveSum > math.MaxInt64-size {
+		return fmt.Errorf("%w: live bytes exceed 2^63", ErrSnapshot)
+	}
+	id := c.nextID
+	c.nextID++
+	c.s.Events = append(c.s.Events, Event{Op: OpAlloc, T: t, ID: id, Size: size, Stream: c.stream(stream)})
+	c.live[addr] = &liveAlloc{id: id, size: size}
+	c.liveSum += size
+	if c.liveSum > c.s.PeakLive {
+		c.s.PeakLive = c.liveSum
+	}
+	return nil
+}
+
+func (c *converter) free(t int64, addr uint64) bool {
+	a, ok := c.live[addr]
+	if !ok {
+		return false
+	}
+	c.s.Events = append(c.s.Events, Event{Op: OpFree, T: t, ID: a.id})
+	c.liveSum -= a.size
+	delete(c.live, addr)
+	return true
+}
+
+func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
+	top, ok := root.(*pyDict)
+	if !ok {
+		return nil, fmt.Errorf("%w: top level is %T, not a dict", ErrSnapshot, root)
+	}
+	tracesV, ok := top.get("device_traces")
+	if !ok {
+		return nil, fmt.Errorf("%w: no device_traces", ErrSnapshot)
+	}
+	traces, ok := asList(tracesV)
+	if !ok {
+		return nil, fmt.Errorf("%w: device_traces is %T, not a list", ErrSnapshot, tracesV)
+	}
+	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
+	var raw []any
+	if opts.ChooseDevice {
+		if opts.Device < 0 || opts.Device >= len(traces) {
+			return nil, fmt.Errorf("%w: device %d chosen, snapshot has %d device traces", ErrSnapshot, opts.Device, len(traces))
+		}
+		s.Device = opts.Device
+		if raw, ok = asList(traces[opts.Device]); !ok && traces[opts.Device] != nil {
+			return nil, fmt.Errorf("%w: device_traces[%d] is %T, not a list", ErrSnapshot, opts.Device, traces[opts.Device])
+		}
+	} else {
+		for i, tv := range traces {
+			l, ok := asList(tv)
+			if !ok && tv != nil {
+				return nil, fmt.Errorf("%w: device_traces[%d] is %T, not a list", ErrSnapshot, i, tv)
+			}
+			if len(l) > 0 {
+				s.Device, raw = i, l
+				break
+			}
+		}
+	}
+
+	// Step 1: parse.
+	entries := make([]entry, len(raw))
+	for i, v := range raw {
+		e, err := parseEntry(v, i)
+		if err != nil {
+			return nil, err
+		}
+		if e.t < 0 {
+			e.t = int64(i)
+			s.Counts.MissingTimes++
+		}
+		entries[i] = e
+	}
+	s.Counts.Entries = len(entries)
+
+	// Segments of the chosen device: reserved bytes and active blocks.
+	var active []preludeAlloc
+	type rawSegment struct {
+		addr, size, stream uint64
+		small              bool
+	}
+	var endSegments []rawSegment
+	if segV, ok := top.get("segments"); ok && segV != nil {
+		segs, ok := asList(segV)
+		if !ok {
+			return nil, fmt.Errorf("%w: segments is %T, not a list", ErrSnapshot, segV)
+		}
+		for i, sv := range segs {
+			seg, ok := sv.(*pyDict)
+			if !ok {
+				return nil, fmt.Errorf("%w: segment %d is %T, not a dict", ErrSnapshot, i, sv)
+			}
+			if dv, ok := seg.get("device"); ok {
+				dev, ok := dv.(int64)
+				if !ok {
+					return nil, fmt.Errorf("%w: segment %d: device %v is not an integer", ErrSnapshot, i, dv)
+				}
+				if dev != int64(s.Device) {
+					continue
+				}
+			}
+			total, _, err := sizeField(seg, "total_size", i)
+			if err != nil {
+				return nil, fmt.Errorf("segment: %w", err)
+			}
+			s.Segments++
+			s.FinalReserved += total
+			var stream uint64
+			if sv, ok := seg.get("stream"); ok && sv != nil {
+				if stream, ok = asStreamKey(sv); !ok {
+					return nil, fmt.Errorf("%w: segment %d: stream %v is not an integer", ErrSnapshot, i, sv)
+				}
+			}
+			segAddr, _ := seg.get("address")
+			rs := rawSegment{size: total, stream: stream, small: total == 2<<20}
+			rs.addr, _ = asUint64(segAddr)
+			if tv, ok := seg.get("segment_type"); ok {
+				if typ, ok := tv.(string); ok {
+					rs.small = typ == "small"
+				}
+			}
+			endSegments = append(endSegments, rs)
+			blocksV, _ := seg.get("blocks")
+			blocks, _ := asList(blocksV)
+			for j, bv := range blocks {
+				b, ok := bv.(*pyDict)
+				if !ok {
+					return nil, fmt.Errorf("%w: segment %d block %d is %T, not a dict", ErrSnapshot, i, j, bv)
+				}
+				stv, _ := b.get("state")
+				state, _ := stv.(string)
+				if !strings.HasPrefix(state, "active") {
+					continue
+				}
+				av, _ := b.get("address")
+				addr, ok := asUint64(av)
+				if !ok {
+					return nil, fmt.Errorf("%w: segment %d block %d: address %v is not an address", ErrSnapshot, i, j, av)
+				}
+				size, _, err := sizeField(b, "size", j)
+				if err != nil {
+					return nil, fmt.Errorf("segment %d block: %w", i, err)
+				}
+				if req, has, err := sizeField(b, "requested_size", j); err != nil {
+					return nil, fmt.Errorf("segment %d block: %w", i, err)
+				} else if has {
+					size = req
+				}
+				active = append(active, preludeAlloc{addr: addr, size: size, stream: stream})
+			}
+		}
+	}
+
+	// Step 2: prelude.
+	var prelude []preludeAlloc
+	if !opts.NoPrelude {
+		allocated := make(map[uint64]bool)
+		for _, e := range entries {
+			if e.kind == actAlloc {
+				allocated[e.addr] = true
+			}
+		}
+		activeAt := make(map[uint64]preludeAlloc, len(active))
+		for _, a := range active {
+			activeAt[a.addr] = a
+		}
+		seen := make(map[uint64]bool)
+		for _, e := range entries {
+			switch e.kind {
+			case actAlloc:
+				seen[e.addr] = true
+			case actFreeRequested, actFreeCompleted:
+				if seen[e.addr] {
+					break
+				}
+				seen[e.addr] = true
+				if a, ok := activeAt[e.addr]; ok && !allocated[e.addr] {
+					// Still active in `segments` and never re-allocated: the
+					// same block, whose requested_size is the better size.
+					prelude = append(prelude, a)
+					s.Counts.PreludeFromFrees++
+				} else if e.hasSize && e.size > 0 {
+					prelude = append(prelude, preludeAlloc{addr: e.addr, size: e.size, stream: e.stream})
+					s.Counts.PreludeFromFrees++
+				}
+			}
+		}
+		for _, a := range active {
+			if !seen[a.addr] {
+				seen[a.addr] = true
+				prelude = append(prelude, a)
+				s.Counts.PreludeFromSegments++
+			}
+		}
+		slices.SortStableFunc(prelude, func(a, b preludeAlloc) int {
+			switch {
+			case a.addr < b.addr:
+				return -1
+			case a.addr > b.addr:
+				return 1
+			}
+			return 0
+		})
+	}
+
+	// Step 3: emit.
+	c := &converter{s: s, streams: map[uint64]int{}, live: map[uint64]*liveAlloc{}, nextID: 1}
+	s.Events = make([]Event, 0, len(prelude)+len(entries))
+	var t0 int64
+	if len(entries) > 0 {
+		t0 = entries[0].t
+	}
+	for _, a := range prelude {
+		if err := c.alloc(t0, a.addr, a.size, a.stream); err != nil {
+			return nil, fmt.Errorf("prelude at address %#x: %w", a.addr, err)
+		}
+		s.Counts.PreludeBytes += a.size
+	}
+	s.Counts.Prelude = len(prelude)
+	lastT := t0
+	var net, maxNet int64
+	for i, e := range entries {
+		t := e.t
+		if t < lastT {
+			t = lastT
+			s.Counts.ClampedTimes++
+		}
+		lastT = t
+		switch e.kind {
+		case actAlloc:
+			if c.free(t, e.addr) {
+				s.Counts.ImpliedFrees++
+			}
+			if err := c.alloc(t, e.addr, e.size, e.stream); err != nil {
+				return nil, fmt.Errorf("entry %d: %w", i, err)
+			}
+			s.Counts.Allocs++
+		case actFreeRequested:
+			if a, ok := c.live[e.addr]; ok {
+				a.pending = true
+				s.Counts.FreeRequests++
+			} else {
+				s.Counts.UnmatchedFreeRequests++
+			}
+		case actFreeCompleted:
+			if c.free(t, e.addr) {
+				s.Counts.Frees++
+			} else {
+				s.Counts.IgnoredFrees++
+			}
+		case actSegmentAdd, actSegmentSub:
+			s.Counts.SegmentEvents++
+			d := int64(e.rawSize) // ≤ 2^62
+			if e.kind == actSegmentSub {
+				d = -d
+			}
+			if (d > 0 && net > math.MaxInt64-d) || (d < 0 && net < math.MinInt64-d) {
+				return nil, fmt.Errorf("%w: entry %d: segment bytes overflow", ErrSnapshot, i)
+			}
+			net += d
+			maxNet = max(maxNet, net)
+			s.Reserved = append(s.Reserved, ReservedPoint{Entry: i, Event: len(s.Events), T: t})
+			s.Reserved[len(s.Reserved)-1].Bytes = uint64(net) // fixed up below
+		case actOOM:
+			s.Counts.OOMs++
+		case actSnapshot:
+			s.Counts.Snapshots++
+		default:
+			s.Counts.Skipped[e.action]++
+			s.Counts.SkippedTotal++
+		}
+	}
+	// Segments held before the window: freed in it without being allocated
+	// in it, or still held at the end and not allocated in it.
+	born := map[uint64]bool{}
+	allocatedInWindow := map[uint64]bool{}
+	var startSegs []rawSegment
+	for _, e := range entries {
+		switch e.action {
+		case "segment_alloc":
+			born[e.addr] = true
+			allocatedInWindow[e.addr] = true
+		case "segment_free":
+			if !born[e.addr] {
+				startSegs = append(startSegs, rawSegment{addr: e.addr, size: e.rawSize, stream: e.stream, small: e.rawSize == 2<<20})
+			}
+			delete(born, e.addr)
+		}
+	}
+	for _, rs := range endSegments {
+		if !allocatedInWindow[rs.addr] {
+			startSegs = append(startSegs, rs)
+		}
+	}
+	slices.SortStableFunc(startSegs, func(a, b rawSegment) int {
+		switch {
+		case a.addr < b.addr:
+			return -1
+		case a.addr > b.addr:
+			return 1
+		}
+		return 0
+	})
+	for _, rs := range startSegs {
+		dense, ok := c.streams[rs.stream]
+		if !ok {
+			dense = -1
+		}
+		s.StartSegments = append(s.StartSegments, StartSegment{Address: rs.addr, Size: rs.size, Stream: dense, Small: rs.small})
+	}
+
+	for _, a := range c.live {
+		if a.pending {
+			s.Counts.PendingAtEnd++
+		}
+	}
+	s.FinalLive = c.liveSum
+	s.Streams = len(s.StreamHandles)
+
+	// Reserved timeline: start = final − net.
+	start := int64(0)
+	if s.FinalReserved > math.MaxInt64/2 {
+		return nil, fmt.Errorf("%w: segments total %d bytes is impossible", ErrSnapshot, s.FinalReserved)
+	}
+	if int64(s.FinalReserved) >= net {
+		start = int64(s.FinalReserved) - net
+	} else {
+		s.ReservedInconsistent = true
+	}
+	s.ReservedAtStart = uint64(start)
+	s.PeakReserved = uint64(start + max(maxNet, 0))
+	for i := range s.Reserved {
+		v := start + int64(s.Reserved[i].Bytes)
+		if v < 0 {
+			v = 0
+		}
+		s.Reserved[i].Bytes = uint64(v)
+	}
+	return s, nil
+}

@@ -1,0 +1,460 @@
+// A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp,
+// PyTorch 2.x, default settings plus max_split_size), accounting only: no
+// memory is touched. See /work/shared/notes/pytorch-caching-allocator.md.
+//
+// Data structure. A segment is one modelled cudaMalloc, at a synthetic
+// address from a bump counter (addresses are never reused, so two segments
+// are never neighbours). A segment is a doubly linked list of blocks in
+// address order (prev/next are physical neighbours). Free blocks live in one
+// pool per (stream, small|large), a slice sorted by (size, address), so best
+// fit is a binary search: the first block whose size is at least the
+// request, the lowest address among equal sizes.
+//
+// Malloc, in PyTorch's order:
+//  1. Round the request: below 512 B to 512 B, else up to a multiple of 512.
+//     ≤ 1 MiB goes to the small pool, larger to the large pool.
+//  2. Best fit in the stream's pool. With MaxSplitSize set, a request below
+//     it never takes an oversize block (≥ MaxSplitSize), and a request at or
+//     above it takes a block at most 20 MiB larger.
+//  3. None fits: cudaMalloc a segment of 2 MiB (small), 20 MiB (1–10 MiB)
+//     or the request rounded up to 2 MiB (≥ 10 MiB). If the capacity refuses
+//     it: with MaxSplitSize set, release one whole free oversize segment
+//     large enough (else the largest ones until enough is freed) and retry;
+//     then release every whole free segment of every pool and stream and
+//     retry once more (an alloc retry); then fail (an OOM).
+//  4. Split: small pool when the remainder is ≥ 512 B; large pool when the
+//     request is below MaxSplitSize and the remainder is > 1 MiB. The front
+//     serves the request; the remainder goes back to the pool.
+//
+// Free marks the block free, merges it with free neighbours of its segment
+// and returns it to its pool. Segments go back only through the OOM path
+// and EmptyCache.
+//
+// Invariants.
+//   - (T1) A segment's blocks tile it exactly, in address order.
+//   - (T2) No two physically adjacent blocks are both free.
+//   - (T3) A block is in its pool's free list iff it is free.
+//   - (T4) Reserved is the sum of segment sizes; Allocated is the sum of
+//     allocated blocks' sizes.
+//
+// Cost: O(log n) lookup plus O(n) slice insertion in the number of free
+// blocks of one pool; traces have hundreds to a few thousand.
+
+package torch
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sort"
+)
+
+// PyTorch's constants (CUDACachingAllocator.cpp).
+const (
+	MinBlockSize  = 512        // kMinBlockSize: every request rounds up to a multiple of this
+	SmallSize     = 1 << 20    // kSmallSize: largest request served by the small pool
+	SmallBuffer   = 2 << 20    // kSmallBuffer: segment size of the small pool
+	LargeBuffer   = 20 << 20   // kLargeBuffer: segment size for 1–10 MiB requests
+	MinLargeAlloc = 10 << 20   // kMinLargeAlloc: from here segments are the rounded request
+	RoundLarge    = 2 << 20    // kRoundLarge: rounding of large segments
+	MaxRequest    = 1 << 62    // larger requests are refused as impossible
+	baseAddress   = 1 << 40    // first synthetic segment address
+	addressGap    = RoundLarge // between segments, so no two are adjacent
+)
+
+// Sentinel errors.
+var (
+	// ErrOutOfMemory is returned by Malloc when no cached block fits and the
+	// capacity refuses a new segment even after releasing every cached
+	// segment. The allocator is unchanged except for the released cache.
+	ErrOutOfMemory = errors.New("torch: out of memory")
+	// ErrInvalidRequest is returned by Malloc for a size above 2^62 or a
+	// negative stream; the allocator is unchanged.
+	ErrInvalidRequest = errors.New("torch: invalid request")
+)
+
+// Config configures an Allocator.
+type Config struct {
+	// Capacity is the device memory available for segments; 0 = unlimited.
+	Capacity uint64
+	// MaxSplitSize is PYTORCH_CUDA_ALLOC_CONF max_split_size_mb in bytes:
+	// blocks this large or larger are "oversize" and never split. 0 =
+	// unlimited (PyTorch's default).
+	MaxSplitSize uint64
+	// Cached are segments the allocator starts with, all free, as if
+	// reserved earlier and emptied since: a replay of a snapshot whose
+	// window began mid-run starts from PyTorch's segments at that moment
+	// (trace.Snapshot.StartSegments). They are created in order regardless
+	// of Capacity and count in Reserved and PeakReserved.
+	Cached []CachedSegment
+}
+
+// CachedSegment is one segment of Config.Cached. Stream may be negative for
+// a segment no event's stream uses; Small selects the small pool.
+type CachedSegment struct {
+	Size   uint64
+	Stream int
+	Small  bool
+}
+
+// Block is an allocation handed out by Malloc. Size is the block's size
+// (the rounded request, or more when the large pool did not split).
+type Block struct {
+	Addr      uint64
+	Size      uint64
+	Requested uint64
+	Stream    int
+}
+
+// Stats are the allocator's counters, named after PyTorch's memory_stats.
+type Stats struct {
+	Mallocs          int    // successful Malloc calls
+	Frees            int    // Free calls
+	SegmentAllocs    int    // modelled cudaMalloc calls
+	SegmentFrees     int    // modelled cudaFree calls
+	AllocRetries     int    // num_alloc_retries: cache flushed after a refused segment
+	OOMs             int    // num_ooms
+	PeakAllocated    uint64 // highest Allocated
+	Requested        uint64 // bytes requested by live blocks
+	PeakRequested    uint64 // highest Requested
+	InactiveSplit    uint64 // free bytes in segments that also hold allocated blocks
+	ReleasedOversize int    // oversize segments released by the max_split_size path
+}
+
+type block struct {
+	addr, size uint64
+	requested  uint64
+	allocated  bool
+	prev, next *block
+	seg        *segment
+}
+
+type segment struct {
+	addr, size uint64
+	pool       *freePool
+}
+
+type poolKey struct {
+	stream int
+	small  bool
+}
+
+// freePool is one (stream, small|large) pool: free blocks sorted by (size,
+// address).
+type freePool struct {
+	key    poolKey
+	blocks []*block
+}
+
+func less(a *block, size, addr uint64) bool {
+	return a.size < size || (a.size == size && a.addr < addr)
+}
+
+func (p *freePool) insert(b *block) {
+	i := sort.Search(len(p.blocks), func(i int) bool { return !less(p.blocks[i], b.size, b.addr) })
+	p.blocks = append(p.blocks, nil)
+	copy(p.blocks[i+1:], p.blocks[i:])
+	p.blocks[i] = b
+}
+
+func (p *freePool) remove(b *block) {
+	i := sort.Search(len(p.blocks), func(i int) bool { return !less(p.blocks[i], b.size, b.addr) })
+	if i >= len(p.blocks) || p.blocks[i] != b {
+		panic("torch: free block missing from its pool (T3)")
+	}
+	p.blocks = append(p.blocks[:i], p.blocks[i+1:]...)
+}
+
+// lowerBound returns the index of the first block of at least size bytes.
+func (p *freePool) lowerBound(size uint64) int {
+	return sort.Search(len(p.blocks), func(i int) bool { return p.blocks[i].size >= size })
+}
+
+// Allocator is the model. The zero value is not usable; call New or
+// NewWithConfig. It is not safe for concurrent use.
+type Allocator struct {
+	cfg       Config
+	maxSplit  uint64 // MaxSplitSize, or MaxUint64 when unlimited
+	pools     map[poolKey]*freePool
+	poolOrder []*freePool // creation order, for deterministic cache release
+	live      map[uint64]*block
+	nextAddr  uint64
+	reserved  uint64
+	peakRes   uint64
+	allocated uint64
+	stats     Stats
+	// onSegment, when set, is told of every segment allocation (release
+	// false) and release (true); ReplayTorch records the timeline with it.
+	onSegment func(size uint64, release bool)
+}
+
+// New returns an allocator with the given capacity (0 = unlimited) and
+// PyTorch's default settings.
+func New(capacity uint64) *Allocator { return NewWithConfig(Config{Capacity: capacity}) }
+
+// NewWithConfig returns an allocator with the given settings. Cached
+// segments of size 0 or above 2^62 are skipped.
+func NewWithConfig(cfg Config) *Allocator {
+	a := &Allocator{cfg: cfg, maxSplit: cfg.MaxSplitSize, pools: map[poolKey]*freePool{},
+		live: map[uint64]*block{}, nextAddr: baseAddress}
+	if a.maxSplit == 0 {
+		a.maxSplit = math.MaxUint64
+	}
+	for _, c := range cfg.Cached {
+		if c.Size == 0 || c.Size > MaxRequest {
+			continue
+		}
+		p := a.pool(c.Stream, c.Small)
+		seg := &segment{addr: a.nextAddr, size: c.Size, pool: p}
+		a.nextAddr += c.Size + addressGap
+		a.reserved += c.Size
+		a.peakRes = max(a.peakRes, a.reserved)
+		p.insert(&block{addr: seg.addr, size: c.Size, seg: seg})
+	}
+	return a
+}
+
+// Reserved returns the bytes held in segments (PyTorch's reserved bytes).
+func (a *Allocator) Reserved() uint64 { return a.reserved }
+
+// PeakReserved returns the highest Reserved so far.
+func (a *Allocator) PeakReserved() uint64 { return a.peakRes }
+
+// Allocated returns the bytes of allocated blocks (PyTorch's allocated
+// bytes: rounded sizes, slack of unsplit blocks included).
+func (a *Allocator) Allocated() uint64 { return a.allocated }
+
+// Stats returns the counters.
+func (a *Allocator) Stats() Stats {
+	s := a.stats
+	s.InactiveSplit = 0
+	for _, p := range a.poolOrder {
+		for _, b := range p.blocks {
+			if b.prev != nil || b.next != nil {
+				s.InactiveSplit += b.size
+			}
+		}
+	}
+	return s
+}
+
+// RoundSize is PyTorch's round_size: below 512 B to 512 B, else up to a
+// multiple of 512 B.
+func RoundSize(size uint64) uint64 {
+	if size < MinBlockSize {
+		return MinBlockSize
+	}
+	return (size + MinBlockSize - 1) / MinBlockSize * MinBlockSize
+}
+
+// SegmentSize is PyTorch's get_allocation_size for a rounded request.
+func SegmentSize(rounded uint64) uint64 {
+	switch {
+	case rounded <= SmallSize:
+		return SmallBuffer
+	case rounded < MinLargeAlloc:
+		return LargeBuffer
+	default:
+		return (rounded + RoundLarge - 1) / RoundLarge * RoundLarge
+	}
+}
+
+func (a *Allocator) pool(stream int, small bool) *freePool {
+	k := poolKey{stream, small}
+	p, ok := a.pools[k]
+	if !ok {
+		p = &freePool{key: k}
+		a.pools[k] = p
+		a.poolOrder = append(a.poolOrder, p)
+	}
+	return p
+}
+
+// Malloc allocates size bytes on stream. On error the allocator is unchanged,
+// except that an out-of-memory path may have released cached segments.
+func (a *Allocator) Malloc(size uint64, stream int) (Block, error) {
+	if size > MaxRequest || stream < 0 {
+		return Block{}, fmt.Errorf("%w: size %d on stream %d (size must be ≤ 2^62, stream ≥ 0)", ErrInvalidRequest, size, stream)
+	}
+	rounded := RoundSize(size)
+	p := a.pool(stream, rounded <= SmallSize)
+	b := a.bestFit(p, rounded)
+	if b == nil {
+		segSize := SegmentSize(rounded)
+		b = a.newSegment(p, segSize)
+		if b == nil && a.releaseOversize(p, rounded) {
+			b = a.newSegment(p, segSize)
+		}
+		if b == nil {
+			a.releaseCached()
+			a.stats.AllocRetries++
+			b = a.newSegment(p, segSize)
+		}
+		if b == nil {
+			a.stats.OOMs++
+			return Block{}, fmt.Errorf("%w: malloc of %d bytes (segment %d) with %d reserved, %d allocated, capacity %d",
+				ErrOutOfMemory, size, segSize, a.reserved, a.allocated, a.cfg.Capacity)
+		}
+	} else {
+		p.remove(b)
+	}
+	if a.shouldSplit(p, b, rounded) {
+		rest := &block{addr: b.addr + rounded, size: b.size - rounded, prev: b, next: b.next, seg: b.seg}
+		if b.next != nil {
+			b.next.prev = rest
+		}
+		b.next = rest
+		b.size = rounded
+		p.insert(rest)
+	}
+	b.allocated = true
+	b.requested = size
+	a.live[b.addr] = b
+	a.allocated += b.size
+	a.stats.PeakAllocated = max(a.stats.PeakAllocated, a.allocated)
+	a.stats.Requested += size
+	a.stats.PeakRequested = max(a.stats.PeakRequested, a.stats.Requested)
+	a.stats.Mallocs++
+	return Block{Addr: b.addr, Size: b.size, Requested: size, Stream: stream}, nil
+}
+
+// bestFit is get_free_block: the smallest block of at least size bytes, the
+// lowest address among equals, subject to the max_split_size rules.
+func (a *Allocator) bestFit(p *freePool, size uint64) *block {
+	i := p.lowerBound(size)
+	if i == len(p.blocks) {
+		return nil
+	}
+	b := p.blocks[i]
+	if size < a.maxSplit && b.size >= a.maxSplit {
+		return nil
+	}
+	if size >= a.maxSplit && b.size >= size+LargeBuffer {
+		return nil
+	}
+	return b
+}
+
+func (a *Allocator) shouldSplit(p *freePool, b *block, size uint64) bool {
+	remaining := b.size - size
+	if p.key.small {
+		return remaining >= MinBlockSize
+	}
+	return size < a.maxSplit && remaining > SmallSize
+}
+
+// newSegment models cudaMalloc: nil when the capacity refuses.
+func (a *Allocator) newSegment(p *freePool, size uint64) *block {
+	if a.cfg.Capacity != 0 && (size > a.cfg.Capacity || a.reserved > a.cfg.Capacity-size) {
+		return nil
+	}
+	seg := &segment{addr: a.nextAddr, size: size, pool: p}
+	a.nextAddr += size + addressGap
+	a.reserved += size
+	a.peakRes = max(a.peakRes, a.reserved)
+	a.stats.SegmentAllocs++
+	if a.onSegment != nil {
+		a.onSegment(size, false)
+	}
+	return &block{addr: seg.addr, size: size, seg: seg}
+}
+
+// releaseSegment models cudaFree of a whole free segment b (in its pool).
+func (a *Allocator) releaseSegment(p *freePool, b *block) {
+	p.remove(b)
+	a.reserved -= b.seg.size
+	a.stats.SegmentFrees++
+	if a.onSegment != nil {
+		a.onSegment(b.seg.size, true)
+	}
+}
+
+// releaseOversize is release_available_cached_blocks: with max_split_size
+// set, free one whole oversize segment of at least size bytes, else the
+// largest whole oversize segments until size bytes are freed. It reports
+// whether enough was released.
+func (a *Allocator) releaseOversize(p *freePool, size uint64) bool {
+	if a.maxSplit == math.MaxUint64 {
+		return false
+	}
+	key := max(size, a.maxSplit)
+	i := p.lowerBound(key)
+	for j := i; j < len(p.blocks); j++ { // one large enough, smallest first
+		if b := p.blocks[j]; b.prev == nil && b.next == nil {
+			a.releaseSegment(p, b)
+			a.stats.ReleasedOversize++
+			return true
+		}
+	}
+	var released uint64
+	for j := i - 1; j >= 0 && released < key; j-- { // largest first
+		b := p.blocks[j]
+		if b.size < a.maxSplit {
+			break
+		}
+		if b.prev == nil && b.next == nil {
+			released += b.size
+			a.releaseSegment(p, b)
+			a.stats.ReleasedOversize++
+		}
+	}
+	return released >= key
+}
+
+// releaseCached is release_cached_blocks: every whole free segment of every
+// pool and stream goes back.
+func (a *Allocator) releaseCached() {
+	for _, p := range a.poolOrder {
+		var keep []*block
+		for _, b := range p.blocks {
+			if b.prev == nil && b.next == nil {
+				a.reserved -= b.seg.size
+				a.stats.SegmentFrees++
+				if a.onSegment != nil {
+					a.onSegment(b.seg.size, true)
+				}
+				continue
+			}
+			keep = append(keep, b)
+		}
+		p.blocks = keep
+	}
+}
+
+// EmptyCache releases every cached segment that holds no allocated block
+// (torch.cuda.empty_cache).
+func (a *Allocator) EmptyCache() { a.releaseCached() }
+
+// Free returns b to its pool, merging it with free neighbours. Freeing a
+// block that is not allocated is a caller bug and panics.
+func (a *Allocator) Free(blk Block) {
+	b, ok := a.live[blk.Addr]
+	if !ok {
+		panic(fmt.Sprintf("torch: free of unknown or already freed block at %#x", blk.Addr))
+	}
+	delete(a.live, blk.Addr)
+	p := b.seg.pool
+	a.allocated -= b.size
+	a.stats.Requested -= b.requested
+	a.stats.Frees++
+	b.allocated = false
+	b.requested = 0
+	if prev := b.prev; prev != nil && !prev.allocated {
+		p.remove(prev)
+		prev.size += b.size
+		prev.next = b.next
+		if b.next != nil {
+			b.next.prev = prev
+		}
+		b = prev
+	}
+	if next := b.next; next != nil && !next.allocated {
+		p.remove(next)
+		b.size += next.size
+		b.next = next.next
+		if next.next != nil {
+			next.next.prev = b
+		}
+	}
+	p.insert(b)
+}

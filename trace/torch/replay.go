@@ -1,0 +1,116 @@
+package torch
+
+import (
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// ErrReplay is returned by ReplayTorch for a trace it cannot replay: an
+// invalid event or an alloc reusing a live ID.
+var ErrReplay = errors.New("torch: bad trace")
+
+// SegmentEvent is one modelled cudaMalloc (Release false) or cudaFree.
+type SegmentEvent struct {
+	Event   int    // index of the trace event that caused it
+	Size    uint64 // segment bytes
+	Release bool
+}
+
+// Result is what a replay through the model measured.
+type Result struct {
+	Events        int    // events applied
+	Allocs        int    // successful allocs
+	Frees         int    // frees of live IDs
+	FailedAllocs  int    // allocs refused with ErrOutOfMemory (their frees are ignored)
+	FirstFailure  int    // index of the first failed alloc, −1 when none
+	IgnoredFrees  int    // frees of IDs not live (unknown, or of a failed alloc)
+	Cleanups      int    // cleanup events, each an EmptyCache
+	Skipped       int    // window and capture events: PyTorch has no counterpart
+	PeakReserved  uint64 // highest reserved bytes
+	FinalReserved uint64
+	PeakAllocated uint64 // highest allocated block bytes
+	PeakLive      uint64 // highest requested bytes live
+	Stats         Stats  // the allocator's counters at the end
+	// Segments lists every segment allocation and release in order, so a
+	// caller can rebuild the reserved-bytes timeline or compare segment
+	// sizes with PyTorch's segment_alloc entries.
+	Segments []SegmentEvent
+}
+
+// ReplayTorch replays native events through a fresh model with the given
+// capacity (0 = unlimited) and default settings. It continues past a failed
+// alloc. The error wraps ErrReplay (or trace's validation sentinels) and
+// names the event index; the Result up to that event is returned with it.
+func ReplayTorch(events iter.Seq[trace.Event], capacity uint64) (Result, error) {
+	return Replay(events, Config{Capacity: capacity})
+}
+
+// Replay is ReplayTorch with full settings.
+func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
+	a := NewWithConfig(cfg)
+	res := Result{FirstFailure: -1}
+	idx := 0
+	a.onSegment = func(size uint64, release bool) {
+		res.Segments = append(res.Segments, SegmentEvent{Event: idx, Size: size, Release: release})
+	}
+	live := map[uint64]Block{}
+	failed := map[uint64]bool{}
+	finish := func() {
+		res.PeakReserved = a.PeakReserved()
+		res.FinalReserved = a.Reserved()
+		res.Stats = a.Stats()
+		res.PeakAllocated = res.Stats.PeakAllocated
+		res.PeakLive = res.Stats.PeakRequested
+	}
+	for e := range events {
+		if err := e.Validate(); err != nil {
+			finish()
+			return res, fmt.Errorf("event %d: %w", idx, err)
+		}
+		switch e.Op {
+		case trace.OpAlloc:
+			if _, dup := live[e.ID]; dup {
+				finish()
+				return res, fmt.Errorf("%w: event %d: alloc of live id %d", ErrReplay, idx, e.ID)
+			}
+			delete(failed, e.ID)
+			b, err := a.Malloc(e.Size, e.Stream)
+			if err != nil {
+				if !errors.Is(err, ErrOutOfMemory) {
+					finish()
+					return res, fmt.Errorf("event %d: %w", idx, err)
+				}
+				res.FailedAllocs++
+				if res.FirstFailure < 0 {
+					res.FirstFailure = idx
+				}
+				failed[e.ID] = true
+				break
+			}
+			live[e.ID] = b
+			res.Allocs++
+		case trace.OpFree:
+			b, ok := live[e.ID]
+			if !ok {
+				delete(failed, e.ID)
+				res.IgnoredFrees++
+				break
+			}
+			delete(live, e.ID)
+			a.Free(b)
+			res.Frees++
+		case trace.OpCleanup:
+			a.EmptyCache()
+			res.Cleanups++
+		default:
+			res.Skipped++
+		}
+		idx++
+		res.Events++
+	}
+	finish()
+	return res, nil
+}
