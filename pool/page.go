@@ -67,15 +67,32 @@ func (p *page) tryReserve(size uint64) *handle.Handle {
 // tryReserveFrom is tryReserve starting the scan at slice index from.
 func (p *page) tryReserveFrom(from int, size uint64) *handle.Handle {
 	pad := storage.Padding(size, p.align)
-	need := storage.SatAdd(size, pad)
+	at, _, _ := p.fitFrom(from, storage.SatAdd(size, pad))
+	if at < 0 {
+		return nil
+	}
+	return p.carve(at, size, pad)
+}
+
+// fitFrom finds the first free slice at or after index from whose effective
+// size is at least need: its index, or -1. It also returns the index of the
+// first free slice it saw (len(p.slices) when none) and the largest
+// effective size among the free slices it passed over.
+func (p *page) fitFrom(from int, need uint64) (at, first int, largest uint64) {
+	first = len(p.slices)
 	for i := from; i < len(p.slices); i++ {
 		s := &p.slices[i]
-		if s.EffectiveSize() < need || !s.h.IsFree() {
+		if !s.h.IsFree() {
 			continue
 		}
-		return p.carve(i, size, pad)
+		first = min(first, i)
+		eff := s.EffectiveSize()
+		if eff >= need {
+			return i, first, largest
+		}
+		largest = max(largest, eff)
 	}
-	return nil
+	return -1, first, largest
 }
 
 // carve gives slice i (free, effective size ≥ size+pad) the window size with

@@ -14,11 +14,18 @@
 //  4. A move reserves its target on the current pool only: held room first
 //     (first fit on unguarded pages), then, with MayAllocate room, a new page.
 //
-// Cost: the target search keeps a cursor (page, slice) across the whole plan
-// and coalesces each current page once, when the cursor first enters it; so a
-// plan of n moves onto pages filling front to back costs O(n + slices), not
-// O(n · slices). Room freed behind the cursor during the plan is left for the
-// next one.
+// Cost: the target search gives the answer TryReserve would give for each
+// move (first fit over the current pool's unguarded pages in index order,
+// each page coalesced) without rescanning what the plan already filled. It
+// coalesces each current page once, when first visited, and again only after
+// an abandoned page released targets on it; per page it keeps the index
+// before which every slice is live and an upper bound on the free room after
+// it; pages with no free slice left are skipped for the rest of the plan. A
+// plan of n moves onto pages filling front to back thus costs O(n + slices),
+// not O(n · slices). (An earlier design resumed from the last target
+// instead: it skipped holes before that target that a later, smaller
+// allocation fits, and room an abandoned page gave back stayed split, so a
+// Held plan could leave pages that fit.)
 //
 // Commit re-reads both locations (the plan's coalescing may have renumbered
 // slices), then hands the allocation's descriptor to the target slice: every
@@ -43,11 +50,39 @@ type planPage struct {
 	allocs []*handle.Handle // clones of the live slices' handles
 }
 
-// fitCursor is where the plan's target search resumes on the current pool.
-type fitCursor struct {
-	page      int
-	slice     int
-	coalesced int // pages [0, coalesced) were coalesced in this plan
+// targetSearch finds first-fit targets on the current pool for one plan.
+// Between the events that reset a page's hint (its first visit, an abandoned
+// page releasing targets on it) only the plan carves, which never frees a
+// byte, so every hint stays true.
+type targetSearch struct {
+	cur   *Sliced
+	hints []pageHint // one per current page, by page index
+	open  int        // pages [0, open) are guarded or hold no free slice
+}
+
+// pageHint is what a plan knows about one current page.
+type pageHint struct {
+	dirty   bool   // coalesce before the next scan
+	first   int    // slices [0, first) are live
+	maxFree uint64 // no free slice at or after first is larger (effective size)
+}
+
+func newTargetSearch(cur *Sliced) *targetSearch {
+	s := &targetSearch{cur: cur, hints: make([]pageHint, len(cur.pages))}
+	for i, pg := range cur.pages {
+		if !pg.guarded() {
+			s.hints[i] = pageHint{dirty: true, maxFree: ^uint64(0)}
+		}
+	}
+	return s
+}
+
+// released marks the page of a target the plan gave back: its room must be
+// coalesced and searched again.
+func (s *targetSearch) released(loc handle.Location) {
+	i := int(loc.Page())
+	s.hints[i] = pageHint{dirty: true, maxFree: ^uint64(0)}
+	s.open = min(s.open, i)
 }
 
 // Plan chooses, for every movable outdated page, a target on the current
@@ -73,12 +108,14 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 		return 0
 	})
 
-	cur := a.Current()
-	var cursor fitCursor
-	var moves []relocation.Move
+	search := newTargetSearch(a.Current())
+	total := 0
+	for _, c := range candidates {
+		total += len(c.allocs)
+	}
+	moves := make([]relocation.Move, 0, total)
 	for _, c := range candidates {
 		mark := len(moves)
-		rewind := cursor
 		ok := true
 		for _, h := range c.allocs {
 			src := a.sliceAt(h.Location())
@@ -86,20 +123,21 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 				ok = false
 				break
 			}
-			target := a.reserveTarget(cur, &cursor, src.Region.Size, room, st, g)
+			target := search.reserve(src.Region.Size, room, st, g)
 			if target == nil {
 				ok = false
 				break
 			}
-			dst := cur.Slice(target.Location())
+			dst := search.cur.Slice(target.Location())
 			moves = append(moves, relocation.NewMove(h, target, relocation.StorageCopy{Source: src.Region, Target: dst.Region}))
 		}
 		if ok {
 			continue
 		}
 		// All or nothing per page: undo this page's moves; the targets
-		// become free again and the search resumes where the page began.
+		// become free again, and their pages are searched again.
 		for _, m := range moves[mark:] {
+			search.released(m.Target().Location())
 			m.Target().Release()
 			m.Allocation().Release()
 		}
@@ -107,7 +145,6 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 			h.Release()
 		}
 		moves = moves[:mark]
-		cursor = rewind
 	}
 	return relocation.New(moves)
 }
@@ -139,25 +176,33 @@ func analyse(pg *page) (planPage, bool) {
 	return c, true
 }
 
-// reserveTarget reserves size bytes on the current pool from the cursor on;
-// with MayAllocate it adds a page when held room runs out. nil: no target.
-func (a *Arena) reserveTarget(cur *Sliced, c *fitCursor, size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
-	for c.page < len(cur.pages) {
-		pg := cur.pages[c.page]
-		if !pg.guarded() {
-			if c.coalesced <= c.page {
-				pg.coalesce(g)
-				c.coalesced = c.page + 1
-				c.slice = 0
-			}
-			if h := pg.tryReserveFrom(c.slice, size); h != nil {
-				c.slice = int(h.Location().Slice())
+// reserve reserves size bytes on the current pool, first fit; with
+// MayAllocate it adds a page when held room runs out. nil: no target.
+func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
+	cur := s.cur
+	need := storage.SatAdd(size, storage.Padding(size, cur.align))
+	for i := s.open; i < len(cur.pages); i++ {
+		pg, hint := cur.pages[i], &s.hints[i]
+		if hint.dirty {
+			pg.coalesce(g)
+			*hint = pageHint{maxFree: ^uint64(0)}
+		}
+		if hint.maxFree >= need {
+			at, first, largest := pg.fitFrom(hint.first, need)
+			if at >= 0 {
+				h := pg.carve(at, size, storage.Padding(size, cur.align))
+				if first == at {
+					first = at + 1 // the carved slice is live now
+				}
+				hint.first = first
 				cur.served(size)
 				return h
 			}
+			hint.first, hint.maxFree = first, largest
 		}
-		c.page++
-		c.slice = 0
+		if i == s.open && hint.maxFree == 0 {
+			s.open++
+		}
 	}
 	if room != relocation.MayAllocate {
 		return nil
@@ -166,9 +211,9 @@ func (a *Arena) reserveTarget(cur *Sliced, c *fitCursor, size uint64, room reloc
 	if err != nil {
 		return nil
 	}
-	c.page = len(cur.pages) - 1
-	c.coalesced = len(cur.pages)
-	c.slice = int(h.Location().Slice())
+	for len(s.hints) < len(cur.pages) {
+		s.hints = append(s.hints, pageHint{maxFree: ^uint64(0)})
+	}
 	return h
 }
 

@@ -1,0 +1,315 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// MiB is the unit most page tests draw in.
+const MiB = 1 << 20
+
+// drawPage draws a page's slices in offset order, sizes in units of unit
+// bytes: a live slice as its requested size, a free one in parentheses, and
+// padding as "+pad". A 32 MiB page holding 4 MiB with 28 MiB free, drawn in
+// MiB, is "4 (28)"; a 40-byte slice padded to 64 bytes is "40+24".
+func drawPage(pg *page, unit uint64) string {
+	parts := make([]string, len(pg.slices))
+	for i := range pg.slices {
+		s := &pg.slices[i]
+		d := strconv.FormatUint(s.Region.Size/unit, 10)
+		if s.Padding > 0 {
+			d += "+" + strconv.FormatUint(s.Padding/unit, 10)
+		}
+		if s.IsFree() {
+			d = "(" + d + ")"
+		}
+		parts[i] = d
+	}
+	return strings.Join(parts, " ")
+}
+
+// expectOwnSlice fails the test unless ref's location names a slice of pg
+// carrying ref's own descriptor (SPEC §3.4: a location must never resolve
+// to another allocation).
+func expectOwnSlice(t *testing.T, pg *page, ref handle.Ref) *Slice {
+	t.Helper()
+	loc := ref.Descriptor().Location()
+	if loc.Pool() != pg.pool || int(loc.Page()) != pg.index {
+		t.Fatalf("allocation %d at %v, want pool %d page %d", ref.Descriptor().ID(), loc, pg.pool, pg.index)
+	}
+	s := pg.slice(loc.Slice())
+	if s == nil {
+		t.Fatalf("allocation %d at %v: no such slice on a page of %d slices", ref.Descriptor().ID(), loc, len(pg.slices))
+	}
+	if s.h.Descriptor() != ref.Descriptor() {
+		t.Fatalf("allocation %d at %v: the slice there belongs to allocation %d", ref.Descriptor().ID(), loc, s.h.ID())
+	}
+	return s
+}
+
+// pageStep is one step of a page script:
+//
+//	reserve NAME SIZE   the reservation succeeds; NAME holds the user handle
+//	refuse SIZE         no free slice holds SIZE: nothing changes
+//	free NAME           release NAME's user handle (the slice becomes free)
+//	coalesce            merge runs of adjacent free slices
+//	at NAME OFFSET      NAME's slice starts at OFFSET
+//
+// Sizes and offsets are in the script's unit. want is the page drawn after
+// the step (drawPage), empty for steps that only assert.
+type pageStep struct {
+	do   string
+	want string
+}
+
+// runPageScript runs steps on one fresh page of size bytes (Host storage),
+// checking after every step the drawing, the tiling invariants P1–P3 and
+// that every live allocation's location names its own slice.
+func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
+	t.Helper()
+	st := storage.NewHost(align, nil)
+	r, err := st.Alloc(size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := newPage(r, align, 7, 3)
+	g := handle.NewErrorGraph()
+	live := map[string]*handle.Handle{}
+	num := func(s string) uint64 {
+		n, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("bad number %q", s)
+		}
+		return n * unit
+	}
+	for i, step := range steps {
+		f := strings.Fields(step.do)
+		before := drawPage(pg, unit)
+		switch f[0] {
+		case "reserve":
+			h := pg.tryReserve(num(f[2]))
+			if h == nil {
+				t.Fatalf("step %d %q: refused on %q", i, step.do, before)
+			}
+			live[f[1]] = h
+		case "refuse":
+			if h := pg.tryReserve(num(f[1])); h != nil {
+				t.Fatalf("step %d %q: served at %v on %q", i, step.do, h.Location(), before)
+			}
+			if got := drawPage(pg, unit); got != before {
+				t.Fatalf("step %d %q: a refused reservation changed the page from %q to %q", i, step.do, before, got)
+			}
+		case "free":
+			live[f[1]].Release()
+			delete(live, f[1])
+		case "coalesce":
+			pg.coalesce(g)
+		case "at":
+			s := expectOwnSlice(t, pg, live[f[1]])
+			if want := num(f[2]); s.Region.Offset != want {
+				t.Fatalf("step %d %q: %s at offset %d, want %d", i, step.do, f[1], s.Region.Offset, want)
+			}
+		default:
+			t.Fatalf("step %d: unknown command %q", i, step.do)
+		}
+		if step.want != "" {
+			if got := drawPage(pg, unit); got != step.want {
+				t.Fatalf("step %d %q: page %q, want %q", i, step.do, got, step.want)
+			}
+		}
+		pg.check()
+		for _, h := range live {
+			expectOwnSlice(t, pg, h)
+		}
+	}
+}
+
+// SPEC §12.4 scenario 15.
+func TestFreedHalfOfAPageLeavesTwoFreeSlicesUntilCoalesce(t *testing.T) {
+	runPageScript(t, 32*MiB, 32, MiB, []pageStep{
+		{"reserve a 16", "16 (16)"},
+		{"at a 0", ""},
+		{"free a", "(16) (16)"},
+		{"coalesce", "(32)"},
+	})
+}
+
+// SPEC §12.4 scenario 16: first fit, splitting, and coalescing at exact
+// offsets.
+func TestFirstFitReusesFreedSlicesAtExactOffsets(t *testing.T) {
+	runPageScript(t, 32*MiB, 32, MiB, []pageStep{
+		{"reserve a 4", "4 (28)"},
+		{"reserve b 15", "4 15 (13)"},
+		{"reserve c 8", "4 15 8 (5)"},
+		{"reserve d 4", "4 15 8 4 (1)"},
+		{"at d 27", ""},
+		{"refuse 8", ""},
+		{"free b", "4 (15) 8 4 (1)"},
+		{"reserve e 9", "4 9 (6) 8 4 (1)"},
+		{"at e 4", ""},
+		{"refuse 9", ""},
+		{"free c", "4 9 (6) (8) 4 (1)"},
+		// Two adjacent free slices of 6 and 8 hold 14, but first fit looks
+		// at one slice at a time.
+		{"refuse 9", ""},
+		{"coalesce", "4 9 (14) 4 (1)"},
+		{"at d 27", ""},
+		{"reserve f 9", "4 9 9 (5) 4 (1)"},
+		{"at f 13", ""},
+		{"free a", ""},
+		{"free d", "(4) 9 9 (5) (4) (1)"},
+		{"coalesce", "(4) 9 9 (10)"},
+		{"at e 4", ""},
+		{"at f 13", ""},
+	})
+}
+
+// SPEC §12.4 scenario 17: a freed slice is reused by its effective size
+// (size + padding), so its padding bytes are never lost from the page.
+func TestReservationFitsTheEffectiveSizeOfAFreedSlice(t *testing.T) {
+	runPageScript(t, 256, 32, 1, []pageStep{
+		{"reserve a 40", "40+24 (192)"},
+		{"reserve b 192", "40+24 192"},
+		{"free a", "(40+24) 192"},
+		// 8 bytes need 32 with padding: the 64-byte slice splits 32 + 32.
+		{"reserve c 8", "8+24 (32) 192"},
+		{"reserve d 32", "8+24 32 192"},
+		{"at d 32", ""},
+		{"refuse 1", ""},
+	})
+}
+
+func TestPagePaddingHonoursAnAlignmentThatIsNotAPowerOfTwo(t *testing.T) {
+	runPageScript(t, 200, 50, 1, []pageStep{
+		{"reserve a 1", "1+49 (150)"},
+		{"reserve b 51", "1+49 51+49 (50)"},
+		{"at b 50", ""},
+		{"refuse 51", ""},
+		{"reserve c 50", "1+49 51+49 50"},
+	})
+}
+
+func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	r, _ := st.Alloc(8 * MiB)
+	pg := newPage(r, 32, 2, 0)
+	a := pg.tryReserve(2 * MiB)
+	b := pg.tryReserve(2 * MiB)
+	a.Release()
+	freeHandle := pg.slices[0].h
+	pg.coalesce(nil)
+	if got := drawPage(pg, MiB); got != "(2) 2 (4)" {
+		t.Fatalf("page %q, want %q", got, "(2) 2 (4)")
+	}
+	if pg.slices[0].h != freeHandle {
+		t.Fatal("coalesce replaced the handle of a lone free slice")
+	}
+	expectOwnSlice(t, pg, b)
+}
+
+func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	r, _ := st.Alloc(8 * MiB)
+	pg := newPage(r, 32, 2, 0)
+	g := handle.NewErrorGraph()
+	a := pg.tryReserve(1 * MiB)
+	b := pg.tryReserve(1 * MiB)
+	c := pg.tryReserve(1 * MiB)
+	f := g.Fail(errors.New("kernel failed"))
+	taint := &handle.Taint{}
+	taint.Mark(g, f, 0, 512)
+	pg.slices[1].SetTaint(taint)
+	merged := []*handle.Handle{pg.slices[0].h, pg.slices[1].h}
+	a.Release()
+	b.Release()
+	pg.coalesce(g)
+	if got := drawPage(pg, MiB); got != "(2) 1 (5)" {
+		t.Fatalf("page %q, want %q", got, "(2) 1 (5)")
+	}
+	for _, h := range merged {
+		if !h.Released() {
+			t.Fatalf("merged slice handle of allocation %d not released", h.ID())
+		}
+	}
+	if pg.slices[0].Taint() != nil {
+		t.Fatal("merged free slice kept failure marks")
+	}
+	if n := g.Carriers(f); n != 0 {
+		t.Fatalf("failure still has %d carriers after its only slice merged", n)
+	}
+	// The live slice after the merged run moved from index 2 to 1.
+	if s := expectOwnSlice(t, pg, c); s.Region.Offset != 2*MiB {
+		t.Fatalf("c at offset %d, want %d", s.Region.Offset, 2*MiB)
+	}
+	pg.check()
+}
+
+func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	r, _ := st.Alloc(8 * MiB)
+	pg := newPage(r, 32, 2, 5)
+	hs := make([]*handle.Handle, 4)
+	for i := range hs {
+		hs[i] = pg.tryReserve(1 * MiB)
+	}
+	hs[0].Release()
+	hs[0] = pg.tryReserve(256 << 10) // splits slice 0: every later slice shifts by one
+	for i, h := range hs {
+		s := expectOwnSlice(t, pg, h)
+		if want := uint64(i) * MiB; s.Region.Offset != want {
+			t.Fatalf("allocation %d at offset %d, want %d", i, s.Region.Offset, want)
+		}
+	}
+	if got, want := hs[3].Location().Slice(), uint32(4); got != want {
+		t.Fatalf("last allocation at slice %d, want %d", got, want)
+	}
+	pg.check()
+}
+
+// pageCheckPanics reports the panic message of pg.check, or "".
+func pageCheckPanics(pg *page) (msg string) {
+	defer func() {
+		if r := recover(); r != nil {
+			msg = fmt.Sprint(r)
+		}
+	}()
+	pg.check()
+	return ""
+}
+
+// The checks the property tests rely on must themselves catch a broken page.
+func TestPageCheckCatchesBrokenTiling(t *testing.T) {
+	cases := map[string]struct {
+		breakIt func(pg *page)
+		want    string
+	}{
+		"Gap":            {func(pg *page) { pg.slices[1].Region.Offset++ }, "(P1)"},
+		"ShortLastSlice": {func(pg *page) { pg.slices[len(pg.slices)-1].Region.Size-- }, "(P2)"},
+		"StaleLocation": {func(pg *page) {
+			pg.slices[1].h.Descriptor().SetLocation(pg.loc(0))
+		}, "(P3)"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			st := storage.NewSim(32, nil)
+			r, _ := st.Alloc(1024)
+			pg := newPage(r, 32, 2, 0)
+			pg.tryReserve(100)
+			pg.tryReserve(100)
+			pg.tryReserve(40)
+			if msg := pageCheckPanics(pg); msg != "" {
+				t.Fatalf("intact page fails its check: %s", msg)
+			}
+			c.breakIt(pg)
+			if msg := pageCheckPanics(pg); !strings.Contains(msg, c.want) {
+				t.Fatalf("check of a broken page: %q, want a panic naming %s", msg, c.want)
+			}
+		})
+	}
+}
