@@ -81,7 +81,12 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 	if b.s.cap != nil {
 		b.s.cap.retainLocked(src)
 	}
+	transfers, _ := d.backend.(HostTransfers)
+	q := b.s.q
 	return b.s.enqueueLocked("write", []Use{{Buffer: b, Access: Write, Size: uint64(len(src))}}, func(res []storage.Resource) error {
+		if res[0].Bytes == nil && res[0].Ptr != 0 && transfers != nil {
+			return transfers.CopyToDevice(q, res[0], src)
+		}
 		copy(res[0].Bytes, src)
 		return nil
 	})
@@ -92,6 +97,9 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 // ErrUnwritten and the failure, never stale bytes. On a recording stream it
 // returns ErrRecording and dooms the recording.
 func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
+	if t, ok := b.s.d.backend.(HostTransfers); ok {
+		return b.readThrough(ctx, t)
+	}
 	res, err := b.hostView(ctx, "Read")
 	if err != nil {
 		return nil, err
@@ -232,4 +240,67 @@ func (m *Mapping) Release() {
 	m.done = true
 	m.bytes = nil
 	m.b.Release()
+}
+
+// HostTransfers is implemented by backends whose memory the host cannot
+// address (a GPU driver): Write and Read copy through them, inside an op on
+// the buffer's stream, so they stay in stream order.
+type HostTransfers interface {
+	// CopyToDevice copies src into dst; it runs inside an op on q.
+	CopyToDevice(q stream.Queue, dst storage.Resource, src []byte) error
+	// CopyToHost copies src into dst; it runs inside an op on q.
+	CopyToHost(q stream.Queue, dst []byte, src storage.Resource) error
+}
+
+// readThrough reads the buffer with a device-to-host copy enqueued on its
+// stream, then waits for it.
+func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s := b.s
+	d := s.d
+	out := make([]byte, b.size)
+	d.mu.Lock()
+	if err := b.usableLocked(); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	if err := s.refuseHostSyncLocked("Read"); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
+	var fences []stream.Fence
+	// readErr is written by the op and read after its fence passed (the
+	// queue's completion orders the two).
+	var readErr error
+	if b.size > 0 {
+		err := s.enqueueLocked("read", []Use{{Buffer: b, Access: Read}}, func(res []storage.Resource) error {
+			readErr = t.CopyToHost(s.q, out, res[0])
+			return readErr
+		})
+		if err != nil {
+			d.mu.Unlock()
+			return nil, err
+		}
+	}
+	if f, err := s.q.Fence(); err == nil {
+		fences = append(fences, f)
+	}
+	d.mu.Unlock()
+	for _, f := range fences {
+		if err := f.Q.Wait(ctx, f); err != nil {
+			return nil, err
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.collectFailuresLocked()
+	if readErr != nil {
+		return nil, fmt.Errorf("gpumem: reading buffer %d: %w", b.h.ID(), readErr)
+	}
+	if err := b.checkUnwrittenLocked(); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -241,7 +241,13 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	c.touched = nil
 	s.drainDeferredLocked()
 
-	if err := errors.Join(endErr, qerr); err != nil || exec == nil {
+	// The queue's error already carries the doom and a wrong owner (it
+	// saw the same token); the state machine's only when the queue has none.
+	err := qerr
+	if err == nil {
+		err = endErr
+	}
+	if err != nil || exec == nil {
 		if err == nil {
 			err = fmt.Errorf("%w: backend sealed no graph", ErrCaptureInvalidated)
 		}

@@ -27,7 +27,7 @@ func captureIn(t *testing.T, p stream.Phase) *stream.Capture {
 // SPEC §12.6 #49: out-of-order calls return ErrCaptureState and change
 // nothing; abort returns Prepared to NoCapture; end by another owner closes
 // the window with ErrWrongOwner.
-func TestCaptureStateMachineScenario49(t *testing.T) {
+func TestCaptureRefusesOutOfOrderCallsAndEndByAnotherOwnerClosesWindow(t *testing.T) {
 	type result struct {
 		phase stream.Phase
 		owner stream.Owner

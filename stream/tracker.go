@@ -205,7 +205,6 @@ func (t *tracker) waitSeq(ctx context.Context, seq uint64) error {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			continue
 			return fmt.Errorf("stream: wait for step %d (completed %d): %w", seq, t.completed.Load(), ctx.Err())
 		}
 	}
@@ -239,14 +238,14 @@ func (t *tracker) wait(ctx context.Context, f Fence) error {
 	}
 	t.mu.Unlock()
 	passed, err := t.checkFence("wait", f)
-	if err != nil || passed {
+	if err != nil || f.Seq == 0 {
 		return err
 	}
+	// A host sync with a recording queue is refused whether or not the
+	// fence has passed, as the driver refuses it: the answer must not
+	// depend on timing.
 	target := trackerOf(f.Q)
-	if target == nil {
-		return f.Q.Wait(ctx, f)
-	}
-	if target != t {
+	if target != nil && target != t {
 		target.mu.Lock()
 		if target.rec != nil {
 			err := target.invalidateLocked("host wait on a fence of the recording queue")
@@ -255,7 +254,14 @@ func (t *tracker) wait(ctx context.Context, f Fence) error {
 		}
 		target.mu.Unlock()
 	}
-	return target.waitSeq(ctx, f.Seq)
+	switch {
+	case passed:
+		return nil
+	case target == nil:
+		return f.Q.Wait(ctx, f)
+	default:
+		return target.waitSeq(ctx, f.Seq)
+	}
 }
 
 // waitStepLocked decides what WaitFence does with a fence already checked by
