@@ -341,10 +341,18 @@ func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) 
 		return nil, errors.Join(err, s.AbortCapture(tok))
 	}
 	if err := fn(ctx, s); err != nil {
+		s.doomCapture(err) // the recording is incomplete: it must not seal
 		_, endErr := s.EndCapture(tok)
 		return nil, errors.Join(fmt.Errorf("gpumem: capture recording: %w", err), endErr)
 	}
 	return s.EndCapture(tok)
+}
+
+// doomCapture marks the open recording as failed.
+func (s *Stream) doomCapture(err error) {
+	s.d.mu.Lock()
+	defer s.d.mu.Unlock()
+	s.capture.Fail(err)
 }
 
 // Graph is a sealed recording: replay it with Launch, release it with

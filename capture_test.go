@@ -194,3 +194,481 @@ func TestPrepareCaptureRelocatesEveryStream(t *testing.T) {
 	}
 	_ = big.Free()
 }
+
+// gatedOp enqueues an op on s that blocks until the returned function is
+// called.
+func gatedOp(t *testing.T, s *Stream, b *Buffer) (open func()) {
+	t.Helper()
+	gate := make(chan struct{})
+	err := s.Enqueue("gated", []Use{{Buffer: b, Access: Read}}, func([]storage.Resource) error {
+		<-gate
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			close(gate)
+		}
+	}
+}
+
+// Scenario 55: cleanup while another stream records is refused before any
+// wait: a gated op on the cleaning stream would block a wait forever.
+func TestCleanupWhileRecordingRefusesBeforeWaitingOnAnyFence(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	a := d.DefaultStream()
+	b, _ := d.NewStream()
+	buf := mustAlloc(t, b, 1<<20)
+	open := gatedOp(t, b, buf)
+	defer open()
+	tok, _ := a.PrepareCapture()
+	if err := a.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Cleanup(ctx); !errors.Is(err, ErrRecording) {
+		t.Fatalf("Cleanup while a stream records = %v, want ErrRecording", err)
+	}
+	if err := d.Cleanup(ctx); !errors.Is(err, ErrRecording) {
+		t.Fatalf("Device.Cleanup while a stream records = %v, want ErrRecording", err)
+	}
+	if _, err := a.EndCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Scenario 59: a touched page is neither relocated, released nor carved
+// while the graph lives; Close makes it ordinary again.
+func TestTouchedPageIsFrozenForTheGraphsLifeAndReleasedAfterClose(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	s := d.DefaultStream()
+	untouched := mustAlloc(t, s, 1<<20)
+	untouchedBytes := pattern(1<<20, 9)
+	mustWrite(t, untouched, untouchedBytes)
+	touched := mustAlloc(t, s, 1<<20) // shares the 2 MiB arena page with untouched? no: first fit puts it next to it
+	g, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error { return addOne(s, touched) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	loc := touched.h.Location()
+	// Growth outdates the touched page; a relocation must leave it.
+	big := mustAlloc(t, s, 10<<20)
+	mustFree(t, big)
+	mustCleanup(t, d)
+	if got := touched.h.Location(); got != loc {
+		t.Fatalf("guarded allocation moved from %v to %v", loc, got)
+	}
+	if outdatedPages(d) == 0 {
+		t.Fatal("the guarded outdated page was released")
+	}
+	// Free everything on the page: the page stays (guarded) through cleanup.
+	mustFree(t, touched)
+	mustFree(t, untouched)
+	mustCleanup(t, d)
+	if outdatedPages(d) != 1 {
+		t.Fatalf("outdated pages = %d, want the guarded page kept", outdatedPages(d))
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustCleanup(t, d)
+	if n := outdatedPages(d); n != 0 {
+		t.Fatalf("after Graph.Close the page is still held (%d outdated pages)", n)
+	}
+}
+
+// Scenario 59 (second half): an untouched buffer alive before prepare keeps
+// its handle and bytes; a buffer freed mid-window whose slice the recording
+// reused keeps its page guarded and the slice is not handed out.
+func TestSliceFreedMidWindowAndReusedByTheRecordingIsNotHandedOutWhileTheGraphLives(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	s := d.DefaultStream()
+	keep := mustAlloc(t, s, 256<<10)
+	keepBytes := pattern(256<<10, 3)
+	mustWrite(t, keep, keepBytes)
+	old := mustAlloc(t, s, 512<<10)
+	tok, _ := s.PrepareCapture()
+	if err := s.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	if err := addOne(s, old); err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, old) // freed mid-window: the recording's binding keeps the slice
+	reuse, err := s.Alloc(ctx, 512<<10)
+	if err == nil && reuse.h.Location() == old.h.Location() {
+		t.Fatal("a slice the recording touched was handed out again mid-window")
+	}
+	if reuse != nil {
+		mustFree(t, reuse)
+	}
+	g, err := s.EndCapture(tok)
+	if err != nil {
+		t.Fatalf("EndCapture: %v", err)
+	}
+	defer g.Close()
+	again, err := s.Alloc(ctx, 512<<10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.h.Location().Page() == keep.h.Location().Page() && again.h.Location().Pool() == keep.h.Location().Pool() {
+		t.Fatalf("a guarded page was carved for a new reservation (%v)", again.h.Location())
+	}
+	wantBytes(t, keep, keepBytes)
+}
+
+// Scenario 60: while A records, B's emptied outdated page survives B's
+// AddOnly reservations; B's next Allow reservation after the seal
+// releases it.
+func TestOtherStreamsReservationsReleaseNothingWhileOneRecords(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	a := d.DefaultStream()
+	b, _ := d.NewStream()
+	small := mustAlloc(t, b, 1<<20)
+	big := mustAlloc(t, b, 10<<20) // B's first page is outdated, holding small
+	mustFree(t, small)             // emptied, not yet released
+	tok, _ := a.PrepareCapture()
+	if err := a.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	before := outdatedPages(d)
+	if before == 0 {
+		t.Fatal("setup: no outdated page on B")
+	}
+	x, err := b.Alloc(ctx, 1<<20) // AddOnly: no periodic cleanup
+	if err != nil {
+		t.Fatal(err)
+	}
+	if outdatedPages(d) != before {
+		t.Fatal("an AddOnly reservation released an outdated page while a stream records")
+	}
+	if _, err := a.EndCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	y := mustAlloc(t, b, 1<<20) // Allow: the periodic cleanup drains it
+	if outdatedPages(d) != 0 {
+		t.Fatal("B's emptied outdated page survived an Allow reservation after the seal")
+	}
+	for _, buf := range []*Buffer{x, y, big} {
+		mustFree(t, buf)
+	}
+}
+
+// Scenario 61: Read and Synchronize on the recording stream are refused
+// and doom the recording; the host queue never saw a wait (it would have
+// invalidated the queue's capture, which EndCapture would then report).
+func TestHostSyncOnTheRecordingStreamIsRefusedAndDoomsTheRecording(t *testing.T) {
+	ctx := context.Background()
+	for _, sync := range []struct {
+		name string
+		do   func(s *Stream, b *Buffer) error
+	}{
+		{"Read", func(_ *Stream, b *Buffer) error { _, err := b.Read(ctx); return err }},
+		{"Synchronize", func(s *Stream, _ *Buffer) error { return s.Synchronize(ctx) }},
+		{"Map", func(_ *Stream, b *Buffer) error { _, err := b.Map(ctx); return err }},
+	} {
+		t.Run(sync.name, func(t *testing.T) {
+			d := openHost(t)
+			s := d.DefaultStream()
+			b := mustAlloc(t, s, 4096)
+			tok, _ := s.PrepareCapture()
+			if err := s.BeginCapture(tok); err != nil {
+				t.Fatal(err)
+			}
+			if err := sync.do(s, b); !errors.Is(err, ErrRecording) {
+				t.Fatalf("%s on the recording stream = %v, want ErrRecording", sync.name, err)
+			}
+			_, err := s.EndCapture(tok)
+			if !errors.Is(err, ErrRecording) {
+				t.Fatalf("EndCapture = %v, want the doom (ErrRecording)", err)
+			}
+			if errors.Is(err, ErrCaptureInvalidated) {
+				t.Fatalf("the queue saw a wait: %v", err)
+			}
+		})
+	}
+}
+
+// Scenario 62: primed slices stay non-free until BeginCapture; AbortCapture
+// and EndCapture without begin release them.
+func TestPrimedSlicesAreHeldUntilBeginAndReleasedByAbort(t *testing.T) {
+	ctx := context.Background()
+	for _, closeWindow := range []string{"begin", "abort", "end-without-begin"} {
+		t.Run(closeWindow, func(t *testing.T) {
+			d := openHost(t)
+			s := d.DefaultStream()
+			tok, _ := s.PrepareCapture()
+			var descs []*Buffer
+			for range 3 {
+				b := mustAlloc(t, s, 3<<20)
+				clone := b.Clone() // observe the allocation after Free
+				mustFree(t, b)
+				descs = append(descs, clone)
+			}
+			// Each allocation's slice is held by the device (primed) besides
+			// our clone: more than one reference, so not free.
+			for _, c := range descs {
+				if c.h.Descriptor().Refs() < 3 {
+					t.Fatalf("warmup slice not primed: refs %d", c.h.Descriptor().Refs())
+				}
+			}
+			switch closeWindow {
+			case "begin":
+				if err := s.BeginCapture(tok); err != nil {
+					t.Fatal(err)
+				}
+				defer s.EndCapture(tok)
+			case "abort":
+				if err := s.AbortCapture(tok); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if _, err := s.EndCapture(tok); !errors.Is(err, ErrCaptureState) {
+					t.Fatalf("EndCapture without begin = %v, want ErrCaptureState", err)
+				}
+			}
+			for _, c := range descs {
+				if got := c.h.Descriptor().Refs(); got != 2 {
+					t.Fatalf("after %s the primed binding is still held: refs %d, want 2 (slice + clone)", closeWindow, got)
+				}
+			}
+			_ = ctx
+		})
+	}
+}
+
+// Scenario 63: Stream.Capture whose fn fails leaves no graph, no window, no
+// primed or touched binding and no guard.
+func TestCaptureWhoseFunctionFailsCleansUpEverything(t *testing.T) {
+	ctx := context.Background()
+	boom := errors.New("boom")
+	for _, failAt := range []int{1, 2} {
+		d := openHost(t)
+		s := d.DefaultStream()
+		b := mustAlloc(t, s, 1<<20)
+		calls := 0
+		g, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error {
+			calls++
+			tmp, err := s.Alloc(ctx, 1<<20)
+			if err != nil {
+				return err
+			}
+			if err := addOne(s, b); err != nil {
+				return err
+			}
+			_ = tmp.Free()
+			if calls == failAt {
+				return boom
+			}
+			return nil
+		})
+		if g != nil || !errors.Is(err, boom) {
+			t.Fatalf("fail at call %d: graph %v err %v", failAt, g, err)
+		}
+		if s.capture.Phase() != stream.NoCapture || s.cap != nil {
+			t.Fatalf("fail at call %d: window left open (%v)", failAt, s.capture.Phase())
+		}
+		if st := d.Stats(); st.GuardedPages != 0 {
+			t.Fatalf("fail at call %d: %d guards left", failAt, st.GuardedPages)
+		}
+		if refs := b.h.Descriptor().Refs(); refs != 2 {
+			t.Fatalf("fail at call %d: buffer refs %d, want 2 (slice + owner)", failAt, refs)
+		}
+		if err := d.Cleanup(ctx); err != nil {
+			t.Fatalf("fail at call %d: cleanup after a failed capture: %v", failAt, err)
+		}
+	}
+}
+
+// A graph recorded on one stream that touches buffers of two streams'
+// memories replays the captured run's bytes after other allocations grew
+// the pages and relocations ran around it; no guarded page moved.
+func TestGraphOverTwoStreamsMemoriesReplaysAfterRelocationsRanAroundIt(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	a := d.DefaultStream()
+	b, _ := d.NewStream()
+	mine := mustAlloc(t, a, 1<<20)
+	theirs := mustAlloc(t, b, 1<<20)
+	mustWrite(t, mine, bytes.Repeat([]byte{1}, 1<<20))
+	mustWrite(t, theirs, bytes.Repeat([]byte{100}, 1<<20))
+	if err := b.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Bystanders on the same streams, which relocation may move.
+	var bystanders []*Buffer
+	for i, s := range []*Stream{a, b} {
+		x := mustAlloc(t, s, 1536<<10) // its own 2 MiB page, not the guarded one
+		mustWrite(t, x, pattern(1536<<10, byte(40+i)))
+		bystanders = append(bystanders, x)
+	}
+	g, err := a.Capture(ctx, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("mix", []Use{{Buffer: mine, Access: ReadWrite}, {Buffer: theirs, Access: ReadWrite}}, func(res []storage.Resource) error {
+			for i := range res[0].Bytes {
+				res[0].Bytes[i]++
+				res[1].Bytes[i] += res[0].Bytes[i]
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	// The warmup ran once: mine = 2, theirs = 102.
+	locMine, locTheirs := mine.h.Location(), theirs.h.Location()
+	for _, s := range []*Stream{a, b} {
+		for _, size := range []uint64{10 << 20, 30 << 20} {
+			x := mustAlloc(t, s, size)
+			mustFree(t, x)
+		}
+	}
+	mustCleanup(t, d)
+	if d.Stats().Relocation.Moves == 0 {
+		t.Fatal("setup: no relocation ran around the graph")
+	}
+	if mine.h.Location() != locMine || theirs.h.Location() != locTheirs {
+		t.Fatal("a guarded allocation moved")
+	}
+	for range 2 {
+		if err := g.Launch(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two launches: mine 2→3→4, theirs 102+3=105, +4=109.
+	wantBytes(t, mine, bytes.Repeat([]byte{4}, 1<<20))
+	if err := a.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantBytes(t, theirs, bytes.Repeat([]byte{109}, 1<<20))
+	for i, x := range bystanders {
+		wantBytes(t, x, pattern(1536<<10, byte(40+i)))
+	}
+}
+
+// After a proper warmup the recording allocates nothing from the storage:
+// every reservation in the window is served from held room.
+func TestRecordingAfterWarmupAllocatesNothingFromStorage(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	s := d.DefaultStream()
+	work := func(ctx context.Context, s *Stream) error {
+		var bufs []*Buffer
+		for _, size := range []uint64{100, 70 << 10, 1 << 20, 5 << 20, 2 << 20} {
+			b, err := s.Alloc(ctx, size)
+			if err != nil {
+				return err
+			}
+			if err := addOne(s, b); err != nil {
+				return err
+			}
+			bufs = append(bufs, b)
+		}
+		for _, b := range bufs {
+			if err := b.Free(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	tok, err := s.PrepareCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := work(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	before := d.Stats().StorageAllocs
+	if err := work(ctx, s); err != nil {
+		t.Fatalf("recording after warmup: %v", err)
+	}
+	if after := d.Stats().StorageAllocs; after != before {
+		t.Fatalf("the recording allocated %d storage regions", after-before)
+	}
+	g, err := s.EndCapture(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Close()
+}
+
+// A capture on one stream while other streams keep allocating, writing and
+// reading: race-clean, and the others' bytes are right.
+func TestCaptureOnOneStreamWhileOthersKeepWorking(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	a := d.DefaultStream()
+	others := make([]*Stream, 3)
+	for i := range others {
+		others[i], _ = d.NewStream()
+	}
+	done := make(chan error, len(others))
+	stop := make(chan struct{})
+	for i, s := range others {
+		go func() {
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					done <- nil
+					return
+				default:
+				}
+				size := uint64(4096 + (n%7)*65536)
+				b, err := s.Alloc(ctx, size)
+				if err != nil {
+					done <- err
+					return
+				}
+				want := pattern(size, byte(i+n))
+				if err := b.Write(ctx, want); err != nil {
+					done <- err
+					return
+				}
+				got, err := b.Read(ctx)
+				if err != nil {
+					done <- err
+					return
+				}
+				if !bytes.Equal(got, want) {
+					done <- errors.New("bytes differ")
+					return
+				}
+				if err := b.Free(); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+	}
+	buf := mustAlloc(t, a, 1<<20)
+	for range 5 {
+		g, err := a.Capture(ctx, func(ctx context.Context, s *Stream) error { return addOne(s, buf) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Launch(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	for range others {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// 5 warmups + 5 launches.
+	wantBytes(t, buf, bytes.Repeat([]byte{10}, 1<<20))
+}
