@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/gpumem/gpumem/handle"
 	"github.com/gpumem/gpumem/pool"
@@ -444,5 +445,10 @@ func (g *Graph) Close() error {
 	}
 	g.written = nil
 	g.retained = nil
+	// A driver graph holds device resources: destroy it now, not when the
+	// stream closes.
+	if c, ok := g.exec.(io.Closer); ok {
+		_ = c.Close()
+	}
 	return nil
 }

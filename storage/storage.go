@@ -16,6 +16,10 @@ var nextID atomic.Uint64
 
 func newID() ID { return ID(nextID.Add(1)) }
 
+// NewID returns a process-unique allocation ID, for backends outside this
+// package (S1).
+func NewID() ID { return newID() }
+
 // Region is a window of one allocation: Offset and Size are in bytes from the
 // allocation's base. Alloc returns a region with Offset 0 spanning the whole
 // allocation.

@@ -1,0 +1,350 @@
+// The gpumem.Backend adapter: a Device on real device memory.
+//
+// Structure. A Backend holds one Context (the device's primary context and
+// its device executor), the Storages it made (one per stream memory) and the
+// Queues it made (one per stream, each over a Stream with its own executor
+// and a completion watcher). The device (package gpumem) decides everything
+// about pages, relocation and captures; this file only maps its calls onto
+// the driver layer.
+//
+// Invariants:
+//   - (B1) Storage calls (cuMemAlloc_v2, cuMemFree_v2) run on the device
+//     executor; stream work (copies, kernels, events, captures) runs on the
+//     stream's executor (C1 in doc.go).
+//   - (B2) No cuMemFree_v2 runs while a queue of this backend records: frees
+//     are queued by Storage.Dealloc and handed to the driver by Flush only
+//     when capturing == 0, checked and acted on under capMu, which
+//     BeginCapture and EndCapture also hold.
+//   - (B3) The first sticky driver error any component sees is kept
+//     (Poisoned) and every later storage call fails with it.
+//
+// Rejected alternatives: asynchronous Enqueue through a feeder goroutine (a
+// cross-stream WaitFence would then need the other queue's event before it
+// exists); a separate Storage per stream with private frees during a capture
+// (a free during any capture may invalidate it, whatever the thread).
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Alignment is the base alignment of every cuda storage allocation (the
+// driver's own is at least this).
+const Alignment = 256
+
+// Backend runs a gpumem.Device on one CUDA device: storage on cuMemAlloc_v2,
+// queues on driver streams with events as fences, relocation copies with
+// cuMemcpyDtoDAsync_v2 and graphs through stream capture. It implements
+// gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
+// whole Device with OpenDevice); the Device closes it.
+type Backend struct {
+	ctx   *Context
+	props memory.Properties
+
+	// capMu orders frees against captures (B2); capturing counts the
+	// queues whose capture is open.
+	capMu     sync.Mutex
+	capturing int
+
+	mu       sync.Mutex // guards the fields below
+	queues   map[*Queue]struct{}
+	storages map[*Storage]struct{}
+	poison   error // first sticky error seen (B3)
+	closed   bool
+
+	kmu     sync.Mutex // guards the kernel module, loaded on first Launch
+	module  *Module
+	kernels map[string]*Function
+}
+
+var (
+	_ gpumem.Backend       = (*Backend)(nil)
+	_ gpumem.HostTransfers = (*Backend)(nil)
+)
+
+// NewBackend opens the device opts names (driver from opts.Library,
+// $GPUMEM_LIBCUDA or libcuda.so.1). When the backend cannot run here (no
+// driver, a driver too old, no such device) the error wraps both
+// gpumem.ErrNotSupported and ErrNoDriver: fall back to gpumem.Open. It never
+// panics for want of a driver.
+func NewBackend(opts Options) (*Backend, error) {
+	c, err := Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cuda backend on device %d: %w", gpumem.ErrNotSupported, opts.Device, err)
+	}
+	total := c.TotalMem()
+	maxPage := max(uint64(Alignment), total/4/Alignment*Alignment)
+	return &Backend{
+		ctx:      c,
+		props:    memory.Properties{MaxPageSize: maxPage, Alignment: Alignment, MaxMemory: total},
+		queues:   make(map[*Queue]struct{}),
+		storages: make(map[*Storage]struct{}),
+	}, nil
+}
+
+// OpenDevice opens a gpumem.Device on the cuda backend: NewBackend, then
+// gpumem.OpenBackend with more. Without a usable driver the error wraps
+// gpumem.ErrNotSupported and ErrNoDriver.
+func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
+	b, err := NewBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	d, err := gpumem.OpenBackend(b, more...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	return d, nil
+}
+
+// Context returns the driver context the backend runs on (device name,
+// driver version, memory, raw calls for diagnostics).
+func (b *Backend) Context() *Context { return b.ctx }
+
+// Name implements gpumem.Backend: "cuda".
+func (b *Backend) Name() string { return "cuda" }
+
+// Properties implements gpumem.Backend: alignment 256, MaxMemory the
+// device's total memory, MaxPageSize a quarter of it rounded down to the
+// alignment.
+func (b *Backend) Properties() memory.Properties { return b.props }
+
+// NewStorage implements gpumem.Backend: a Storage on cuMemAlloc_v2 drawing
+// on budget.
+func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("%w: cuda backend", ErrClosed)
+	}
+	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]devAlloc)}
+	b.storages[s] = struct{}{}
+	return s, nil
+}
+
+// NewQueue implements gpumem.Backend: a Queue over a new driver stream.
+func (b *Backend) NewQueue(index int) (stream.Queue, error) {
+	b.mu.Lock()
+	closed := b.closed
+	b.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: cuda backend", ErrClosed)
+	}
+	q, err := newQueue(b, index)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, errors.Join(fmt.Errorf("%w: cuda backend", ErrClosed), q.Close())
+	}
+	b.queues[q] = struct{}{}
+	return q, nil
+}
+
+// queueOf returns q as a Queue of this backend.
+func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
+	cq, ok := q.(*Queue)
+	if !ok || cq == nil || cq.b != b {
+		return nil, fmt.Errorf("cuda: %s: queue %T is not a queue of this cuda backend: %w", call, q, stream.ErrInvalid)
+	}
+	return cq, nil
+}
+
+// CopyOnDevice implements gpumem.Backend: cuMemcpyDtoDAsync_v2 of src into
+// dst (equal sizes) on q's stream. The copy is covered by q's next Fence.
+// Refused while q records (a relocation never runs then).
+func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error {
+	cq, err := b.queueOf(q, "copy on device")
+	if err != nil {
+		return err
+	}
+	if src.Size != dst.Size {
+		return fmt.Errorf("cuda: copy on device: source of %d bytes, target of %d: %w", src.Size, dst.Size, stream.ErrInvalid)
+	}
+	if src.Size == 0 {
+		return nil
+	}
+	if src.Ptr == 0 || dst.Ptr == 0 {
+		return fmt.Errorf("cuda: copy on device: resource without a device address (source %#x, target %#x): %w", src.Ptr, dst.Ptr, stream.ErrInvalid)
+	}
+	return cq.copyDtoD(dst.Ptr, src.Ptr, src.Size)
+}
+
+// WaitOutsideStreams implements gpumem.Backend: cuCtxSynchronize.
+func (b *Backend) WaitOutsideStreams() error {
+	err := b.ctx.Synchronize()
+	b.notePoison(err)
+	return err
+}
+
+// CopyToDevice implements gpumem.HostTransfers: cuMemcpyHtoDAsync_v2 of src
+// into dst on q's stream. It runs inside an op on q (on its executor); the
+// driver has read src when it returns (pageable memory).
+func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte) error {
+	cq, err := b.queueOf(q, "copy to device")
+	if err != nil {
+		return err
+	}
+	if uint64(len(src)) > dst.Size {
+		return fmt.Errorf("cuda: copy to device: %d bytes into a window of %d: %w", len(src), dst.Size, stream.ErrInvalid)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	err = cq.s.CopyHtoD(dst.Ptr, src)
+	b.notePoison(err)
+	return err
+}
+
+// CopyToHost implements gpumem.HostTransfers: cuMemcpyDtoHAsync_v2 of src
+// into dst on q's stream. It runs inside an op on q; dst is pageable, so
+// the bytes are there when it returns, after q's earlier work.
+func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) error {
+	cq, err := b.queueOf(q, "copy to host")
+	if err != nil {
+		return err
+	}
+	if uint64(len(dst)) > src.Size {
+		return fmt.Errorf("cuda: copy to host: %d bytes from a window of %d: %w", len(dst), src.Size, stream.ErrInvalid)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	err = cq.s.CopyDtoH(dst, src.Ptr)
+	b.notePoison(err)
+	return err
+}
+
+// Launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
+// stream over n bytes at ptr, one thread per byte, with extra arguments
+// after (ptr, n): KernelFillU8 takes the value as a uint32. Call it inside
+// an op's Run on q, with ptr from the op's resolved resource, so the launch
+// is ordered (and, while q records, captured) with q's other work. The
+// module is loaded on the first call.
+func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
+	cq, err := b.queueOf(q, "launch "+kernel)
+	if err != nil {
+		return err
+	}
+	f, err := b.function(kernel)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	cfg, err := Linear(n, 256)
+	if err != nil {
+		return err
+	}
+	args := append([]any{ptr, n}, extra...)
+	err = cq.s.Launch(f, cfg, args...)
+	b.notePoison(err)
+	return err
+}
+
+// function returns a kernel of KernelsPTX, loading the module once.
+func (b *Backend) function(name string) (*Function, error) {
+	b.kmu.Lock()
+	defer b.kmu.Unlock()
+	if f, ok := b.kernels[name]; ok {
+		return f, nil
+	}
+	if b.module == nil {
+		m, err := b.ctx.LoadModule(KernelsPTX)
+		if err != nil {
+			b.notePoison(err)
+			return nil, fmt.Errorf("cuda: loading the kernel module: %w", err)
+		}
+		b.module = m
+		b.kernels = make(map[string]*Function)
+	}
+	f, err := b.module.Function(name)
+	if err != nil {
+		return nil, err
+	}
+	b.kernels[name] = f
+	return f, nil
+}
+
+// Poisoned returns the first sticky driver error the backend saw (it
+// matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, nothing on the
+// device can be trusted: close it.
+func (b *Backend) Poisoned() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.poison
+}
+
+// notePoison keeps err when it is the first sticky fault (B3).
+func (b *Backend) notePoison(err error) {
+	if err == nil || !storage.IsDevicePoisoned(err) {
+		return
+	}
+	b.mu.Lock()
+	if b.poison == nil {
+		b.poison = err
+	}
+	b.mu.Unlock()
+}
+
+// Close implements gpumem.Backend: closes every queue still open, frees
+// every allocation the storages hold (live or queued), unloads the kernel
+// module and releases the context. Idempotent.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	queues := make([]*Queue, 0, len(b.queues))
+	for q := range b.queues {
+		queues = append(queues, q)
+	}
+	storages := make([]*Storage, 0, len(b.storages))
+	for s := range b.storages {
+		storages = append(storages, s)
+	}
+	poisoned := b.poison != nil
+	b.mu.Unlock()
+
+	var errs []error
+	for _, q := range queues {
+		errs = append(errs, q.Close())
+	}
+	for _, s := range storages {
+		errs = append(errs, s.release())
+	}
+	b.kmu.Lock()
+	if b.module != nil {
+		errs = append(errs, b.module.Unload())
+		b.module, b.kernels = nil, nil
+	}
+	b.kmu.Unlock()
+	errs = append(errs, b.ctx.Close())
+	if poisoned {
+		// Every call fails on a poisoned context; what it held dies with
+		// it. Only the poison itself is worth reporting, and Poisoned
+		// already does.
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+// forget drops a closed queue from the backend's list.
+func (b *Backend) forget(q *Queue) {
+	b.mu.Lock()
+	delete(b.queues, q)
+	b.mu.Unlock()
+}

@@ -1,0 +1,270 @@
+//go:build linux
+
+package cuda
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// Benchmarks against the real driver when one is found; otherwise (unless
+// GPUMEM_REQUIRE_CUDA=1, which makes that a failure) against the fake, so
+// that `go test -bench . ./cuda/` exercises the same code anywhere. Figures
+// from the fake measure host bookkeeping only. Each reports its floor,
+// measured in the same run, and the ratio as x-floor.
+
+// benchLibrary returns the driver to measure and whether it is the real one.
+func benchLibrary(b *testing.B) (path string, real bool) {
+	b.Helper()
+	path = libraryPath(inheritedLibrary)
+	err := available(path)
+	if err == nil {
+		return path, true
+	}
+	if os.Getenv(envRequireCUDA) == "1" {
+		b.Fatalf("%s=1 but no usable CUDA driver: %v", envRequireCUDA, err)
+	}
+	b.Logf("no usable CUDA driver (%v): measuring the fake driver; figures are host overhead only", err)
+	return buildFake(b).path, false
+}
+
+// fillOp enqueues fill_u8 over the whole buffer, in launches of at most
+// 1 GiB (the kernels index bytes with 32 bits).
+func fillOp(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, v byte) error {
+	return s.Enqueue("fill", []gpumem.Use{{Buffer: buf, Access: gpumem.Write}}, func(res []storage.Resource) error {
+		const chunk = 1 << 30
+		for off := uint64(0); off < res[0].Size; off += chunk {
+			n := min(chunk, res[0].Size-off)
+			if err := be.Launch(s.Queue(), KernelFillU8, res[0].Ptr+uintptr(off), n, uint32(v)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// readWindow copies n bytes at off of buf to the host, in stream order.
+func readWindow(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, off, n uint64) ([]byte, error) {
+	out := make([]byte, n)
+	err := s.Enqueue("read window", []gpumem.Use{{Buffer: buf, Access: gpumem.Read, Offset: off, Size: n}}, func(res []storage.Resource) error {
+		return be.CopyToHost(s.Queue(), out, res[0])
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, s.Synchronize(context.Background())
+}
+
+func sizeName(n uint64) string {
+	if n >= 1<<30 {
+		return fmt.Sprintf("%dGiB", n>>30)
+	}
+	return fmt.Sprintf("%dMiB", n>>20)
+}
+
+// BenchmarkRelocationThroughput measures bytes relocated per second through
+// Device.Cleanup: one live buffer of the size on an outdated page (a larger
+// allocation grew the arena, then was freed) moves into the current page,
+// and the outdated page goes back. The floor is cuMemcpyDtoD_v2 of the same
+// bytes (followed by cuCtxSynchronize) in the same run. Metrics: B/s
+// (relocation), floor-B/s (memcpy), x-floor = relocation throughput ÷
+// memcpy throughput (target ≥ 0.8). Setup, and a check of the first and last
+// 4 KiB moved, are not timed.
+func BenchmarkRelocationThroughput(b *testing.B) {
+	path, real := benchLibrary(b)
+	sizes := []uint64{16 << 20, 64 << 20}
+	if real {
+		sizes = []uint64{1 << 30, 4 << 30, 16 << 30}
+	}
+	c, err := Open(Options{Library: path}) // holds the primary context across devices; measures the floor
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	for _, size := range sizes {
+		b.Run(sizeName(size), func(b *testing.B) {
+			if 4*size > c.TotalMem() {
+				b.Skipf("%s needs about %d bytes; the device has %d", sizeName(size), 4*size, c.TotalMem())
+			}
+			benchRelocation(b, c, path, size)
+		})
+	}
+}
+
+func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
+	ctx := context.Background()
+	src, err := c.Alloc(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Free(src)
+	dst, err := c.Alloc(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Free(dst)
+	floorCopy := func() time.Duration {
+		t0 := time.Now()
+		if err := c.CopyDtoD(dst, src, size); err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	floorCopy() // warm
+
+	var reloc, floor time.Duration
+	var moved uint64
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		d, err := OpenDevice(Options{Library: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		be := d.Backend().(*Backend)
+		s := d.DefaultStream()
+		keep, err := s.Alloc(ctx, size) // page of size + 1 MiB
+		if err != nil {
+			b.Fatal(err)
+		}
+		v := byte(i*7 + 1)
+		if err := fillOp(be, s, keep, v); err != nil {
+			b.Fatal(err)
+		}
+		grow, err := s.Alloc(ctx, size+2<<20) // grows the arena: keep's page is outdated
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := grow.Free(); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			b.Fatal(err)
+		}
+		before := d.Stats().Relocation.BytesMoved
+
+		b.StartTimer()
+		t0 := time.Now()
+		err = d.Cleanup(ctx)
+		el := time.Since(t0)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got := d.Stats().Relocation.BytesMoved - before; got != size {
+			b.Fatalf("Cleanup moved %d bytes, want %d", got, size)
+		}
+		reloc += el
+		moved += size
+		want := bytes.Repeat([]byte{v}, 4096)
+		for _, off := range []uint64{0, size - 4096} {
+			got, err := readWindow(be, s, keep, off, 4096)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				b.Fatalf("bytes at %d after relocation differ from the fill %#x", off, v)
+			}
+		}
+		if err := d.Close(); err != nil {
+			b.Fatal(err)
+		}
+		floor += floorCopy()
+		b.StartTimer()
+	}
+	b.StopTimer()
+	relocBps := float64(moved) / reloc.Seconds()
+	floorBps := float64(moved) / floor.Seconds()
+	b.ReportMetric(relocBps, "B/s")
+	b.ReportMetric(floorBps, "floor-B/s")
+	b.ReportMetric(relocBps/floorBps, "x-floor")
+}
+
+// BenchmarkAllocFree measures a steady Stream.Alloc + Buffer.Free (the page
+// stays cached, so no driver call) against a raw cuMemAlloc_v2 +
+// cuMemFree_v2 of the same size in the same run. Metrics: raw-ns/op (the
+// floor) and x-floor = gpumem ns/op ÷ raw ns/op (below 1: cheaper than the
+// driver).
+func BenchmarkAllocFree(b *testing.B) {
+	path, _ := benchLibrary(b)
+	for _, size := range []uint64{4 << 10, 1 << 20, 64 << 20} {
+		name := fmt.Sprintf("%dKiB", size>>10)
+		b.Run(name, func(b *testing.B) {
+			d, err := OpenDevice(Options{Library: path})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer d.Close()
+			c := d.Backend().(*Backend).Context()
+			const rawN = 200
+			rawOnce := func() {
+				p, err := c.Alloc(size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Free(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			rawOnce() // warm
+			t0 := time.Now()
+			for range rawN {
+				rawOnce()
+			}
+			raw := time.Since(t0) / rawN
+
+			ctx := context.Background()
+			s := d.DefaultStream()
+			warm, err := s.Alloc(ctx, size)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := warm.Free(); err != nil {
+				b.Fatal(err)
+			}
+			allocs := d.Stats().StorageAllocs
+			for b.Loop() {
+				buf, err := s.Alloc(ctx, size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := buf.Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if got := d.Stats().StorageAllocs; got != allocs {
+				b.Fatalf("steady Alloc + Free made %d driver allocations, want none", got-allocs)
+			}
+			per := b.Elapsed() / time.Duration(b.N)
+			b.ReportMetric(float64(raw.Nanoseconds()), "raw-ns/op")
+			b.ReportMetric(float64(per)/float64(raw), "x-floor")
+		})
+	}
+}
+
+// BenchmarkGraphReplayAfterRelocation runs TestGraphReplayAfterRelocation's
+// scenario as a benchmark, so the GPU check times it on the device.
+func BenchmarkGraphReplayAfterRelocation(b *testing.B) {
+	path, _ := benchLibrary(b)
+	for i := 0; i < b.N; i++ {
+		d, err := OpenDevice(Options{Library: path})
+		if err != nil {
+			b.Fatal(err)
+		}
+		graphReplayAfterRelocation(b, d, d.Backend().(*Backend))
+		if err := d.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,461 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Options configures Open. The zero value opens device 0 through
+// libcuda.so.1 (or $GPUMEM_LIBCUDA).
+type Options struct {
+	// Library is the driver library to load. Empty: $GPUMEM_LIBCUDA when
+	// set, else "libcuda.so.1". Tests set it to a fake driver.
+	Library string
+	// Device is the device ordinal (default 0).
+	Device int
+}
+
+// Features are the optional driver capabilities found at Open.
+type Features struct {
+	// VirtualMemory: the eight VMM symbols are present and the device
+	// reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.
+	VirtualMemory bool
+	// AsyncMemset: cuMemsetD8Async is present.
+	AsyncMemset bool
+}
+
+// DeviceAttribute is a CUdevice_attribute value.
+type DeviceAttribute int32
+
+// A few attributes the package and its callers use; any other
+// CUdevice_attribute value may be passed to Context.Attribute.
+const (
+	AttrMultiprocessorCount              DeviceAttribute = 16
+	AttrComputeCapabilityMajor           DeviceAttribute = 75
+	AttrComputeCapabilityMinor           DeviceAttribute = 76
+	AttrVirtualMemoryManagementSupported DeviceAttribute = 102
+)
+
+// Available reports whether a usable driver with at least one device is
+// present (library from $GPUMEM_LIBCUDA, else libcuda.so.1): nil, or an
+// error wrapping ErrNoDriver that says why not. It leaves no context behind.
+func Available() error {
+	return available(libraryPath(""))
+}
+
+func available(path string) error {
+	d, err := loadDriver(path)
+	if err != nil {
+		return err
+	}
+	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	var n int32
+	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&n)); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	if n < 1 {
+		return fmt.Errorf("%w: %s reports no CUDA device", ErrNoDriver, path)
+	}
+	return nil
+}
+
+// Context is one device's primary context, opened through the driver, with
+// its device executor. Its methods are safe for concurrent use; storage and
+// module calls run in order on the device executor, stream work on each
+// Stream's executor.
+type Context struct {
+	drv      *driver
+	ordinal  int
+	dev      int32   // CUdevice
+	ctx      uintptr // CUcontext: the device's primary context, retained
+	exec     *Executor
+	name     string
+	totalMem uint64
+	version  int
+	features Features
+
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	streams map[*Stream]struct{}
+}
+
+// Open loads the driver, initialises it and retains opts.Device's primary
+// context, current on a new device executor. Without a usable driver (no
+// libcuda.so.1, a required symbol missing, cuInit failing, no such device)
+// it returns an error wrapping ErrNoDriver and holds nothing; it never
+// panics.
+func Open(opts Options) (*Context, error) {
+	if opts.Device < 0 {
+		return nil, fmt.Errorf("%w: device ordinal %d is negative", ErrNoDriver, opts.Device)
+	}
+	d, err := loadDriver(libraryPath(opts.Library))
+	if err != nil {
+		return nil, err
+	}
+	c := &Context{drv: d, ordinal: opts.Device, streams: make(map[*Stream]struct{})}
+	c.exec, err = newExecutor(fmt.Sprintf("device %d", opts.Device), nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.exec.Do(c.init); err != nil {
+		c.exec.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// init runs on the device executor: cuInit, device lookup and properties,
+// primary context retain, then makes it current on this thread. On error
+// whatever was retained is released.
+func (c *Context) init() error {
+	d := c.drv
+	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	var v, count int32
+	if err := d.check("cuDriverGetVersion", d.cuDriverGetVersion(&v)); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	c.version = int(v)
+	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&count)); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	if c.ordinal >= int(count) {
+		return fmt.Errorf("%w: device %d asked for, %s reports %d devices", ErrNoDriver, c.ordinal, d.path, count)
+	}
+	if err := d.check("cuDeviceGet", d.cuDeviceGet(&c.dev, int32(c.ordinal))); err != nil {
+		return fmt.Errorf("%w: %w", ErrNoDriver, err)
+	}
+	var name [256]byte
+	if err := d.check("cuDeviceGetName", d.cuDeviceGetName(&name[0], int32(len(name)), c.dev)); err != nil {
+		return err
+	}
+	c.name = cString(&name[0])
+	var total uintptr
+	if err := d.check("cuDeviceTotalMem_v2", d.cuDeviceTotalMem(&total, c.dev)); err != nil {
+		return err
+	}
+	c.totalMem = uint64(total)
+	c.features.AsyncMemset = d.cuMemsetD8Async != nil
+	if d.vmm != nil {
+		var ok int32
+		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&ok, int32(AttrVirtualMemoryManagementSupported), c.dev)); err != nil {
+			return err
+		}
+		c.features.VirtualMemory = ok != 0
+	}
+	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&c.ctx, c.dev)); err != nil {
+		return err
+	}
+	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(c.ctx)); err != nil {
+		d.cuDevicePrimaryCtxRelease(c.dev)
+		return err
+	}
+	return nil
+}
+
+// Close closes every Stream still open, releases the primary context and
+// stops the device executor. Events, modules and graphs not destroyed die
+// with the context when the driver's reference count on it reaches zero.
+// Close is idempotent; other calls afterwards return ErrClosed.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	open := make([]*Stream, 0, len(c.streams))
+	for s := range c.streams {
+		open = append(open, s)
+	}
+	c.mu.Unlock()
+
+	var errs []error
+	for _, s := range open {
+		errs = append(errs, s.Close())
+	}
+	errs = append(errs, c.exec.Do(func() error {
+		return c.drv.check("cuDevicePrimaryCtxRelease", c.drv.cuDevicePrimaryCtxRelease(c.dev))
+	}))
+	errs = append(errs, c.exec.Close())
+	return errors.Join(errs...)
+}
+
+// do runs fn on the device executor unless the context is closed.
+func (c *Context) do(fn func() error) error {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return fmt.Errorf("%w: context of device %d", ErrClosed, c.ordinal)
+	}
+	return c.exec.Do(fn)
+}
+
+// Executor returns the device executor: storage calls run there, and a
+// caller may batch several Context calls inside one Do.
+func (c *Context) Executor() *Executor { return c.exec }
+
+// Ordinal returns the device ordinal.
+func (c *Context) Ordinal() int { return c.ordinal }
+
+// Name returns the device name (cuDeviceGetName).
+func (c *Context) Name() string { return c.name }
+
+// TotalMem returns the device memory in bytes (cuDeviceTotalMem_v2).
+func (c *Context) TotalMem() uint64 { return c.totalMem }
+
+// DriverVersion returns the driver's CUDA version as 1000·major + 10·minor
+// (cuDriverGetVersion; 12040 is CUDA 12.4).
+func (c *Context) DriverVersion() int { return c.version }
+
+// Features returns the optional capabilities found at Open.
+func (c *Context) Features() Features { return c.features }
+
+// Attribute returns a device attribute (cuDeviceGetAttribute).
+func (c *Context) Attribute(attr DeviceAttribute) (int, error) {
+	var v int32
+	err := c.do(func() error {
+		return c.drv.check("cuDeviceGetAttribute", c.drv.cuDeviceGetAttribute(&v, int32(attr), c.dev))
+	})
+	return int(v), err
+}
+
+// Alloc allocates size bytes of device memory (cuMemAlloc_v2) and returns
+// the device pointer. A refusal matches storage.ErrOutOfMemory; on error
+// nothing was allocated.
+func (c *Context) Alloc(size uint64) (uintptr, error) {
+	var p uintptr
+	err := c.do(func() error {
+		return c.drv.check("cuMemAlloc_v2", c.drv.cuMemAlloc(&p, uintptr(size)))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: allocate %d bytes on device %d: %w", size, c.ordinal, err)
+	}
+	return p, nil
+}
+
+// Free releases memory from Alloc (cuMemFree_v2). The driver may wait for
+// work using it; do not free while a stream of this thread records a graph.
+func (c *Context) Free(ptr uintptr) error {
+	err := c.do(func() error { return c.drv.check("cuMemFree_v2", c.drv.cuMemFree(ptr)) })
+	if err != nil {
+		return fmt.Errorf("cuda: free %#x on device %d: %w", ptr, c.ordinal, err)
+	}
+	return nil
+}
+
+// MemGetInfo returns the device's free and total bytes (cuMemGetInfo_v2).
+func (c *Context) MemGetInfo() (free, total uint64, err error) {
+	var f, t uintptr
+	err = c.do(func() error { return c.drv.check("cuMemGetInfo_v2", c.drv.cuMemGetInfo(&f, &t)) })
+	return uint64(f), uint64(t), err
+}
+
+// Synchronize waits for all work of the context (cuCtxSynchronize).
+func (c *Context) Synchronize() error {
+	return c.do(func() error { return c.drv.check("cuCtxSynchronize", c.drv.cuCtxSynchronize()) })
+}
+
+// CopyDtoD copies n bytes between device pointers and waits for it
+// (cuMemcpyDtoD_v2, ordered on the legacy default stream).
+func (c *Context) CopyDtoD(dst, src uintptr, n uint64) error {
+	return c.do(func() error {
+		return c.drv.check("cuMemcpyDtoD_v2", c.drv.cuMemcpyDtoD(dst, src, uintptr(n)))
+	})
+}
+
+// Module is a loaded PTX or cubin image (cuModuleLoadData).
+type Module struct {
+	c *Context
+	h uintptr
+}
+
+// Function is a kernel of a Module.
+type Function struct {
+	m    *Module
+	h    uintptr
+	name string
+}
+
+// LoadModule loads a PTX (NUL-free text) or cubin image on the device
+// executor; the driver JIT-compiles PTX for the device.
+func (c *Context) LoadModule(image string) (*Module, error) {
+	img := cStringBytes(image)
+	m := &Module{c: c}
+	err := c.do(func() error {
+		return c.drv.check("cuModuleLoadData", c.drv.cuModuleLoadData(&m.h, &img[0]))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Function looks up a kernel entry by name (cuModuleGetFunction).
+func (m *Module) Function(name string) (*Function, error) {
+	f := &Function{m: m, name: name}
+	n := cStringBytes(name)
+	err := m.c.do(func() error {
+		return m.c.drv.check("cuModuleGetFunction", m.c.drv.cuModuleGetFunction(&f.h, m.h, &n[0]))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cuda: kernel %q: %w", name, err)
+	}
+	return f, nil
+}
+
+// Unload unloads the module (cuModuleUnload); its Functions become invalid.
+func (m *Module) Unload() error {
+	return m.c.do(func() error { return m.c.drv.check("cuModuleUnload", m.c.drv.cuModuleUnload(m.h)) })
+}
+
+// Name returns the kernel's entry name.
+func (f *Function) Name() string { return f.name }
+
+// PhysicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
+type PhysicalMemory uint64
+
+// VMM constants from cuda.h.
+const (
+	memAllocationTypePinned   = 1 // CU_MEM_ALLOCATION_TYPE_PINNED
+	memLocationTypeDevice     = 1 // CU_MEM_LOCATION_TYPE_DEVICE
+	memAccessProtReadWrite    = 3 // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	memGranularityMinimum     = 0 // CU_MEM_ALLOC_GRANULARITY_MINIMUM
+	memGranularityRecommended = 1 // CU_MEM_ALLOC_GRANULARITY_RECOMMENDED
+)
+
+// vmm returns the VMM functions, or an error wrapping ErrUnsupported.
+func (c *Context) vmm() (*vmmFuncs, error) {
+	if !c.features.VirtualMemory {
+		return nil, fmt.Errorf("%w: virtual memory management on device %d", ErrUnsupported, c.ordinal)
+	}
+	return c.drv.vmm, nil
+}
+
+func (c *Context) allocationProp() memAllocationProp {
+	return memAllocationProp{
+		allocType:    memAllocationTypePinned,
+		locationType: memLocationTypeDevice,
+		locationID:   c.dev,
+	}
+}
+
+// AllocationGranularity returns the minimum and recommended granularity of
+// physical allocations and mappings (cuMemGetAllocationGranularity).
+func (c *Context) AllocationGranularity() (minimum, recommended uint64, err error) {
+	v, err := c.vmm()
+	if err != nil {
+		return 0, 0, err
+	}
+	prop := c.allocationProp()
+	var lo, hi uintptr
+	err = c.do(func() error {
+		if err := c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&lo, &prop, memGranularityMinimum)); err != nil {
+			return err
+		}
+		return c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&hi, &prop, memGranularityRecommended))
+	})
+	return uint64(lo), uint64(hi), err
+}
+
+// ReserveAddress reserves size bytes of device virtual address space
+// (cuMemAddressReserve; alignment 0 = the default). size must be a multiple
+// of the granularity.
+func (c *Context) ReserveAddress(size, alignment uint64) (uintptr, error) {
+	v, err := c.vmm()
+	if err != nil {
+		return 0, err
+	}
+	var p uintptr
+	err = c.do(func() error {
+		return c.drv.check("cuMemAddressReserve", v.cuMemAddressReserve(&p, uintptr(size), uintptr(alignment), 0, 0))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: reserve %d bytes of address space: %w", size, err)
+	}
+	return p, nil
+}
+
+// FreeAddress returns a reservation (cuMemAddressFree); unmap it first.
+func (c *Context) FreeAddress(base uintptr, size uint64) error {
+	v, err := c.vmm()
+	if err != nil {
+		return err
+	}
+	return c.do(func() error {
+		return c.drv.check("cuMemAddressFree", v.cuMemAddressFree(base, uintptr(size)))
+	})
+}
+
+// CreatePhysical allocates size bytes of pinned device memory without an
+// address (cuMemCreate). A refusal matches storage.ErrOutOfMemory.
+func (c *Context) CreatePhysical(size uint64) (PhysicalMemory, error) {
+	v, err := c.vmm()
+	if err != nil {
+		return 0, err
+	}
+	prop := c.allocationProp()
+	var h uint64
+	err = c.do(func() error {
+		return c.drv.check("cuMemCreate", v.cuMemCreate(&h, uintptr(size), &prop, 0))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("cuda: create %d bytes of physical memory on device %d: %w", size, c.ordinal, err)
+	}
+	return PhysicalMemory(h), nil
+}
+
+// ReleasePhysical drops the handle (cuMemRelease); the memory goes back
+// once every mapping of it is unmapped.
+func (c *Context) ReleasePhysical(h PhysicalMemory) error {
+	v, err := c.vmm()
+	if err != nil {
+		return err
+	}
+	return c.do(func() error { return c.drv.check("cuMemRelease", v.cuMemRelease(uint64(h))) })
+}
+
+// Map maps physical memory h at [base, base+size) inside a reservation
+// (cuMemMap, offset 0) and makes it readable and writable by this device
+// (cuMemSetAccess). On error nothing stays mapped.
+func (c *Context) Map(base uintptr, size uint64, h PhysicalMemory) error {
+	v, err := c.vmm()
+	if err != nil {
+		return err
+	}
+	desc := memAccessDesc{locationType: memLocationTypeDevice, locationID: c.dev, flags: memAccessProtReadWrite}
+	return c.do(func() error {
+		if err := c.drv.check("cuMemMap", v.cuMemMap(base, uintptr(size), 0, uint64(h), 0)); err != nil {
+			return err
+		}
+		if err := c.drv.check("cuMemSetAccess", v.cuMemSetAccess(base, uintptr(size), &desc, 1)); err != nil {
+			v.cuMemUnmap(base, uintptr(size))
+			return err
+		}
+		return nil
+	})
+}
+
+// Unmap unmaps [base, base+size) (cuMemUnmap).
+func (c *Context) Unmap(base uintptr, size uint64) error {
+	v, err := c.vmm()
+	if err != nil {
+		return err
+	}
+	return c.do(func() error { return c.drv.check("cuMemUnmap", v.cuMemUnmap(base, uintptr(size))) })
+}
+
+// ptrOf returns the address of b's first byte for a driver call, or nil for
+// an empty slice.
+func ptrOf(b []byte) unsafe.Pointer {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(unsafe.SliceData(b))
+}

@@ -1,0 +1,81 @@
+// Package cuda drives an NVIDIA GPU through the CUDA driver API, loaded at
+// run time with purego: no cgo, and no driver needed to build or to run
+// without one.
+//
+// The low-level driver layer: loading and binding the library, typed driver
+// errors, per-thread executors, and a Context with streams, events, kernels,
+// graph capture and (optionally) virtual memory management. On it, the
+// gpumem.Backend adapter (backend.go, storage.go, queue.go): Backend,
+// Storage and Queue give a gpumem.Device real device memory. Open a device
+// with OpenDevice; without a driver it returns an error wrapping
+// gpumem.ErrNotSupported and ErrNoDriver, and callers fall back to
+// gpumem.Open.
+//
+// # Owns
+//
+//   - Loading: Open and Available dlopen "libcuda.so.1" (RTLD_NOW |
+//     RTLD_GLOBAL), never plain "libcuda.so", which is often a link-time stub.
+//     Options.Library, else the environment variable GPUMEM_LIBCUDA
+//     (EnvLibrary), overrides the path; tests use it to load the fake driver
+//     built from testdata/fakecuda.c.
+//   - Binding: the versioned symbols (cuMemAlloc_v2, cuStreamBeginCapture_v2,
+//     ...), each probed with dlsym before it is registered. A missing
+//     required symbol makes Open fail with an error wrapping ErrNoDriver that
+//     names it; missing optional ones (the eight VMM functions as a group,
+//     cuMemsetD8Async) leave their feature off (Context.Features) and their
+//     methods return ErrUnsupported.
+//   - Errors: every failed call is a *DriverError{Op, Code, Name} matching,
+//     with errors.Is, storage.ErrOutOfMemory (2), storage.ErrDevicePoisoned
+//     (214, 700, 710, 714–719), ErrCaptureInvalidated (900, 901),
+//     ErrCaptureUnsupported (900), ErrCaptureUnjoined (904),
+//     ErrCapturedEvent (907) and ErrWrongOwner (908).
+//   - Threading: Executor, one goroutine locked to one OS thread.
+//   - The backend (SPEC §9.6): Properties (alignment 256, MaxMemory the
+//     device's total, MaxPageSize a quarter of it); Storage on
+//     cuMemAlloc_v2 whose frees wait for Flush and, while any queue of the
+//     backend records, for a later Flush; Queue, whose steps each end with
+//     an event, Completed advanced by a watcher thread, WaitFence as
+//     cuStreamWaitEvent, captures through cuStreamBeginCapture_v2 and
+//     cuGraphInstantiateWithFlags; relocation copies with
+//     cuMemcpyDtoDAsync_v2 on the relocating stream, covered by its next
+//     Fence; WaitOutsideStreams as cuCtxSynchronize; Write and Read through
+//     cuMemcpyHtoDAsync_v2 and cuMemcpyDtoHAsync_v2 inside ops; Launch of
+//     the KernelsPTX kernels inside ops; the first sticky error kept
+//     (Backend.Poisoned).
+//
+// # Invariants
+//
+//   - (C1) Every driver call made for a Context runs on one of its executors,
+//     whose thread has the context current: the device executor (Context
+//     methods, modules, VMM) or a stream's executor (Stream, Event, Graph and
+//     GraphExec methods).
+//   - (C2) A stream's capture begins and ends on its executor's thread, in
+//     CU_STREAM_CAPTURE_MODE_THREAD_LOCAL, so the device executor's
+//     allocations and frees, on another thread, do not invalidate it.
+//   - (C3) Nothing here panics for want of a driver, symbol or device: those
+//     are errors wrapping ErrNoDriver.
+//
+// # Does not know
+//
+// Pages, pools, handles or when to relocate: the device (package gpumem)
+// decides; the backend maps its storage and stream operations onto the
+// driver layer and decides only when to defer frees (a free during a
+// capture may invalidate it).
+//
+// # Concurrency
+//
+// Context, Stream, Event, Graph and GraphExec methods are safe for concurrent
+// use: each call is handed to its executor and runs there in arrival order.
+// A function running on an executor may call methods bound to the same
+// executor; they run at once, inline. Calls on other executors block until
+// those run theirs.
+//
+// A Queue's watcher is an executor in all but name: a goroutine locked to
+// its own thread with the context current, which only synchronises the
+// queue's events. Storage calls take the device executor while the device
+// lock is held; executors and watchers never take the device lock.
+//
+// Host copies use pageable Go memory: by the driver's rules the host buffer
+// has been read (CopyHtoD) or written (CopyDtoH) when the call returns, so Go
+// memory is never held by the driver after a call.
+package cuda

@@ -1,0 +1,126 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+var (
+	// ErrNoDriver is returned (wrapped) by Open and Available when no usable
+	// driver is present: libcuda.so.1 cannot be loaded, it lacks a required
+	// symbol (the message names it), cuInit fails, or the device ordinal
+	// asked for does not exist. Nothing was acquired; fall back to the host
+	// backend.
+	ErrNoDriver = errors.New("cuda: no usable CUDA driver")
+
+	// ErrUnsupported is returned by an optional feature the loaded driver or
+	// device lacks: virtual memory management (the eight cuMem* VMM symbols
+	// or the device attribute) or cuMemsetD8Async. See Context.Features.
+	ErrUnsupported = errors.New("cuda: not supported by this driver or device")
+
+	// ErrClosed is returned by a call on a closed Context, Stream or
+	// Executor. Nothing ran.
+	ErrClosed = errors.New("cuda: closed")
+
+	// ErrCaptureInvalidated matches driver errors 900 and 901: the stream's
+	// capture was invalidated (by an operation a capture does not support,
+	// or after such an operation). End the capture and discard it.
+	ErrCaptureInvalidated = errors.New("cuda: stream capture invalidated")
+
+	// ErrCaptureUnsupported matches driver error 900: an operation a capture
+	// does not support. The capture concerned is invalidated, so such an
+	// error also matches ErrCaptureInvalidated.
+	ErrCaptureUnsupported = errors.New("cuda: operation not supported during stream capture")
+
+	// ErrCaptureUnjoined matches driver error 904: the capture forked work
+	// onto another stream that was never joined back; the capture is over
+	// and yielded no graph.
+	ErrCaptureUnjoined = errors.New("cuda: stream capture has an unjoined fork")
+
+	// ErrCapturedEvent matches driver error 907: an event last recorded in a
+	// capturing stream was queried or synchronised. It completes only when a
+	// graph containing the record is launched.
+	ErrCapturedEvent = errors.New("cuda: event was recorded in a stream capture")
+
+	// ErrWrongOwner matches driver error 908: a thread-local capture was
+	// touched from another thread than the one that began it. The capture is
+	// still active; end it on its stream's executor.
+	ErrWrongOwner = errors.New("cuda: stream capture touched from the wrong thread")
+)
+
+// CUresult codes this package treats specially; the values are the driver's
+// (cuda.h, enum cudaError_enum).
+const (
+	codeSuccess                 = 0
+	codeOutOfMemory             = 2
+	codeNotReady                = 600
+	codeECCUncorrectable        = 214
+	codeIllegalAddress          = 700
+	codeAssert                  = 710
+	codeHardwareStackError      = 714 // 714..719: stack, instruction, alignment, address space, PC, launch failed
+	codeLaunchFailed            = 719
+	codeCaptureUnsupported      = 900
+	codeCaptureInvalidated      = 901
+	codeCaptureUnjoined         = 904
+	codeCapturedEvent           = 907
+	codeCaptureWrongThread      = 908
+	codeStreamCaptureModeThread = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
+)
+
+// DriverError is a failed driver call: Op is the driver symbol called, Code
+// the CUresult it returned and Name the driver's name for it
+// (cuGetErrorName; empty when the driver does not know the code).
+//
+// It matches, with errors.Is: storage.ErrOutOfMemory (2);
+// storage.ErrDevicePoisoned (214, 700, 710, 714–719: sticky faults, nothing
+// on the context can be trusted afterwards); ErrCaptureInvalidated (900,
+// 901); ErrCaptureUnsupported (900); ErrCaptureUnjoined (904);
+// ErrCapturedEvent (907); ErrWrongOwner (908). The capture classes also
+// match the stream package's (and so gpumem's) sentinels of the same
+// meaning: stream.ErrCaptureInvalidated (900, 901),
+// stream.ErrCaptureUnsupported (900) and stream.ErrWrongOwner (908).
+type DriverError struct {
+	Op   string
+	Code int
+	Name string
+}
+
+func (e *DriverError) Error() string {
+	name := e.Name
+	if name == "" {
+		name = "unknown CUresult"
+	}
+	return fmt.Sprintf("cuda: %s: %s (%d)", e.Op, name, e.Code)
+}
+
+// Is reports whether the error's code belongs to target's class; see the
+// type's documentation for the table.
+func (e *DriverError) Is(target error) bool {
+	switch target {
+	case storage.ErrOutOfMemory:
+		return e.Code == codeOutOfMemory
+	case storage.ErrDevicePoisoned:
+		return isPoison(e.Code)
+	case ErrCaptureInvalidated, stream.ErrCaptureInvalidated:
+		return e.Code == codeCaptureUnsupported || e.Code == codeCaptureInvalidated
+	case ErrCaptureUnsupported, stream.ErrCaptureUnsupported:
+		return e.Code == codeCaptureUnsupported
+	case ErrCaptureUnjoined:
+		return e.Code == codeCaptureUnjoined
+	case ErrCapturedEvent:
+		return e.Code == codeCapturedEvent
+	case ErrWrongOwner, stream.ErrWrongOwner:
+		return e.Code == codeCaptureWrongThread
+	}
+	return false
+}
+
+// isPoison reports whether code is a sticky fault that leaves the context
+// unusable.
+func isPoison(code int) bool {
+	return code == codeECCUncorrectable || code == codeIllegalAddress || code == codeAssert ||
+		(code >= codeHardwareStackError && code <= codeLaunchFailed)
+}

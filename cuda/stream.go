@@ -1,0 +1,422 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"unsafe"
+)
+
+// Driver flags used by streams, events and captures (cuda.h).
+const (
+	streamNonBlocking  = 1 // CU_STREAM_NON_BLOCKING: no implicit sync with the legacy stream
+	eventDisableTiming = 2 // CU_EVENT_DISABLE_TIMING: the cheapest event, a pure fence
+)
+
+// Stream is a driver stream (non-blocking) with its own executor: every
+// call on it, on its events and on its captures runs on that executor's
+// thread, in call order, with the context current. Methods are safe for
+// concurrent use (the executor serialises them).
+type Stream struct {
+	c    *Context
+	exec *Executor
+	h    uintptr // CUstream
+
+	mu     sync.Mutex // guards closed
+	closed bool
+}
+
+// NewStream starts an executor, makes the context current on it and creates
+// a non-blocking stream there (cuStreamCreate).
+func (c *Context) NewStream() (*Stream, error) {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		return nil, fmt.Errorf("%w: context of device %d", ErrClosed, c.ordinal)
+	}
+	s := &Stream{c: c}
+	exec, err := newExecutor(fmt.Sprintf("stream of device %d", c.ordinal), func() error {
+		if err := c.drv.check("cuCtxSetCurrent", c.drv.cuCtxSetCurrent(c.ctx)); err != nil {
+			return err
+		}
+		return c.drv.check("cuStreamCreate", c.drv.cuStreamCreate(&s.h, streamNonBlocking))
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.exec = exec
+	c.mu.Lock()
+	if c.closed { // Close ran meanwhile: do not leak the stream
+		c.mu.Unlock()
+		s.destroy()
+		return nil, fmt.Errorf("%w: context of device %d", ErrClosed, c.ordinal)
+	}
+	c.streams[s] = struct{}{}
+	c.mu.Unlock()
+	return s, nil
+}
+
+// Executor returns the stream's executor. A caller may batch several
+// Stream calls inside one Do; they run at once, in order, on its thread.
+func (s *Stream) Executor() *Executor { return s.exec }
+
+// Handle returns the CUstream.
+func (s *Stream) Handle() uintptr { return s.h }
+
+// Close destroys the stream (cuStreamDestroy_v2; queued work still
+// completes) and stops its executor. End a capture first: destroying a
+// capturing stream fails and invalidates the capture. Idempotent.
+func (s *Stream) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.c.mu.Lock()
+	delete(s.c.streams, s)
+	s.c.mu.Unlock()
+	return s.destroy()
+}
+
+func (s *Stream) destroy() error {
+	err := s.exec.Do(func() error { return s.c.drv.check("cuStreamDestroy_v2", s.c.drv.cuStreamDestroy(s.h)) })
+	if cerr := s.exec.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Synchronize waits until the stream's work is done (cuStreamSynchronize).
+// On a capturing stream it fails with ErrCaptureInvalidated and
+// invalidates the capture.
+func (s *Stream) Synchronize() error {
+	return s.exec.Do(func() error {
+		return s.c.drv.check("cuStreamSynchronize", s.c.drv.cuStreamSynchronize(s.h))
+	})
+}
+
+// CopyDtoD enqueues a copy of n bytes between device pointers
+// (cuMemcpyDtoDAsync_v2). The ranges must not overlap.
+func (s *Stream) CopyDtoD(dst, src uintptr, n uint64) error {
+	return s.exec.Do(func() error {
+		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.cuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
+	})
+}
+
+// CopyHtoD copies src to device memory at dst (cuMemcpyHtoDAsync_v2). src is
+// pageable Go memory, so the driver has read it by the time the call
+// returns and the caller may reuse it; the device write is ordered on the
+// stream. Not allowed while the stream captures.
+func (s *Stream) CopyHtoD(dst uintptr, src []byte) error {
+	err := s.exec.Do(func() error {
+		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.cuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
+	})
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyDtoH copies len(dst) bytes from device memory at src into dst
+// (cuMemcpyDtoHAsync_v2). dst is pageable Go memory, so the copy has
+// completed when the call returns (after the stream's earlier work). Not
+// allowed while the stream captures.
+func (s *Stream) CopyDtoH(dst []byte, src uintptr) error {
+	err := s.exec.Do(func() error {
+		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.cuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
+	})
+	runtime.KeepAlive(dst)
+	return err
+}
+
+// MemsetD8 enqueues setting n bytes at dst to value (cuMemsetD8Async). It
+// returns an error wrapping ErrUnsupported when the driver lacks the symbol
+// (see Context.Features).
+func (s *Stream) MemsetD8(dst uintptr, value byte, n uint64) error {
+	if s.c.drv.cuMemsetD8Async == nil {
+		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.path)
+	}
+	return s.exec.Do(func() error {
+		return s.c.drv.check("cuMemsetD8Async", s.c.drv.cuMemsetD8Async(dst, value, uintptr(n), s.h))
+	})
+}
+
+// Event is a driver event used as a fence (timing disabled). Its calls run
+// on the executor of the stream that created it.
+type Event struct {
+	s *Stream
+	h uintptr // CUevent
+}
+
+// NewEvent creates an event (cuEventCreate, CU_EVENT_DISABLE_TIMING).
+func (s *Stream) NewEvent() (*Event, error) {
+	e := &Event{s: s}
+	err := s.exec.Do(func() error {
+		return s.c.drv.check("cuEventCreate", s.c.drv.cuEventCreate(&e.h, eventDisableTiming))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// Record records e after the stream's work enqueued so far (cuEventRecord):
+// e completes when that work does. On a capturing stream the record becomes
+// part of the graph, and querying e fails with ErrCapturedEvent.
+func (s *Stream) Record(e *Event) error {
+	return s.exec.Do(func() error { return s.c.drv.check("cuEventRecord", s.c.drv.cuEventRecord(e.h, s.h)) })
+}
+
+// Fence creates an event and records it on the stream: a fence covering the
+// work enqueued so far. The caller destroys it.
+func (s *Stream) Fence() (*Event, error) {
+	e := &Event{s: s}
+	err := s.exec.Do(func() error {
+		d := s.c.drv
+		if err := d.check("cuEventCreate", d.cuEventCreate(&e.h, eventDisableTiming)); err != nil {
+			return err
+		}
+		if err := d.check("cuEventRecord", d.cuEventRecord(e.h, s.h)); err != nil {
+			d.cuEventDestroy(e.h)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// WaitEvent makes the stream's later work wait, on the device, for e
+// (cuStreamWaitEvent). The host does not block.
+func (s *Stream) WaitEvent(e *Event) error {
+	return s.exec.Do(func() error {
+		return s.c.drv.check("cuStreamWaitEvent", s.c.drv.cuStreamWaitEvent(s.h, e.h, 0))
+	})
+}
+
+// Handle returns the CUevent.
+func (e *Event) Handle() uintptr { return e.h }
+
+// Query reports whether the work e covers is done (cuEventQuery), without
+// waiting on the device. It waits for the creating stream's executor, which
+// may be busy with a Synchronize.
+func (e *Event) Query() (bool, error) {
+	var done bool
+	err := e.s.exec.Do(func() error {
+		rc := e.s.c.drv.cuEventQuery(e.h)
+		if rc == codeNotReady {
+			return nil
+		}
+		done = rc == codeSuccess
+		return e.s.c.drv.check("cuEventQuery", rc)
+	})
+	return done, err
+}
+
+// Synchronize waits until the work e covers is done (cuEventSynchronize).
+func (e *Event) Synchronize() error {
+	return e.s.exec.Do(func() error {
+		return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.cuEventSynchronize(e.h))
+	})
+}
+
+// Destroy destroys the event (cuEventDestroy_v2); pending records still
+// complete.
+func (e *Event) Destroy() error {
+	return e.s.exec.Do(func() error {
+		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.cuEventDestroy(e.h))
+	})
+}
+
+// Dim3 is a grid or block shape; a zero component counts as 1.
+type Dim3 struct{ X, Y, Z uint32 }
+
+func (d Dim3) norm() Dim3 {
+	return Dim3{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)}
+}
+
+// LaunchConfig is a kernel launch shape.
+type LaunchConfig struct {
+	Grid, Block Dim3
+	SharedMem   uint32 // dynamic shared memory, bytes
+}
+
+// Linear returns a one-dimensional launch of at least n threads in blocks of
+// block threads (block 0 = 256). It fails when n needs more than 2^31−1
+// blocks.
+func Linear(n uint64, block uint32) (LaunchConfig, error) {
+	if block == 0 {
+		block = 256
+	}
+	blocks := n / uint64(block)
+	if n%uint64(block) != 0 {
+		blocks++
+	}
+	if blocks > math.MaxInt32 {
+		return LaunchConfig{}, fmt.Errorf("cuda: %d threads need %d blocks of %d, more than a grid holds (%d)",
+			n, blocks, block, math.MaxInt32)
+	}
+	return LaunchConfig{Grid: Dim3{X: uint32(max(blocks, 1))}, Block: Dim3{X: block}}, nil
+}
+
+// Launch enqueues kernel f with args (cuLaunchKernel). Each argument is
+// passed by value with its C size: uintptr (a device pointer), uint64 and
+// int64 as 8 bytes; uint32, int32 and float32 as 4; float64 as 8. Go int
+// and uint are refused, their C size being ambiguous. The driver copies
+// the values during the call, so a capture keeps them.
+func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
+	vals, ptrs, err := packParams(args)
+	if err != nil {
+		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
+	}
+	var params unsafe.Pointer
+	if len(ptrs) > 0 {
+		params = unsafe.Pointer(&ptrs[0])
+	}
+	g, b := cfg.Grid.norm(), cfg.Block.norm()
+	err = s.exec.Do(func() error {
+		return s.c.drv.check("cuLaunchKernel", s.c.drv.cuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
+	})
+	runtime.KeepAlive(vals)
+	runtime.KeepAlive(ptrs)
+	if err != nil {
+		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
+	}
+	return nil
+}
+
+// packParams lays each argument in its own 8-byte slot of vals (heap
+// memory, which the Go collector never moves) and points ptrs[i] at it:
+// the void** array cuLaunchKernel reads. Narrow values fill the slot's low
+// bytes (little-endian, as on every platform the driver supports).
+func packParams(args []any) (vals []uint64, ptrs []unsafe.Pointer, err error) {
+	vals = make([]uint64, len(args))
+	ptrs = make([]unsafe.Pointer, len(args))
+	for i, a := range args {
+		switch v := a.(type) {
+		case uintptr:
+			vals[i] = uint64(v)
+		case uint64:
+			vals[i] = v
+		case int64:
+			vals[i] = uint64(v)
+		case uint32:
+			vals[i] = uint64(v)
+		case int32:
+			vals[i] = uint64(uint32(v))
+		case float32:
+			vals[i] = uint64(math.Float32bits(v))
+		case float64:
+			vals[i] = math.Float64bits(v)
+		default:
+			return nil, nil, fmt.Errorf("argument %d has type %T; use uintptr, uint64, int64, uint32, int32, float32 or float64", i, a)
+		}
+		ptrs[i] = unsafe.Pointer(&vals[i])
+	}
+	return vals, ptrs, nil
+}
+
+// CaptureStatus is a stream's capture state (CUstreamCaptureStatus).
+type CaptureStatus int32
+
+const (
+	CaptureNone        CaptureStatus = 0 // not capturing
+	CaptureActive      CaptureStatus = 1 // capturing
+	CaptureInvalidated CaptureStatus = 2 // capturing, but the capture is invalidated: end it and discard it
+)
+
+func (c CaptureStatus) String() string {
+	switch c {
+	case CaptureNone:
+		return "none"
+	case CaptureActive:
+		return "active"
+	case CaptureInvalidated:
+		return "invalidated"
+	}
+	return fmt.Sprintf("CaptureStatus(%d)", int32(c))
+}
+
+// BeginCapture starts recording the stream's work into a graph
+// (cuStreamBeginCapture_v2, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL): work
+// enqueued afterwards is recorded, not run. It runs on the stream's
+// executor, as EndCapture does, so both happen on the same thread; the
+// thread-local mode then lets the device executor keep allocating and
+// freeing on its own thread meanwhile.
+func (s *Stream) BeginCapture() error {
+	return s.exec.Do(func() error {
+		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.cuStreamBeginCapture(s.h, codeStreamCaptureModeThread))
+	})
+}
+
+// EndCapture ends the stream's capture and returns the recorded graph
+// (cuStreamEndCapture). An invalidated capture ends with an error matching
+// ErrCaptureInvalidated and no graph.
+func (s *Stream) EndCapture() (*Graph, error) {
+	g := &Graph{s: s}
+	err := s.exec.Do(func() error {
+		return s.c.drv.check("cuStreamEndCapture", s.c.drv.cuStreamEndCapture(s.h, &g.h))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// CaptureStatus returns the stream's capture state (cuStreamIsCapturing).
+func (s *Stream) CaptureStatus() (CaptureStatus, error) {
+	var st int32
+	err := s.exec.Do(func() error {
+		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.cuStreamIsCapturing(s.h, &st))
+	})
+	return CaptureStatus(st), err
+}
+
+// Graph is a recorded graph (CUgraph). Its calls run on the executor of the
+// stream that captured it.
+type Graph struct {
+	s *Stream
+	h uintptr
+}
+
+// GraphExec is an instantiated graph (CUgraphExec), launchable on any
+// stream of the context.
+type GraphExec struct {
+	s *Stream
+	h uintptr
+}
+
+// Instantiate makes an executable graph (cuGraphInstantiateWithFlags, no
+// flags). The Graph may be destroyed afterwards.
+func (g *Graph) Instantiate() (*GraphExec, error) {
+	x := &GraphExec{s: g.s}
+	err := g.s.exec.Do(func() error {
+		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.cuGraphInstantiateWithFlag(&x.h, g.h, 0))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// Destroy destroys the graph (cuGraphDestroy).
+func (g *Graph) Destroy() error {
+	return g.s.exec.Do(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.cuGraphDestroy(g.h)) })
+}
+
+// LaunchGraph enqueues one replay of x on the stream (cuGraphLaunch).
+func (s *Stream) LaunchGraph(x *GraphExec) error {
+	return s.exec.Do(func() error { return s.c.drv.check("cuGraphLaunch", s.c.drv.cuGraphLaunch(x.h, s.h)) })
+}
+
+// Destroy destroys the executable graph (cuGraphExecDestroy); launches
+// already enqueued still run.
+func (x *GraphExec) Destroy() error {
+	return x.s.exec.Do(func() error {
+		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.cuGraphExecDestroy(x.h))
+	})
+}

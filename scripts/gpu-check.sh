@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# gpu-check.sh: check the cuda backend on a machine with an NVIDIA GPU, in
+# under 5 minutes on an H200.
+#
+#   1. prints the driver and device;
+#   2. runs the cuda package's tests with GPUMEM_REQUIRE_CUDA=1, so the
+#      real-driver tests run (a missing driver is a failure, not a skip);
+#   3. runs TestGraphReplayAfterRelocation on the GPU (a graph captured,
+#      a relocation run around the page it guards, the graph replayed 3
+#      times, every byte checked);
+#   4. measures, in one benchmark run: relocation throughput through
+#      Device.Cleanup against cuMemcpyDtoD of the same bytes, and a steady
+#      Alloc + Free against raw cuMemAlloc + cuMemFree;
+#   5. runs examples/cuda.
+#
+# It exits non-zero when a step fails or when the relocation of the largest
+# size misses its targets: at least 0.8 of the cuMemcpyDtoD throughput and,
+# on an H200, at least 1.5e12 B/s.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export GPUMEM_REQUIRE_CUDA=1
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+
+echo "== driver and device"
+if command -v nvidia-smi >/dev/null 2>&1; then
+	nvidia-smi --query-gpu=index,name,driver_version,memory.total,memory.used --format=csv
+else
+	echo "nvidia-smi not found (the tests below still load libcuda.so.1)"
+fi
+go version
+
+echo
+echo "== cuda tests against the real driver (GPUMEM_REQUIRE_CUDA=1)"
+timeout 180 go test -race -count=1 ./cuda/...
+
+echo
+echo "== graph replayed after a relocation, on the GPU"
+timeout 60 go test -count=1 -run 'TestGraphReplayAfterRelocation/real' -v ./cuda/ | grep -E '^(=== RUN|--- |\s+---|ok|FAIL|PASS)'
+
+echo
+echo "== benchmarks"
+timeout 150 go test -count=1 -run '^$' -bench 'RelocationThroughput|AllocFree|GraphReplayAfterRelocation' \
+	-benchtime 3x ./cuda/ | tee "$out/bench.txt"
+
+echo
+echo "== examples/cuda"
+timeout 60 go run ./examples/cuda
+
+echo
+echo "== figures"
+gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n1 || true)"
+awk -v gpu="$gpu" '
+	# value of the metric whose unit is u on a benchmark line
+	function metric(u,   i) { for (i = 2; i <= NF; i++) if ($i == u) return $(i - 1); return "" }
+	/^BenchmarkRelocationThroughput\// {
+		name = $1; sub(/-[0-9]+$/, "", name)
+		printf "%-45s relocation %.3g B/s, cuMemcpyDtoD %.3g B/s, ratio %.2f\n", name, metric("B/s"), metric("floor-B/s"), metric("x-floor")
+		last = name; bps = metric("B/s") + 0; ratio = metric("x-floor") + 0
+	}
+	/^BenchmarkAllocFree\// {
+		name = $1; sub(/-[0-9]+$/, "", name)
+		printf "%-45s gpumem %s ns/op, raw cuMemAlloc+cuMemFree %s ns/op, ratio %.3g\n", name, metric("ns/op"), metric("raw-ns/op"), metric("x-floor")
+	}
+	/^BenchmarkGraphReplayAfterRelocation/ { printf "%-45s %s ns/op (bytes checked)\n", "GraphReplayAfterRelocation", metric("ns/op") }
+	END {
+		if (last == "") { print "no relocation figures"; exit 1 }
+		fail = 0
+		if (ratio < 0.8) { printf "MISS: %s relocates at %.2f of cuMemcpyDtoD, target 0.8\n", last, ratio; fail = 1 }
+		if (gpu ~ /H200/ && bps < 1.5e12) { printf "MISS: %s relocates %.3g B/s on an H200, target 1.5e12\n", last, bps; fail = 1 }
+		if (!fail) printf "targets met by %s\n", last
+		exit fail
+	}' "$out/bench.txt"
