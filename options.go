@@ -23,6 +23,8 @@ type options struct {
 	log         *slog.Logger
 	wrapStorage func(storage.Storage) storage.Storage
 	noRelocate  bool
+	userWrap    func(storage.Storage) storage.Storage // WithStorageWrapper's
+	granular    *bool                                 // WithPageGranular's; granular.go
 }
 
 // WithCapacity bounds the device's memory to bytes (default: unlimited on
@@ -50,7 +52,7 @@ func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.
 // WithStorageWrapper wraps every stream's storage (for example in a
 // storage.Faulty, to test failure paths).
 func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
-	return optionFunc(func(o *options) { o.wrapStorage = wrap })
+	return optionFunc(func(o *options) { o.userWrap = wrap; o.rewrap() })
 }
 
 // WithoutRelocation turns relocation off: outdated pages go back only when

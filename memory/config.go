@@ -129,6 +129,38 @@ const (
 	LogFull
 )
 
+// PageGranularity says whether sliced pages map what they hold.
+type PageGranularity uint8
+
+const (
+	// GranulesAuto maps sliced pages granule by granule when the storage
+	// can (storage.Granular with a granule > 0): a reservation maps the
+	// granules its slice covers, cleanups unmap the granules no live slice
+	// touches. On any other storage pages are backed whole (default).
+	GranulesAuto PageGranularity = iota
+	// GranulesOff backs every page whole, whatever the storage offers.
+	GranulesOff
+)
+
+var granularityNames = []string{"auto", "off"}
+
+func (g PageGranularity) String() string {
+	if int(g) < len(granularityNames) {
+		return granularityNames[g]
+	}
+	return fmt.Sprintf("PageGranularity(%d)", uint8(g))
+}
+
+// ParsePageGranularity parses "auto" or "off".
+func ParsePageGranularity(s string) (PageGranularity, error) {
+	for i, n := range granularityNames {
+		if s == n {
+			return PageGranularity(i), nil
+		}
+	}
+	return GranulesAuto, fmt.Errorf("%w: page granularity %q: want one of %s", ErrInvalidConfig, s, strings.Join(granularityNames, ", "))
+}
+
 // Properties are what the device tells the memory about itself.
 type Properties struct {
 	// MaxPageSize is the largest single page (allocation) the memory makes.
@@ -148,6 +180,9 @@ type Config struct {
 	// BaseMode overrides the base mode when set.
 	BaseMode *Mode
 	LogLevel LogLevel
+	// PageGranular says whether sliced pages map what they hold on a
+	// granular storage (default GranulesAuto: yes where the storage can).
+	PageGranular PageGranularity
 }
 
 // minExclusivePage is the smallest max page exclusive pages work with: their
@@ -168,6 +203,8 @@ func (c Config) Validate(p Properties) error {
 		return fmt.Errorf("%w: Config.Persistent %d is unknown; want one of %s", ErrInvalidConfig, c.Persistent, strings.Join(persistentNames, ", "))
 	case c.LogLevel > LogFull:
 		return fmt.Errorf("%w: Config.LogLevel %d is unknown; want LogDisabled, LogBasic or LogFull", ErrInvalidConfig, c.LogLevel)
+	case int(c.PageGranular) >= len(granularityNames):
+		return fmt.Errorf("%w: Config.PageGranular %d is unknown; want one of %s", ErrInvalidConfig, c.PageGranular, strings.Join(granularityNames, ", "))
 	case c.BaseMode != nil && *c.BaseMode > Dedicated:
 		return fmt.Errorf("%w: Config.BaseMode %d is unknown; want auto, persistent or dedicated", ErrInvalidConfig, *c.BaseMode)
 	}

@@ -16,8 +16,9 @@ import (
 type Dynamic interface {
 	// Reserve serves size, adding pages as needed.
 	Reserve(st storage.Storage, size uint64) (*handle.Handle, error)
-	// TryReserve serves size from room already held, or nil.
-	TryReserve(size uint64) *handle.Handle
+	// TryReserve serves size from room already held, or nil. On granular
+	// storage held room may still need its granules mapped: st maps them.
+	TryReserve(st storage.Storage, size uint64) *handle.Handle
 	// Pool returns the pool at a pool index, or nil.
 	Pool(index uint8) pool.Pool
 	// RelocationNeed says whether the memory wants a relocation, before the
@@ -29,6 +30,10 @@ type Dynamic interface {
 	Relocate(st storage.Storage, q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome
 	// Cleanup gives back what the pools' policies say may go.
 	Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind)
+	// UnmapFree unmaps the granules of unguarded sliced pages that no live
+	// slice touches and returns the page bytes they covered (0 on storage
+	// that backs pages whole, and for memories without sliced pages).
+	UnmapFree(st storage.Storage) uint64
 	// Report describes every pool, in SPEC order.
 	Report() []pool.Report
 	// Growths counts arena growths (0 for exclusive pages).
@@ -85,12 +90,12 @@ func (a *AdaptiveMemory) Arena() *pool.Arena { return a.arena }
 func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
 	switch {
 	case size == 0:
-		if h := a.tiny.TryReserve(0, a.g); h != nil {
+		if h := a.tiny.TryReserve(st, 0, a.g); h != nil {
 			return h, nil
 		}
 		return a.tiny.Alloc(st, 0)
 	case a.small.Accept(size):
-		if h := a.small.TryReserve(size, a.g); h != nil {
+		if h := a.small.TryReserve(st, size, a.g); h != nil {
 			return h, nil
 		}
 		return a.small.Alloc(st, size)
@@ -99,14 +104,19 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 }
 
 // TryReserve implements Dynamic.
-func (a *AdaptiveMemory) TryReserve(size uint64) *handle.Handle {
+func (a *AdaptiveMemory) TryReserve(st storage.Storage, size uint64) *handle.Handle {
 	switch {
 	case size == 0:
-		return a.tiny.TryReserve(0, a.g)
+		return a.tiny.TryReserve(st, 0, a.g)
 	case a.small.Accept(size):
-		return a.small.TryReserve(size, a.g)
+		return a.small.TryReserve(st, size, a.g)
 	}
-	return a.arena.TryReserve(size, a.g)
+	return a.arena.TryReserve(st, size, a.g)
+}
+
+// UnmapFree implements Dynamic: the small pool's and the arena's pages.
+func (a *AdaptiveMemory) UnmapFree(st storage.Storage) uint64 {
+	return a.small.UnmapFree(st) + a.arena.UnmapFree(st)
 }
 
 // Pool implements Dynamic.
@@ -237,7 +247,7 @@ func NewExclusivePools(p Properties, g *handle.ErrorGraph, lim pool.Limits) *Exc
 // Reserve implements Dynamic: held room in every accepting bucket, smallest
 // first; else a new page in the smallest accepting bucket.
 func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if h := e.TryReserve(size); h != nil {
+	if h := e.TryReserve(st, size); h != nil {
 		return h, nil
 	}
 	for _, b := range e.buckets {
@@ -250,12 +260,12 @@ func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handl
 }
 
 // TryReserve implements Dynamic.
-func (e *ExclusivePools) TryReserve(size uint64) *handle.Handle {
+func (e *ExclusivePools) TryReserve(st storage.Storage, size uint64) *handle.Handle {
 	for _, b := range e.buckets {
 		if !b.Accept(size) {
 			continue
 		}
-		if h := b.TryReserve(size, e.g); h != nil {
+		if h := b.TryReserve(st, size, e.g); h != nil {
 			return h
 		}
 	}
@@ -290,6 +300,9 @@ func (e *ExclusivePools) Cleanup(st storage.Storage, allocNr uint64, kind pool.C
 		b.Cleanup(st, allocNr, kind, e.g)
 	}
 }
+
+// UnmapFree implements Dynamic: exclusive pages are backed whole.
+func (e *ExclusivePools) UnmapFree(storage.Storage) uint64 { return 0 }
 
 // Report implements Dynamic: buckets ascending.
 func (e *ExclusivePools) Report() []pool.Report {

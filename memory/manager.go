@@ -87,6 +87,9 @@ type Stats struct {
 	Growths    uint64
 	AllocNr    uint64
 	Relocation relocation.Stats
+	// BytesUnmapped counts the page bytes whose granules cleanups unmapped
+	// (granular storage only).
+	BytesUnmapped uint64
 }
 
 // PoolsReport describes every pool of a manager.
@@ -121,6 +124,8 @@ type Manager struct {
 	windows    []Mode
 	guards     int
 	base       Mode
+	granule    uint64 // the storage's mapping granule; 0: pages backed whole
+	unmapped   uint64 // Stats.BytesUnmapped
 }
 
 // New builds a stream's memory on st. g is the device-wide error graph
@@ -141,7 +146,10 @@ func NewWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 	if g == nil {
 		g = handle.NewErrorGraph()
 	}
-	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g}
+	if c.PageGranular == GranulesOff && storage.GranuleOf(st) > 0 {
+		st = storage.Plain(st)
+	}
+	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st)}
 	m.persistent = pool.NewPersistent(p.MaxPageSize/p.Alignment*p.Alignment, p.Alignment, lim)
 	m.dedicated = pool.NewDirect(p.Alignment, DedicatedIndex, &m.reclaimAt, lim)
 	switch c.Dynamic {
@@ -241,7 +249,7 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate) (*handle.Handle, erro
 		return m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
 	}
 	if mode == Persistent || m.cfg.Persistent == SizeMatch {
-		if h := m.persistent.TryReserve(size, m.g); h != nil {
+		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
 			m.debug("persistent (held)", size)
 			return h, nil
 		}
@@ -264,16 +272,16 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate) (*handle.Handle, erro
 func (m *Manager) reserveHeld(size uint64) *handle.Handle {
 	switch m.Mode() {
 	case Dedicated:
-		return m.dedicated.TryReserve(size, m.g)
+		return m.dedicated.TryReserve(m.st, size, m.g)
 	case Persistent:
-		return m.persistent.TryReserve(size, m.g)
+		return m.persistent.TryReserve(m.st, size, m.g)
 	}
 	if m.cfg.Persistent == SizeMatch {
-		if h := m.persistent.TryReserve(size, m.g); h != nil {
+		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
 			return h
 		}
 	}
-	return m.dynamic.TryReserve(size)
+	return m.dynamic.TryReserve(m.st, size)
 }
 
 func (m *Manager) debug(route string, size uint64) {
@@ -413,9 +421,39 @@ func (m *Manager) Cleanup(kind pool.CleanupKind) {
 	}
 	m.dynamic.Cleanup(m.st, m.allocNr, kind)
 	if kind == pool.Explicit {
+		// The sliced pools' explicit cleanup unmapped their free granules.
 		m.st.Flush()
+		return
+	}
+	if m.granule > 0 && m.underPressure() {
+		if n := m.dynamic.UnmapFree(m.st); n > 0 {
+			m.unmapped += n
+			m.st.Flush()
+		}
 	}
 }
+
+// underPressure applies the trigger's High rule (SPEC §8.2) to this
+// memory's mapped bytes: the next page of the current size would leave the
+// device too little room, so a periodic cleanup unmaps free granules. A
+// memory without a MaxMemory figure is never under pressure. The rule
+// judges this stream's storage only; the device's other streams are not
+// seen from here.
+func (m *Manager) underPressure() bool {
+	capacity := m.props.MaxMemory
+	if capacity == 0 {
+		return false
+	}
+	page := m.granule
+	if a, ok := m.dynamic.(*AdaptiveMemory); ok {
+		page = a.arena.PageSize()
+	}
+	return storage.SatAdd(m.st.BytesAllocated(), page) > storage.SatSub(capacity, page)
+}
+
+// Granule is the mapping granule of the storage the pools use: 0 when pages
+// are backed whole (a plain storage, or Config.PageGranular off).
+func (m *Manager) Granule() uint64 { return m.granule }
 
 // Report describes every pool.
 func (m *Manager) Report() PoolsReport {
@@ -424,7 +462,7 @@ func (m *Manager) Report() PoolsReport {
 
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
-	return Stats{Growths: m.dynamic.Growths(), AllocNr: m.allocNr, Relocation: m.dynamic.RelocationStats()}
+	return Stats{Growths: m.dynamic.Growths(), AllocNr: m.allocNr, Relocation: m.dynamic.RelocationStats(), BytesUnmapped: m.unmapped}
 }
 
 // Taint returns the failure marks of ref's bytes (nil: none), or an error

@@ -159,18 +159,18 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 		return a.grow(st, size, grown)
 	}
 	cur := a.Current()
-	if h := cur.TryReserve(size, g); h != nil {
+	if h := cur.TryReserve(st, size, g); h != nil {
 		return h, nil
 	}
 	return cur.Alloc(st, size)
 }
 
 // TryReserve serves size from room the current pool already holds, or nil.
-func (a *Arena) TryReserve(size uint64, g *handle.ErrorGraph) *handle.Handle {
+func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
 		return nil
 	}
-	return a.Current().TryReserve(size, g)
+	return a.Current().TryReserve(st, size, g)
 }
 
 // grow builds the next current pool in the lowest empty slot, with its first
@@ -220,10 +220,29 @@ func (a *Arena) Drain(st storage.Storage, g *handle.ErrorGraph) (pages int, byte
 	return pages, bytes
 }
 
-// Cleanup runs the current pool's cleanup, then Drain.
+// Cleanup runs the current pool's cleanup, then Drain; an Explicit one
+// also unmaps the free granules of the outdated pages that stay.
 func (a *Arena) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) (pages int, bytes uint64) {
 	a.Current().Cleanup(st, allocNr, kind, g)
-	return a.Drain(st, g)
+	pages, bytes = a.Drain(st, g)
+	if kind == Explicit {
+		for _, slot := range a.outdated {
+			a.slots[slot].UnmapFree(st)
+		}
+	}
+	return pages, bytes
+}
+
+// UnmapFree unmaps the free granules of every unguarded page of every pool
+// (P5) and returns the bytes of pages they covered.
+func (a *Arena) UnmapFree(st storage.Storage) uint64 {
+	var bytes uint64
+	for _, p := range a.slots {
+		if p != nil {
+			bytes += p.UnmapFree(st)
+		}
+	}
+	return bytes
 }
 
 // HasOutdated reports whether an outdated pool exists.

@@ -116,11 +116,11 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 1*MiB, nil)  // 1 MiB left on the 2 MiB page
 	arenaReserve(t, a, st, 10*MiB, nil) // 1 MiB left on the 11 MiB page
-	h := a.TryReserve(512<<10, nil)
+	h := a.TryReserve(st, 512<<10, nil)
 	if h == nil || h.Location().Pool() != ArenaFirstIndex+1 {
 		t.Fatalf("TryReserve(512 KiB) at %v, want the current pool %d", h, ArenaFirstIndex+1)
 	}
-	if h := a.TryReserve(1*MiB, nil); h != nil {
+	if h := a.TryReserve(st, 1*MiB, nil); h != nil {
 		t.Fatalf("TryReserve(1 MiB) served at %v; only the outdated page has that room", h.Location())
 	}
 	h = arenaReserve(t, a, st, 1*MiB, nil)
@@ -128,7 +128,7 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 		t.Fatalf("1 MiB at %v, want a new page of the current pool", loc)
 	}
 	// TryReserve only serves what fits the current page size.
-	if h := a.TryReserve(12*MiB, nil); h != nil || a.Growths() != 1 {
+	if h := a.TryReserve(st, 12*MiB, nil); h != nil || a.Growths() != 1 {
 		t.Fatalf("TryReserve of a growth-sized request: %v, %d growths", h, a.Growths())
 	}
 }

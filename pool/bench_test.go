@@ -32,7 +32,7 @@ func outdatedArena(b *testing.B, n int, size, pageSize uint64) (*Arena, storage.
 	for len(hs) < n {
 		var h *handle.Handle
 		if len(cur.pages) > 0 {
-			h = cur.pages[len(cur.pages)-1].tryReserveFrom(len(cur.pages[len(cur.pages)-1].slices)-1, size)
+			h, _ = cur.pages[len(cur.pages)-1].tryReserveFrom(st, len(cur.pages[len(cur.pages)-1].slices)-1, size)
 		}
 		if h == nil {
 			var err error

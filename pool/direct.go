@@ -75,7 +75,7 @@ func (p *Direct) Accept(uint64) bool { return true }
 
 // TryReserve implements Pool: the lowest-index free slot whose effective
 // size is exactly size + padding(size) (D2), or nil.
-func (p *Direct) TryReserve(size uint64, _ *handle.ErrorGraph) *handle.Handle {
+func (p *Direct) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
 	need := storage.SatAdd(size, storage.Padding(size, p.align))
 	for _, sl := range p.slots {
 		if sl == nil || sl.allocSize != need || !sl.free() {

@@ -106,7 +106,7 @@ func (p *Exclusive) Accept(size uint64) bool { return size <= p.maxAlloc }
 // size, then the free page of allocSize ≥ size with the smallest freeCount
 // (lowest index on ties) serves it. A size the pool does not accept returns
 // nil and leaves the average alone: the caller asks only accepting pools.
-func (p *Exclusive) TryReserve(size uint64, _ *handle.ErrorGraph) *handle.Handle {
+func (p *Exclusive) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
 	if !p.Accept(size) {
 		return nil
 	}

@@ -17,6 +17,10 @@
 // Cost: a reservation scans the page's slices once (O(slices)), and a split
 // shifts the slices after the chosen one. Slices are values in one array
 // (56 bytes each), so a scan touches contiguous memory.
+//
+// On granular storage a page also records which of its granules are mapped
+// (granules.go): a reservation maps what its slice covers before it returns,
+// and cleanup unmaps the granules no live slice touches.
 
 package pool
 
@@ -35,11 +39,20 @@ type page struct {
 	pool   uint8
 	index  int // page index within the pool
 	guards int // guarded ⇔ guards > 0
+	// granule is the storage's mapping granule, 0 when the page is backed
+	// whole; mapped[i] says granule i of the page is mapped (granules.go).
+	granule uint64
+	mapped  []bool
 }
 
-// newPage wraps a fresh storage region as one free slice spanning it.
-func newPage(r storage.Region, align uint64, pool uint8, index int) *page {
-	p := &page{region: r, align: align, pool: pool, index: index}
+// newPage wraps a fresh storage region as one free slice spanning it. With
+// granule > 0 the region is a reservation with nothing mapped yet.
+func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64) *page {
+	p := &page{region: r, align: align, pool: pool, index: index, granule: granule}
+	if granule > 0 {
+		_, n := storage.Granules(0, r.Size, granule)
+		p.mapped = make([]bool, n)
+	}
 	p.slices = []Slice{{Region: r, h: handle.New(handle.MustLocation(pool, index, 0))}}
 	return p
 }
@@ -57,21 +70,30 @@ func (p *page) relocate(from int) {
 	}
 }
 
-// tryReserve carves size bytes from the first free slice whose effective
-// size holds size plus its padding, and returns a clone of its handle; nil
-// when nothing fits. The caller has checked the page is not guarded.
-func (p *page) tryReserve(size uint64) *handle.Handle {
-	return p.tryReserveFrom(0, size)
+// tryReserve is tryReserveFrom(st, 0, size), nil when the storage refuses
+// to map.
+func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
+	h, _ := p.tryReserveFrom(st, 0, size)
+	return h
 }
 
-// tryReserveFrom is tryReserve starting the scan at slice index from.
-func (p *page) tryReserveFrom(from int, size uint64) *handle.Handle {
+// tryReserveFrom carves size bytes from the first free slice at or after
+// index from whose effective size holds size plus its padding, and returns a
+// clone of its handle; nil when nothing fits. On a granular page the
+// granules the slice covers are mapped first; when the storage refuses,
+// nothing changed and the error is returned. The caller has checked the page
+// is not guarded.
+func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
 	pad := storage.Padding(size, p.align)
-	at, _, _ := p.fitFrom(from, storage.SatAdd(size, pad))
+	need := storage.SatAdd(size, pad)
+	at, _, _ := p.fitFrom(from, need)
 	if at < 0 {
-		return nil
+		return nil, nil
 	}
-	return p.carve(at, size, pad)
+	if err := p.back(st, p.slices[at].Region.Offset, need); err != nil {
+		return nil, err
+	}
+	return p.carve(at, size, pad), nil
 }
 
 // fitFrom finds the first free slice at or after index from whose effective
@@ -200,7 +222,7 @@ func (p *page) slice(i uint32) *Slice {
 
 // usage sums the page's live slices.
 func (p *page) usage() Usage {
-	u := Usage{BytesReserved: p.size()}
+	u := Usage{BytesReserved: p.size(), BytesUnmapped: p.unmappedBytes()}
 	for i := range p.slices {
 		s := &p.slices[i]
 		if s.h.IsFree() {
@@ -240,5 +262,8 @@ func (p *page) check() {
 	}
 	if off-p.region.Offset != p.size() {
 		panic(fmt.Sprintf("pool: page %d slices sum to %d bytes, page holds %d (P2)", p.index, off-p.region.Offset, p.size()))
+	}
+	if msg := p.checkMapped(); msg != "" {
+		panic(msg)
 	}
 }

@@ -78,7 +78,7 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := newPage(r, align, 7, 3)
+	pg := newPage(r, align, 7, 3, 0)
 	g := handle.NewErrorGraph()
 	live := map[string]*handle.Handle{}
 	num := func(s string) uint64 {
@@ -93,13 +93,13 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 		before := drawPage(pg, unit)
 		switch f[0] {
 		case "reserve":
-			h := pg.tryReserve(num(f[2]))
+			h := pg.tryReserve(nil, num(f[2]))
 			if h == nil {
 				t.Fatalf("step %d %q: refused on %q", i, step.do, before)
 			}
 			live[f[1]] = h
 		case "refuse":
-			if h := pg.tryReserve(num(f[1])); h != nil {
+			if h := pg.tryReserve(nil, num(f[1])); h != nil {
 				t.Fatalf("step %d %q: served at %v on %q", i, step.do, h.Location(), before)
 			}
 			if got := drawPage(pg, unit); got != before {
@@ -198,9 +198,9 @@ func TestPagePaddingHonoursAnAlignmentThatIsNotAPowerOfTwo(t *testing.T) {
 func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0)
-	a := pg.tryReserve(2 * MiB)
-	b := pg.tryReserve(2 * MiB)
+	pg := newPage(r, 32, 2, 0, 0)
+	a := pg.tryReserve(nil, 2*MiB)
+	b := pg.tryReserve(nil, 2*MiB)
 	a.Release()
 	freeHandle := pg.slices[0].h
 	pg.coalesce(nil)
@@ -216,11 +216,11 @@ func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0)
+	pg := newPage(r, 32, 2, 0, 0)
 	g := handle.NewErrorGraph()
-	a := pg.tryReserve(1 * MiB)
-	b := pg.tryReserve(1 * MiB)
-	c := pg.tryReserve(1 * MiB)
+	a := pg.tryReserve(nil, 1*MiB)
+	b := pg.tryReserve(nil, 1*MiB)
+	c := pg.tryReserve(nil, 1*MiB)
 	f := g.Fail(errors.New("kernel failed"))
 	taint := &handle.Taint{}
 	taint.Mark(g, f, 0, 512)
@@ -253,13 +253,13 @@ func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 5)
+	pg := newPage(r, 32, 2, 5, 0)
 	hs := make([]*handle.Handle, 4)
 	for i := range hs {
-		hs[i] = pg.tryReserve(1 * MiB)
+		hs[i] = pg.tryReserve(nil, 1*MiB)
 	}
 	hs[0].Release()
-	hs[0] = pg.tryReserve(256 << 10) // splits slice 0: every later slice shifts by one
+	hs[0] = pg.tryReserve(nil, 256<<10) // splits slice 0: every later slice shifts by one
 	for i, h := range hs {
 		s := expectOwnSlice(t, pg, h)
 		if want := uint64(i) * MiB; s.Region.Offset != want {
@@ -299,10 +299,10 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := storage.NewSim(32, nil)
 			r, _ := st.Alloc(1024)
-			pg := newPage(r, 32, 2, 0)
-			pg.tryReserve(100)
-			pg.tryReserve(100)
-			pg.tryReserve(40)
+			pg := newPage(r, 32, 2, 0, 0)
+			pg.tryReserve(nil, 100)
+			pg.tryReserve(nil, 100)
+			pg.tryReserve(nil, 40)
 			if msg := pageCheckPanics(pg); msg != "" {
 				t.Fatalf("intact page fails its check: %s", msg)
 			}

@@ -83,7 +83,7 @@ func (p *Persistent) HasSize(size uint64) bool {
 
 // TryReserve implements Pool: the first free slot in the bucket of
 // size + padding(size) (R2), or nil.
-func (p *Persistent) TryReserve(size uint64, _ *handle.ErrorGraph) *handle.Handle {
+func (p *Persistent) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
 	for _, i := range p.sizes[p.effective(size)] {
 		sl := p.slots[i]
 		if !sl.free() {

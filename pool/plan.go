@@ -13,6 +13,8 @@
 //     already planned for its page are abandoned and the next page is tried.
 //  4. A move reserves its target on the current pool only: held room first
 //     (first fit on unguarded pages), then, with MayAllocate room, a new page.
+//     On granular storage the target's granules are mapped first (P4); a
+//     refused mapping leaves the move without a target.
 //
 // Cost: the target search gives the answer TryReserve would give for each
 // move (first fit over the current pool's unguarded pages in index order,
@@ -190,6 +192,11 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 		if hint.maxFree >= need {
 			at, first, largest := pg.fitFrom(hint.first, need)
 			if at >= 0 {
+				if err := pg.back(st, pg.slices[at].Region.Offset, need); err != nil {
+					// The storage refused to map the target's granules:
+					// nothing was carved; no target for this move.
+					return nil
+				}
 				h := pg.carve(at, size, storage.Padding(size, cur.align))
 				if first == at {
 					first = at + 1 // the carved slice is live now

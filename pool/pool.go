@@ -64,8 +64,10 @@ type Pool interface {
 	// Accept reports whether the pool serves allocations of size bytes.
 	Accept(size uint64) bool
 	// TryReserve serves size from room the pool already holds, or returns nil.
-	// Slices it merges or drops lose their failure marks in g.
-	TryReserve(size uint64, g *handle.ErrorGraph) *handle.Handle
+	// Slices it merges or drops lose their failure marks in g. st is the
+	// pool's storage: on granular storage the slice's granules are mapped
+	// before it returns, and a refused mapping changes nothing.
+	TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle
 	// Alloc adds storage (a page) and reserves size on it. On error the pool
 	// is unchanged.
 	Alloc(st storage.Storage, size uint64) (*handle.Handle, error)

@@ -7,8 +7,15 @@ type Usage struct {
 	Allocations   uint64 // live slices
 	BytesInUse    uint64 // Σ requested sizes of live slices
 	BytesPadding  uint64 // Σ padding of live slices
-	BytesReserved uint64 // bytes held from the storage
+	BytesReserved uint64 // bytes held from the storage: pages' address space
+	// BytesUnmapped is the part of BytesReserved no mapped granule backs:
+	// 0 on storage that backs pages whole.
+	BytesUnmapped uint64
 }
+
+// BytesMapped is the reserved bytes that are backed: BytesReserved less
+// BytesUnmapped. It is what the pages cost the device.
+func (u Usage) BytesMapped() uint64 { return u.BytesReserved - min(u.BytesUnmapped, u.BytesReserved) }
 
 // Combine returns u + o.
 func (u Usage) Combine(o Usage) Usage {
@@ -17,6 +24,7 @@ func (u Usage) Combine(o Usage) Usage {
 		BytesInUse:    u.BytesInUse + o.BytesInUse,
 		BytesPadding:  u.BytesPadding + o.BytesPadding,
 		BytesReserved: u.BytesReserved + o.BytesReserved,
+		BytesUnmapped: u.BytesUnmapped + o.BytesUnmapped,
 	}
 }
 
@@ -28,8 +36,12 @@ func (u Usage) String() string {
 	if u.BytesInUse > 0 {
 		pad = float64(u.BytesPadding) / float64(u.BytesInUse)
 	}
-	return fmt.Sprintf("%d allocations, %s in use, %s padding, %s reserved (usage %.1f%%, padding overhead %.1f%%)",
-		u.Allocations, Bytes(u.BytesInUse), Bytes(u.BytesPadding), Bytes(u.BytesReserved), eff*100, pad*100)
+	mapped := ""
+	if u.BytesUnmapped > 0 {
+		mapped = fmt.Sprintf(" (%s mapped)", Bytes(u.BytesMapped()))
+	}
+	return fmt.Sprintf("%d allocations, %s in use, %s padding, %s reserved%s (usage %.1f%%, padding overhead %.1f%%)",
+		u.Allocations, Bytes(u.BytesInUse), Bytes(u.BytesPadding), Bytes(u.BytesReserved), mapped, eff*100, pad*100)
 }
 
 // Kind describes a pool's placement policy in a report.

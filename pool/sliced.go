@@ -19,6 +19,7 @@ type Sliced struct {
 	pages     []*page
 	pagesPeak uint64
 	largest   uint64
+	busy      []bool // scratch for unmapFree
 }
 
 // NewSliced returns an empty pool of pageSize pages serving slices up to
@@ -50,14 +51,17 @@ func (p *Sliced) Accept(size uint64) bool {
 }
 
 // TryReserve implements Pool: pages in index order, skipping guarded ones;
-// each visited page is coalesced, then tried; the first fit wins.
-func (p *Sliced) TryReserve(size uint64, g *handle.ErrorGraph) *handle.Handle {
+// each visited page is coalesced, then tried; the first fit wins. On
+// granular storage the fit's granules are mapped first; a page whose fit the
+// storage refuses to map is passed over (a later page may fit on granules
+// already mapped), so a refusal everywhere returns nil with nothing changed.
+func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
 		}
 		pg.coalesce(g)
-		if h := pg.tryReserve(size); h != nil {
+		if h, err := pg.tryReserveFrom(st, 0, size); h != nil && err == nil {
 			p.served(size)
 			return h
 		}
@@ -70,13 +74,22 @@ func (p *Sliced) served(size uint64) {
 }
 
 // Alloc implements Pool: one new page of pageSize, the reservation on it.
-// The page-index bound is checked first; on error nothing changes.
+// The page-index bound is checked first; on error nothing changes. On
+// granular storage the page is a reservation and only the new slice's
+// granules are mapped; a refused mapping gives the page back and returns
+// the storage's error.
 func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
 	pg, err := p.addPage(st)
 	if err != nil {
 		return nil, err
 	}
-	h := pg.tryReserve(size)
+	h, err := pg.tryReserveFrom(st, 0, size)
+	if err != nil {
+		p.pages = p.pages[:len(p.pages)-1]
+		pg.shed(nil)
+		st.Dealloc(pg.region.ID)
+		return nil, err
+	}
 	if h == nil {
 		// size does not fit a fresh page: give it back, nothing changed.
 		p.pages = p.pages[:len(p.pages)-1]
@@ -94,11 +107,18 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	if n >= p.lim.maxPages() {
 		return nil, fmt.Errorf("%w: pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
 	}
-	r, err := st.Alloc(p.pageSize)
+	granule := storage.GranuleOf(st)
+	var r storage.Region
+	var err error
+	if granule > 0 {
+		r, err = st.(storage.Granular).Reserve(p.pageSize)
+	} else {
+		r, err = st.Alloc(p.pageSize)
+	}
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(r, p.align, p.index, n)
+	pg := newPage(r, p.align, p.index, n, granule)
 	p.pages = append(p.pages, pg)
 	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
 	return pg, nil
@@ -129,11 +149,30 @@ func (p *Sliced) ReleaseEmpty(st storage.Storage, g *handle.ErrorGraph) (pages i
 }
 
 // Cleanup implements Pool: Periodic does nothing, Explicit releases empty
-// unguarded pages.
+// unguarded pages and unmaps the free granules of the others.
 func (p *Sliced) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *handle.ErrorGraph) {
 	if kind == Explicit {
 		p.ReleaseEmpty(st, g)
+		p.UnmapFree(st)
 	}
+}
+
+// UnmapFree unmaps, on every unguarded page, the granules no live slice
+// touches (P5), and returns the bytes of pages they covered. Nothing
+// changes on storage that backs pages whole. Call it only where pages may
+// change: never while a stream records.
+func (p *Sliced) UnmapFree(st storage.Storage) uint64 {
+	var bytes uint64
+	for _, pg := range p.pages {
+		if pg.granule == 0 {
+			continue
+		}
+		if len(p.busy) < len(pg.mapped) {
+			p.busy = make([]bool, len(pg.mapped))
+		}
+		bytes += pg.unmapFree(st, p.busy)
+	}
+	return bytes
 }
 
 // Slice implements Pool.

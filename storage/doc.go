@@ -8,7 +8,9 @@
 // backend (accounting only, for replaying huge traces), the [Faulty] wrapper
 // that refuses on cue for tests, the sentinels [ErrOutOfMemory],
 // [ErrUnknownRegion] and [ErrDevicePoisoned], and the [RoundUp] / [Padding]
-// arithmetic every layer above uses.
+// arithmetic every layer above uses; and the optional [Granular] interface
+// (reserve a page's address range, map and unmap its granules) with its host
+// ([GranularHost]) and sim ([GranularSim]) implementations (granular.go).
 //
 // # Invariants
 //

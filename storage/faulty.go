@@ -18,6 +18,7 @@ type Faulty struct {
 	mu         sync.Mutex
 	allocAbove uint64 // 0 = off
 	nextAllocs int
+	nextMaps   int // granular_faulty.go
 	allocIf    func(size uint64) bool
 	resolve    bool
 	copies     func(n int) bool

@@ -19,14 +19,22 @@ var ErrUnknownPolicy = errors.New("compare: unknown policy")
 
 // Policy names.
 const (
-	Adaptive           = "adaptive"
+	// Adaptive is the default memory on granular storage: pages map the
+	// granules their live slices cover, with relocation.
+	Adaptive = "adaptive"
+	// AdaptivePages is the adaptive memory with pages backed whole (page
+	// granularity), with relocation.
+	AdaptivePages = "adaptive-pages"
+	// AdaptiveNoRelocate is Adaptive (granular) without relocation.
 	AdaptiveNoRelocate = "adaptive-norelocate"
 	Exclusive          = "exclusive"
 	Torch              = "torch"
 )
 
 // Policies lists every policy, in report order.
-func Policies() []string { return []string{Adaptive, AdaptiveNoRelocate, Exclusive, Torch} }
+func Policies() []string {
+	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch}
+}
 
 // DefaultBandwidth is the device copy bandwidth relocation time is
 // estimated at (B/s): about an H100's or H200's device-to-device copy rate.
@@ -173,7 +181,9 @@ func maxPageFor(events []trace.Event) uint64 {
 }
 
 // openPolicy opens a Sim device for a gpumem policy at capacity (0 =
-// unlimited).
+// unlimited). The granular policies (adaptive, adaptive-norelocate) get
+// granular Sim (or host) storage with 2 MiB granules; adaptive-pages backs
+// pages whole.
 func openPolicy(name string, capacity, maxPage uint64, host bool) (*gpumem.Device, error) {
 	props := memory.Properties{MaxPageSize: maxPage, Alignment: storage.DefaultAlignment, MaxMemory: capacity}
 	opts := []gpumem.Option{gpumem.WithProperties(props), gpumem.WithCapacity(capacity)}
@@ -181,8 +191,12 @@ func openPolicy(name string, capacity, maxPage uint64, host bool) (*gpumem.Devic
 		opts = append(opts, gpumem.WithSim())
 	}
 	switch name {
+	case Adaptive:
+		opts = append(opts, gpumem.WithPageGranular(true))
+	case AdaptivePages:
+		opts = append(opts, gpumem.WithPageGranular(false))
 	case AdaptiveNoRelocate:
-		opts = append(opts, gpumem.WithoutRelocation())
+		opts = append(opts, gpumem.WithPageGranular(true), gpumem.WithoutRelocation())
 	case Exclusive:
 		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
 	}

@@ -1,0 +1,162 @@
+package memory_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// granularManager builds an adaptive manager on granular Sim storage with
+// 2 MiB granules and a 24 MiB arena floor page, judging pressure against
+// maxMemory (0: never under pressure).
+func granularManager(t *testing.T, st storage.Storage, maxMemory uint64, c memory.Config) *memory.Manager {
+	t.Helper()
+	return newManagerOn(t, st, memory.Properties{MaxPageSize: gib, Alignment: 32, MaxMemory: maxMemory}, c)
+}
+
+func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
+	st := storage.NewGranularSim(32, 2*mib, nil)
+	m := granularManager(t, st, 0, memory.Config{})
+	if m.Granule() != 2*mib {
+		t.Fatalf("manager granule %d", m.Granule())
+	}
+	big := alloc(t, m, 20*mib, memory.Allow) // grows to a 21 MiB page: 11 granules, 10 mapped
+	if st.BytesAllocated() != 20*mib || st.BytesReserved() != 22*mib {
+		t.Fatalf("one 20 MiB allocation: %d mapped, %d reserved", st.BytesAllocated(), st.BytesReserved())
+	}
+	small := alloc(t, m, 1*mib, memory.Allow) // [20, 21) MiB: granule 10
+	big.Release()
+	m.Cleanup(pool.Periodic) // no MaxMemory: never under pressure
+	if st.BytesAllocated() != 22*mib {
+		t.Fatalf("periodic cleanup without pressure unmapped: %d mapped", st.BytesAllocated())
+	}
+	m.Cleanup(pool.Explicit)
+	if st.BytesAllocated() != 2*mib {
+		t.Fatalf("explicit cleanup: %d mapped, want one granule", st.BytesAllocated())
+	}
+	u := m.Report().Usage()
+	if u.BytesReserved != 21*mib || u.BytesMapped() != 1*mib || u.BytesUnmapped != 20*mib {
+		t.Fatalf("usage %+v: want 21 MiB reserved, 1 MiB of the page mapped", u)
+	}
+	if m.Stats().BytesUnmapped != 0 {
+		t.Fatalf("explicit unmapping counted as periodic: %d", m.Stats().BytesUnmapped)
+	}
+	small.Release()
+}
+
+func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T) {
+	st := storage.NewGranularSim(32, 2*mib, nil)
+	// Capacity 64 MiB, current page 21 MiB: High ⇔ mapped + 21 > 64 − 21.
+	m := granularManager(t, st, 64*mib, memory.Config{})
+	big := alloc(t, m, 20*mib, memory.Allow)
+	keep := alloc(t, m, 1*mib, memory.Allow)
+	big.Release()
+	// Mapped 22 MiB: 22 + 21 = 43 > 43? no → not under pressure.
+	alloc(t, m, 0, memory.Allow).Release()
+	if st.BytesAllocated() != 22*mib {
+		t.Fatalf("unmapped without pressure: %d mapped", st.BytesAllocated())
+	}
+	// Fill the freed front from held room (its granules are still mapped),
+	// so the next 4 MiB needs a second page, which maps two granules:
+	// 26 MiB mapped.
+	front := alloc(t, m, 19*mib, memory.Allow)
+	other := alloc(t, m, 4*mib, memory.Allow)
+	front.Release()
+	other.Release()
+	// Under AddOnly and Forbidden nothing is unmapped, pressure or not.
+	for _, u := range []memory.PageUpdate{memory.AddOnly, memory.Forbidden} {
+		h := alloc(t, m, 1*mib, u)
+		h.Release()
+		if st.BytesAllocated() != 26*mib {
+			t.Fatalf("%v reservation unmapped: %d mapped", u, st.BytesAllocated())
+		}
+	}
+	// Mapped 26: 26 + 21 = 47 > 43 → High: an Allow reservation's periodic
+	// cleanup unmaps every free granule first.
+	h := alloc(t, m, 32, memory.Allow) // small pool: 8 MiB page, one granule
+	if got := st.BytesAllocated(); got != 2*mib+2*mib {
+		t.Fatalf("under pressure: %d mapped, want keep's granule and the small page's", got)
+	}
+	if m.Stats().BytesUnmapped != 24*mib {
+		t.Fatalf("Stats.BytesUnmapped = %d, want 24 MiB", m.Stats().BytesUnmapped)
+	}
+	h.Release()
+	keep.Release()
+}
+
+func TestGuardedPageKeepsItsGranulesThroughCleanups(t *testing.T) {
+	st := storage.NewGranularSim(32, 2*mib, nil)
+	m := granularManager(t, st, 0, memory.Config{})
+	big := alloc(t, m, 20*mib, memory.Allow)
+	small := alloc(t, m, 1*mib, memory.Allow)
+	g, ok := m.Guard(small.Location())
+	if !ok {
+		t.Fatal("no guard")
+	}
+	big.Release()
+	m.Cleanup(pool.Explicit)
+	if st.BytesAllocated() != 22*mib {
+		t.Fatalf("explicit cleanup unmapped a guarded page: %d mapped", st.BytesAllocated())
+	}
+	g.Release()
+	m.Cleanup(pool.Explicit)
+	if st.BytesAllocated() != 2*mib {
+		t.Fatalf("after the guard went: %d mapped", st.BytesAllocated())
+	}
+	small.Release()
+}
+
+func TestRefusedMappingFailsTheReservationWithOutOfMemoryAndChangesNothing(t *testing.T) {
+	inner := storage.NewGranularSim(32, 2*mib, nil)
+	st := storage.NewFaulty(inner)
+	m := granularManager(t, st, 0, memory.Config{})
+	big := alloc(t, m, 20*mib, memory.Allow)
+	big.Release()
+	m.Cleanup(pool.Explicit) // the page goes back: nothing held
+	before := m.Report()
+	st.RefuseNextMaps(1)
+	_, err := m.Reserve(20*mib, memory.Allow)
+	if !errors.Is(err, storage.ErrOutOfMemory) || !memory.MaySucceedAfterReclaim(err) {
+		t.Fatalf("Reserve with its mapping refused: %v, want a retryable ErrOutOfMemory", err)
+	}
+	if inner.BytesAllocated() != 0 || inner.BytesReserved() != 0 {
+		t.Fatalf("refused reservation left %d mapped, %d reserved", inner.BytesAllocated(), inner.BytesReserved())
+	}
+	if after := m.Report(); after.Usage() != before.Usage() {
+		t.Fatalf("usage changed: %+v → %+v", before.Usage(), after.Usage())
+	}
+	h := alloc(t, m, 20*mib, memory.Allow)
+	h.Release()
+}
+
+func TestPageGranularOffBacksPagesWhole(t *testing.T) {
+	st := storage.NewGranularSim(32, 2*mib, nil)
+	m := granularManager(t, st, 0, memory.Config{PageGranular: memory.GranulesOff})
+	if m.Granule() != 0 {
+		t.Fatalf("granule %d with PageGranular off", m.Granule())
+	}
+	h := alloc(t, m, 20*mib, memory.Allow)
+	if st.BytesAllocated() != 21*mib {
+		t.Fatalf("%d bytes allocated, want the whole 21 MiB page", st.BytesAllocated())
+	}
+	h.Release()
+}
+
+func TestPageGranularityIsValidatedAndParsed(t *testing.T) {
+	p := adaptivePreset(0)
+	if err := (memory.Config{PageGranular: 2}).Validate(p); !errors.Is(err, memory.ErrInvalidConfig) {
+		t.Fatalf("unknown PageGranular: %v", err)
+	}
+	for _, want := range []memory.PageGranularity{memory.GranulesAuto, memory.GranulesOff} {
+		got, err := memory.ParsePageGranularity(want.String())
+		if err != nil || got != want {
+			t.Fatalf("ParsePageGranularity(%q) = %v, %v", want.String(), got, err)
+		}
+	}
+	if _, err := memory.ParsePageGranularity("on"); !errors.Is(err, memory.ErrInvalidConfig) {
+		t.Fatalf("ParsePageGranularity(on): %v", err)
+	}
+}
