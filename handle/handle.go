@@ -20,6 +20,28 @@ type Descriptor struct {
 	loc     atomic.Uint64 // a Location; written under the device lock only
 	refs    atomic.Int32  // live Handle and Binding objects
 	handles atomic.Int32  // live Handle objects
+	// signal, when set, is raised each time a release leaves the allocation
+	// free (refs ≤ 1): the page holding it learns that it may have room
+	// again without scanning. The holder of the allocation sets it.
+	signal atomic.Pointer[atomic.Bool]
+}
+
+// SignalFree makes every later release that leaves the allocation free
+// raise f (nil: nobody listens). Pools use it to skip pages on which
+// nothing became free since they last looked.
+func (d *Descriptor) SignalFree(f *atomic.Bool) { d.signal.Store(f) }
+
+// FreeSignal returns the flag set by SignalFree, or nil.
+func (d *Descriptor) FreeSignal() *atomic.Bool { return d.signal.Load() }
+
+// released is called after a reference went: it raises the free signal
+// when only the slice's own reference is left.
+func (d *Descriptor) released(refs int32) {
+	if refs <= 1 {
+		if f := d.signal.Load(); f != nil {
+			f.Store(true)
+		}
+	}
 }
 
 // ID returns the allocation ID.
@@ -101,9 +123,11 @@ func (h *Handle) Release() {
 		panic(fmt.Sprintf("handle: Handle of allocation %d released twice", h.d.id))
 	}
 	h.d.handles.Add(-1)
-	if h.d.refs.Add(-1) < 0 {
+	n := h.d.refs.Add(-1)
+	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", h.d.id))
 	}
+	h.d.released(n)
 }
 
 // Released reports whether Release was called on this object.
@@ -152,7 +176,9 @@ func (b *Binding) Release() {
 	if b.released.Swap(true) {
 		panic(fmt.Sprintf("handle: Binding of allocation %d released twice", b.d.id))
 	}
-	if b.d.refs.Add(-1) < 0 {
+	n := b.d.refs.Add(-1)
+	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", b.d.id))
 	}
+	b.d.released(n)
 }

@@ -9,6 +9,11 @@
 //   (P3) the slice at index i carries location (pool, page, i): every index
 //        change (split, coalesce, renumbering) rewrites the descriptors of the
 //        slices it moves.
+//   (P4) while the page's changed flag is down, no slice became free since
+//        the last scan: maxFree bounds the largest free slice from above and
+//        empty is exact. Every allocation on the page raises the flag when a
+//        release leaves it free (handle.Descriptor.SignalFree), so clean
+//        pages are skipped without touching their slices.
 //
 // Reserve is first fit on effective size. Comparing the stored size instead
 // (an earlier design) lost the old padding bytes on each reuse-with-split and
@@ -26,6 +31,7 @@ package pool
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	"github.com/gpumem/gpumem/handle"
 	"github.com/gpumem/gpumem/storage"
@@ -43,6 +49,22 @@ type page struct {
 	// whole; mapped[i] says granule i of the page is mapped (granules.go).
 	granule uint64
 	mapped  []bool
+
+	// changed is raised (through the descriptors' free signal) whenever a
+	// slice of the page may have become free since the last scan; while it
+	// is down, maxFree bounds the largest free slice from above and empty
+	// is exact, so reservations and cleanups skip the page without looking
+	// at its slices (P4).
+	changed atomic.Bool
+	maxFree uint64
+	empty   bool
+}
+
+// attach makes h's allocation raise the page's changed flag when it
+// becomes free.
+func (p *page) attach(h *handle.Handle) *handle.Handle {
+	h.Descriptor().SignalFree(&p.changed)
+	return h
 }
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
@@ -53,7 +75,8 @@ func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint
 		_, n := storage.Granules(0, r.Size, granule)
 		p.mapped = make([]bool, n)
 	}
-	p.slices = []Slice{{Region: r, h: handle.New(handle.MustLocation(pool, index, 0))}}
+	p.slices = []Slice{{Region: r, h: p.attach(handle.New(handle.MustLocation(pool, index, 0)))}}
+	p.maxFree, p.empty = r.Size, true
 	return p
 }
 
@@ -86,8 +109,14 @@ func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
 func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
 	pad := storage.Padding(size, p.align)
 	need := storage.SatAdd(size, pad)
-	at, _, _ := p.fitFrom(from, need)
+	if !p.changed.Load() && p.maxFree < need {
+		return nil, nil // P4: no free slice that large
+	}
+	at, _, largest := p.fitFrom(from, need)
 	if at < 0 {
+		if from == 0 && !p.changed.Load() {
+			p.maxFree = largest // the scan saw every free slice
+		}
 		return nil, nil
 	}
 	if err := p.back(st, p.slices[at].Region.Offset, need); err != nil {
@@ -128,25 +157,35 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if eff > need {
 		rest := Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: s.Region.Offset + need, Size: eff - need},
-			h:      handle.New(p.loc(i + 1)),
+			h:      p.attach(handle.New(p.loc(i + 1))),
 		}
 		p.slices = append(p.slices, Slice{})
 		copy(p.slices[i+2:], p.slices[i+1:])
 		p.slices[i+1] = rest
 		p.relocate(i + 2)
 	}
+	p.empty = false
 	return p.slices[i].h.Clone()
 }
 
 // coalesce merges each maximal run of ≥ 2 adjacent free slices into one free
-// slice with a fresh handle. A lone free slice is left alone.
+// slice with a fresh handle. A lone free slice is left alone. It also
+// refreshes maxFree and empty (P4); a page on which nothing became free
+// since its last scan has nothing to merge and is skipped.
 func (p *page) coalesce(g *handle.ErrorGraph) {
+	if !p.changed.Load() { // a plain load: most pages are clean
+		return
+	}
+	p.changed.Store(false)
 	n := len(p.slices)
 	out := 0
-	changed := false
+	merged := false
+	var largest uint64
+	empty := true
 	for i := 0; i < n; {
 		if !p.slices[i].h.IsFree() {
 			p.slices[out] = p.slices[i]
+			empty = false
 			out++
 			i++
 			continue
@@ -156,6 +195,7 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 			j++
 		}
 		if j-i == 1 {
+			largest = max(largest, p.slices[i].EffectiveSize())
 			p.slices[out] = p.slices[i]
 			out++
 			i++
@@ -165,17 +205,20 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		for k := i; k < j; k++ {
 			total += p.slices[k].EffectiveSize()
 			p.slices[k].clearTaint(g)
+			p.slices[k].h.Descriptor().SignalFree(nil)
 			p.slices[k].h.Release()
 		}
 		p.slices[out] = Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: p.slices[i].Region.Offset, Size: total},
-			h:      handle.New(p.loc(out)),
+			h:      p.attach(handle.New(p.loc(out))),
 		}
+		largest = max(largest, total)
 		out++
 		i = j
-		changed = true
+		merged = true
 	}
-	if !changed {
+	p.maxFree, p.empty = largest, empty
+	if !merged {
 		return
 	}
 	clear(p.slices[out:])
@@ -185,6 +228,9 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 
 // isEmpty reports whether every slice is free.
 func (p *page) isEmpty() bool {
+	if !p.changed.Load() {
+		return p.empty
+	}
 	for i := range p.slices {
 		if !p.slices[i].h.IsFree() {
 			return false
@@ -265,5 +311,19 @@ func (p *page) check() {
 	}
 	if msg := p.checkMapped(); msg != "" {
 		panic(msg)
+	}
+	if !p.changed.Load() {
+		var largest uint64
+		empty := true
+		for i := range p.slices {
+			if p.slices[i].h.IsFree() {
+				largest = max(largest, p.slices[i].EffectiveSize())
+			} else {
+				empty = false
+			}
+		}
+		if largest > p.maxFree || empty != p.empty {
+			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (P4)", p.index, largest, p.maxFree, empty, p.empty))
+		}
 	}
 }

@@ -253,15 +253,22 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		if from == nil || to == nil || from.h.Descriptor() != alloc.Descriptor() || to.h.Descriptor() != target.Descriptor() {
 			panic(fmt.Sprintf("pool: relocation move from %v to %v lost its slices", src, dst))
 		}
+		sigTo, sigFrom := to.h.Descriptor().FreeSignal(), from.h.Descriptor().FreeSignal()
 		to.clearTaint(g)
+		to.h.Descriptor().SignalFree(nil)
 		to.h.Release()
 		to.h = from.h
 		to.Cursor = from.Cursor
 		to.taint = from.taint
 		to.h.Descriptor().SetLocation(dst)
+		to.h.Descriptor().SignalFree(sigTo)
 		from.taint = nil
 		from.h = handle.New(src)
+		from.h.Descriptor().SignalFree(sigFrom)
 		from.Cursor = 0
+		if sigFrom != nil {
+			sigFrom.Store(true) // the source slice is free now
+		}
 	}
 	return a.Drain(st, g)
 }

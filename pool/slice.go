@@ -55,6 +55,10 @@ func (s *Slice) Rebind(assigned *handle.Handle, cursor uint64, g *handle.ErrorGr
 	old := s.h
 	s.h = assigned.Clone()
 	assigned.Descriptor().SetLocation(loc)
+	// The page's free signal follows the allocation onto the slice; the
+	// old descriptor no longer lives on a slice and must not raise it.
+	assigned.Descriptor().SignalFree(old.Descriptor().FreeSignal())
+	old.Descriptor().SignalFree(nil)
 	old.Release()
 	s.Cursor = cursor
 }
