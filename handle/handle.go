@@ -23,24 +23,50 @@ type Descriptor struct {
 	// signal, when set, is raised each time a release leaves the allocation
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
-	signal atomic.Pointer[atomic.Bool]
+	signal atomic.Pointer[Signal]
 }
+
+// Signal is a flag raised when an allocation becomes free, forwarding to an
+// optional parent (a page's signal forwards to its pool's), so whoever keeps
+// many allocations learns cheaply that one of them may be reusable. The
+// zero value is lowered and has no parent.
+type Signal struct {
+	raised atomic.Bool
+	parent *Signal
+}
+
+// NewSignal returns a lowered signal that forwards to parent (nil: none).
+func NewSignal(parent *Signal) *Signal { return &Signal{parent: parent} }
+
+// Forward sets the parent; call it before the signal is shared.
+func (s *Signal) Forward(parent *Signal) { s.parent = parent }
+
+// Raise raises the signal and its ancestors.
+func (s *Signal) Raise() {
+	for ; s != nil; s = s.parent {
+		s.raised.Store(true)
+	}
+}
+
+// Raised reports whether the signal was raised since it was last lowered.
+func (s *Signal) Raised() bool { return s.raised.Load() }
+
+// Lower lowers this signal (not its parent).
+func (s *Signal) Lower() { s.raised.Store(false) }
 
 // SignalFree makes every later release that leaves the allocation free
 // raise f (nil: nobody listens). Pools use it to skip pages on which
 // nothing became free since they last looked.
-func (d *Descriptor) SignalFree(f *atomic.Bool) { d.signal.Store(f) }
+func (d *Descriptor) SignalFree(f *Signal) { d.signal.Store(f) }
 
 // FreeSignal returns the flag set by SignalFree, or nil.
-func (d *Descriptor) FreeSignal() *atomic.Bool { return d.signal.Load() }
+func (d *Descriptor) FreeSignal() *Signal { return d.signal.Load() }
 
 // released is called after a reference went: it raises the free signal
 // when only the slice's own reference is left.
 func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
-		if f := d.signal.Load(); f != nil {
-			f.Store(true)
-		}
+		d.signal.Load().Raise()
 	}
 }
 

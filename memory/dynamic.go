@@ -137,7 +137,12 @@ func (a *AdaptiveMemory) Pool(index uint8) pool.Pool {
 func (a *AdaptiveMemory) State() relocation.ArenaState { return a.arena.State() }
 
 // RelocationNeed implements Dynamic.
-func (a *AdaptiveMemory) RelocationNeed() relocation.Need { return a.trigger.Need(a.arena.State()) }
+func (a *AdaptiveMemory) RelocationNeed() relocation.Need {
+	if !a.arena.HasOutdated() {
+		return relocation.Need{} // what Need answers too, without building the state
+	}
+	return a.trigger.Need(a.arena.State())
+}
 
 // HasOutdated implements Dynamic.
 func (a *AdaptiveMemory) HasOutdated() bool { return a.arena.HasOutdated() }

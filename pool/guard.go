@@ -38,6 +38,8 @@ func (g *PageGuard) Release() {
 			panic("pool: page guard counter below zero")
 		}
 		g.page.guards--
+		// An unguarded page may go at the next cleanup: make it look.
+		g.page.changed.Raise()
 	}
 	if g.binding != nil {
 		g.binding.Release()

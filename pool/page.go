@@ -31,7 +31,6 @@ package pool
 
 import (
 	"fmt"
-	"sync/atomic"
 
 	"github.com/gpumem/gpumem/handle"
 	"github.com/gpumem/gpumem/storage"
@@ -55,7 +54,7 @@ type page struct {
 	// is down, maxFree bounds the largest free slice from above and empty
 	// is exact, so reservations and cleanups skip the page without looking
 	// at its slices (P4).
-	changed atomic.Bool
+	changed handle.Signal
 	maxFree uint64
 	empty   bool
 }
@@ -69,8 +68,9 @@ func (p *page) attach(h *handle.Handle) *handle.Handle {
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
 // granule > 0 the region is a reservation with nothing mapped yet.
-func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64) *page {
+func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal) *page {
 	p := &page{region: r, align: align, pool: pool, index: index, granule: granule}
+	p.changed.Forward(parent)
 	if granule > 0 {
 		_, n := storage.Granules(0, r.Size, granule)
 		p.mapped = make([]bool, n)
@@ -109,12 +109,12 @@ func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
 func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
 	pad := storage.Padding(size, p.align)
 	need := storage.SatAdd(size, pad)
-	if !p.changed.Load() && p.maxFree < need {
+	if !p.changed.Raised() && p.maxFree < need {
 		return nil, nil // P4: no free slice that large
 	}
 	at, _, largest := p.fitFrom(from, need)
 	if at < 0 {
-		if from == 0 && !p.changed.Load() {
+		if from == 0 && !p.changed.Raised() {
 			p.maxFree = largest // the scan saw every free slice
 		}
 		return nil, nil
@@ -173,10 +173,10 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 // refreshes maxFree and empty (P4); a page on which nothing became free
 // since its last scan has nothing to merge and is skipped.
 func (p *page) coalesce(g *handle.ErrorGraph) {
-	if !p.changed.Load() { // a plain load: most pages are clean
+	if !p.changed.Raised() { // a plain load: most pages are clean
 		return
 	}
-	p.changed.Store(false)
+	p.changed.Lower()
 	n := len(p.slices)
 	out := 0
 	merged := false
@@ -228,7 +228,7 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 
 // isEmpty reports whether every slice is free.
 func (p *page) isEmpty() bool {
-	if !p.changed.Load() {
+	if !p.changed.Raised() {
 		return p.empty
 	}
 	for i := range p.slices {
@@ -312,7 +312,7 @@ func (p *page) check() {
 	if msg := p.checkMapped(); msg != "" {
 		panic(msg)
 	}
-	if !p.changed.Load() {
+	if !p.changed.Raised() {
 		var largest uint64
 		empty := true
 		for i := range p.slices {

@@ -266,9 +266,7 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		from.h = handle.New(src)
 		from.h.Descriptor().SignalFree(sigFrom)
 		from.Cursor = 0
-		if sigFrom != nil {
-			sigFrom.Store(true) // the source slice is free now
-		}
+		sigFrom.Raise() // the source slice is free now
 	}
 	return a.Drain(st, g)
 }

@@ -10,13 +10,17 @@ import (
 // Sliced is a pool of pages of one size carved into slices, first fit. The
 // adaptive memory's small pool and every arena pool are Sliced.
 type Sliced struct {
-	pageSize  uint64
-	maxSlice  uint64
-	nearPage  bool
-	align     uint64
-	index     uint8
-	lim       Limits
-	pages     []*page
+	pageSize uint64
+	maxSlice uint64
+	nearPage bool
+	align    uint64
+	index    uint8
+	lim      Limits
+	pages    []*page
+	// changed is raised when a slice of any page may have become free (the
+	// pages' signals forward to it), so ReleaseEmpty skips a pool on which
+	// nothing was freed since it last looked.
+	changed   handle.Signal
 	pagesPeak uint64
 	largest   uint64
 	busy      []bool // scratch for unmapFree
@@ -118,7 +122,7 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(r, p.align, p.index, n, granule)
+	pg := newPage(r, p.align, p.index, n, granule, &p.changed)
 	p.pages = append(p.pages, pg)
 	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
 	return pg, nil
@@ -129,8 +133,26 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 // descriptors are rewritten, so held handles follow). It returns the pages
 // and bytes given back.
 func (p *Sliced) ReleaseEmpty(st storage.Storage, g *handle.ErrorGraph) (pages int, bytes uint64) {
-	out := 0
-	for _, pg := range p.pages {
+	// Most calls release nothing (every Allow reservation drains the
+	// outdated pools): skip a pool on which nothing became free, look
+	// before rewriting the page list.
+	if !p.changed.Raised() {
+		return 0, 0
+	}
+	p.changed.Lower()
+	first := -1
+	for i, pg := range p.pages {
+		pg.coalesce(g)
+		if !pg.guarded() && pg.isEmpty() {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return 0, 0
+	}
+	out := first
+	for _, pg := range p.pages[first:] {
 		pg.coalesce(g)
 		if !pg.guarded() && pg.isEmpty() {
 			pages++
