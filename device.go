@@ -142,6 +142,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 		return nil, err
 	}
 	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
+	s.self = streamsOf{d, s}
 	if w, ok := q.(stream.StorageWatcher); ok {
 		if o, ok := st.(interface{ SetObserver(storage.Observer) }); ok {
 			o.SetObserver(w.ObserveStorage)

@@ -82,7 +82,7 @@ type Stats struct {
 	StorageDeallocs  uint64
 	ReserveRetries   uint64
 	ExplicitCleanups uint64
-	GuardedPages     uint64 // live page and allocation guards (one per touched page of each sealed graph)
+	GuardedPages     uint64            // live page and allocation guards (one per touched page of each sealed graph)
 	FailedReserves   map[string]uint64 // by error kind
 	Captures         CaptureStats
 }

@@ -21,6 +21,9 @@ type Stream struct {
 	q     stream.Queue
 	mem   *memory.Manager
 	st    *countedStorage
+	// self is streamsOf{d, s} as a relocation.Streams, made once so the
+	// allocation fast path does not box it anew on every Alloc.
+	self relocation.Streams
 
 	// Guarded by d.mu:
 	capture  stream.Capture
@@ -119,7 +122,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	}
 	u := s.pageUpdateLocked()
 	if u == memory.Allow {
-		relocation.RelocateWhenWanted(streamsOf{d, s})
+		relocation.RelocateWhenWanted(s.self)
 	}
 	reserved, retried, err := reserveWithRetry(s.mem, size, u,
 		func(err error) { d.makeRoomLocked(s, err) },
@@ -135,7 +138,15 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
 	}
 	h := handle.New(handle.Uninit)
-	if err := s.mem.Bind(reserved, h, 0); err != nil {
+	// The slice may be one a freed buffer's ops still use on this stream
+	// (slices are reused in stream order, and coalescing zeroes cursors), so
+	// the new buffer's last use is everything enqueued so far: another
+	// stream's first op on it then waits for that work (X1).
+	var cursor uint64
+	if f, err := s.q.Fence(); err == nil && f.Seq > s.q.Completed() {
+		cursor = f.Seq
+	}
+	if err := s.mem.Bind(reserved, h, cursor); err != nil {
 		reserved.Release()
 		h.Release()
 		return nil, err
@@ -299,6 +310,13 @@ func (s *Stream) orderAfterLocked(r resolved) error {
 		}
 		if cursor > r.owner.q.Completed() {
 			waits = append(waits, stream.Fence{Q: r.owner.q, Seq: cursor})
+		}
+		// Pending uses by third streams: without these waits two foreign
+		// streams using one buffer (one of them writing) would race.
+		for _, f := range d.foreign[desc] {
+			if f.Q != s.q && f.Q.Completed() < f.Seq {
+				waits = append(waits, f)
+			}
 		}
 	} else if notes := d.foreign[desc]; len(notes) > 0 {
 		kept := notes[:0]
