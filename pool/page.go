@@ -10,8 +10,8 @@
 //        change (split, coalesce, renumbering) rewrites the descriptors of the
 //        slices it moves.
 //   (P4) while the page's changed flag is down, no slice became free since
-//        the last scan: maxFree bounds the largest free slice from above and
-//        empty is exact. Every allocation on the page raises the flag when a
+//        the last scan: maxFree bounds the largest free slice from above, no
+//        slice below firstFree is free, and empty is exact. Every allocation on the page raises the flag when a
 //        release leaves it free (handle.Descriptor.SignalFree), so clean
 //        pages are skipped without touching their slices.
 //
@@ -54,9 +54,10 @@ type page struct {
 	// is down, maxFree bounds the largest free slice from above and empty
 	// is exact, so reservations and cleanups skip the page without looking
 	// at its slices (P4).
-	changed handle.Signal
-	maxFree uint64
-	empty   bool
+	changed   handle.Signal
+	maxFree   uint64
+	empty     bool
+	firstFree int // no slice below this index is free (while changed is down)
 }
 
 // attach makes h's allocation raise the page's changed flag when it
@@ -76,7 +77,7 @@ func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint
 		p.mapped = make([]bool, n)
 	}
 	p.slices = []Slice{{Region: r, h: p.attach(handle.New(handle.MustLocation(pool, index, 0)))}}
-	p.maxFree, p.empty = r.Size, true
+	p.maxFree, p.empty, p.firstFree = r.Size, true, 0
 	return p
 }
 
@@ -109,12 +110,15 @@ func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
 func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
 	pad := storage.Padding(size, p.align)
 	need := storage.SatAdd(size, pad)
-	if !p.changed.Raised() && p.maxFree < need {
-		return nil, nil // P4: no free slice that large
+	if !p.changed.Raised() {
+		if p.maxFree < need {
+			return nil, nil // P4: no free slice that large
+		}
+		from = max(from, p.firstFree) // P4: nothing free before it
 	}
 	at, _, largest := p.fitFrom(from, need)
 	if at < 0 {
-		if from == 0 && !p.changed.Raised() {
+		if from <= p.firstFree && !p.changed.Raised() {
 			p.maxFree = largest // the scan saw every free slice
 		}
 		return nil, nil
@@ -165,6 +169,9 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 		p.relocate(i + 2)
 	}
 	p.empty = false
+	if i == p.firstFree {
+		p.firstFree = i + 1 // the slice taken was the first free one
+	}
 	return p.slices[i].h.Clone()
 }
 
@@ -182,6 +189,7 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 	merged := false
 	var largest uint64
 	empty := true
+	firstFree := -1
 	for i := 0; i < n; {
 		if !p.slices[i].h.IsFree() {
 			p.slices[out] = p.slices[i]
@@ -189,6 +197,9 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 			out++
 			i++
 			continue
+		}
+		if firstFree < 0 {
+			firstFree = out
 		}
 		j := i + 1
 		for j < n && p.slices[j].h.IsFree() {
@@ -217,7 +228,10 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		i = j
 		merged = true
 	}
-	p.maxFree, p.empty = largest, empty
+	if firstFree < 0 {
+		firstFree = out
+	}
+	p.maxFree, p.empty, p.firstFree = largest, empty, firstFree
 	if !merged {
 		return
 	}
@@ -315,12 +329,17 @@ func (p *page) check() {
 	if !p.changed.Raised() {
 		var largest uint64
 		empty := true
+		firstFree := len(p.slices)
 		for i := range p.slices {
 			if p.slices[i].h.IsFree() {
 				largest = max(largest, p.slices[i].EffectiveSize())
+				firstFree = min(firstFree, i)
 			} else {
 				empty = false
 			}
+		}
+		if firstFree < p.firstFree {
+			panic(fmt.Sprintf("pool: page %d unchanged but slice %d is free, below the first-free bound %d (P4)", p.index, firstFree, p.firstFree))
 		}
 		if largest > p.maxFree || empty != p.empty {
 			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (P4)", p.index, largest, p.maxFree, empty, p.empty))
