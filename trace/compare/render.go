@@ -52,9 +52,9 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	}
 	if len(c.Policies) > 0 && c.Policies[0].Report != nil {
 		r := c.Policies[0].Report
-		fmt.Fprintf(&b, "\n%s (unlimited): %d allocs, %d frees, %d ignored frees, %d growths, final page %s, %d storage allocs / %d deallocs, moved %s to release %s (%.3f moved per released byte)\n",
+		fmt.Fprintf(&b, "\n%s replay: %d allocs, %d frees, %d ignored frees, %d growths (final page %s), %d storage allocations and %d deallocations; outdated pages gave back %s, relocation moved %s (%.3f bytes moved per byte given back)\n",
 			c.Policies[0].Name, r.Allocs, r.Frees, r.IgnoredFrees, r.Growths, pool.Bytes(r.FinalPageSize), r.StorageAllocs, r.StorageDeallocs,
-			pool.Bytes(r.BytesMoved), pool.Bytes(r.BytesReleased), r.MovedPerReleased)
+			pool.Bytes(r.BytesReleased), pool.Bytes(r.BytesMoved), r.MovedPerReleased)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
