@@ -8,13 +8,15 @@
 // the driver layer.
 //
 // Invariants:
-//   - (B1) Storage calls (cuMemAlloc_v2, cuMemFree_v2) run on the device
-//     executor; stream work (copies, kernels, events, captures) runs on the
-//     stream's executor (C1 in doc.go).
-//   - (B2) No cuMemFree_v2 runs while a queue of this backend records: frees
-//     are queued by Storage.Dealloc and handed to the driver by Flush only
-//     when capturing == 0, checked and acted on under capMu, which
-//     BeginCapture and EndCapture also hold.
+//   - (B1) Storage calls (cuMemAlloc_v2, cuMemFree_v2, the VMM calls of a
+//     GranularStorage) run on the device executor; stream work (copies,
+//     kernels, events, captures) runs on the stream's executor (C1 in
+//     doc.go).
+//   - (B2) No cuMemFree_v2, cuMemUnmap or cuMemAddressFree runs while a
+//     queue of this backend records: frees and unmaps are queued by
+//     Storage.Dealloc and GranularStorage.Unmap and handed to the driver by
+//     Flush only when capturing == 0, checked and acted on under capMu,
+//     which BeginCapture and EndCapture also hold.
 //   - (B3) The first sticky driver error any component sees is kept
 //     (Poisoned) and every later storage call fails with it.
 //
@@ -40,14 +42,17 @@ import (
 // driver's own is at least this).
 const Alignment = 256
 
-// Backend runs a gpumem.Device on one CUDA device: storage on cuMemAlloc_v2,
+// Backend runs a gpumem.Device on one CUDA device: storage on cuMemAlloc_v2
+// (pages on reserved address space mapped granule by granule where the
+// driver manages virtual memory),
 // queues on driver streams with events as fences, relocation copies with
 // cuMemcpyDtoDAsync_v2 and graphs through stream capture. It implements
 // gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
 // whole Device with OpenDevice); the Device closes it.
 type Backend struct {
-	ctx   *Context
-	props memory.Properties
+	ctx     *Context
+	props   memory.Properties
+	granule uint64 // of the storages it makes; 0: plain (granular.go)
 
 	// capMu orders frees against captures (B2); capturing counts the
 	// queues whose capture is open.
@@ -85,6 +90,7 @@ func NewBackend(opts Options) (*Backend, error) {
 	return &Backend{
 		ctx:      c,
 		props:    memory.Properties{MaxPageSize: maxPage, Alignment: Alignment, MaxMemory: total},
+		granule:  granuleFor(c),
 		queues:   make(map[*Queue]struct{}),
 		storages: make(map[*Storage]struct{}),
 	}, nil
@@ -117,16 +123,27 @@ func (b *Backend) Name() string { return "cuda" }
 // alignment.
 func (b *Backend) Properties() memory.Properties { return b.props }
 
-// NewStorage implements gpumem.Backend: a Storage on cuMemAlloc_v2 drawing
-// on budget.
+// Granule returns the mapping granule of the storages NewStorage makes: the
+// driver's recommended granularity where it manages virtual memory (and
+// $GPUMEM_CUDA_GRANULAR does not turn it off), else 0 (plain storages).
+func (b *Backend) Granule() uint64 { return b.granule }
+
+// NewStorage implements gpumem.Backend: a *GranularStorage drawing on
+// budget where the backend maps granules (Granule() > 0), else a plain
+// *Storage on cuMemAlloc_v2.
 func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return nil, fmt.Errorf("%w: cuda backend", ErrClosed)
 	}
-	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]devAlloc)}
+	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]devAlloc), granule: b.granule}
 	b.storages[s] = struct{}{}
+	if s.granule > 0 {
+		s.ranges = make(map[storage.ID]*vmmRange)
+		s.unmapping = make(map[*vmmRange]struct{})
+		return &GranularStorage{s}, nil
+	}
 	return s, nil
 }
 

@@ -202,8 +202,9 @@ func TestDeviceWritesAndReadsDeviceMemory(t *testing.T) {
 		if n := len(f.named(t, "cuMemcpyDtoHAsync_v2")); n != 1 {
 			t.Fatalf("%d device-to-host copies, want 1", n)
 		}
-		if st := d.Stats(); st.BytesAllocated == 0 || f.liveCount(t, "allocs") == 0 {
-			t.Fatalf("BytesAllocated %d, fake allocations %d: the buffer's page is not device memory", st.BytesAllocated, f.liveCount(t, "allocs"))
+		if st := d.Stats(); st.BytesAllocated == 0 || f.liveCount(t, "allocs")+f.liveCount(t, "mappings") == 0 {
+			t.Fatalf("BytesAllocated %d, fake allocations %d, mappings %d: the buffer's page is not device memory",
+				st.BytesAllocated, f.liveCount(t, "allocs"), f.liveCount(t, "mappings"))
 		}
 	})
 }
@@ -285,7 +286,12 @@ func TestRelocationMovesDeviceBytesEndToEnd(t *testing.T) {
 				break
 			}
 		}
+		// A plain page goes back with cuMemFree_v2, a granular one with
+		// cuMemUnmap of its granules (after a cuCtxSynchronize).
 		free := indexOf(calls, "cuMemFree_v2", cp)
+		if b.Granule() > 0 {
+			free = indexOf(calls, "cuMemUnmap", cp)
+		}
 		if waited < 0 || free < 0 || free < waited {
 			t.Fatalf("event after the copy synchronised at %d, outdated page freed at %d: want the wait before the free\n%v", waited, free, calls)
 		}
@@ -385,7 +391,9 @@ func graphReplayAfterRelocation(t testing.TB, d *gpumem.Device, b *Backend) {
 func TestDriverOutOfMemoryIsErrOutOfMemoryAfterTheRetry(t *testing.T) {
 	f := buildFake(t)
 	f.setTotalMem(64 * mib) // pages of at most 16 MiB
-	d, _ := openDevice(t, Options{Library: f.path})
+	// Pages backed whole (cuMemAlloc_v2); granular_test.go has the
+	// cuMemCreate refusals.
+	d, _ := openDevice(t, Options{Library: f.path}, gpumem.WithPageGranular(false))
 	s := d.DefaultStream()
 	for i := range 4 {
 		mustAlloc(t, s, 15*mib) // one 16 MiB page each
@@ -408,9 +416,19 @@ func TestDriverOutOfMemoryIsErrOutOfMemoryAfterTheRetry(t *testing.T) {
 }
 
 func TestOneDriverRefusalIsCuredByTheRetry(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		granular bool
+		call     string
+	}{{"plain", false, "cuMemAlloc_v2"}, {"granular", true, "cuMemCreate"}} {
+		t.Run(c.name, func(t *testing.T) { testOneDriverRefusalIsCuredByTheRetry(t, c.granular, c.call) })
+	}
+}
+
+func testOneDriverRefusalIsCuredByTheRetry(t *testing.T, granular bool, call string) {
 	f := buildFake(t)
-	d, _ := openDevice(t, Options{Library: f.path})
-	f.setNextError("cuMemAlloc_v2", 2)
+	d, _ := openDevice(t, Options{Library: f.path}, gpumem.WithPageGranular(granular))
+	f.setNextError(call, 2)
 	buf := mustAlloc(t, d.DefaultStream(), mib)
 	mustWrite(t, buf, pattern(mib, 7))
 	wantBytes(t, buf, pattern(mib, 7))

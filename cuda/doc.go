@@ -33,7 +33,12 @@
 //   - The backend (SPEC §9.6): Properties (alignment 256, MaxMemory the
 //     device's total, MaxPageSize a quarter of it); Storage on
 //     cuMemAlloc_v2 whose frees wait for Flush and, while any queue of the
-//     backend records, for a later Flush; Queue, whose steps each end with
+//     backend records, for a later Flush; where the driver manages virtual
+//     memory (Features().VirtualMemory, unless GPUMEM_CUDA_GRANULAR=0), a
+//     GranularStorage (storage.Granular, granular.go): pages reserve address
+//     space (cuMemAddressReserve) and map granules on demand, one
+//     cuMemCreate + cuMemMap + cuMemSetAccess each, their unmaps queued like
+//     frees and carried out by Flush after cuCtxSynchronize; Queue, whose steps each end with
 //     an event, Completed advanced by a watcher thread, WaitFence as
 //     cuStreamWaitEvent, captures through cuStreamBeginCapture_v2 and
 //     cuGraphInstantiateWithFlags; relocation copies with

@@ -24,6 +24,7 @@ type fakeDriver struct {
 	logCopy        func(buf *byte, capacity uintptr) uintptr
 	logClear       func()
 	live           func(kind string) int32
+	mappedBytes    func() uint64
 }
 
 // buildFake compiles the fake driver with the given -D switches (FAKE_NO_VMM,
@@ -63,6 +64,7 @@ func buildFake(t testing.TB, defines ...string) *fakeDriver {
 		{&f.logCopy, []string{"fake_log"}},
 		{&f.logClear, []string{"fake_log_clear"}},
 		{&f.live, []string{"fake_live"}},
+		{&f.mappedBytes, []string{"fake_mapped_bytes"}},
 	} {
 		addr := lookupSymbol(lib, b.symbols[0])
 		if addr == 0 {

@@ -16,15 +16,29 @@ import (
 // free during a capture may invalidate it). BytesAllocated counts queued
 // allocations until they are freed. Driver calls run on the device
 // executor. Safe for concurrent use.
+//
+// Where the driver manages virtual memory, NewStorage returns a
+// GranularStorage around it (granular.go): the reservations it makes live
+// in the same Storage, and their unmaps and frees are queued the same way.
 type Storage struct {
 	b      *Backend
 	budget *storage.Budget
 
-	allocated atomic.Uint64 // live + queued bytes
+	allocated atomic.Uint64 // live + queued bytes of plain allocations
+
+	// Granular storages only (granular.go); granule is 0 on a plain one.
+	granule  uint64
+	mapped   atomic.Uint64 // bytes of granules holding physical memory, unmaps queued included
+	reserved atomic.Uint64 // address space of reservations, live or queued
 
 	mu     sync.Mutex // guards the fields below
 	live   map[storage.ID]devAlloc
 	queued []devAlloc
+	// ranges are the live reservations, unmapping those of them with
+	// granule unmaps queued, freed the reservations Dealloc queued.
+	ranges    map[storage.ID]*vmmRange
+	unmapping map[*vmmRange]struct{}
+	freed     []*vmmRange
 }
 
 // devAlloc is one device allocation; ptr is 0 for a zero-size one, which
@@ -68,23 +82,30 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 	return storage.Region{ID: a.id, Size: size}, nil
 }
 
-// Dealloc implements storage.Storage: the allocation is queued until Flush;
-// an unknown ID is ignored.
+// Dealloc implements storage.Storage: the allocation (or reservation, with
+// whatever it maps) is queued until Flush; an unknown ID is ignored.
 func (s *Storage) Dealloc(id storage.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	a, ok := s.live[id]
-	if !ok {
+	if a, ok := s.live[id]; ok {
+		delete(s.live, id)
+		s.queued = append(s.queued, a)
 		return
 	}
-	delete(s.live, id)
-	s.queued = append(s.queued, a)
+	if r, ok := s.ranges[id]; ok {
+		delete(s.ranges, id)
+		delete(s.unmapping, r)
+		s.freed = append(s.freed, r)
+	}
 }
 
-// Flush implements storage.Storage: frees every queued allocation, unless a
-// queue of the backend records (then the queue stays for a later Flush).
-// A free the driver refuses is dropped from the accounting all the same:
-// the allocation is no longer in use, and a refusal means the context is
+// Flush implements storage.Storage: frees every queued allocation and, on
+// a granular storage, carries out every queued unmap and reservation free
+// after waiting for the device's work (cuCtxSynchronize: work enqueued
+// before the unmap may still use the granule), unless a queue of the
+// backend records (then everything stays queued for a later Flush). A free
+// or unmap the driver refuses is dropped from the accounting all the same:
+// the memory is no longer in use, and a refusal means the context is
 // poisoned, which frees it with the context.
 func (s *Storage) Flush() {
 	s.b.capMu.Lock()
@@ -93,37 +114,98 @@ func (s *Storage) Flush() {
 		return
 	}
 	s.mu.Lock()
-	queued := s.queued
-	s.queued = nil
-	s.mu.Unlock()
-	if len(queued) == 0 {
+	defer s.mu.Unlock()
+	w := s.takeQueuedLocked()
+	if w.empty() {
 		return
 	}
-	err := s.free(queued)
-	s.b.notePoison(err)
+	s.b.notePoison(s.drop(w))
 }
 
-// free hands allocations back to the driver in one device-executor call
-// and to the budget; it returns the first driver error.
-func (s *Storage) free(as []devAlloc) error {
+// dropWork is what Flush or release hands back to the driver: plain
+// allocations, single granules of live reservations, whole reservations.
+type dropWork struct {
+	plain    []devAlloc
+	granules []granuleRef
+	ranges   []*vmmRange
+}
+
+func (w *dropWork) empty() bool {
+	return len(w.plain) == 0 && len(w.granules) == 0 && len(w.ranges) == 0
+}
+
+// takeQueuedLocked takes everything queued: plain frees, granule unmaps
+// (their granules read as unmapped from here on) and freed reservations.
+func (s *Storage) takeQueuedLocked() dropWork {
+	w := dropWork{plain: s.queued, ranges: s.freed}
+	s.queued, s.freed = nil, nil
+	for r := range s.unmapping {
+		for i, q := range r.unmapQueued {
+			if q {
+				w.granules = append(w.granules, granuleRef{addr: r.granuleAddr(uint64(i), s.granule), h: r.handles[i]})
+				r.handles[i], r.unmapQueued[i] = 0, false
+			}
+		}
+		r.pending = 0
+	}
+	clear(s.unmapping)
+	return w
+}
+
+// drop hands w back to the driver in one device-executor call, and to the
+// budget and the counters; it returns the first driver error.
+func (s *Storage) drop(w dropWork) error {
 	d := s.b.ctx.drv
 	var first error
+	note := func(err error) {
+		if err != nil && first == nil {
+			first = err
+		}
+	}
 	err := s.b.ctx.do(func() error {
-		for _, a := range as {
+		if len(w.granules) > 0 || len(w.ranges) > 0 {
+			// Unmapping takes the memory from under any work still
+			// using it; wait for what is enqueued first.
+			note(d.check("cuCtxSynchronize", d.cuCtxSynchronize()))
+			for _, g := range w.granules {
+				note(s.unmapGranule(g))
+			}
+			for _, r := range w.ranges {
+				note(s.freeRange(r))
+			}
+		}
+		for _, a := range w.plain {
 			if a.ptr == 0 {
 				continue
 			}
-			if err := d.check("cuMemFree_v2", d.cuMemFree(a.ptr)); err != nil && first == nil {
-				first = fmt.Errorf("cuda: free %#x (%d bytes): %w", a.ptr, a.size, err)
+			if err := d.check("cuMemFree_v2", d.cuMemFree(a.ptr)); err != nil {
+				note(fmt.Errorf("cuda: free %#x (%d bytes): %w", a.ptr, a.size, err))
 			}
 		}
 		return nil
 	})
-	for _, a := range as {
+	for _, a := range w.plain {
 		if a.size > 0 {
 			s.budget.Give(a.size)
 		}
 		s.allocated.Add(^(a.size - 1))
+	}
+	var granules, span uint64
+	granules += uint64(len(w.granules))
+	for _, r := range w.ranges {
+		for _, h := range r.handles {
+			if h != 0 {
+				granules++
+			}
+		}
+		span += r.span
+	}
+	if bytes := granules * s.granule; bytes > 0 {
+		s.budget.Give(bytes)
+		s.mapped.Add(^(bytes - 1))
+	}
+	if span > 0 {
+		s.reserved.Add(^(span - 1))
 	}
 	if err != nil {
 		return err
@@ -132,11 +214,31 @@ func (s *Storage) free(as []devAlloc) error {
 }
 
 // Resolve implements storage.Storage: the device address of the window,
-// or storage.ErrUnknownRegion.
+// or storage.ErrUnknownRegion. A window of a reservation must touch only
+// mapped granules (storage G3): a granule whose unmap is queued reads as
+// unmapped.
 func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
 	s.mu.Lock()
 	a, ok := s.live[r.ID]
+	var rg *vmmRange
+	if !ok {
+		rg = s.ranges[r.ID]
+	}
+	var err error
+	if rg != nil {
+		err = rg.check(r, s.granule)
+	}
 	s.mu.Unlock()
+	if rg != nil {
+		if err != nil {
+			return storage.Resource{}, err
+		}
+		res := storage.Resource{Region: r}
+		if rg.base != 0 {
+			res.Ptr = rg.base + uintptr(r.Offset)
+		}
+		return res, nil
+	}
 	if !ok {
 		return storage.Resource{}, fmt.Errorf("%w: allocation %d is not live in this cuda storage", storage.ErrUnknownRegion, r.ID)
 	}
@@ -151,22 +253,27 @@ func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
 	return res, nil
 }
 
-// BytesAllocated implements storage.Storage: live and queued bytes.
-func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() }
+// BytesAllocated implements storage.Storage: live and queued bytes of plain
+// allocations, plus the whole granules of reservations that hold physical
+// memory (their unmaps queued included).
+func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() + s.mapped.Load() }
 
 // release frees everything the storage holds, live or queued (backend
 // Close, after every queue closed).
 func (s *Storage) release() error {
 	s.mu.Lock()
-	all := s.queued
-	s.queued = nil
+	defer s.mu.Unlock()
+	w := s.takeQueuedLocked()
 	for id, a := range s.live {
-		all = append(all, a)
+		w.plain = append(w.plain, a)
 		delete(s.live, id)
 	}
-	s.mu.Unlock()
-	if len(all) == 0 {
+	for id, r := range s.ranges {
+		w.ranges = append(w.ranges, r)
+		delete(s.ranges, id)
+	}
+	if w.empty() {
 		return nil
 	}
-	return s.free(all)
+	return s.drop(w)
 }

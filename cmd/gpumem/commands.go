@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
@@ -42,7 +43,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem replay", stderr)
-	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size) or host (real bytes, small traces)")
+	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
 	var capacity sizeFlag
 	fs.Var(&capacity, "capacity", "replay at this device capacity (e.g. 24GiB) instead of unlimited")
 	format := fs.String("format", "text", "output: text or json")
@@ -73,11 +74,20 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
 	}
-	if *backend != "sim" && *backend != "host" {
-		return fmt.Errorf("%w: -backend %q: want sim or host (the cuda backend replays through examples/cuda)", errUsage, *backend)
+	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
+		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
 	}
 	if *bandwidth <= 0 {
 		return fmt.Errorf("%w: -bandwidth must be positive", errUsage)
+	}
+	var open func(...gpumem.Option) (*gpumem.Device, error)
+	var alignment uint64
+	if *backend == "cuda" {
+		if err := cuda.Available(); err != nil {
+			return fmt.Errorf("no CUDA driver found: %w", err)
+		}
+		open = func(o ...gpumem.Option) (*gpumem.Device, error) { return cuda.OpenDevice(cuda.Options{}, o...) }
+		alignment = cuda.Alignment
 	}
 	path := ""
 	if len(pos) == 1 {
@@ -93,6 +103,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		SkipCapacity: *noSearch,
 		Host:         *backend == "host",
 		Capacity:     capacity.v,
+		Open:         open,
+		Alignment:    alignment,
 	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500

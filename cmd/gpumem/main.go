@@ -8,8 +8,12 @@
 //	gpumem synth -workload NAME -seed N -o TRACE.jsonl
 //	gpumem info
 //
-// Exit status: 0 success; 1 a replay error, or failed allocations under
-// -fail-on-oom; 2 a usage error.
+// replay -backend chooses where gpumem's policies run: sim (accounting
+// only, the default), host (real bytes) or cuda (device memory through the
+// CUDA driver, loaded at run time: libcuda.so.1 or $GPUMEM_LIBCUDA).
+//
+// Exit status: 0 success; 1 a replay error (no CUDA driver for -backend
+// cuda included), or failed allocations under -fail-on-oom; 2 a usage error.
 package main
 
 import (
@@ -28,14 +32,25 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpumem:", err)
+	}
+	if code := exitCode(err); code != 0 {
+		stop()
+		os.Exit(code)
+	}
+}
+
+// exitCode is the exit status for run's error: 0 none, 2 a usage error, 1
+// any other.
+func exitCode(err error) int {
 	switch {
 	case err == nil:
+		return 0
 	case errors.Is(err, errUsage):
-		fmt.Fprintln(os.Stderr, "gpumem:", err)
-		os.Exit(2)
+		return 2
 	default:
-		fmt.Fprintln(os.Stderr, "gpumem:", err)
-		os.Exit(1)
+		return 1
 	}
 }
 

@@ -38,7 +38,14 @@
  *
  * Test controls (not part of the CUDA API): fake_set_next_error,
  * fake_set_total_mem, fake_set_device_count, fake_set_attribute, fake_log,
- * fake_log_clear, fake_live.
+ * fake_log_clear, fake_live, fake_mapped_bytes.
+ *
+ * Virtual memory: a reservation is an untouched anonymous mmap (no host
+ * memory until written); each cuMemMap makes a whole range of it accessible
+ * (after cuMemSetAccess), cuMemUnmap must name exactly one mapped range and
+ * discards its bytes (madvise: a range mapped again reads as zero, and the
+ * host memory goes back), and a physical allocation counts against the
+ * device memory until it is both released and unmapped.
  *
  * Build switches: -DFAKE_NO_VMM leaves out the eight virtual-memory symbols,
  * -DFAKE_NO_MEMSET leaves out cuMemsetD8Async, -DFAKE_OMIT_GRAPH_LAUNCH
@@ -53,6 +60,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -183,8 +191,9 @@ static struct reservation *reservations;
 static struct physical *physicals;
 static struct mapping *mappings;
 
-/* dev_range_ok reports whether [p, p+n) lies in one live allocation or one
- * read-write mapping. */
+/* dev_range_ok reports whether [p, p+n) lies in one live allocation or is
+ * covered by read-write mappings end to end: adjacent mappings (one physical
+ * allocation per granule) form one contiguous range, as on the device. */
 static int dev_range_ok(CUdeviceptr p, size_t n)
 {
 	unsigned char *b = (unsigned char *)(uintptr_t)p;
@@ -193,10 +202,18 @@ static int dev_range_ok(CUdeviceptr p, size_t n)
 	for (struct alloc *a = allocs; a; a = a->next)
 		if (b >= a->p && n <= a->n && (size_t)(b - a->p) <= a->n - n)
 			return 1;
-	for (struct mapping *m = mappings; m; m = m->next)
-		if (m->access == 3 && b >= m->base && n <= m->size && (size_t)(b - m->base) <= m->size - n)
+	unsigned char *end = b + n;
+	for (;;) {
+		struct mapping *hit = NULL;
+		for (struct mapping *m = mappings; m; m = m->next)
+			if (m->access == 3 && b >= m->base && b < m->base + m->size)
+				hit = m;
+		if (!hit)
+			return 0;
+		if (end <= hit->base + hit->size)
 			return 1;
-	return 0;
+		b = hit->base + hit->size;
+	}
 }
 
 /* ---- streams, events, graphs ---- */
@@ -512,6 +529,18 @@ EXPORT int fake_live(const char *kind)
 			for (struct mapping *m = mappings; m; m = m->next)
 				n++;
 	}
+	pthread_mutex_unlock(&mu);
+	return n;
+}
+
+/* fake_mapped_bytes is the bytes of every live VMM mapping (cuMemMap not yet
+ * undone by cuMemUnmap). */
+EXPORT unsigned long long fake_mapped_bytes(void)
+{
+	unsigned long long n = 0;
+	pthread_mutex_lock(&mu);
+	for (struct mapping *m = mappings; m; m = m->next)
+		n += m->size;
 	pthread_mutex_unlock(&mu);
 	return n;
 }
@@ -1326,17 +1355,33 @@ EXPORT CUresult cuMemGetAllocationGranularity(size_t *g, const CUmemAllocationPr
 	    prop ? prop->loc_id : -1);
 }
 
+/* reserve_range maps size bytes aligned to align, untouched (zero on first
+ * read, no host memory until written). */
+static unsigned char *reserve_range(size_t size, size_t align)
+{
+	size_t span = size + align;
+	unsigned char *m = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	uintptr_t a = ((uintptr_t)m + align - 1) / align * align;
+	unsigned char *b = (unsigned char *)a;
+	if (b > m)
+		munmap(m, (size_t)(b - m));
+	if (b + size < m + span)
+		munmap(b + size, (size_t)(m + span - (b + size)));
+	return b;
+}
+
 EXPORT CUresult cuMemAddressReserve(CUdeviceptr *p, size_t size, size_t align, CUdeviceptr addr, unsigned long long flags)
 {
 	BEGIN("cuMemAddressReserve", 1, 1);
 	if (!rc && (size == 0 || size % GRANULARITY || (align && align % GRANULARITY) || flags != 0))
 		rc = INVALID_VALUE;
 	if (!rc) {
-		unsigned char *b = aligned_alloc(align ? align : GRANULARITY, size);
+		unsigned char *b = reserve_range(size, align ? align : GRANULARITY);
 		if (!b)
 			rc = OUT_OF_MEMORY;
 		else {
-			memset(b, 0, size);
 			struct reservation *r = malloc(sizeof *r);
 			*r = (struct reservation){b, size, reservations};
 			reservations = r;
@@ -1363,7 +1408,7 @@ EXPORT CUresult cuMemAddressFree(CUdeviceptr p, size_t size)
 	if (!rc) {
 		struct reservation *r = *pp;
 		*pp = r->next;
-		free(r->base);
+		munmap(r->base, r->size);
 		free(r);
 	}
 	END("ptr=0x%llx size=%zu", p, size);
@@ -1489,6 +1534,7 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr p, size_t size)
 	if (!rc) {
 		struct mapping *m = *pp;
 		*pp = m->next;
+		madvise(m->base, m->size, MADV_DONTNEED);
 		m->h->maps--;
 		drop_physical(m->h);
 		free(m);

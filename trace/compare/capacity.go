@@ -20,14 +20,14 @@ type capacityResult struct {
 // smallest capacity at which the trace runs without a failed allocation
 // (C2). Out-of-memory is assumed monotonic in capacity, as bisection needs;
 // the reported capacity itself always ran clean.
-func minCapacity(ctx context.Context, name string, events []trace.Event, peakLive, peakUnlimited, maxPage uint64, host bool, progress func(string) func(int, int)) (*capacityResult, int, error) {
+func minCapacity(ctx context.Context, name string, events []trace.Event, peakLive, peakUnlimited, maxPage uint64, dev deviceOptions, progress func(string) func(int, int)) (*capacityResult, int, error) {
 	lo := storage.RoundUp(peakLive, capacityGranule) / capacityGranule // may fail
 	hi := storage.RoundUp(max(peakUnlimited, peakLive), capacityGranule) / capacityGranule
 	var best *capacityResult
 	probes := 0
 	try := func(mib uint64) (bool, error) {
 		probes++
-		rep, err := replayOnce(ctx, name, events, mib*capacityGranule, maxPage, host, true, 0, progress("capacity search"))
+		rep, err := replayOnce(ctx, name, events, mib*capacityGranule, maxPage, dev, true, 0, progress("capacity search"))
 		if err != nil {
 			return false, err
 		}

@@ -69,6 +69,27 @@ type Options struct {
 	Capacity uint64
 	// Progress is told which policy and step runs, and how far it is.
 	Progress func(policy, step string, done, total int)
+	// Open, when set, opens every device a gpumem policy replays on, in
+	// place of gpumem.Open (for example cuda.OpenDevice with its options
+	// bound): the replay then runs on that backend, WithSim is not passed
+	// and Host is ignored. The options it gets are the policy's.
+	Open func(opts ...gpumem.Option) (*gpumem.Device, error)
+	// Alignment is the allocation alignment in the properties the policies'
+	// devices get (0 = storage.DefaultAlignment). A backend whose storage
+	// aligns allocations more coarsely needs its own (cuda: 256).
+	Alignment uint64
+}
+
+// deviceOptions are the Options fields that choose how a policy's device
+// opens; the capacity search opens the same devices as the replay.
+type deviceOptions struct {
+	host      bool
+	open      func(opts ...gpumem.Option) (*gpumem.Device, error)
+	alignment uint64
+}
+
+func (o Options) device() deviceOptions {
+	return deviceOptions{host: o.Host, open: o.Open, alignment: o.Alignment}
 }
 
 // PolicyResult is one policy's figures.
@@ -181,13 +202,18 @@ func maxPageFor(events []trace.Event) uint64 {
 }
 
 // openPolicy opens a Sim device for a gpumem policy at capacity (0 =
-// unlimited). The granular policies (adaptive, adaptive-norelocate) get
-// granular Sim (or host) storage with 2 MiB granules; adaptive-pages backs
-// pages whole.
-func openPolicy(name string, capacity, maxPage uint64, host bool) (*gpumem.Device, error) {
-	props := memory.Properties{MaxPageSize: maxPage, Alignment: storage.DefaultAlignment, MaxMemory: capacity}
+// unlimited), or a device through dev.open when set. The granular policies
+// (adaptive, adaptive-norelocate) get granular Sim (or host) storage with
+// 2 MiB granules, or the backend's own granules; adaptive-pages backs pages
+// whole.
+func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpumem.Device, error) {
+	align := dev.alignment
+	if align == 0 {
+		align = storage.DefaultAlignment
+	}
+	props := memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
 	opts := []gpumem.Option{gpumem.WithProperties(props), gpumem.WithCapacity(capacity)}
-	if !host {
+	if !dev.host && dev.open == nil {
 		opts = append(opts, gpumem.WithSim())
 	}
 	switch name {
@@ -200,16 +226,19 @@ func openPolicy(name string, capacity, maxPage uint64, host bool) (*gpumem.Devic
 	case Exclusive:
 		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
 	}
+	if dev.open != nil {
+		return dev.open(opts...)
+	}
 	return gpumem.Open(opts...)
 }
 
 // replayOnce replays events under a policy at capacity and returns the
 // figures that matter for the search and the report.
-func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, host, failFast bool, timeline int, progress func(done, total int)) (*trace.ReplayReport, error) {
+func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*trace.ReplayReport, error) {
 	if name == Torch {
 		return replayTorch(events, capacity, timeline)
 	}
-	dev, err := openPolicy(name, capacity, maxPage, host)
+	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +324,7 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		}
 		return func(done, total int) { opts.Progress(name, step, done, total) }
 	}
-	rep, err := replayOnce(ctx, name, events, opts.Capacity, c.MaxPage, opts.Host, false, opts.Timeline, progress("replay"))
+	rep, err := replayOnce(ctx, name, events, opts.Capacity, c.MaxPage, opts.device(), false, opts.Timeline, progress("replay"))
 	if err != nil {
 		return PolicyResult{}, err
 	}
@@ -312,7 +341,7 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 	if opts.SkipCapacity || rep.FailedAllocs > 0 {
 		return res, nil
 	}
-	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, opts.Host, progress)
+	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, opts.device(), progress)
 	if err != nil {
 		return PolicyResult{}, err
 	}
