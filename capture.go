@@ -166,7 +166,7 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	if err := s.capture.Begin(tok.owner); err != nil {
 		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
 	}
-	s.drainDeferredNowLocked()
+	s.waitDeferredLocked() // the queue does not record yet
 	s.cap.releasePrimedLocked()
 	if err := s.q.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
@@ -306,23 +306,6 @@ func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
 	return guards
 }
 
-// drainDeferredNowLocked is drainDeferredLocked for a stream whose capture
-// phase already says Recording but whose queue does not record yet.
-func (s *Stream) drainDeferredNowLocked() {
-	if len(s.deferred) == 0 {
-		return
-	}
-	last := s.deferred[len(s.deferred)-1].seq
-	if err := s.q.Wait(context.Background(), stream.Fence{Q: s.q, Seq: last}); err != nil && !errors.Is(err, ErrDevicePoisoned) {
-		s.d.log.Error("gpumem: waiting for cross-stream uses failed; leaking their buffers", "stream", s.name, "err", err)
-		s.deferred = nil
-		return
-	}
-	for _, u := range s.deferred {
-		s.releaseDeferredLocked(u)
-	}
-	s.deferred = nil
-}
 
 // Capture runs the whole capture sequence: prepare, fn as warmup, begin, fn
 // recorded, end. On every error path the window is closed and nothing is

@@ -446,7 +446,16 @@ func (s *Stream) releaseDeferredLocked(u deferredUse) {
 // drainDeferredLocked waits on a fence covering every deferred use and
 // releases them all (not while s records: its deferred list is held).
 func (s *Stream) drainDeferredLocked() {
-	if len(s.deferred) == 0 || s.capture.Recording() {
+	if s.capture.Recording() {
+		return
+	}
+	s.waitDeferredLocked()
+}
+
+// waitDeferredLocked waits on a fence covering every deferred use and
+// releases them; after a failed wait (not poison) it leaks them instead.
+func (s *Stream) waitDeferredLocked() {
+	if len(s.deferred) == 0 {
 		return
 	}
 	last := s.deferred[len(s.deferred)-1].seq
