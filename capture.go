@@ -306,7 +306,6 @@ func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
 	return guards
 }
 
-
 // Capture runs the whole capture sequence: prepare, fn as warmup, begin, fn
 // recorded, end. On every error path the window is closed and nothing is
 // left guarded or primed.
