@@ -137,7 +137,8 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		}
 		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
 	}
-	h := handle.New(handle.Uninit)
+	// The buffer is allocated with its descriptor (one allocation).
+	h, b := handle.NewWith[Buffer](handle.Uninit)
 	// The slice may be one a freed buffer's ops still use on this stream
 	// (slices are reused in stream order, and coalescing zeroes cursors), so
 	// the new buffer's last use is everything enqueued so far: another
@@ -152,7 +153,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, err
 	}
 	reserved.Release()
-	b := &Buffer{s: s, h: h, size: size}
+	*b = Buffer{s: s, h: h, size: size}
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)
 	}

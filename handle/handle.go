@@ -24,6 +24,9 @@ type Descriptor struct {
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
 	signal atomic.Pointer[Signal]
+	// spare is an unused Handle allocated with the descriptor, handed out
+	// by the first Clone (see New).
+	spare atomic.Pointer[Handle]
 }
 
 // Signal is a flag raised when an allocation becomes free, forwarding to an
@@ -111,19 +114,34 @@ type Handle struct {
 // New returns a fresh descriptor at loc with one Handle (refs = 1,
 // handles = 1).
 func New(loc Location) *Handle {
-	// One allocation for both: the first handle lives beside its
-	// descriptor (the interior pointer keeps both alive), which halves the
-	// allocations of the reserve path.
-	b := &struct {
-		d Descriptor
-		h Handle
-	}{}
-	b.d.id = ID(nextID.Add(1))
-	b.d.loc.Store(uint64(loc))
-	b.d.refs.Store(1)
-	b.d.handles.Store(1)
-	b.h.d = &b.d
-	return &b.h
+	h, _ := NewWith[struct{}](loc)
+	return h
+}
+
+// cell is what New allocates at once: the descriptor, its first handle, a
+// spare handle for the first Clone, and a value the caller carries with the
+// allocation. The reserve path clones each new handle exactly once (the
+// pool's reservation, the slice's copy of a buffer's handle), so one
+// allocation serves what would otherwise be three. Interior pointers keep the
+// whole cell alive while any part is referenced.
+type cell[T any] struct {
+	d     Descriptor
+	h     Handle
+	spare Handle
+	v     T
+}
+
+// NewWith is New, plus a zeroed T allocated in the same cell: a caller that
+// keeps one object per allocation (a buffer) saves an allocation.
+func NewWith[T any](loc Location) (*Handle, *T) {
+	c := &cell[T]{}
+	c.d.id = ID(nextID.Add(1))
+	c.d.loc.Store(uint64(loc))
+	c.d.refs.Store(1)
+	c.d.handles.Store(1)
+	c.d.spare.Store(&c.spare)
+	c.h.d = &c.d
+	return &c.h, &c.v
 }
 
 // Descriptor returns the shared descriptor.
@@ -140,6 +158,10 @@ func (h *Handle) Clone() *Handle {
 	h.check("Clone")
 	h.d.refs.Add(1)
 	h.d.handles.Add(1)
+	if s := h.d.spare.Swap(nil); s != nil {
+		s.d = h.d // the spare beside the descriptor, used once
+		return s
+	}
 	return &Handle{d: h.d}
 }
 
