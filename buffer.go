@@ -36,6 +36,9 @@ func (b *Buffer) CanMut() bool { return b.h.CanMut() }
 // Clone returns another owning reference to the same allocation; free both.
 // It returns nil when b is already freed.
 func (b *Buffer) Clone() *Buffer {
+	if b.valid() != nil {
+		return nil
+	}
 	d := b.s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -48,6 +51,9 @@ func (b *Buffer) Clone() *Buffer {
 // Free drops this reference. The memory is reused once no reference and no
 // pending use remains. A second call returns ErrAlreadyFreed.
 func (b *Buffer) Free() error {
+	if err := b.valid(); err != nil {
+		return err
+	}
 	d := b.s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -65,6 +71,9 @@ func (b *Buffer) Free() error {
 // Write copies data into the buffer from offset 0, in stream order. data is
 // copied before Write returns.
 func (b *Buffer) Write(ctx context.Context, data []byte) error {
+	if err := b.valid(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -97,18 +106,24 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 // ErrUnwritten and the failure, never stale bytes. On a recording stream it
 // returns ErrRecording and dooms the recording.
 func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
+	if err := b.valid(); err != nil {
+		return nil, err
+	}
 	if t, ok := b.s.d.backend.(HostTransfers); ok {
 		return b.readThrough(ctx, t)
 	}
-	res, err := b.hostView(ctx, "Read")
+	res, bind, err := b.hostView(ctx, "Read")
 	if err != nil {
 		return nil, err
 	}
+	// Copied while the binding holds the bytes in place.
 	out := make([]byte, len(res.Bytes))
 	copy(out, res.Bytes)
 	d := b.s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	bind.Release()
+	d.collectFailuresLocked()
 	if err := b.checkUnwrittenLocked(); err != nil {
 		return nil, err
 	}
@@ -116,42 +131,47 @@ func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
 }
 
 // hostView waits until the buffer's pending work (on its stream and every
-// stream that used it) has run and returns its resolved bytes, with a
-// binding held during the wait so nothing moves the bytes.
-func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, error) {
+// stream that used it) has run and returns its resolved bytes with a binding
+// that keeps them where they are (no relocation moves a bound page, no
+// cleanup releases it). The caller releases the binding under the lock once
+// done with the bytes.
+func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *handle.Binding, error) {
 	if err := ctx.Err(); err != nil {
-		return storage.Resource{}, err
+		return storage.Resource{}, nil, err
 	}
 	s := b.s
 	d := s.d
 	d.mu.Lock()
-	if err := b.usableLocked(); err != nil {
+	fail := func(err error) (storage.Resource, *handle.Binding, error) {
 		d.mu.Unlock()
-		return storage.Resource{}, err
+		return storage.Resource{}, nil, err
+	}
+	if err := b.usableLocked(); err != nil {
+		return fail(err)
 	}
 	if err := s.refuseHostSyncLocked(op); err != nil {
-		d.mu.Unlock()
-		return storage.Resource{}, err
+		return fail(err)
 	}
 	d.collectFailuresLocked()
 	if err := b.checkUnwrittenLocked(); err != nil {
-		d.mu.Unlock()
-		return storage.Resource{}, err
+		return fail(err)
 	}
 	res, err := s.mem.Resolve(b.h)
 	if err != nil {
-		d.mu.Unlock()
-		return storage.Resource{}, err
+		return fail(err)
 	}
 	if res.Bytes == nil && b.size > 0 {
-		d.mu.Unlock()
-		return storage.Resource{}, fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.h.ID(), d.backend.Name())
+		return fail(fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.h.ID(), d.backend.Name()))
 	}
-	fences := []stream.Fence{}
+	var fences []stream.Fence
 	if f, err := s.q.Fence(); err == nil {
 		fences = append(fences, f)
 	}
-	fences = append(fences, d.foreign[b.h.Descriptor()]...)
+	for _, f := range d.foreign[b.h.Descriptor()] {
+		if f.Q.Completed() < f.Seq { // a passed fence needs no wait (and a recording queue would refuse one)
+			fences = append(fences, f)
+		}
+	}
 	bind := b.h.Binding()
 	d.mu.Unlock()
 	var werr error
@@ -160,14 +180,21 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, err
 			break
 		}
 	}
-	d.mu.Lock()
-	bind.Release()
-	d.collectFailuresLocked()
-	d.mu.Unlock()
 	if werr != nil {
-		return storage.Resource{}, werr
+		d.mu.Lock()
+		bind.Release()
+		d.mu.Unlock()
+		return storage.Resource{}, nil, werr
 	}
-	return res, nil
+	return res, bind, nil
+}
+
+// valid refuses a nil Buffer or one not made by Stream.Alloc or Clone.
+func (b *Buffer) valid() error {
+	if b == nil || b.s == nil || b.h == nil {
+		return fmt.Errorf("%w: nil buffer, or one not made by Stream.Alloc", ErrInvalidUse)
+	}
+	return nil
 }
 
 // usableLocked refuses a closed device or a freed buffer.
@@ -206,13 +233,18 @@ type Mapping struct {
 // Map waits for the buffer's pending work and returns a view of its bytes
 // (host backend only). Release it when done.
 func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
-	res, err := b.hostView(ctx, "Map")
+	if err := b.valid(); err != nil {
+		return nil, err
+	}
+	res, bind, err := b.hostView(ctx, "Map")
 	if err != nil {
 		return nil, err
 	}
 	d := b.s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	bind.Release()
+	d.collectFailuresLocked()
 	if err := b.usableLocked(); err != nil {
 		return nil, err
 	}

@@ -58,8 +58,26 @@ type captureState struct {
 }
 
 type touch struct {
-	b     *handle.Binding
-	owner *Stream
+	b      *handle.Binding
+	owner  *Stream
+	writes bool
+}
+
+// distinctUses keeps one binding per allocation (writes if any use wrote),
+// releasing the duplicates.
+func distinctUses(touched []touch) []touch {
+	index := make(map[*handle.Descriptor]int, len(touched))
+	var out []touch
+	for _, t := range touched {
+		if i, ok := index[t.b.Descriptor()]; ok {
+			out[i].writes = out[i].writes || t.writes
+			t.b.Release()
+			continue
+		}
+		index[t.b.Descriptor()] = len(out)
+		out = append(out, t)
+	}
+	return out
 }
 
 type writtenRange struct {
@@ -92,7 +110,7 @@ func (c *captureState) touchedLocked(r resolved) {
 		return
 	}
 	h := r.use.Buffer.h
-	c.touched = append(c.touched, touch{b: h.Binding(), owner: r.owner})
+	c.touched = append(c.touched, touch{b: h.Binding(), owner: r.owner, writes: r.use.Access.writes()})
 	if r.use.Access.writes() {
 		c.written = append(c.written, writtenRange{b: h.Binding(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
 	}
@@ -236,9 +254,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	s.cap = nil
 
 	guards := s.guardTouchedLocked(c)
-	for _, t := range c.touched {
-		t.b.Release()
-	}
+	uses := distinctUses(c.touched) // kept for the graph's life: launches order on them
 	c.touched = nil
 	s.drainDeferredLocked()
 
@@ -255,6 +271,9 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		for _, g := range guards {
 			g.Release()
 		}
+		for _, u := range uses {
+			u.b.Release()
+		}
 		f := d.g.Fail(fmt.Errorf("gpumem: capture on %s could not seal: %w", s.name, err), "capture")
 		for _, w := range c.written {
 			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
@@ -266,7 +285,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
 	}
 	d.counters.captures.Sealed++
-	return &Graph{s: s, exec: exec, guards: guards, retained: c.retained, written: c.written}, nil
+	return &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}, nil
 }
 
 // guardTouchedLocked takes one guard per distinct touched page (allocation
@@ -309,11 +328,22 @@ func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
 // Capture runs the whole capture sequence: prepare, fn as warmup, begin, fn
 // recorded, end. On every error path the window is closed and nothing is
 // left guarded or primed.
-func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) error) (*Graph, error) {
+func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) error) (g *Graph, err error) {
 	tok, err := s.PrepareCapture()
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// fn panicked: close the window (the caller has no token to do it
+		// with), then let the panic go on.
+		if r := recover(); r != nil {
+			s.doomCapture(fmt.Errorf("gpumem: capture function panicked: %v", r))
+			if _, endErr := s.EndCapture(tok); endErr != nil && errors.Is(endErr, ErrCaptureState) {
+				_ = s.AbortCapture(tok)
+			}
+			panic(r)
+		}
+	}()
 	if err := fn(ctx, s); err != nil {
 		return nil, errors.Join(fmt.Errorf("gpumem: capture warmup: %w", err), s.AbortCapture(tok))
 	}
@@ -344,6 +374,7 @@ type Graph struct {
 	s        *Stream
 	exec     stream.Exec
 	guards   []*pool.PageGuard
+	uses     []touch // one binding per allocation the recording resolved
 	retained [][]byte
 	written  []writtenRange
 	closed   bool // under the device lock
@@ -362,32 +393,61 @@ func (g *Graph) Launch(ctx context.Context) error {
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.closed || g.closed {
+	if d.closed {
 		return ErrClosed
+	}
+	if g.closed {
+		return fmt.Errorf("%w: the graph was closed; capture a new one", ErrClosed)
 	}
 	if err := s.refuseHostSyncLocked("Graph.Launch"); err != nil {
 		return err
 	}
-	if err := s.q.Replay(g.exec); err != nil {
-		f := d.g.Fail(fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err), "launch")
-		for _, w := range g.written {
-			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+	d.collectFailuresLocked()
+	// Cross-stream ordering as for any op (X1, X2): the launch follows the
+	// owners' pending uses of the buffers it touches.
+	for _, u := range g.uses {
+		if err := s.orderAfterLocked(u.b, u.owner); err != nil {
+			return fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err)
 		}
-		d.g.Prune()
+	}
+	before, _ := s.q.Fence()
+	if err := s.q.Replay(g.exec); err != nil {
+		g.markWrittenLocked(fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err))
 		return err
 	}
-	// The launch is the written buffers' latest use on s: later ops on other
-	// streams order after it.
-	if f, err := s.q.Fence(); err == nil {
-		for _, w := range g.written {
-			if w.owner == s {
-				_ = s.mem.SetCursor(w.b, f.Seq)
-			} else {
-				d.foreign[w.b.Descriptor()] = append(d.foreign[w.b.Descriptor()], f)
-			}
+	after, err := s.q.Fence()
+	if err != nil {
+		return nil
+	}
+	// The launch is the latest use of every buffer it touches: later ops
+	// on other streams order after it; its writes replace failure marks,
+	// and a replayed op that fails marks them again.
+	var outs []output
+	for _, w := range g.written {
+		_ = w.owner.mem.ReleaseMarks(w.b, w.off, w.len)
+		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
+	}
+	for seq := before.Seq + 1; seq <= after.Seq && len(outs) > 0; seq++ {
+		s.outputs = append(s.outputs, opOutputs{seq: seq, outs: outs})
+	}
+	for _, u := range g.uses {
+		if u.owner == s {
+			_ = s.mem.SetCursor(u.b, after.Seq)
+		} else {
+			d.noteForeignLocked(u.b.Descriptor(), after)
 		}
 	}
 	return nil
+}
+
+// markWrittenLocked marks every range the graph writes with a failure.
+func (g *Graph) markWrittenLocked(err error) {
+	d := g.s.d
+	f := d.g.Fail(err, "launch")
+	for _, w := range g.written {
+		_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+	}
+	d.g.Prune()
 }
 
 // Close waits for the graph's stream, then drops the guards (the pages
@@ -426,6 +486,13 @@ func (g *Graph) Close() error {
 		w.b.Release()
 	}
 	g.written = nil
+	for _, u := range g.uses {
+		if u.owner != s {
+			d.dropPassedNotesLocked(u.b.Descriptor(), s.q) // its launches have run (synced above)
+		}
+		u.b.Release()
+	}
+	g.uses = nil
 	g.retained = nil
 	// A driver graph holds device resources: destroy it now, not when the
 	// stream closes.

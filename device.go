@@ -53,7 +53,9 @@ type counters struct {
 func Open(opts ...Option) (*Device, error) {
 	var o options
 	for _, opt := range opts {
-		opt.apply(&o)
+		if opt != nil {
+			opt.apply(&o)
+		}
 	}
 	b := &hostBackend{sim: o.sim, props: HostProperties(o.capacity)}
 	return openWith(b, o)
@@ -66,7 +68,9 @@ func OpenBackend(b Backend, opts ...Option) (*Device, error) {
 	}
 	var o options
 	for _, opt := range opts {
-		opt.apply(&o)
+		if opt != nil {
+			opt.apply(&o)
+		}
 	}
 	return openWith(b, o)
 }
@@ -141,6 +145,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
+	counted.q = q
 	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
 	s.self = streamsOf{d, s}
 	if w, ok := q.(stream.StorageWatcher); ok {
@@ -186,9 +191,10 @@ func (d *Device) Cleanup(ctx context.Context) error {
 		s.drainDeferredLocked()
 	}
 	for _, s := range d.streams {
-		if err := relocation.Reclaim(streamsOf{d, s}); err != nil {
+		if err := relocation.Reclaim(s.self); err != nil {
 			return err
 		}
+		s.st.drainHeld() // explicit means now: the stream's work ends, its pages go
 	}
 	d.counters.explicitCleanups++
 	return nil
@@ -232,6 +238,7 @@ func (d *Device) Close() error {
 	var errs []error
 	for _, s := range d.streams {
 		errs = append(errs, s.q.Close())
+		s.st.drainHeld()
 	}
 	errs = append(errs, d.backend.Close())
 	return errors.Join(errs...)
@@ -247,9 +254,82 @@ func (d *Device) collectFailuresLocked() {
 
 // countedStorage counts storage calls for Stats, and forwards fault
 // injection to a wrapped Faulty storage.
+//
+// It also holds back deallocations while the stream
+// still has work queued: a freed slice is reused in stream order, but a page
+// handed back to the storage follows no order, and an op queued before the
+// free may still touch it. A held deallocation goes through once the
+// stream's fence at the time of the free has passed (Flush, the next
+// reservation, Synchronize), or at once on an explicit cleanup, which waits.
+// Its methods run under the device lock.
 type countedStorage struct {
 	storage.Storage
 	allocs, deallocs atomic.Uint64
+	q                stream.Queue // the owning stream's queue, set once it exists
+	held             []heldRelease
+}
+
+// heldRelease is a deallocation waiting for seq on the stream. (Granule
+// unmaps are not held: an unmapped host granule reads as zero and faults
+// nothing, and only free slices' granules are unmapped.)
+type heldRelease struct {
+	seq uint64
+	id  storage.ID
+}
+
+// busyUntil returns the sequence number the stream's queued work ends at,
+// or 0 when nothing is pending.
+func (c *countedStorage) busyUntil() uint64 {
+	if c.q == nil {
+		return 0
+	}
+	f, err := c.q.Fence()
+	if err != nil || f.Seq <= c.q.Completed() {
+		return 0
+	}
+	return f.Seq
+}
+
+// releasePassed forwards the held releases whose work has completed.
+func (c *countedStorage) releasePassed() {
+	if len(c.held) == 0 {
+		return
+	}
+	done := c.q.Completed()
+	n := 0
+	for n < len(c.held) && c.held[n].seq <= done {
+		c.forward(c.held[n])
+		n++
+	}
+	if n > 0 {
+		clear(c.held[:n])
+		c.held = c.held[n:]
+	}
+}
+
+// drainHeld waits for the stream's queued work and forwards every held
+// release. A failed wait (not poison) keeps them held: it is unknown whether
+// the work finished.
+func (c *countedStorage) drainHeld() {
+	if len(c.held) == 0 {
+		return
+	}
+	last := c.held[len(c.held)-1].seq
+	if err := c.q.Wait(context.Background(), stream.Fence{Q: c.q, Seq: last}); err != nil && !storage.IsDevicePoisoned(err) {
+		return
+	}
+	for _, h := range c.held {
+		c.forward(h)
+	}
+	c.held = nil
+}
+
+func (c *countedStorage) forward(h heldRelease) { c.Storage.Dealloc(h.id) }
+
+// Flush forwards the held releases whose work completed, then flushes.
+func (c *countedStorage) Flush() {
+	c.releasePassed()
+	c.Storage.Flush()
 }
 
 func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
@@ -262,6 +342,10 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 
 func (c *countedStorage) Dealloc(id storage.ID) {
 	c.deallocs.Add(1)
+	if seq := c.busyUntil(); seq != 0 {
+		c.held = append(c.held, heldRelease{seq: seq, id: id})
+		return
+	}
 	c.Storage.Dealloc(id)
 }
 

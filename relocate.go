@@ -177,10 +177,11 @@ func (d *Device) makeRoomLocked(s *Stream, err error) {
 	}
 	for _, t := range order {
 		t.drainDeferredLocked()
-		if err := relocation.Reclaim(streamsOf{d, t}); err != nil {
+		if err := relocation.Reclaim(t.self); err != nil {
 			// Unreachable under Allow (nothing records); logged, not fatal.
 			d.log.Warn("gpumem: reclaim before retry refused", "stream", t.name, "err", err)
 		}
+		t.st.drainHeld() // the retry needs the pages gone now
 	}
 }
 

@@ -120,6 +120,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if !s.capture.Recording() {
 		s.releasePassedLocked()
 	}
+	s.st.releasePassed()
 	u := s.pageUpdateLocked()
 	if u == memory.Allow {
 		relocation.RelocateWhenWanted(s.self)
@@ -230,11 +231,18 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 			}
 		}
 		d.g.Skip(f, rec)
+		if s.capture.Recording() {
+			// A graph cannot represent a skipped op: it would replay
+			// without it forever. The recording is doomed.
+			err := fmt.Errorf("gpumem: op %q recorded on %s reads bytes a failure left unwritten: %w", name, s.name, d.g.Report(f, r.use.Buffer.h.ID()))
+			s.capture.Fail(err)
+			return err
+		}
 		return nil
 	}
 	// Cross-stream ordering (X1, X2).
 	for _, r := range rs {
-		if err := s.orderAfterLocked(r); err != nil {
+		if err := s.orderAfterLocked(r.use.Buffer.h, r.owner); err != nil {
 			return err
 		}
 	}
@@ -263,8 +271,8 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 // resolveUseLocked checks a use and resolves its window.
 func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
 	b := u.Buffer
-	if b == nil {
-		return resolved{}, fmt.Errorf("%w: nil buffer", ErrInvalidUse)
+	if b == nil || b.s == nil || b.h == nil {
+		return resolved{}, fmt.Errorf("%w: nil buffer, or one not made by Stream.Alloc", ErrInvalidUse)
 	}
 	if b.s.d != s.d {
 		return resolved{}, ErrForeignBuffer
@@ -300,17 +308,17 @@ func window(r storage.Resource, off, size uint64) storage.Resource {
 // orderAfterLocked makes s's next op wait for what it must follow: the
 // owner's last use of a foreign buffer (X1), or other streams' uses of one
 // of s's own buffers (X2).
-func (s *Stream) orderAfterLocked(r resolved) error {
+func (s *Stream) orderAfterLocked(ref handle.Ref, owner *Stream) error {
 	d := s.d
-	desc := r.use.Buffer.h.Descriptor()
+	desc := ref.Descriptor()
 	var waits []stream.Fence
-	if r.owner != s {
-		cursor, err := r.owner.mem.Cursor(r.use.Buffer.h)
+	if owner != s {
+		cursor, err := owner.mem.Cursor(ref)
 		if err != nil {
 			return err
 		}
-		if cursor > r.owner.q.Completed() {
-			waits = append(waits, stream.Fence{Q: r.owner.q, Seq: cursor})
+		if cursor > owner.q.Completed() {
+			waits = append(waits, stream.Fence{Q: owner.q, Seq: cursor})
 		}
 		// Pending uses by third streams: without these waits two foreign
 		// streams using one buffer (one of them writing) would race.
@@ -346,6 +354,36 @@ func (s *Stream) orderAfterLocked(r resolved) error {
 	return nil
 }
 
+// noteForeignLocked records that f uses an allocation its owner must order
+// after (X2). A later fence of one queue covers its earlier ones, and passed
+// fences need no wait, so each queue keeps one note at most.
+func (d *Device) noteForeignLocked(desc *handle.Descriptor, f stream.Fence) {
+	notes := d.foreign[desc]
+	kept := notes[:0]
+	for _, n := range notes {
+		if n.Q != f.Q && n.Q.Completed() < n.Seq {
+			kept = append(kept, n)
+		}
+	}
+	d.foreign[desc] = append(kept, f)
+}
+
+// dropPassedNotesLocked forgets q's passed notes on an allocation.
+func (d *Device) dropPassedNotesLocked(desc *handle.Descriptor, q stream.Queue) {
+	notes := d.foreign[desc]
+	kept := notes[:0]
+	for _, n := range notes {
+		if n.Q != q || n.Q.Completed() < n.Seq {
+			kept = append(kept, n)
+		}
+	}
+	if len(kept) == 0 {
+		delete(d.foreign, desc)
+		return
+	}
+	d.foreign[desc] = kept
+}
+
 // afterEnqueueLocked records what an enqueued op means for the buffers it
 // used: cursors, deferred foreign bindings, X2 notes, written ranges.
 func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
@@ -356,21 +394,19 @@ func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
 		if s.cap != nil {
 			s.cap.touchedLocked(r)
 		}
+		if seq == 0 {
+			continue // recorded, not run: nothing written, nothing to order yet
+		}
 		if r.use.Access.writes() {
 			_ = r.owner.mem.ReleaseMarks(h, r.use.Offset, r.use.Size)
-			if seq != 0 {
-				outs = append(outs, output{d: h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
-			}
-		}
-		if seq == 0 {
-			continue // recorded, not run: nothing to order yet
+			outs = append(outs, output{d: h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
 		}
 		if r.owner == s {
 			_ = s.mem.SetCursor(h, seq)
 			continue
 		}
 		s.deferred = append(s.deferred, deferredUse{b: h.Binding(), seq: seq, owner: r.owner})
-		d.foreign[h.Descriptor()] = append(d.foreign[h.Descriptor()], stream.Fence{Q: s.q, Seq: seq})
+		d.noteForeignLocked(h.Descriptor(), stream.Fence{Q: s.q, Seq: seq})
 	}
 	if len(outs) > 0 {
 		s.outputs = append(s.outputs, opOutputs{seq: seq, outs: outs})
@@ -511,6 +547,7 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 	defer d.mu.Unlock()
 	d.collectFailuresLocked()
 	s.releasePassedLocked()
+	s.st.releasePassed()
 	return nil
 }
 
@@ -544,9 +581,10 @@ func (s *Stream) Cleanup(ctx context.Context) error {
 	for _, t := range d.streams {
 		t.drainDeferredLocked()
 	}
-	if err := relocation.Reclaim(streamsOf{d, s}); err != nil {
+	if err := relocation.Reclaim(s.self); err != nil {
 		return err
 	}
+	s.st.drainHeld()
 	d.counters.explicitCleanups++
 	return nil
 }

@@ -267,6 +267,7 @@ func (p *page) setIndex(n int) {
 func (p *page) shed(g *handle.ErrorGraph) {
 	for i := range p.slices {
 		p.slices[i].clearTaint(g)
+		p.slices[i].h.Descriptor().SignalFree(nil) // the page is going: nothing to tell it
 		p.slices[i].h.Release()
 	}
 	p.slices = nil

@@ -194,8 +194,9 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 			if at >= 0 {
 				if err := pg.back(st, pg.slices[at].Region.Offset, need); err != nil {
 					// The storage refused to map the target's granules:
-					// nothing was carved; no target for this move.
-					return nil
+					// nothing was carved; a later page may have mapped
+					// room, as TryReserve would find.
+					continue
 				}
 				h := pg.carve(at, size, storage.Padding(size, cur.align))
 				if first == at {

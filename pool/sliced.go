@@ -48,6 +48,9 @@ func (p *Sliced) Pages() int { return len(p.pages) }
 // Accept implements Pool: size ≤ maxSlice, or near-page: size ≤ pageSize
 // leaving less than a fifth of the page unused.
 func (p *Sliced) Accept(size uint64) bool {
+	if need := storage.SatAdd(size, storage.Padding(size, p.align)); need > p.pageSize {
+		return false // with its padding it fits no page
+	}
 	if size <= p.maxSlice {
 		return true
 	}
@@ -83,6 +86,9 @@ func (p *Sliced) served(size uint64) {
 // granules are mapped; a refused mapping gives the page back and returns
 // the storage's error.
 func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
+	if need := storage.SatAdd(size, storage.Padding(size, p.align)); need > p.pageSize {
+		return nil, fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, p.pageSize)
+	}
 	pg, err := p.addPage(st)
 	if err != nil {
 		return nil, err
@@ -102,6 +108,7 @@ func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) 
 		return nil, fmt.Errorf("%w: %d bytes (with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, p.pageSize)
 	}
 	p.served(size)
+	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
 	return h, nil
 }
 
@@ -124,7 +131,6 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	}
 	pg := newPage(r, p.align, p.index, n, granule, &p.changed)
 	p.pages = append(p.pages, pg)
-	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
 	return pg, nil
 }
 

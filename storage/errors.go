@@ -34,6 +34,10 @@ type OutOfMemoryError struct {
 }
 
 func (e *OutOfMemoryError) Error() string {
+	if e.Capacity == 0 {
+		return fmt.Sprintf("storage: out of memory: the backend refused %d bytes with %d bytes allocated (no capacity is set: the request itself is too large for the machine, or free memory)",
+			e.Requested, e.Allocated)
+	}
 	return fmt.Sprintf("storage: out of memory: %d bytes requested, %d of %d bytes already allocated (raise the capacity or free memory)",
 		e.Requested, e.Allocated, e.Capacity)
 }

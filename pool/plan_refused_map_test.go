@@ -1,0 +1,43 @@
+package pool
+
+import (
+	"testing"
+
+	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// A Held plan must find the target TryReserve finds: page 0's fit needs an
+// unmapped granule the budget refuses, page 1 has mapped room.
+func TestPlanPassesOverAPageWhoseGranulesTheStorageRefusesToMap(t *testing.T) {
+	const mib = 1 << 20
+	g := handle.NewErrorGraph()
+	st := storage.NewGranularSim(32, mib, storage.NewBudget(13*mib))
+	a := NewArena(PageSizing{Min: 4 * mib, Max: 64 * mib, Align: 32}, Limits{}, nil)
+	x, err := a.Reserve(st, mib, g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big, err := a.Reserve(st, 10*mib, g) // grow to 11 MiB pages; x's pool outdated
+	if err != nil || a.PageSize() != 11*mib {
+		t.Fatal(err, a.PageSize())
+	}
+	y, err := a.Reserve(st, 2*mib, g) // page 1 of the current pool, granules 0-1 mapped
+	if err != nil || y.Location().Page() != 1 {
+		t.Fatal(err, y.Location())
+	}
+	y.Release()
+	t.Logf("allocated %d of 13 MiB", st.BytesAllocated()/mib)
+	// What TryReserve answers for x's move:
+	probe := a.Current().TryReserve(st, mib, g)
+	t.Logf("TryReserve(1 MiB) -> %v", probe.Location())
+	probe.Release()
+	plan := a.Plan(relocation.Held, st, g)
+	if plan.IsEmpty() {
+		t.Fatalf("Held plan found no target for x, although TryReserve places it on page 1")
+	}
+	plan.Abandon()
+	x.Release()
+	big.Release()
+}
