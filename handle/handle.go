@@ -3,6 +3,7 @@ package handle
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 )
 
 // ID is an allocation's identity: from 1, monotonic, never reused (H3).
@@ -15,18 +16,23 @@ var nextID atomic.Uint64
 // Descriptor is what every owner of one allocation shares: its ID, its
 // current location and two explicit counters (H1). Rewriting the location
 // re-points every Handle and Binding at once (H4).
+//
+// The counters and the location are plain fields accessed only through
+// sync/atomic functions, so that New can initialise a fresh, unshared
+// descriptor with plain stores (an atomic store is a locked instruction,
+// and the reserve path creates three descriptors per allocation).
 type Descriptor struct {
 	id      ID
-	loc     atomic.Uint64 // a Location; written under the device lock only
-	refs    atomic.Int32  // live Handle and Binding objects
-	handles atomic.Int32  // live Handle objects
+	loc     uint64 // a Location; atomic; written under the device lock only
+	refs    int32  // atomic: live Handle and Binding objects
+	handles int32  // atomic: live Handle objects
 	// signal, when set, is raised each time a release leaves the allocation
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
 	signal atomic.Pointer[Signal]
 	// spare is an unused Handle allocated with the descriptor, handed out
 	// by the first Clone (see New).
-	spare atomic.Pointer[Handle]
+	spare unsafe.Pointer // *Handle; atomic
 }
 
 // Signal is a flag raised when an allocation becomes free, forwarding to an
@@ -77,28 +83,28 @@ func (d *Descriptor) released(refs int32) {
 func (d *Descriptor) ID() ID { return d.id }
 
 // Location returns the current location.
-func (d *Descriptor) Location() Location { return Location(d.loc.Load()) }
+func (d *Descriptor) Location() Location { return Location(atomic.LoadUint64(&d.loc)) }
 
 // SetLocation rewrites the location for every owner. Call it under the
 // device lock.
-func (d *Descriptor) SetLocation(l Location) { d.loc.Store(uint64(l)) }
+func (d *Descriptor) SetLocation(l Location) { atomic.StoreUint64(&d.loc, uint64(l)) }
 
 // Refs returns the live Handle and Binding objects.
-func (d *Descriptor) Refs() int { return int(d.refs.Load()) }
+func (d *Descriptor) Refs() int { return int(atomic.LoadInt32(&d.refs)) }
 
 // Handles returns the live Handle objects.
-func (d *Descriptor) Handles() int { return int(d.handles.Load()) }
+func (d *Descriptor) Handles() int { return int(atomic.LoadInt32(&d.handles)) }
 
 // IsFree reports refs ≤ 1: only the pool's slice refers to the allocation.
-func (d *Descriptor) IsFree() bool { return d.refs.Load() <= 1 }
+func (d *Descriptor) IsFree() bool { return atomic.LoadInt32(&d.refs) <= 1 }
 
 // CanMut reports handles ≤ 2: the slice's handle plus exactly one user
 // handle. Bindings do not count, so guards and pending work never block an
 // in-place update.
-func (d *Descriptor) CanMut() bool { return d.handles.Load() <= 2 }
+func (d *Descriptor) CanMut() bool { return atomic.LoadInt32(&d.handles) <= 2 }
 
 // IsBound reports refs > handles: something holds the address.
-func (d *Descriptor) IsBound() bool { return d.refs.Load() > d.handles.Load() }
+func (d *Descriptor) IsBound() bool { return atomic.LoadInt32(&d.refs) > atomic.LoadInt32(&d.handles) }
 
 // Ref is anything that refers to an allocation: *Handle or *Binding.
 type Ref interface {
@@ -135,11 +141,12 @@ type cell[T any] struct {
 // keeps one object per allocation (a buffer) saves an allocation.
 func NewWith[T any](loc Location) (*Handle, *T) {
 	c := &cell[T]{}
+	// Plain stores: nobody else can see the cell before New returns.
 	c.d.id = ID(nextID.Add(1))
-	c.d.loc.Store(uint64(loc))
-	c.d.refs.Store(1)
-	c.d.handles.Store(1)
-	c.d.spare.Store(&c.spare)
+	c.d.loc = uint64(loc)
+	c.d.refs = 1
+	c.d.handles = 1
+	c.d.spare = unsafe.Pointer(&c.spare)
 	c.h.d = &c.d
 	return &c.h, &c.v
 }
@@ -156,9 +163,10 @@ func (h *Handle) Location() Location { return h.d.Location() }
 // Clone returns a new Handle on the same descriptor (refs+1, handles+1).
 func (h *Handle) Clone() *Handle {
 	h.check("Clone")
-	h.d.refs.Add(1)
-	h.d.handles.Add(1)
-	if s := h.d.spare.Swap(nil); s != nil {
+	atomic.AddInt32(&h.d.refs, 1)
+	atomic.AddInt32(&h.d.handles, 1)
+	if p := atomic.SwapPointer(&h.d.spare, nil); p != nil {
+		s := (*Handle)(p)
 		s.d = h.d // the spare beside the descriptor, used once
 		return s
 	}
@@ -168,7 +176,7 @@ func (h *Handle) Clone() *Handle {
 // Binding returns a new Binding on the same descriptor (refs+1).
 func (h *Handle) Binding() *Binding {
 	h.check("Binding")
-	h.d.refs.Add(1)
+	atomic.AddInt32(&h.d.refs, 1)
 	return &Binding{d: h.d}
 }
 
@@ -178,8 +186,8 @@ func (h *Handle) Release() {
 	if h.released.Swap(true) {
 		panic(fmt.Sprintf("handle: Handle of allocation %d released twice", h.d.id))
 	}
-	h.d.handles.Add(-1)
-	n := h.d.refs.Add(-1)
+	atomic.AddInt32(&h.d.handles, -1)
+	n := atomic.AddInt32(&h.d.refs, -1)
 	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", h.d.id))
 	}
@@ -223,7 +231,7 @@ func (b *Binding) Clone() *Binding {
 	if b.released.Load() {
 		panic(fmt.Sprintf("handle: Clone on a released Binding of allocation %d", b.d.id))
 	}
-	b.d.refs.Add(1)
+	atomic.AddInt32(&b.d.refs, 1)
 	return &Binding{d: b.d}
 }
 
@@ -232,7 +240,7 @@ func (b *Binding) Release() {
 	if b.released.Swap(true) {
 		panic(fmt.Sprintf("handle: Binding of allocation %d released twice", b.d.id))
 	}
-	n := b.d.refs.Add(-1)
+	n := atomic.AddInt32(&b.d.refs, -1)
 	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", b.d.id))
 	}
