@@ -59,6 +59,13 @@ const (
 // replay keeps.
 const MaxSize = uint64(1) << 62
 
+// MaxStreams bounds the streams a trace may use: stream numbers are 0 …
+// MaxStreams−1. A replay creates a device stream per number up to the
+// largest, so a larger number is refused as impossible (Validate, Decode,
+// Replay); a snapshot with more distinct stream handles is refused; Synth
+// generates at most MaxStreams streams.
+const MaxStreams = 1024
+
 // Event is one native trace event. Which fields are meaningful depends on Op:
 //
 //	OpAlloc    T, ID, Size, Stream
@@ -83,7 +90,7 @@ type Event struct {
 }
 
 // Validate reports whether e is a well-formed event of its op: a known op, a
-// size at most [MaxSize], a non-negative stream and graph, a known window mode
+// size at most [MaxSize], a stream in [0, MaxStreams), a non-negative graph, a known window mode
 // or capture phase. The error wraps [ErrInvalidEvent] or [ErrUnknownOp].
 func (e Event) Validate() error {
 	switch e.Op {
@@ -112,8 +119,8 @@ func (e Event) Validate() error {
 	default:
 		return fmt.Errorf("%w %s", ErrUnknownOp, e.Op)
 	}
-	if e.Stream < 0 {
-		return fmt.Errorf("%w: negative stream %d", ErrInvalidEvent, e.Stream)
+	if e.Stream < 0 || e.Stream >= MaxStreams {
+		return fmt.Errorf("%w: stream %d outside [0, %d) (MaxStreams)", ErrInvalidEvent, e.Stream, MaxStreams)
 	}
 	return nil
 }

@@ -114,6 +114,8 @@ func TestDecodeRejectsMalformedEventsNamingTheLine(t *testing.T) {
 		"size above 2^62":  `{"op":"alloc","t":1,"id":1,"size":4611686018427387905,"stream":0}`,
 		"fractional id":    `{"op":"free","t":1,"id":1.5}`,
 		"negative stream":  `{"op":"cleanup","t":1,"stream":-1}`,
+		"stream 1024":      `{"op":"alloc","t":1,"id":1,"size":512,"stream":1024}`,
+		"stream 1e9":       `{"op":"alloc","t":1,"id":1,"size":512,"stream":1000000000}`,
 		"bad mode":         `{"op":"window","t":1,"stream":0,"mode":"sometimes"}`,
 		"bad phase":        `{"op":"capture","t":1,"stream":0,"phase":"pause","graph":0}`,
 		"negative graph":   `{"op":"capture","t":1,"stream":0,"phase":"end","graph":-1}`,

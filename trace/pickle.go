@@ -26,6 +26,17 @@
 //   - (U2) Every pop checks the stack (and the mark stack) first; an empty
 //     stack is an ErrPickle naming the opcode and its offset, never a panic.
 //   - (U3) The memo is a map, so a huge memo index costs one entry.
+//   - (U4) Nesting is bounded: every tuple, list and dict records its depth
+//     (1 + the deepest item it was built or extended with), and one deeper
+//     than MaxNesting is an ErrPickle. Lists and dicts are shared through
+//     the memo and may be extended after being placed in another container
+//     (even in themselves), so the recorded depth bounds how the pickle
+//     built the value, not every path through it: no code in this package
+//     walks decoded values recursively (errors describe a value by its type
+//     and length, see describe), so a cycle or a stale depth costs nothing.
+//   - (U5) A text INT or LONG argument longer than maxIntDigits digits is
+//     refused: decimal conversion is quadratic, and no snapshot field needs
+//     more than 20 digits.
 
 package trace
 
@@ -35,12 +46,24 @@ import (
 	"math"
 	"math/big"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
+// MaxNesting bounds how deeply tuples, lists and dicts may nest in a decoded
+// snapshot (pickle or JSON); a real snapshot nests fewer than 10 levels.
+const MaxNesting = 1000
+
+// maxIntDigits bounds the decimal digits of an integer literal (pickle text
+// INT/LONG, JSON numbers): 2^64 has 20 digits.
+const maxIntDigits = 40
+
 // pyList is a Python list (or set). It is a pointer so that the memo and the
-// stack share it, as Python does.
-type pyList struct{ items []any }
+// stack share it, as Python does. depth is its nesting depth as built (U4).
+type pyList struct {
+	items []any
+	depth int
+}
 
 // pyTuple is a Python tuple.
 type pyTuple []any
@@ -49,9 +72,10 @@ type pyTuple []any
 // indexed once the dict grows past a few entries, so building a dict of n
 // items costs O(n), not O(n²), even from a hostile pickle.
 type pyDict struct {
-	keys []any
-	vals []any
-	sidx map[string]int // index of string keys; nil while the dict is small
+	keys  []any
+	vals  []any
+	sidx  map[string]int // index of string keys; nil while the dict is small
+	depth int            // nesting depth as built (U4)
 }
 
 const dictIndexAt = 16
@@ -122,6 +146,67 @@ type unpickler struct {
 func unpickle(data []byte) (any, error) {
 	u := &unpickler{data: data, memo: make(map[uint64]any)}
 	return u.run()
+}
+
+// depthTuple is how a tuple travels on the stack and in the memo while the
+// pickle runs: with its nesting depth. run unwraps every one before
+// returning (see unwrap).
+type depthTuple struct {
+	t     pyTuple
+	depth int
+}
+
+// depthOf is the nesting depth of a value on the stack: 0 for a scalar.
+func depthOf(v any) int {
+	switch x := v.(type) {
+	case *pyList:
+		return x.depth
+	case *pyDict:
+		return x.depth
+	case *depthTuple:
+		return x.depth
+	}
+	return 0
+}
+
+// checkDepth refuses a container nested deeper than MaxNesting.
+func (u *unpickler) checkDepth(d int) error {
+	if d > MaxNesting {
+		return u.errf("nesting deeper than %d levels", MaxNesting)
+	}
+	return nil
+}
+
+// unwrap returns the value to store in a container or return: a tuple
+// without its depth.
+func unwrap(v any) any {
+	if t, ok := v.(*depthTuple); ok {
+		return t.t
+	}
+	return v
+}
+
+// itemsDepth unwraps items in place and returns 1 + their deepest depth,
+// refusing one above MaxNesting.
+func (u *unpickler) itemsDepth(items []any) (int, error) {
+	d := 0
+	for i, it := range items {
+		d = max(d, depthOf(it))
+		items[i] = unwrap(it)
+	}
+	if err := u.checkDepth(d + 1); err != nil {
+		return 0, err
+	}
+	return d + 1, nil
+}
+
+// newTuple builds a tuple from stack items.
+func (u *unpickler) newTuple(items []any) (*depthTuple, error) {
+	d, err := u.itemsDepth(items)
+	if err != nil {
+		return nil, err
+	}
+	return &depthTuple{t: pyTuple(items), depth: d}, nil
 }
 
 func (u *unpickler) errf(format string, args ...any) error {
@@ -306,7 +391,7 @@ func (u *unpickler) run() (any, error) {
 			if err != nil {
 				return nil, err
 			}
-			return v, nil
+			return unwrap(v), nil
 		case '(': // MARK
 			u.marks = append(u.marks, len(u.stack))
 		case '0': // POP
@@ -367,7 +452,7 @@ func (u *unpickler) run() (any, error) {
 			if s, err = u.line(); err == nil {
 				var f float64
 				if f, err = strconv.ParseFloat(s, 64); err != nil {
-					err = u.errf("bad float %q", s)
+					err = u.errf("bad float %s", describe(s))
 				} else {
 					u.push(f)
 				}
@@ -414,25 +499,31 @@ func (u *unpickler) run() (any, error) {
 				}
 			}
 		case '}':
-			u.push(&pyDict{})
+			u.push(&pyDict{depth: 1})
 		case ']', 0x8f: // EMPTY_LIST, EMPTY_SET
-			u.push(&pyList{})
+			u.push(&pyList{depth: 1})
 		case ')':
-			u.push(pyTuple{})
+			u.push(&depthTuple{t: pyTuple{}, depth: 1})
 		case 'l', 0x91: // LIST, FROZENSET
 			var items []any
 			if items, err = u.popMark(); err == nil {
-				u.push(&pyList{items: items})
+				var d int
+				if d, err = u.itemsDepth(items); err == nil {
+					u.push(&pyList{items: items, depth: d})
+				}
 			}
-		case 't':
+		case 't', 0x85, 0x86, 0x87: // TUPLE, TUPLE1..3
 			var items []any
-			if items, err = u.popMark(); err == nil {
-				u.push(pyTuple(items))
+			if u.op == 't' {
+				items, err = u.popMark()
+			} else {
+				items, err = u.popN(int(u.op - 0x84))
 			}
-		case 0x85, 0x86, 0x87: // TUPLE1..3
-			var items []any
-			if items, err = u.popN(int(u.op - 0x84)); err == nil {
-				u.push(pyTuple(items))
+			var t *depthTuple
+			if err == nil {
+				if t, err = u.newTuple(items); err == nil {
+					u.push(t)
+				}
 			}
 		case 'd':
 			var items []any
@@ -440,11 +531,14 @@ func (u *unpickler) run() (any, error) {
 				if len(items)%2 != 0 {
 					err = u.errf("odd number of dict items")
 				} else {
-					d := &pyDict{}
-					for i := 0; i < len(items); i += 2 {
-						d.set(items[i], items[i+1])
+					var depth int
+					if depth, err = u.itemsDepth(items); err == nil {
+						d := &pyDict{depth: depth}
+						for i := 0; i < len(items); i += 2 {
+							d.set(items[i], items[i+1])
+						}
+						u.push(d)
 					}
-					u.push(d)
 				}
 			}
 		case 'a': // APPEND
@@ -493,7 +587,7 @@ func (u *unpickler) run() (any, error) {
 			if s, err = u.line(); err == nil {
 				var idx uint64
 				if idx, err = strconv.ParseUint(s, 10, 32); err != nil {
-					err = u.errf("bad memo index %q", s)
+					err = u.errf("bad memo index %s", describe(s))
 				} else if u.op == 'p' {
 					err = u.memoize(idx)
 				} else {
@@ -538,13 +632,16 @@ func (u *unpickler) textInt(s string) error {
 	if n := len(s); n > 0 && s[n-1] == 'L' {
 		s = s[:n-1]
 	}
+	if digits := len(strings.TrimLeft(s, "+-")); digits > maxIntDigits {
+		return u.errf("integer of %d digits (at most %d)", digits, maxIntDigits)
+	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
 		u.push(v)
 		return nil
 	}
 	b, ok := new(big.Int).SetString(s, 10)
 	if !ok {
-		return u.errf("bad integer %q", s)
+		return u.errf("bad integer %s", describe(s))
 	}
 	u.push(b)
 	return nil
@@ -553,8 +650,13 @@ func (u *unpickler) textInt(s string) error {
 func (u *unpickler) appendTo(l any, items ...any) error {
 	pl, ok := l.(*pyList)
 	if !ok {
-		return u.errf("append to %T, not a list", l)
+		return u.errf("append to %s, not a list", describe(unwrap(l)))
 	}
+	d, err := u.itemsDepth(items)
+	if err != nil {
+		return err
+	}
+	pl.depth = max(pl.depth, d)
 	pl.items = append(pl.items, items...)
 	return nil
 }
@@ -566,10 +668,25 @@ func (u *unpickler) setItems(kv []any) error {
 	}
 	pd, ok := d.(*pyDict)
 	if !ok {
-		return u.errf("setitem on %T, not a dict", d)
+		return u.errf("setitem on %s, not a dict", describe(unwrap(d)))
 	}
+	depth, err := u.itemsDepth(kv)
+	if err != nil {
+		return err
+	}
+	pd.depth = max(pd.depth, depth)
 	for i := 0; i < len(kv); i += 2 {
 		pd.set(kv[i], kv[i+1])
 	}
 	return nil
 }
+
+// pickleOpcodes are the bytes run knows as opcodes (decoded or refused): a
+// snapshot that is not JSON must start with one of them.
+var pickleOpcodes = func() (t [256]bool) {
+	for _, b := range []byte("\x80\x95.(012NJKM\x8a\x8bILFGX\x8c\x8dTUBC\x8e\x96}]\x8f)l\x91t\x85\x86\x87dae\x90su\x94qrpghj" +
+		"c\x93io\x81\x92Rb\x82\x83\x84PQ\x88\x89") {
+		t[b] = true
+	}
+	return t
+}()

@@ -1,8 +1,13 @@
 // The replay engine: a trace's events applied, in order, to a gpumem device.
 //
 // Streams are created on demand (trace stream i is the device's i-th
-// stream); IDs map to buffers; a failed allocation is counted and the
-// replay goes on (its later free is ignored). Live, device and reserved
+// stream; a stream number outside [0, MaxStreams) stops the replay); IDs
+// map to buffers; a failed allocation is counted and the replay goes on
+// (its later free is ignored); an alloc of an ID still live frees it first
+// (an implied free, counted); capture phases the device refuses are
+// counted, never fatal. Live bytes are the sum of the live allocations'
+// requested sizes; a trace whose live bytes would pass 2^63 stops the
+// replay with an error naming the event. Live, device and reserved
 // bytes are sampled after every event, so the peaks are exact. On Sim
 // storage nothing is copied and ops run inline, so a replay costs the
 // bookkeeping alone.
@@ -55,8 +60,11 @@ type ReplayReport struct {
 	Allocs       int            `json:"allocs"`
 	Frees        int            `json:"frees"`
 	IgnoredFrees int            `json:"ignored_frees"`
-	Cleanups     int            `json:"explicit_cleanups"`
-	Skipped      int            `json:"skipped_events"`
+	// ImpliedFrees counts allocs of an ID still live: the old allocation
+	// is freed first (SPEC §13.4).
+	ImpliedFrees int `json:"implied_frees"`
+	Cleanups     int `json:"explicit_cleanups"`
+	Skipped      int `json:"skipped_events"`
 
 	FailedAllocs       int            `json:"failed_allocs"`
 	FailedAllocsByKind map[string]int `json:"failed_allocs_by_kind"`
@@ -88,7 +96,11 @@ type ReplayReport struct {
 	CapturesSealed      uint64            `json:"captures_sealed"`
 	CapturesDoomed      uint64            `json:"captures_doomed"`
 	CapturesAbandoned   uint64            `json:"captures_abandoned"`
-	GuardedPagesAtEnd   uint64            `json:"guarded_pages_at_end"`
+	// CaptureErrors counts capture events the device refused (a phase out
+	// of order, a close while another graph records, …); the replay goes
+	// on.
+	CaptureErrors     int    `json:"capture_errors"`
+	GuardedPagesAtEnd uint64 `json:"guarded_pages_at_end"`
 
 	WallSeconds float64 `json:"wall_seconds"`
 	Timeline    []Point `json:"-"`
@@ -175,6 +187,9 @@ func Replay(ctx context.Context, dev *gpumem.Device, events iter.Seq[Event], opt
 
 // stream returns trace stream n, creating device streams up to it.
 func (r *replayer) stream(n int) (*gpumem.Stream, error) {
+	if n < 0 || n >= MaxStreams {
+		return nil, fmt.Errorf("%w: stream %d outside [0, %d) (MaxStreams)", ErrInvalidEvent, n, MaxStreams)
+	}
 	for len(r.streams) <= n {
 		s, err := r.dev.NewStream()
 		if err != nil {
@@ -194,11 +209,18 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 		if err != nil {
 			return err
 		}
+		if e.Size > MaxSize {
+			return fmt.Errorf("%w: alloc size %d exceeds %d", ErrInvalidEvent, e.Size, MaxSize)
+		}
 		if old, ok := r.buffers[e.ID]; ok {
 			// An ID reused while live: the trace implies a free.
 			r.live -= old.Size()
-			_ = old.Free()
+			rep.ImpliedFrees++
 			delete(r.buffers, e.ID)
+			_ = old.Free()
+		}
+		if r.live > 1<<63-e.Size {
+			return fmt.Errorf("%w: live bytes would exceed 2^63", ErrInvalidEvent)
 		}
 		b, err := s.Alloc(ctx, e.Size)
 		if err != nil {
@@ -263,8 +285,9 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 	return nil
 }
 
-// capture applies a capture phase; capture errors (out-of-order phases,
-// doomed recordings) are counted through the device's stats, not fatal.
+// capture applies a capture phase. Capture errors (out-of-order phases,
+// doomed recordings, a close the device refuses) are counted in
+// CaptureErrors, never fatal; only a closed device stops the replay.
 func (r *replayer) capture(ctx context.Context, e Event) error {
 	s, err := r.stream(e.Stream)
 	if err != nil {
@@ -272,31 +295,41 @@ func (r *replayer) capture(ctx context.Context, e Event) error {
 	}
 	switch e.Phase {
 	case PhasePrepare:
-		tok, err := s.PrepareCapture()
-		if err == nil {
+		var tok *gpumem.CaptureToken
+		if tok, err = s.PrepareCapture(); err == nil {
 			r.tokens[e.Graph] = tok
 			r.capOwner[e.Graph] = e.Stream
 		}
 	case PhaseBegin:
 		if tok, ok := r.tokens[e.Graph]; ok {
-			_ = r.streams[r.capOwner[e.Graph]].BeginCapture(tok)
+			err = r.streams[r.capOwner[e.Graph]].BeginCapture(tok)
 		}
 	case PhaseEnd:
 		if tok, ok := r.tokens[e.Graph]; ok {
 			delete(r.tokens, e.Graph)
-			if g, err := r.streams[r.capOwner[e.Graph]].EndCapture(tok); err == nil {
+			var g *gpumem.Graph
+			if g, err = r.streams[r.capOwner[e.Graph]].EndCapture(tok); err == nil {
 				r.graphs[e.Graph] = g
 			}
 		}
 	case PhaseLaunch:
 		if g, ok := r.graphs[e.Graph]; ok {
-			_ = g.Launch(ctx)
+			err = g.Launch(ctx)
 		}
 	case PhaseClose:
 		if g, ok := r.graphs[e.Graph]; ok {
-			delete(r.graphs, e.Graph)
-			return g.Close()
+			// A refused close leaves the graph open: a later close may
+			// succeed.
+			if err = g.Close(); err == nil {
+				delete(r.graphs, e.Graph)
+			}
 		}
+	}
+	if err != nil {
+		if errors.Is(err, gpumem.ErrClosed) || ctx.Err() != nil {
+			return err
+		}
+		r.rep.CaptureErrors++
 	}
 	return nil
 }

@@ -36,20 +36,27 @@
 package trace
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/big"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
-// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0.
-const DefaultMaxSnapshotBytes = 8 << 30
+// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0:
+// 1 GiB, several times the largest real snapshot seen (under 100 MiB).
+// Decoding costs a few times the input in memory, so the bound keeps a
+// hostile input (a gzip bomb) from taking the machine; a larger snapshot
+// needs MaxBytes (the CLI's -max-snapshot).
+const DefaultMaxSnapshotBytes = 1 << 30
 
 // SnapshotOptions configures ReadSnapshot. The zero value reads the first
 // non-empty device trace with the prelude on.
@@ -148,24 +155,34 @@ type Snapshot struct {
 // native events as the file comment above describes. Errors wrap
 // [ErrPickle], [ErrPickleGlobal] or [ErrSnapshot] with the offset or entry
 // index at fault. It never panics on bad input.
+//
+// Bounds: the (decompressed) input is at most SnapshotOptions.MaxBytes
+// (default [DefaultMaxSnapshotBytes]), and its first byte must open a JSON
+// object or be a pickle opcode before the rest is read, so a stream of
+// garbage (zeros from a gzip bomb) is refused at once; tuples, lists and
+// dicts nest at most [MaxNesting] levels; integer literals have at most 40
+// digits; at most [MaxStreams] distinct stream handles are converted.
 func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	limit := opts.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxSnapshotBytes
 	}
-	data, err := readLimited(r, limit)
-	if err != nil {
-		return nil, err
+	br := bufio.NewReaderSize(r, 64<<10)
+	var src io.Reader = br
+	gzipped := false
+	if magic, _ := br.Peek(2); len(magic) == 2 && magic[0] == 0x1f && magic[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
+		}
+		src, gzipped = zr, true
 	}
-	if len(data) >= 2 && data[0] == 0x1f && data[1] == 0x8b {
-		zr, err := gzip.NewReader(bytes.NewReader(data))
-		if err != nil {
+	data, err := readSnapshotBytes(src, limit)
+	if err != nil {
+		if gzipped && !errors.Is(err, ErrSnapshot) {
 			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
 		}
-		data, err = readLimited(zr, limit)
-		if err != nil {
-			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
-		}
+		return nil, err
 	}
 	root, err := decodeSnapshotValue(data)
 	if err != nil {
@@ -174,23 +191,51 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	return convertSnapshot(root, opts)
 }
 
-func readLimited(r io.Reader, limit int64) ([]byte, error) {
-	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+// readSnapshotBytes reads at most limit bytes, skipping leading JSON white
+// space, after checking that the first other byte can start a snapshot.
+func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var skipped int64
+	for {
+		b, err := br.ReadByte()
+		if err == io.EOF {
+			return nil, fmt.Errorf("%w: empty input", ErrSnapshot)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
+			if skipped++; skipped > limit {
+				return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+			}
+			continue
+		}
+		if b != '{' && !pickleOpcodes[b] {
+			return nil, fmt.Errorf("%w: input starts with byte %#02x at offset %d, neither a pickle opcode nor a JSON object", ErrSnapshot, b, skipped)
+		}
+		if err := br.UnreadByte(); err != nil {
+			return nil, err
+		}
+		break
+	}
+	data, err := io.ReadAll(io.LimitReader(br, limit-skipped+1))
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(data)) > limit {
+	if int64(len(data)) > limit-skipped {
 		return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
 	}
 	return data, nil
 }
 
-// decodeSnapshotValue decodes JSON (leading '{' after white space) or a
-// pickle into the unpickler's value types.
+// decodeSnapshotValue decodes JSON (leading '{') or a pickle into the
+// unpickler's value types.
 func decodeSnapshotValue(data []byte) (any, error) {
-	trimmed := bytes.TrimLeft(data, " \t\r\n")
-	if len(trimmed) > 0 && trimmed[0] == '{' {
-		dec := json.NewDecoder(bytes.NewReader(trimmed))
+	if len(data) > 0 && data[0] == '{' {
+		if err := checkJSONShape(data); err != nil {
+			return nil, err
+		}
+		dec := json.NewDecoder(bytes.NewReader(data))
 		dec.UseNumber()
 		var v any
 		if err := dec.Decode(&v); err != nil {
@@ -201,8 +246,49 @@ func decodeSnapshotValue(data []byte) (any, error) {
 	return unpickle(data)
 }
 
-// fromJSON converts encoding/json's generic values to the unpickler's. The
-// depth is bounded by encoding/json's own nesting limit.
+// checkJSONShape refuses, naming the byte offset, JSON that nests objects
+// and arrays deeper than MaxNesting or holds a number with more than
+// maxIntDigits digits in a row (decimal conversion of big integers is
+// quadratic). It only tracks strings and brackets; encoding/json checks
+// the rest.
+func checkJSONShape(data []byte) error {
+	depth, digits := 0, 0
+	inString, escaped := false, false
+	for i, b := range data {
+		if inString {
+			switch {
+			case escaped:
+				escaped = false
+			case b == '\\':
+				escaped = true
+			case b == '"':
+				inString = false
+			}
+			continue
+		}
+		if b >= '0' && b <= '9' {
+			if digits++; digits > maxIntDigits {
+				return fmt.Errorf("%w: json: number at byte offset %d has more than %d digits", ErrSnapshot, i-digits+1, maxIntDigits)
+			}
+			continue
+		}
+		digits = 0
+		switch b {
+		case '"':
+			inString = true
+		case '{', '[':
+			if depth++; depth > MaxNesting {
+				return fmt.Errorf("%w: json: nesting deeper than %d levels at byte offset %d", ErrSnapshot, MaxNesting, i)
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return nil
+}
+
+// fromJSON converts encoding/json's generic values to the unpickler's. Its
+// recursion is bounded by checkJSONShape's MaxNesting.
 func fromJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
@@ -234,6 +320,43 @@ func fromJSON(v any) any {
 	default:
 		return v
 	}
+}
+
+// describe names a decoded value for an error message without walking it:
+// a scalar's value (a string truncated to 40 bytes), a container's type
+// and length, a big integer's size. Decoded values may nest a million levels
+// deep or share sub-values exponentially often, so fmt's %v must never see
+// them.
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "None"
+	case bool, int64, float64:
+		return fmt.Sprintf("%v", x)
+	case string:
+		const keep = 40
+		if len(x) > keep {
+			cut := keep
+			for cut > 0 && !utf8.RuneStart(x[cut]) {
+				cut--
+			}
+			return fmt.Sprintf("%q… (string of %d bytes)", x[:cut], len(x))
+		}
+		return fmt.Sprintf("%q", x)
+	case []byte:
+		return fmt.Sprintf("bytes of %d", len(x))
+	case *big.Int:
+		return fmt.Sprintf("integer of %d bits", x.BitLen())
+	case *pyList:
+		return fmt.Sprintf("list of %d", len(x.items))
+	case pyTuple:
+		return fmt.Sprintf("tuple of %d", len(x))
+	case *depthTuple:
+		return fmt.Sprintf("tuple of %d", len(x.t))
+	case *pyDict:
+		return fmt.Sprintf("dict of %d", len(x.keys))
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // Accessors over decoded values.
@@ -309,15 +432,16 @@ type entry struct {
 	t       int64
 }
 
-// field reads an optional non-negative size-like integer field.
-func sizeField(d *pyDict, key string, idx int) (uint64, bool, error) {
+// sizeField reads an optional non-negative size-like integer field. where
+// names the record for the error ("entry", "segment"; idx is its index).
+func sizeField(d *pyDict, key string, where string, idx int) (uint64, bool, error) {
 	v, ok := d.get(key)
 	if !ok || v == nil {
 		return 0, false, nil
 	}
 	n, ok := asUint64(v)
 	if !ok || n > MaxSize {
-		return 0, false, fmt.Errorf("%w: entry %d: %s %v is not a size in [0, 2^62]", ErrSnapshot, idx, key, v)
+		return 0, false, fmt.Errorf("%w: %s %d: %s %s is not a size in [0, 2^62]", ErrSnapshot, where, idx, key, describe(v))
 	}
 	return n, true, nil
 }
@@ -325,7 +449,7 @@ func sizeField(d *pyDict, key string, idx int) (uint64, bool, error) {
 func parseEntry(v any, idx int) (entry, error) {
 	d, ok := v.(*pyDict)
 	if !ok {
-		return entry{}, fmt.Errorf("%w: entry %d is %T, not a dict", ErrSnapshot, idx, v)
+		return entry{}, fmt.Errorf("%w: entry %d is %s, not a dict", ErrSnapshot, idx, describe(v))
 	}
 	av, _ := d.get("action")
 	action, ok := av.(string)
@@ -335,16 +459,16 @@ func parseEntry(v any, idx int) (entry, error) {
 	e := entry{kind: actionKinds[action], action: action}
 	if addrV, ok := d.get("addr"); ok && addrV != nil {
 		if e.addr, ok = asUint64(addrV); !ok {
-			return entry{}, fmt.Errorf("%w: entry %d: addr %v is not an address", ErrSnapshot, idx, addrV)
+			return entry{}, fmt.Errorf("%w: entry %d: addr %s is not an address", ErrSnapshot, idx, describe(addrV))
 		}
 	} else if e.kind >= actAlloc && e.kind <= actSegmentSub {
 		return entry{}, fmt.Errorf("%w: entry %d: %s without addr", ErrSnapshot, idx, action)
 	}
-	size, hasSize, err := sizeField(d, "size", idx)
+	size, hasSize, err := sizeField(d, "size", "entry", idx)
 	if err != nil {
 		return entry{}, err
 	}
-	req, hasReq, err := sizeField(d, "requested_size", idx)
+	req, hasReq, err := sizeField(d, "requested_size", "entry", idx)
 	if err != nil {
 		return entry{}, err
 	}
@@ -358,14 +482,14 @@ func parseEntry(v any, idx int) (entry, error) {
 	}
 	if sv, ok := d.get("stream"); ok && sv != nil {
 		if e.stream, ok = asStreamKey(sv); !ok {
-			return entry{}, fmt.Errorf("%w: entry %d: stream %v is not an integer", ErrSnapshot, idx, sv)
+			return entry{}, fmt.Errorf("%w: entry %d: stream %s is not an integer", ErrSnapshot, idx, describe(sv))
 		}
 	}
 	e.t = -1
 	if tv, ok := d.get("time_us"); ok && tv != nil {
 		t, ok := tv.(int64)
 		if !ok {
-			return entry{}, fmt.Errorf("%w: entry %d: time_us %v is not an integer", ErrSnapshot, idx, tv)
+			return entry{}, fmt.Errorf("%w: entry %d: time_us %s is not an integer", ErrSnapshot, idx, describe(tv))
 		}
 		if t < 0 {
 			return entry{}, fmt.Errorf("%w: entry %d: negative time_us %d", ErrSnapshot, idx, t)
@@ -397,23 +521,32 @@ type liveAlloc struct {
 	pending bool
 }
 
-func (c *converter) stream(raw uint64) int {
+// stream returns the dense stream of a raw handle, numbering a new one; a
+// handle beyond the first MaxStreams distinct ones is refused.
+func (c *converter) stream(raw uint64) (int, error) {
 	if id, ok := c.streams[raw]; ok {
-		return id
+		return id, nil
 	}
 	id := len(c.s.StreamHandles)
+	if id >= MaxStreams {
+		return 0, fmt.Errorf("%w: stream handle %#x is the %d-th distinct stream (at most %d)", ErrSnapshot, raw, id+1, MaxStreams)
+	}
 	c.streams[raw] = id
 	c.s.StreamHandles = append(c.s.StreamHandles, raw)
-	return id
+	return id, nil
 }
 
 func (c *converter) alloc(t int64, addr, size, stream uint64) error {
 	if c.liveSum > math.MaxInt64-size {
 		return fmt.Errorf("%w: live bytes exceed 2^63", ErrSnapshot)
 	}
+	dense, err := c.stream(stream)
+	if err != nil {
+		return err
+	}
 	id := c.nextID
 	c.nextID++
-	c.s.Events = append(c.s.Events, Event{Op: OpAlloc, T: t, ID: id, Size: size, Stream: c.stream(stream)})
+	c.s.Events = append(c.s.Events, Event{Op: OpAlloc, T: t, ID: id, Size: size, Stream: dense})
 	c.live[addr] = &liveAlloc{id: id, size: size}
 	c.liveSum += size
 	if c.liveSum > c.s.PeakLive {
@@ -436,7 +569,7 @@ func (c *converter) free(t int64, addr uint64) bool {
 func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	top, ok := root.(*pyDict)
 	if !ok {
-		return nil, fmt.Errorf("%w: top level is %T, not a dict", ErrSnapshot, root)
+		return nil, fmt.Errorf("%w: top level is %s, not a dict", ErrSnapshot, describe(root))
 	}
 	tracesV, ok := top.get("device_traces")
 	if !ok {
@@ -444,7 +577,7 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	}
 	traces, ok := asList(tracesV)
 	if !ok {
-		return nil, fmt.Errorf("%w: device_traces is %T, not a list", ErrSnapshot, tracesV)
+		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
 	}
 	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
 	var raw []any
@@ -454,13 +587,13 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		s.Device = opts.Device
 		if raw, ok = asList(traces[opts.Device]); !ok && traces[opts.Device] != nil {
-			return nil, fmt.Errorf("%w: device_traces[%d] is %T, not a list", ErrSnapshot, opts.Device, traces[opts.Device])
+			return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, opts.Device, describe(traces[opts.Device]))
 		}
 	} else {
 		for i, tv := range traces {
 			l, ok := asList(tv)
 			if !ok && tv != nil {
-				return nil, fmt.Errorf("%w: device_traces[%d] is %T, not a list", ErrSnapshot, i, tv)
+				return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, i, describe(tv))
 			}
 			if len(l) > 0 {
 				s.Device, raw = i, l
@@ -494,32 +627,37 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	if segV, ok := top.get("segments"); ok && segV != nil {
 		segs, ok := asList(segV)
 		if !ok {
-			return nil, fmt.Errorf("%w: segments is %T, not a list", ErrSnapshot, segV)
+			return nil, fmt.Errorf("%w: segments is %s, not a list", ErrSnapshot, describe(segV))
 		}
 		for i, sv := range segs {
 			seg, ok := sv.(*pyDict)
 			if !ok {
-				return nil, fmt.Errorf("%w: segment %d is %T, not a dict", ErrSnapshot, i, sv)
+				return nil, fmt.Errorf("%w: segment %d is %s, not a dict", ErrSnapshot, i, describe(sv))
 			}
 			if dv, ok := seg.get("device"); ok {
 				dev, ok := dv.(int64)
 				if !ok {
-					return nil, fmt.Errorf("%w: segment %d: device %v is not an integer", ErrSnapshot, i, dv)
+					return nil, fmt.Errorf("%w: segment %d: device %s is not an integer", ErrSnapshot, i, describe(dv))
 				}
 				if dev != int64(s.Device) {
 					continue
 				}
 			}
-			total, _, err := sizeField(seg, "total_size", i)
+			total, _, err := sizeField(seg, "total_size", "segment", i)
 			if err != nil {
-				return nil, fmt.Errorf("segment: %w", err)
+				return nil, err
 			}
 			s.Segments++
+			// Each total is at most 2^62, so the sum cannot wrap before
+			// this check refuses it.
 			s.FinalReserved += total
+			if s.FinalReserved > math.MaxInt64/2 {
+				return nil, fmt.Errorf("%w: segment %d: segments total more than 2^62 bytes", ErrSnapshot, i)
+			}
 			var stream uint64
 			if sv, ok := seg.get("stream"); ok && sv != nil {
 				if stream, ok = asStreamKey(sv); !ok {
-					return nil, fmt.Errorf("%w: segment %d: stream %v is not an integer", ErrSnapshot, i, sv)
+					return nil, fmt.Errorf("%w: segment %d: stream %s is not an integer", ErrSnapshot, i, describe(sv))
 				}
 			}
 			segAddr, _ := seg.get("address")
@@ -536,7 +674,7 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			for j, bv := range blocks {
 				b, ok := bv.(*pyDict)
 				if !ok {
-					return nil, fmt.Errorf("%w: segment %d block %d is %T, not a dict", ErrSnapshot, i, j, bv)
+					return nil, fmt.Errorf("%w: segment %d block %d is %s, not a dict", ErrSnapshot, i, j, describe(bv))
 				}
 				stv, _ := b.get("state")
 				state, _ := stv.(string)
@@ -546,14 +684,15 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 				av, _ := b.get("address")
 				addr, ok := asUint64(av)
 				if !ok {
-					return nil, fmt.Errorf("%w: segment %d block %d: address %v is not an address", ErrSnapshot, i, j, av)
+					return nil, fmt.Errorf("%w: segment %d block %d: address %s is not an address", ErrSnapshot, i, j, describe(av))
 				}
-				size, _, err := sizeField(b, "size", j)
+				where := fmt.Sprintf("segment %d block", i)
+				size, _, err := sizeField(b, "size", where, j)
 				if err != nil {
-					return nil, fmt.Errorf("segment %d block: %w", i, err)
+					return nil, err
 				}
-				if req, has, err := sizeField(b, "requested_size", j); err != nil {
-					return nil, fmt.Errorf("segment %d block: %w", i, err)
+				if req, has, err := sizeField(b, "requested_size", where, j); err != nil {
+					return nil, err
 				} else if has {
 					size = req
 				}

@@ -2,7 +2,10 @@ package trace
 
 import (
 	"bytes"
+	"compress/gzip"
 	"errors"
+	"fmt"
+	"io"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -253,8 +256,8 @@ func TestUnpicklerDecodesPlainValues(t *testing.T) {
 		{"text INT bool", []byte{'I', '0', '1', '\n'}, true},
 		{"text LONG", []byte{'L', '1', '2', 'L', '\n'}, int64(12)},
 		{"DUP and TUPLE2", []byte{'K', 7, '2', 0x86}, pyTuple{int64(7), int64(7)}},
-		{"LIST from mark", []byte{'(', 'K', 1, 'K', 2, 'l'}, &pyList{items: []any{int64(1), int64(2)}}},
-		{"memo shares a list", []byte{']', 0x94, '0', 'h', 0, 'K', 3, 'a', 'h', 0, 0x86}, pyTuple{&pyList{items: []any{int64(3)}}, &pyList{items: []any{int64(3)}}}},
+		{"LIST from mark", []byte{'(', 'K', 1, 'K', 2, 'l'}, &pyList{items: []any{int64(1), int64(2)}, depth: 1}},
+		{"memo shares a list", []byte{']', 0x94, '0', 'h', 0, 'K', 3, 'a', 'h', 0, 0x86}, pyTuple{&pyList{items: []any{int64(3)}, depth: 1}, &pyList{items: []any{int64(3)}, depth: 1}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -421,4 +424,208 @@ func BenchmarkReadSnapshot(b *testing.B) {
 	sec := b.Elapsed().Seconds()
 	b.ReportMetric(float64(events)/sec, "events/s")
 	b.ReportMetric(float64(entries)/sec, "entries/s")
+}
+
+// entryWithAddr is a protocol-4 pickle of {device_traces: [[{action:
+// alloc, size: 512, addr: <addr>}]]} where addr is the given opcodes.
+func entryWithAddr(addr []byte) []byte {
+	su := func(s string) []byte { return append([]byte{0x8c, byte(len(s))}, s...) }
+	var b []byte
+	b = append(b, 0x80, 4, '}')
+	b = append(b, su("device_traces")...)
+	b = append(b, ']', ']', '}')
+	b = append(b, su("action")...)
+	b = append(b, su("alloc")...)
+	b = append(b, 's')
+	b = append(b, su("size")...)
+	b = append(b, 'M', 0, 2, 's')
+	b = append(b, su("addr")...)
+	b = append(b, addr...)
+	b = append(b, 's', 'a', 'a', 's', '.')
+	return b
+}
+
+// Values nested deeper than MaxNesting are refused while decoding: a tuple
+// nested two million levels deep once overflowed the stack when an error
+// message printed it.
+func TestDeepNestingIsRefusedWithAClearError(t *testing.T) {
+	deep := map[string][]byte{
+		"tuple": entryWithAddr(append([]byte{')'}, bytes.Repeat([]byte{0x85}, 2_000_000)...)),
+		"list":  entryWithAddr(append(bytes.Repeat([]byte{'('}, 5000), bytes.Repeat([]byte{'l'}, 5000)...)),
+	}
+	// Dicts: {"k": {"k": … {}}}, each level MARK "k" GET(previous) DICT.
+	dict := []byte{'}', 0x94, '0'}
+	for i := range uint32(2000) {
+		dict = append(dict, '(', 0x8c, 1, 'k', 'j', byte(i), byte(i>>8), 0, 0, 'd', 0x94, '0')
+	}
+	deep["dict"] = entryWithAddr(append(dict, 'j', 0xd0, 0x07, 0, 0))
+	// A list extended with itself 2000 times.
+	deep["appends"] = entryWithAddr(append([]byte{']', 0x94}, bytes.Repeat([]byte{'h', 0, 'a'}, 2000)...))
+	for name, p := range deep {
+		t.Run(name, func(t *testing.T) {
+			_, err := ReadSnapshot(bytes.NewReader(p), SnapshotOptions{})
+			if !errors.Is(err, ErrPickle) || !strings.Contains(err.Error(), "nesting deeper than 1000") {
+				t.Fatalf("got %v, want ErrPickle about nesting", err)
+			}
+		})
+	}
+	// The tuple, the entry dict, two lists and the top dict: 5 levels.
+	ok := entryWithAddr(append([]byte{')'}, bytes.Repeat([]byte{0x85}, MaxNesting-5)...))
+	if _, err := ReadSnapshot(bytes.NewReader(ok), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "entry 0: addr tuple of 1 is not an address") {
+		t.Fatalf("nesting of exactly MaxNesting: %v", err)
+	}
+	j := `{"device_traces": ` + strings.Repeat("[", MaxNesting+1) + strings.Repeat("]", MaxNesting+1) + `}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "nesting deeper than 1000") {
+		t.Fatalf("deep JSON: %v", err)
+	}
+}
+
+// A 64-level DAG of tuples (each level the pair (T, T) of the one below)
+// has 2^64 paths: an error must describe it without walking it.
+func TestSharedValuesAreDescribedWithoutBeingWalked(t *testing.T) {
+	dag := []byte{')', 0x94, '0'}
+	for k := range 64 {
+		dag = append(dag, 'h', byte(k), 'h', byte(k), 0x86, 0x94, '0')
+	}
+	dag = append(dag, 'h', 64)
+	_, err := ReadSnapshot(bytes.NewReader(entryWithAddr(dag)), SnapshotOptions{})
+	if !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "entry 0: addr tuple of 2 is not an address") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestDescribeNeverPrintsContainers(t *testing.T) {
+	long := strings.Repeat("é", 100)
+	for _, c := range []struct {
+		v    any
+		want string
+	}{
+		{nil, "None"},
+		{true, "true"},
+		{int64(-5), "-5"},
+		{1.5, "1.5"},
+		{"addr", `"addr"`},
+		{long, `"` + strings.Repeat("é", 20) + `"… (string of 200 bytes)`},
+		{[]byte("xyz"), "bytes of 3"},
+		{new(big.Int).Lsh(big.NewInt(1), 100), "integer of 101 bits"},
+		{&pyList{items: []any{pyTuple{}, int64(1)}}, "list of 2"},
+		{pyTuple{&pyList{}}, "tuple of 1"},
+		{&pyDict{keys: []any{"a"}, vals: []any{nil}}, "dict of 1"},
+		{struct{}{}, "struct {}"},
+	} {
+		if got := describe(c.v); got != c.want {
+			t.Errorf("describe(%T) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+// Integer literals longer than 40 digits are refused (decimal conversion
+// is quadratic: megabytes of digits took seconds).
+func TestLongIntegerLiteralsAreRefused(t *testing.T) {
+	digits := strings.Repeat("7", 4_000_000)
+	for _, op := range []byte{'I', 'L'} {
+		p := append(append([]byte{op}, digits...), '\n', '.')
+		if _, err := ReadSnapshot(bytes.NewReader(p), SnapshotOptions{}); !errors.Is(err, ErrPickle) || !strings.Contains(err.Error(), "integer of 4000000 digits") {
+			t.Fatalf("text %c: %v", op, err)
+		}
+	}
+	prefix := `{"device_traces": [[{"action": "alloc", "addr": `
+	j := prefix + digits + `, "size": 1}]]}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), fmt.Sprintf("byte offset %d has more than 40 digits", len(prefix))) {
+		t.Fatalf("json: %v", err)
+	}
+	// 40 digits decode (as a big integer: not an address).
+	forty := strings.Repeat("9", 40)
+	v, err := unpickle(pickleOf(append(append([]byte{'L'}, forty...), 'L', '\n')...))
+	if b, ok := v.(*big.Int); err != nil || !ok || b.String() != forty {
+		t.Fatalf("40-digit LONG: %v %v", v, err)
+	}
+	j = `{"device_traces": [[{"action": "alloc", "addr": ` + forty + `, "size": 1}]]}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "entry 0: addr integer of 133 bits is not an address") {
+		t.Fatalf("40-digit json addr: %v", err)
+	}
+	// Digits inside strings are not numbers.
+	j = `{"device_traces": [[{"action": "` + digits[:100] + `\"` + digits[:100] + `"}]]}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); err != nil {
+		t.Fatalf("digits in a string: %v", err)
+	}
+}
+
+// More distinct stream handles than MaxStreams are refused naming the entry.
+func TestSnapshotStreamHandlesAreCapped(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"device_traces": [[`)
+	for i := range MaxStreams + 1 {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `{"action": "alloc", "addr": %d, "size": 512, "stream": %d}`, 4096*(i+1), 1_000_000+i)
+	}
+	b.WriteString(`]]}`)
+	_, err := ReadSnapshot(strings.NewReader(b.String()), SnapshotOptions{})
+	if !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), fmt.Sprintf("entry %d:", MaxStreams)) {
+		t.Fatalf("got %v, want ErrSnapshot naming entry %d", err, MaxStreams)
+	}
+	// MaxStreams of them convert.
+	s := b.String()
+	s = s[:strings.LastIndex(s, `,{"action"`)] + `]]}`
+	snap, err := ReadSnapshot(strings.NewReader(s), SnapshotOptions{})
+	if err != nil || snap.Streams != MaxStreams {
+		t.Fatalf("MaxStreams handles: %v", err)
+	}
+}
+
+// Segment totals that add past 2^62 are refused naming the segment, never
+// wrapped.
+func TestSegmentTotalsNeverWrap(t *testing.T) {
+	seg := `{"device": 0, "total_size": 4611686018427387904, "blocks": []}`
+	j := `{"device_traces": [], "segments": [{"device": 0, "total_size": 1048576}, ` + strings.Repeat(seg+",", 4) + seg + `]}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "segment 1:") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += n
+	return n, err
+}
+
+// A gzip bomb of zeros is refused at its first byte, before the rest is
+// decompressed; the default bound is 1 GiB and MaxBytes raises it.
+func TestGzipBombIsRefusedAtTheFirstByte(t *testing.T) {
+	// 1 GiB of zeros: one gzip member of 1 MiB zeros, 1024 times over.
+	var member bytes.Buffer
+	zw := gzip.NewWriter(&member)
+	zw.Write(make([]byte, 1<<20))
+	zw.Close()
+	z := bytes.Repeat(member.Bytes(), 1024)
+	cr := &countingReader{r: bytes.NewReader(z)}
+	_, err := ReadSnapshot(cr, SnapshotOptions{})
+	if !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "starts with byte 0x00") {
+		t.Fatalf("got %v", err)
+	}
+	if cr.n > 256<<10 {
+		t.Fatalf("read %d of %d compressed bytes before refusing", cr.n, len(z))
+	}
+	if DefaultMaxSnapshotBytes != 1<<30 {
+		t.Fatalf("DefaultMaxSnapshotBytes = %d", DefaultMaxSnapshotBytes)
+	}
+	// Leading white space is JSON's, and counts against MaxBytes.
+	j := strings.Repeat(" ", 100) + `{"device_traces": []}`
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); err != nil {
+		t.Fatalf("JSON after white space: %v", err)
+	}
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{MaxBytes: 50}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "larger than 50") {
+		t.Fatalf("JSON above MaxBytes: %v", err)
+	}
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{MaxBytes: int64(len(j))}); err != nil {
+		t.Fatalf("JSON at MaxBytes: %v", err)
+	}
 }

@@ -23,7 +23,7 @@ type SynthParams struct {
 	// Allocs is the approximate number of alloc events (default 2000).
 	Allocs int
 	// Streams is the number of streams of multistream (default 2; at least
-	// 2). Other workloads use stream 0.
+	// 2, at most MaxStreams). Other workloads use stream 0.
 	Streams int
 	// LiveBytes bounds the live set of churn and multistream (default 1 GiB).
 	LiveBytes uint64
@@ -70,8 +70,8 @@ func Synth(name string, seed uint64, p SynthParams) (iter.Seq[Event], error) {
 	if p.Streams < 2 {
 		p.Streams = 2
 	}
-	if p.Streams > 1024 {
-		return nil, fmt.Errorf("%w: synth streams %d exceeds 1024", ErrInvalidEvent, p.Streams)
+	if p.Streams > MaxStreams {
+		return nil, fmt.Errorf("%w: synth streams %d exceeds %d (MaxStreams)", ErrInvalidEvent, p.Streams, MaxStreams)
 	}
 	if p.LiveBytes == 0 {
 		p.LiveBytes = 1 << 30

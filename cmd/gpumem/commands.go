@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 
@@ -45,12 +46,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs := newFlagSet("gpumem replay", stderr)
 	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
 	var capacity sizeFlag
-	fs.Var(&capacity, "capacity", "replay at this device capacity (e.g. 24GiB) instead of unlimited")
+	fs.Var(&capacity, "capacity", "replay at this device capacity (e.g. 24GiB, at least 1MiB) instead of unlimited")
+	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
+	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML page with the timeline to `FILE`")
 	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run")
-	bandwidth := fs.Float64("bandwidth", compare.DefaultBandwidth, "device copy bandwidth (B/s) for the relocation time estimate")
+	bandwidth := fs.Float64("bandwidth", compare.DefaultBandwidth, "device copy bandwidth (B/s, finite, at least 1) for the relocation time estimate")
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
 	quiet := fs.Bool("quiet", false, "no progress bar")
@@ -77,8 +80,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
 		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
 	}
-	if *bandwidth <= 0 {
-		return fmt.Errorf("%w: -bandwidth must be positive", errUsage)
+	if math.IsNaN(*bandwidth) || math.IsInf(*bandwidth, 0) || *bandwidth < 1 {
+		return fmt.Errorf("%w: -bandwidth %v: want a finite number of bytes per second, at least 1", errUsage, *bandwidth)
+	}
+	if capacity.set && capacity.v < 1<<20 {
+		return fmt.Errorf("%w: -capacity %d B is below 1 MiB (omit -capacity for an unlimited device)", errUsage, capacity.v)
+	}
+	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+		return err
 	}
 	var open func(...gpumem.Option) (*gpumem.Device, error)
 	var alignment uint64
@@ -93,7 +102,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	src, err := loadSource(path)
+	src, err := loadSource(path, int64(maxSnapshot.v))
 	if err != nil {
 		return err
 	}
@@ -144,6 +153,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
+// checkMaxSnapshot refuses a -max-snapshot of 0.
+func checkMaxSnapshot(f sizeFlag) error {
+	if f.v == 0 {
+		return fmt.Errorf("%w: -max-snapshot must be at least 1 byte", errUsage)
+	}
+	return nil
+}
+
 // writeFile writes through fn to path, removing a partial file on error.
 func writeFile(path string, fn func(io.Writer) error) error {
 	f, err := os.Create(path)
@@ -162,6 +179,8 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem convert", stderr)
 	out := fs.String("o", "", "write the trace to `FILE` (required)")
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
+	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
+	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -172,12 +191,15 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("%w: gpumem convert SNAPSHOT -o TRACE.jsonl", errUsage)
 	}
+	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+		return err
+	}
 	f, err := os.Open(pos[0])
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude})
+	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)})
 	if err != nil {
 		return err
 	}

@@ -14,8 +14,9 @@ import (
 )
 
 // loadSource reads FILE (a .jsonl trace, or a PyTorch snapshot: pickle or
-// JSON, optionally gzipped), or the embedded default trace when path is "".
-func loadSource(path string) (compare.Source, error) {
+// JSON, optionally gzipped, at most maxSnapshot bytes decompressed), or the
+// embedded default trace when path is "".
+func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	if path == "" {
 		name, data := trace.Default()
 		return decodeJSONL(name+" (embedded)", bytes.NewReader(data))
@@ -28,7 +29,7 @@ func loadSource(path string) (compare.Source, error) {
 	if strings.HasSuffix(path, ".jsonl") {
 		return decodeJSONL(filepath.Base(path), f)
 	}
-	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{})
+	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{MaxBytes: maxSnapshot})
 	if err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}

@@ -13,7 +13,9 @@
 // CUDA driver, loaded at run time: libcuda.so.1 or $GPUMEM_LIBCUDA).
 //
 // Exit status: 0 success; 1 a replay error (no CUDA driver for -backend
-// cuda included), or failed allocations under -fail-on-oom; 2 a usage error.
+// cuda included), or failed allocations under -fail-on-oom; 2 a usage error
+// (only errors wrapping errUsage; see exitCode). main recovers nothing: a
+// Go panic is a bug, and the runtime reports it with its stack.
 package main
 
 import (
@@ -41,8 +43,8 @@ func main() {
 	}
 }
 
-// exitCode is the exit status for run's error: 0 none, 2 a usage error, 1
-// any other.
+// exitCode is the exit status for run's error: 0 none, 2 an error wrapping
+// errUsage and nothing else, 1 any other.
 func exitCode(err error) int {
 	switch {
 	case err == nil:

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -343,7 +344,7 @@ func TestReplayOnCudaWithoutDriverFailsClearly(t *testing.T) {
 // compare.Options.Open opens every policy device, the capacity search's
 // included, with the policy's options and the Alignment asked for.
 func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
-	src, err := loadSource("")
+	src, err := loadSource("", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,5 +363,109 @@ func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
 	}
 	if p := c.Policies[0]; opened != 1+p.CapacityProbes || p.CapacityProbes == 0 {
 		t.Fatalf("Open called %d times for one replay and %d capacity probes", opened, p.CapacityProbes)
+	}
+}
+
+// Bandwidths and sizes that are not finite, and capacities below 1 MiB
+// (which used to mean unlimited silently), are usage errors.
+func TestNonFiniteAndTinyFlagValuesAreUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"replay", "-bandwidth", "NaN"},
+		{"replay", "-bandwidth", "Inf"},
+		{"replay", "-bandwidth", "-Inf"},
+		{"replay", "-bandwidth", "1e-300"},
+		{"replay", "-bandwidth", "0.5"},
+		{"replay", "-capacity", "NaN"},
+		{"replay", "-capacity", "Inf"},
+		{"replay", "-capacity", "infGiB"},
+		{"replay", "-capacity", "0"},
+		{"replay", "-capacity", "0.5"},
+		{"replay", "-capacity", "1023KiB"},
+		{"replay", "-max-snapshot", "NaN"},
+		{"replay", "-max-snapshot", "0"},
+		{"convert", "x.pickle", "-o", "y.jsonl", "-max-snapshot", "0"},
+	} {
+		_, _, err := runCmd(t, append(args, "-quiet")...)
+		if !errors.Is(err, errUsage) || exitCode(err) != 2 {
+			t.Errorf("gpumem %q = %v (exit %d), want a usage error (exit 2)", args, err, exitCode(err))
+		}
+	}
+	if _, _, err := runCmd(t, "replay", "-capacity", "0"); err == nil || !strings.Contains(err.Error(), "below 1 MiB") {
+		t.Errorf("-capacity 0: %v, want an error saying below 1 MiB", err)
+	}
+	for _, s := range []string{"NaN", "nan", "+Inf", "-inf", "InfMiB", "1e400"} {
+		if v, err := parseSize(s); err == nil {
+			t.Errorf("parseSize(%q) = %d, want an error", s, v)
+		}
+	}
+	var r replayJSON
+	decodeOne(t, mustRun(t, "replay", "-quiet", "-json", "-no-search", "-policies", "torch", "-capacity", "1MiB", "-bandwidth", "1"), &r)
+}
+
+// Only errUsage maps to exit status 2; any other error, whatever it says,
+// is 1.
+func TestExitCodeMapsOnlyErrUsageToTwo(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, 0},
+		{errUsage, 2},
+		{fmt.Errorf("wrapped: %w", errUsage), 2},
+		{errors.New("usage: looks like one"), 1},
+		{errors.New("panic: runtime error"), 1},
+		{fmt.Errorf("%w", trace.ErrInvalidEvent), 1},
+	} {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// -max-snapshot bounds the decompressed snapshot (exit 1, naming the
+// bound); a capture close the device refuses is counted, and the replay
+// reports (exit 0).
+func TestMaxSnapshotAndCountedCaptureErrors(t *testing.T) {
+	dir := t.TempDir()
+	snap := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(snap, []byte(`{"device_traces": [[{"action": "alloc", "addr": 4096, "size": 512}]]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runCmd(t, "replay", "-quiet", "-no-search", "-max-snapshot", "10B", snap)
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "larger than 10 bytes") {
+		t.Fatalf("-max-snapshot 10B: %v", err)
+	}
+	mustRun(t, "replay", "-quiet", "-no-search", "-max-snapshot", "1KiB", snap)
+	if _, _, err := runCmd(t, "convert", snap, "-o", filepath.Join(dir, "o.jsonl"), "-max-snapshot", "10"); err == nil || !strings.Contains(err.Error(), "larger than 10 bytes") {
+		t.Fatalf("convert -max-snapshot 10: %v", err)
+	}
+
+	tr := filepath.Join(dir, "capture.jsonl")
+	lines := []string{
+		`{"op":"alloc","t":0,"id":1,"size":1048576,"stream":0}`,
+		`{"op":"capture","t":1,"stream":0,"phase":"prepare","graph":0}`,
+		`{"op":"capture","t":2,"stream":0,"phase":"begin","graph":0}`,
+		`{"op":"alloc","t":3,"id":2,"size":1048576,"stream":0}`,
+		`{"op":"capture","t":4,"stream":0,"phase":"end","graph":0}`,
+		`{"op":"capture","t":5,"stream":0,"phase":"prepare","graph":1}`,
+		`{"op":"capture","t":6,"stream":0,"phase":"begin","graph":1}`,
+		`{"op":"capture","t":7,"stream":0,"phase":"close","graph":0}`,
+	}
+	if err := os.WriteFile(tr, []byte(strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := mustRun(t, "replay", "-quiet", "-json", "-policies", "adaptive", tr)
+	var r struct {
+		Policies []struct {
+			Replay struct {
+				Events        int `json:"events"`
+				CaptureErrors int `json:"capture_errors"`
+				ImpliedFrees  int `json:"implied_frees"`
+			} `json:"replay"`
+		} `json:"policies"`
+	}
+	decodeOne(t, out, &r)
+	if rp := r.Policies[0].Replay; rp.Events != len(lines) || rp.CaptureErrors != 1 {
+		t.Fatalf("replay %+v, want %d events and 1 capture error", rp, len(lines))
 	}
 }

@@ -2,12 +2,14 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 )
 
 // parseSize reads a byte count with an optional unit B, KiB, MiB, GiB or
-// TiB (also K, M, G, T, KB, MB, GB, TB as binary units).
+// TiB (also K, M, G, T, KB, MB, GB, TB as binary units): a finite,
+// non-negative number below 2^63 bytes (NaN and infinities are refused).
 func parseSize(s string) (uint64, error) {
 	t := strings.TrimSpace(s)
 	units := []struct {
@@ -27,7 +29,7 @@ func parseSize(s string) (uint64, error) {
 		}
 	}
 	f, err := strconv.ParseFloat(t, 64)
-	if err != nil || f < 0 {
+	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
 		return 0, fmt.Errorf("size %q: want a number with an optional unit (B, KiB, MiB, GiB, TiB)", s)
 	}
 	v := f * float64(mul)
@@ -37,8 +39,12 @@ func parseSize(s string) (uint64, error) {
 	return uint64(v), nil
 }
 
-// sizeFlag is a flag.Value holding a size.
-type sizeFlag struct{ v uint64 }
+// sizeFlag is a flag.Value holding a size; set tells an explicit value
+// from the default.
+type sizeFlag struct {
+	v   uint64
+	set bool
+}
 
 func (s *sizeFlag) String() string { return strconv.FormatUint(s.v, 10) }
 func (s *sizeFlag) Set(v string) error {
@@ -46,6 +52,6 @@ func (s *sizeFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	s.v = n
+	s.v, s.set = n, true
 	return nil
 }

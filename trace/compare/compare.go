@@ -93,6 +93,15 @@ func (o Options) device() deviceOptions {
 }
 
 // PolicyResult is one policy's figures.
+//
+// MinCapacity (min_capacity_bytes) is the smallest capacity the search
+// found (see minCapacity): the trace ran clean at it and failed at 1 MiB
+// less (or it is the peak live bytes rounded up to a MiB, below which
+// nothing runs). Out-of-memory is not always monotonic in capacity, so it
+// is not proven the global minimum. 0 means not searched: -no-search
+// (Options.SkipCapacity), a replay with failed allocations, or no capacity
+// up to 2^60 bytes ran clean. CapacityProbes counts the replays the search
+// ran.
 type PolicyResult struct {
 	Name              string              `json:"name"`
 	PeakReserved      uint64              `json:"peak_reserved_bytes"`
@@ -138,10 +147,14 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	if bw <= 0 {
 		bw = DefaultBandwidth
 	}
+	peak, err := peakLive(src.Events)
+	if err != nil {
+		return nil, fmt.Errorf("compare: %w", err)
+	}
 	c := &Comparison{
 		Trace:     src.Name,
 		Events:    len(src.Events),
-		PeakLive:  peakLive(src.Events),
+		PeakLive:  peak,
 		Bandwidth: bw,
 		MaxPage:   maxPageFor(src.Events),
 		Warnings:  src.Warnings,
@@ -166,18 +179,30 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	return c, nil
 }
 
-// peakLive is the highest sum of live requested sizes.
-func peakLive(events []trace.Event) uint64 {
+// maxLive bounds a trace's live bytes: every sum the replays keep stays
+// below 2^64 with room to spare.
+const maxLive = uint64(1) << 63
+
+// peakLive is the highest sum of live requested sizes. A trace whose live
+// bytes pass 2^63 is refused with an error naming the event, as is an
+// invalid event (an alloc above trace.MaxSize would break that bound).
+func peakLive(events []trace.Event) (uint64, error) {
 	live := make(map[uint64]uint64)
 	var cur, peak uint64
-	for _, e := range events {
+	for i, e := range events {
+		if err := e.Validate(); err != nil {
+			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
 		switch e.Op {
 		case trace.OpAlloc:
 			if old, ok := live[e.ID]; ok {
 				cur -= old
 			}
 			live[e.ID] = e.Size
-			cur += e.Size
+			cur = storage.SatAdd(cur, e.Size)
+			if cur > maxLive {
+				return 0, fmt.Errorf("%w: event %d: live bytes exceed 2^63", trace.ErrInvalidEvent, i)
+			}
 			peak = max(peak, cur)
 		case trace.OpFree:
 			if s, ok := live[e.ID]; ok {
@@ -186,7 +211,7 @@ func peakLive(events []trace.Event) uint64 {
 			}
 		}
 	}
-	return peak
+	return peak, nil
 }
 
 // maxPageFor is the max page every gpumem policy uses: 1 GiB, or more when
@@ -262,6 +287,7 @@ func replayTorch(events []trace.Event, capacity uint64, timeline int) (*trace.Re
 		Allocs:       res.Allocs,
 		Frees:        res.Frees,
 		IgnoredFrees: res.IgnoredFrees,
+		ImpliedFrees: res.ImpliedFrees,
 		Cleanups:     res.Cleanups,
 		Skipped:      res.Skipped,
 		FailedAllocs: res.FailedAllocs,

@@ -13,8 +13,11 @@
 //
 //   - (C1) Every policy replays the same events; gpumem policies run on Sim
 //     storage with one fixed max page size, so only the policy differs.
-//   - (C2) The smallest capacity is found by bisection over whole MiB; at the
-//     reported figure the replay had no failed allocation.
+//   - (C2) The smallest capacity is searched over whole MiB (bisection, then
+//     a bounded scan below it and a second bisection, since out-of-memory is
+//     not always monotonic in capacity); the reported figure ran with no
+//     failed allocation and 1 MiB less failed (or it is the peak live bytes
+//     rounded up). It is at least 1 MiB: capacity 0 means unlimited.
 //
 // # Does not know
 //

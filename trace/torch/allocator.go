@@ -85,7 +85,9 @@ type Config struct {
 	// reserved earlier and emptied since: a replay of a snapshot whose
 	// window began mid-run starts from PyTorch's segments at that moment
 	// (trace.Snapshot.StartSegments). They are created in order regardless
-	// of Capacity and count in Reserved and PeakReserved.
+	// of Capacity and count in Reserved and PeakReserved; one of size 0 or
+	// above 2^62, or one that would take the reserved bytes or addresses
+	// past 2^64, is skipped.
 	Cached []CachedSegment
 }
 
@@ -201,7 +203,7 @@ func NewWithConfig(cfg Config) *Allocator {
 		a.maxSplit = math.MaxUint64
 	}
 	for _, c := range cfg.Cached {
-		if c.Size == 0 || c.Size > MaxRequest {
+		if c.Size == 0 || c.Size > MaxRequest || a.nextAddr > math.MaxUint64-(c.Size+addressGap) || a.reserved > math.MaxUint64-c.Size {
 			continue
 		}
 		p := a.pool(c.Stream, c.Small)
@@ -343,9 +345,14 @@ func (a *Allocator) shouldSplit(p *freePool, b *block, size uint64) bool {
 	return size < a.maxSplit && remaining > SmallSize
 }
 
-// newSegment models cudaMalloc: nil when the capacity refuses.
+// newSegment models cudaMalloc: nil when the capacity refuses, or when the
+// reserved bytes or the synthetic address space would pass 2^64 (out of
+// memory even with no capacity set, never a wrapped address).
 func (a *Allocator) newSegment(p *freePool, size uint64) *block {
 	if a.cfg.Capacity != 0 && (size > a.cfg.Capacity || a.reserved > a.cfg.Capacity-size) {
+		return nil
+	}
+	if size > math.MaxUint64-addressGap || a.nextAddr > math.MaxUint64-(size+addressGap) || a.reserved > math.MaxUint64-size {
 		return nil
 	}
 	seg := &segment{addr: a.nextAddr, size: size, pool: p}

@@ -367,10 +367,70 @@ func TestReplayContinuesPastFailedAllocAndIgnoresItsFree(t *testing.T) {
 	}
 }
 
+// An alloc of an ID still live frees it first, as gpumem's replay does:
+// counted, not an error.
+func TestReplayTreatsAllocOfLiveIDAsImpliedFree(t *testing.T) {
+	dup := []trace.Event{
+		{Op: trace.OpAlloc, ID: 1, Size: 4 * MiB},
+		{Op: trace.OpAlloc, ID: 1, Size: 2 * MiB},
+		{Op: trace.OpFree, ID: 1},
+		{Op: trace.OpFree, ID: 1},
+	}
+	r, err := ReplayTorch(slices.Values(dup), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.ImpliedFrees != 1 || r.Allocs != 2 || r.Frees != 1 || r.IgnoredFrees != 1 || r.Stats.Requested != 0 || r.PeakLive != 4*MiB {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+// Five live allocations of almost 2^62 bytes take the synthetic addresses
+// past 2^64: with no capacity that is out of memory, never a wrapped
+// address (which made two blocks collide and Free panic).
+func TestSegmentAddressesNeverWrap(t *testing.T) {
+	size := uint64(1)<<62 - 2*MiB
+	var events []trace.Event
+	for i := range 5 {
+		events = append(events, trace.Event{Op: trace.OpAlloc, T: int64(i), ID: uint64(i + 1), Size: size})
+	}
+	for i := range 5 {
+		events = append(events, trace.Event{Op: trace.OpFree, T: int64(10 + i), ID: uint64(i + 1)})
+	}
+	r, err := ReplayTorch(slices.Values(events), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.FailedAllocs == 0 || r.Allocs+r.FailedAllocs != 5 || r.Frees != r.Allocs {
+		t.Fatalf("result %+v", r)
+	}
+	a := New(0)
+	var blocks []Block
+	for {
+		b, err := a.Malloc(size, 0)
+		if err != nil {
+			if !errors.Is(err, ErrOutOfMemory) {
+				t.Fatal(err)
+			}
+			break
+		}
+		blocks = append(blocks, b)
+		checkInvariants(t, a)
+	}
+	seen := map[uint64]bool{}
+	for _, b := range blocks {
+		if seen[b.Addr] {
+			t.Fatalf("address %#x handed out twice", b.Addr)
+		}
+		seen[b.Addr] = true
+		a.Free(b)
+	}
+}
+
 func TestReplayRejectsBadTracesNamingTheEvent(t *testing.T) {
-	dup := []trace.Event{{Op: trace.OpAlloc, ID: 1, Size: 1}, {Op: trace.OpAlloc, ID: 1, Size: 1}}
-	if _, err := ReplayTorch(slices.Values(dup), 0); !errors.Is(err, ErrReplay) || !strings.Contains(err.Error(), "event 1") {
-		t.Fatalf("duplicate id: %v", err)
+	far := []trace.Event{{Op: trace.OpAlloc, ID: 1, Size: 1}, {Op: trace.OpAlloc, ID: 2, Size: 1, Stream: trace.MaxStreams}}
+	if _, err := ReplayTorch(slices.Values(far), 0); !errors.Is(err, trace.ErrInvalidEvent) || !strings.Contains(err.Error(), "event 1") {
+		t.Fatalf("stream beyond MaxStreams: %v", err)
 	}
 	bad := []trace.Event{{Op: trace.OpCleanup}, {Op: trace.Op(42)}}
 	if _, err := ReplayTorch(slices.Values(bad), 0); !errors.Is(err, trace.ErrUnknownOp) || !strings.Contains(err.Error(), "event 1") {

@@ -8,8 +8,9 @@ import (
 	"github.com/gpumem/gpumem/trace"
 )
 
-// ErrReplay is returned by ReplayTorch for a trace it cannot replay: an
-// invalid event or an alloc reusing a live ID.
+// ErrReplay is returned by ReplayTorch for an event the model refuses
+// other than by running out of memory. An invalid event is reported with
+// trace's sentinels instead; an alloc of a live ID is an implied free.
 var ErrReplay = errors.New("torch: bad trace")
 
 // SegmentEvent is one modelled cudaMalloc (Release false) or cudaFree.
@@ -24,6 +25,7 @@ type Result struct {
 	Events        int    // events applied
 	Allocs        int    // successful allocs
 	Frees         int    // frees of live IDs
+	ImpliedFrees  int    // allocs of an ID still live, which free it first (as gpumem's replay does)
 	FailedAllocs  int    // allocs refused with ErrOutOfMemory (their frees are ignored)
 	FirstFailure  int    // index of the first failed alloc, −1 when none
 	IgnoredFrees  int    // frees of IDs not live (unknown, or of a failed alloc)
@@ -72,16 +74,18 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		}
 		switch e.Op {
 		case trace.OpAlloc:
-			if _, dup := live[e.ID]; dup {
-				finish()
-				return res, fmt.Errorf("%w: event %d: alloc of live id %d", ErrReplay, idx, e.ID)
+			if old, dup := live[e.ID]; dup {
+				// An ID reused while live: the trace implies a free.
+				delete(live, e.ID)
+				a.Free(old)
+				res.ImpliedFrees++
 			}
 			delete(failed, e.ID)
 			b, err := a.Malloc(e.Size, e.Stream)
 			if err != nil {
 				if !errors.Is(err, ErrOutOfMemory) {
 					finish()
-					return res, fmt.Errorf("event %d: %w", idx, err)
+					return res, fmt.Errorf("%w: event %d: %w", ErrReplay, idx, err)
 				}
 				res.FailedAllocs++
 				if res.FirstFailure < 0 {
