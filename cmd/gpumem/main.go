@@ -25,12 +25,22 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 )
 
 // errUsage marks a usage error (exit status 2).
 var errUsage = errors.New("usage")
 
 func main() {
+	// A panic is a bug in gpumem, not a usage error: report it with its
+	// stack and exit 1 (Go's own exit status for a panic, 2, would read as a
+	// usage error).
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(os.Stderr, "gpumem: internal error (please report it): %v\n%s", r, debug.Stack())
+			os.Exit(1)
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
