@@ -244,13 +244,19 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 
 // Launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
 // stream over n bytes at ptr, one thread per byte, with extra arguments
-// after (ptr, n): KernelFillU8 takes the value as a uint32. Call it inside
-// an op's Run on q, with ptr from the op's resolved resource, so the launch
-// is ordered (and, while q records, captured) with q's other work. The
-// module is loaded on the first call.
+// after (ptr, n): KernelAddOne takes none, KernelFillU8 exactly one, the
+// value as a uint32; other extras, or another kernel name, are refused
+// with an error wrapping stream.ErrInvalid (the driver would read missing
+// arguments out of bounds). Call it inside an op's Run on q, with ptr from
+// the op's resolved resource, so the launch is ordered (and, while q
+// records, captured) with q's other work. The module is loaded on the
+// first call.
 func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
 	cq, err := b.queueOf(q, "launch "+kernel)
 	if err != nil {
+		return err
+	}
+	if err := checkKernelExtras(kernel, extra); err != nil {
 		return err
 	}
 	f, err := b.function(kernel)
@@ -268,6 +274,27 @@ func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, e
 	err = cq.s.Launch(f, cfg, args...)
 	b.notePoison(err)
 	return err
+}
+
+// checkKernelExtras checks Launch's extra arguments against the parameters
+// of KernelsPTX's kernels after (data, n).
+func checkKernelExtras(kernel string, extra []any) error {
+	switch kernel {
+	case KernelAddOne:
+		if len(extra) != 0 {
+			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes none: %w", kernel, len(extra), stream.ErrInvalid)
+		}
+	case KernelFillU8:
+		if len(extra) != 1 {
+			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes one (the value, a uint32): %w", kernel, len(extra), stream.ErrInvalid)
+		}
+		if _, ok := extra[0].(uint32); !ok {
+			return fmt.Errorf("cuda: launch %s: the value is a %T, the kernel takes a uint32: %w", kernel, extra[0], stream.ErrInvalid)
+		}
+	default:
+		return fmt.Errorf("cuda: launch: %q is not a kernel of KernelsPTX: %w", kernel, stream.ErrInvalid)
+	}
+	return nil
 }
 
 // function returns a kernel of KernelsPTX, loading the module once.

@@ -869,6 +869,9 @@ func TestEveryStreamCallRunsWithTheContextCurrent(t *testing.T) {
 		if c.rc == 201 {
 			t.Fatalf("%v ran without the context current", c)
 		}
+		if c.rc == 1 && c.name == "cuFuncGetParamInfo" {
+			continue // the probe past a kernel's last parameter
+		}
 		if c.rc != 0 {
 			t.Fatalf("%v failed", c)
 		}

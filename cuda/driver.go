@@ -81,7 +81,8 @@ type driver struct {
 	cuGetErrorName             func(code int32, name **byte) int32
 
 	// Optional: nil when the library lacks the symbol.
-	cuMemsetD8Async func(dst uintptr, value uint8, size, stream uintptr) int32
+	cuMemsetD8Async    func(dst uintptr, value uint8, size, stream uintptr) int32
+	cuFuncGetParamInfo func(fn, index uintptr, offset, size *uintptr) int32 // CUDA 12.4+
 
 	// Optional as a group: vmm is nil unless all eight symbols are present.
 	vmm *vmmFuncs
@@ -236,6 +237,9 @@ func loadDriver(path string) (*driver, error) {
 
 	if addr := lookupSymbol(lib, "cuMemsetD8Async"); addr != 0 {
 		registerFunc(&d.cuMemsetD8Async, addr)
+	}
+	if addr := lookupSymbol(lib, "cuFuncGetParamInfo"); addr != 0 {
+		registerFunc(&d.cuFuncGetParamInfo, addr)
 	}
 	v := new(vmmFuncs)
 	if addrs, missing := resolve(lib, v.bindings()); missing == "" {

@@ -55,6 +55,7 @@ var (
 // (cuda.h, enum cudaError_enum).
 const (
 	codeSuccess                 = 0
+	codeInvalidValue            = 1
 	codeOutOfMemory             = 2
 	codeNotReady                = 600
 	codeECCUncorrectable        = 214

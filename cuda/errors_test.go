@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"unsafe"
@@ -101,22 +102,42 @@ func TestLinearCoversEveryThread(t *testing.T) {
 	}
 }
 
+func TestLinearRefusesShapesBeyondTheDriverLimits(t *testing.T) {
+	// The largest grid: 2^31−1 blocks, well past 2^32 threads (the kernels
+	// index in 64 bits).
+	n := uint64(math.MaxInt32) * 1024
+	cfg, err := Linear(n, 1024)
+	if err != nil || cfg.Grid.X != math.MaxInt32 {
+		t.Fatalf("Linear(%d, 1024) = %+v, %v; want the full grid", n, cfg, err)
+	}
+	if _, err := Linear(n+1, 1024); err == nil {
+		t.Errorf("Linear(%d, 1024) succeeded; want an error (2^31 blocks)", n+1)
+	}
+	if _, err := Linear(4096, 2048); err == nil {
+		t.Error("Linear(4096, 2048) succeeded; want an error (more than 1024 threads per block)")
+	}
+}
+
 func TestPackParamsLaysValuesWithTheirCSize(t *testing.T) {
-	vals, ptrs, err := packParams([]any{uintptr(0x1000), uint64(7), int64(-1), uint32(0xAB), int32(-2), float32(1.5), float64(2.5)})
+	vals, ptrs, sizes, err := packParams([]any{uintptr(0x1000), uint64(7), int64(-1), uint32(0xAB), int32(-2), float32(1.5), float64(2.5)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []uint64{0x1000, 7, ^uint64(0), 0xAB, 0xFFFFFFFE, 0x3FC00000, 0x4004000000000000}
+	wantSize := []uintptr{8, 8, 8, 4, 4, 4, 8}
 	for i, w := range want {
 		if vals[i] != w {
 			t.Errorf("slot %d = %#x, want %#x", i, vals[i], w)
+		}
+		if sizes[i] != wantSize[i] {
+			t.Errorf("size %d = %d, want %d", i, sizes[i], wantSize[i])
 		}
 		if ptrs[i] != unsafe.Pointer(&vals[i]) {
 			t.Errorf("pointer %d does not point at its slot", i)
 		}
 	}
 	for _, bad := range []any{int(1), uint(1), "x", []byte{1}} {
-		if _, _, err := packParams([]any{bad}); err == nil {
+		if _, _, _, err := packParams([]any{bad}); err == nil {
 			t.Errorf("packParams(%T) succeeded; want an error", bad)
 		}
 	}

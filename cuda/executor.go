@@ -83,12 +83,25 @@ func run(fn func() error) (o outcome) {
 // Name returns the name the executor was started with (for messages).
 func (e *Executor) Name() string { return e.name }
 
-// onWorker reports whether the caller is the worker goroutine itself. Only
-// the worker can run on its locked thread, so an equal thread id proves it.
-// (Always false off linux, where threadID is -1.)
+// onWorker reports whether the caller is the worker goroutine itself.
+// While the worker lives only it can run on its locked thread, so an equal
+// thread id proves it; once the worker has returned its thread ends and the
+// kernel may give the id to a new thread, so an equal id proves nothing.
+// The caller's id is therefore read first and exited checked after: exited
+// is closed before the worker's thread ends, so a worker not yet exited at
+// the check was alive, and alone on that id, when the id was read. (Always
+// false off linux, where threadID is -1.)
 func (e *Executor) onWorker() bool {
 	tid := threadID()
-	return tid >= 0 && tid == e.tid
+	if tid < 0 || tid != e.tid {
+		return false
+	}
+	select {
+	case <-e.exited:
+		return false // the id was reused by a thread after the worker's
+	default:
+		return true
+	}
 }
 
 // Do runs fn on the executor's thread after every function handed over

@@ -28,7 +28,7 @@ type fakeDriver struct {
 }
 
 // buildFake compiles the fake driver with the given -D switches (FAKE_NO_VMM,
-// FAKE_NO_MEMSET, FAKE_OMIT_GRAPH_LAUNCH). It skips the test when gcc is
+// FAKE_NO_MEMSET, FAKE_NO_PARAM_INFO, FAKE_OMIT_GRAPH_LAUNCH). It skips the test when gcc is
 // missing.
 func buildFake(t testing.TB, defines ...string) *fakeDriver {
 	t.Helper()

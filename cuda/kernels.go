@@ -8,6 +8,8 @@ package cuda
 //	fill_u8(u64 data, u64 n, u32 v)   data[i] = byte(v) for i < n
 //
 // Launch either with Linear(n, 0) and arguments (uintptr, uint64[, uint32]).
+// Each thread computes its index i = ctaid.x·ntid.x + tid.x in 64 bits, so
+// n may exceed 2^32 (up to the grid Linear allows).
 // The fake driver in testdata recognises both entries and runs them on host
 // memory.
 const KernelsPTX = `.version 7.0
@@ -21,16 +23,17 @@ const KernelsPTX = `.version 7.0
 {
 	.reg .pred  %p<2>;
 	.reg .b16   %rs<3>;
-	.reg .b32   %r<5>;
-	.reg .b64   %rd<6>;
+	.reg .b32   %r<4>;
+	.reg .b64   %rd<7>;
 
 	ld.param.u64        %rd1, [add_one_data];
 	ld.param.u64        %rd2, [add_one_n];
 	mov.u32             %r1, %ctaid.x;
 	mov.u32             %r2, %ntid.x;
 	mov.u32             %r3, %tid.x;
-	mad.lo.u32          %r4, %r1, %r2, %r3;
-	cvt.u64.u32         %rd3, %r4;
+	mul.wide.u32        %rd3, %r1, %r2;
+	cvt.u64.u32         %rd6, %r3;
+	add.u64             %rd3, %rd3, %rd6;
 	setp.ge.u64         %p1, %rd3, %rd2;
 	@%p1 bra            ADD_ONE_DONE;
 	cvta.to.global.u64  %rd4, %rd1;
@@ -50,22 +53,23 @@ ADD_ONE_DONE:
 {
 	.reg .pred  %p<2>;
 	.reg .b16   %rs<2>;
-	.reg .b32   %r<6>;
-	.reg .b64   %rd<6>;
+	.reg .b32   %r<5>;
+	.reg .b64   %rd<7>;
 
 	ld.param.u64        %rd1, [fill_u8_data];
 	ld.param.u64        %rd2, [fill_u8_n];
-	ld.param.u32        %r5, [fill_u8_value];
+	ld.param.u32        %r4, [fill_u8_value];
 	mov.u32             %r1, %ctaid.x;
 	mov.u32             %r2, %ntid.x;
 	mov.u32             %r3, %tid.x;
-	mad.lo.u32          %r4, %r1, %r2, %r3;
-	cvt.u64.u32         %rd3, %r4;
+	mul.wide.u32        %rd3, %r1, %r2;
+	cvt.u64.u32         %rd6, %r3;
+	add.u64             %rd3, %rd3, %rd6;
 	setp.ge.u64         %p1, %rd3, %rd2;
 	@%p1 bra            FILL_U8_DONE;
 	cvta.to.global.u64  %rd4, %rd1;
 	add.u64             %rd5, %rd4, %rd3;
-	cvt.u16.u32         %rs1, %r5;
+	cvt.u16.u32         %rs1, %r4;
 	st.global.u8        [%rd5], %rs1;
 FILL_U8_DONE:
 	ret;

@@ -14,9 +14,10 @@
 //     order the steps were submitted to the stream; pending is in that
 //     order and holds every issued step not yet seen complete.
 //   - (Q2) completed only grows; it is the seq of the newest pending entry
-//     whose event synchronised without error, all older ones having done so
-//     too. After the first error (async: the fault is sticky) it stops, and
-//     every wait on a later seq returns that error.
+//     whose event synchronised without error (or that has no event: see
+//     Q5), all older ones having done so too. After the first error
+//     (cuEventSynchronize failing, or a sticky fault) it stops, and every
+//     wait on a later seq returns that error.
 //   - (Q3) An event is recycled only by the watcher, under mu, after it
 //     completed; WaitFence reads another queue's pending event and calls
 //     cuStreamWaitEvent on it while holding that queue's mu, so the event
@@ -26,6 +27,17 @@
 //     capture. A host wait or an unmet cross-stream wait invalidates it in
 //     software (rec.invalid), as the host queues do, and EndCapture then
 //     yields no graph.
+//   - (Q5) When the event of a step cannot be created or recorded and the
+//     error is not sticky (out of resources, say), the executor
+//     synchronises the stream instead (cuStreamSynchronize, under mu: a
+//     rare stall) and issues the step without an event, already complete
+//     on the device: the watcher passes it, WaitFence has nothing to wait
+//     for. Only if that synchronisation fails too is the step an error.
+//   - (Q6) The stream may be closed under the queue (Stream.Close,
+//     Context.Close): its close hook marks the queue closed and wakes the
+//     watcher, which drains what is pending (the events outlive the
+//     stream) and exits; Queue.Close then cleans up on the device executor
+//     and returns.
 //
 // Locks. Never two queues' mu at once except in WaitFence, which holds only
 // the waited-on queue's mu (its own state is read first and released), so
@@ -37,10 +49,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -115,7 +129,17 @@ func newQueue(b *Backend, index int) (*Queue, error) {
 		<-q.watchDone
 		return nil, errors.Join(err, s.Close())
 	}
+	s.setOnClose(q.streamClosed)
 	return q, nil
+}
+
+// streamClosed is the stream's close hook (Q6): the queue takes no more
+// work and the watcher exits once nothing is pending.
+func (q *Queue) streamClosed() {
+	q.mu.Lock()
+	q.closed = true
+	q.wake.Broadcast()
+	q.mu.Unlock()
 }
 
 // Stream returns the driver stream the queue runs on.
@@ -151,6 +175,7 @@ func (q *Queue) watch(ready chan<- error) {
 		case err != nil:
 		case p.err != nil:
 			err = p.err
+		case p.ev == nil: // complete when issued (Q5)
 		default:
 			q.gate.Lock()
 			err = d.check("cuEventSynchronize", d.cuEventSynchronize(p.ev.h))
@@ -169,7 +194,9 @@ func (q *Queue) watch(ready chan<- error) {
 				q.dead = append(q.dead, p.ev)
 			}
 		} else {
-			q.free = append(q.free, p.ev)
+			if p.ev != nil {
+				q.free = append(q.free, p.ev)
+			}
 			q.completed.Store(p.seq)
 		}
 		if q.progress != nil {
@@ -181,23 +208,35 @@ func (q *Queue) watch(ready chan<- error) {
 
 // markLocked issues the next sequence number for the work just submitted to
 // the stream and records its event. It runs on the executor with q.mu held.
+// When no event can be had for a non-sticky reason, it synchronises the
+// stream instead (Q5).
 func (q *Queue) markLocked(name string) uint64 {
 	d := q.b.ctx.drv
 	var ev *Event
+	var err error
 	if n := len(q.free); n > 0 {
 		ev = q.free[n-1]
 		q.free = q.free[:n-1]
 	} else {
 		ev = &Event{s: q.s}
-		if err := d.check("cuEventCreate", d.cuEventCreate(&ev.h, eventDisableTiming)); err != nil {
-			return q.issueLocked(name, nil, err)
+		if err = d.check("cuEventCreate", d.cuEventCreate(&ev.h, eventDisableTiming)); err != nil {
+			ev = nil
 		}
 	}
-	if err := d.check("cuEventRecord", d.cuEventRecord(ev.h, q.s.h)); err != nil {
+	if ev != nil {
+		if err = d.check("cuEventRecord", d.cuEventRecord(ev.h, q.s.h)); err == nil {
+			return q.issueLocked(name, ev, nil)
+		}
 		q.dead = append(q.dead, ev)
-		return q.issueLocked(name, nil, err)
 	}
-	return q.issueLocked(name, ev, nil)
+	if !storage.IsDevicePoisoned(err) {
+		serr := d.check("cuStreamSynchronize", d.cuStreamSynchronize(q.s.h))
+		if serr == nil {
+			return q.issueLocked(name, nil, nil)
+		}
+		err = fmt.Errorf("%w (and synchronising the stream instead failed: %w)", err, serr)
+	}
+	return q.issueLocked(name, nil, err)
 }
 
 func (q *Queue) issueLocked(name string, ev *Event, err error) uint64 {
@@ -238,7 +277,12 @@ func (q *Queue) do(call string, fn func() error) error {
 	if closed {
 		return q.closedErr(call)
 	}
-	err := q.s.exec.Do(fn)
+	err := q.s.exec.Do(func() error {
+		if q.s.isClosed() {
+			return fmt.Errorf("%w (its stream was closed)", q.closedErr(call))
+		}
+		return fn()
+	})
 	if errors.Is(err, ErrClosed) && !errors.Is(err, stream.ErrClosed) {
 		return fmt.Errorf("%w (%w)", q.closedErr(call), err)
 	}
@@ -370,7 +414,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	if f.Seq == 0 {
 		return nil
 	}
-	if f.Q == nil {
+	if nilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -446,7 +490,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 	if f.Seq == 0 {
 		return q.Flush()
 	}
-	if f.Q == nil {
+	if nilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	if f.Q == stream.Queue(q) {
@@ -497,6 +541,10 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 		if p.err != nil {
 			t.mu.Unlock()
 			return p.err
+		}
+		if p.ev == nil { // complete on the device when issued (Q5)
+			t.mu.Unlock()
+			return nil
 		}
 		d := q.b.ctx.drv
 		err := d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(q.s.h, p.ev.h, 0))
@@ -559,6 +607,13 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 			return fmt.Errorf("cuda: begin capture for owner %d: stream %d already records for owner %d: %w",
 				o, q.index, rec.owner, stream.ErrCaptureState)
 		}
+		// Device copies not yet covered by an event get one now: a Fence
+		// taken during the capture (which records no event) covers them.
+		q.mu.Lock()
+		if q.unfenced {
+			q.markLocked("device copies")
+		}
+		q.mu.Unlock()
 		if err := q.s.BeginCapture(); err != nil {
 			q.b.notePoison(err)
 			return fmt.Errorf("cuda: begin capture on stream %d: %w", q.index, err)
@@ -636,7 +691,7 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 // While the queue records, the launch is captured as a child graph.
 func (q *Queue) Replay(e stream.Exec) error {
 	x, ok := e.(*GraphExecutable)
-	if !ok || x == nil || x.q.b != q.b {
+	if !ok || x == nil || x.q == nil || x.q.b != q.b {
 		return fmt.Errorf("cuda: replay: %T is not a graph of this cuda backend: %w", e, stream.ErrInvalid)
 	}
 	return q.do("replay", func() error {
@@ -691,23 +746,25 @@ func (q *Queue) close() error {
 	var errs []error
 	q.b.capMu.Lock()
 	// On the executor, so no Enqueue is between its check and its event.
+	ran := false
 	err := q.s.exec.Do(func() error {
-		q.mu.Lock()
-		q.closed = true
-		rec := q.rec
-		q.rec = nil
-		q.wake.Broadcast()
-		q.mu.Unlock()
-		if rec == nil {
+		ran = true
+		rec := q.markClosed()
+		if rec == nil || q.s.isClosed() {
 			return nil
 		}
-		q.b.capturing--
 		g, err := q.s.EndCapture()
 		if g != nil {
 			err = errors.Join(err, g.Destroy())
 		}
 		return err
 	})
+	if !ran {
+		// The stream was closed first (Q6): its executor is gone, and with
+		// the driver stream any capture on it.
+		q.markClosed()
+		err = nil
+	}
 	q.b.capMu.Unlock()
 	errs = append(errs, err)
 	<-q.watchDone
@@ -723,16 +780,20 @@ func (q *Queue) close() error {
 	for _, x := range execs {
 		errs = append(errs, x.Close())
 	}
-	errs = append(errs, q.s.exec.Do(func() error {
-		d := q.b.ctx.drv
-		var first error
-		for _, ev := range events {
-			if err := d.check("cuEventDestroy_v2", d.cuEventDestroy(ev.h)); err != nil && first == nil {
-				first = err
+	if len(events) > 0 {
+		// The events outlive a closed stream: cleanup falls back to the
+		// device executor, and to nothing once the context is gone.
+		errs = append(errs, q.s.cleanup(func() error {
+			d := q.b.ctx.drv
+			var first error
+			for _, ev := range events {
+				if err := d.check("cuEventDestroy_v2", d.cuEventDestroy(ev.h)); err != nil && first == nil {
+					first = err
+				}
 			}
-		}
-		return first
-	}))
+			return first
+		}))
+	}
 	errs = append(errs, q.s.Close())
 	q.b.forget(q)
 	if q.b.Poisoned() != nil {
@@ -742,6 +803,35 @@ func (q *Queue) close() error {
 		return nil
 	}
 	return errors.Join(errs...)
+}
+
+// markClosed marks the queue closed, wakes the watcher and takes the open
+// recording, if any, out of the backend's count of captures. q.b.capMu
+// must be held.
+func (q *Queue) markClosed() *recording {
+	q.mu.Lock()
+	q.closed = true
+	rec := q.rec
+	q.rec = nil
+	q.wake.Broadcast()
+	q.mu.Unlock()
+	if rec != nil {
+		q.b.capturing--
+	}
+	return rec
+}
+
+// nilQueue reports whether q is nil or a typed nil (a nil *Queue, say, in
+// a Fence): such a fence has no queue to wait on.
+func nilQueue(q stream.Queue) bool {
+	if q == nil {
+		return true
+	}
+	switch v := reflect.ValueOf(q); v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
+	}
+	return false
 }
 
 // GraphExecutable is the stream.Exec a Queue seals: an instantiated graph

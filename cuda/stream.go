@@ -21,10 +21,11 @@ const (
 type Stream struct {
 	c    *Context
 	exec *Executor
-	h    uintptr // CUstream
+	h    uintptr // CUstream; not used once closed is set
 
-	mu     sync.Mutex // guards closed
-	closed bool
+	mu      sync.Mutex // guards the fields below
+	closed  bool
+	onClose func() // called once when Close begins (a Queue's hook); nil: none
 }
 
 // NewStream starts an executor, makes the context current on it and creates
@@ -62,12 +63,66 @@ func (c *Context) NewStream() (*Stream, error) {
 // Stream calls inside one Do; they run at once, in order, on its thread.
 func (s *Stream) Executor() *Executor { return s.exec }
 
+// isClosed reports whether Close has begun.
+func (s *Stream) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// closedErr is the error of a call on a closed stream.
+func (s *Stream) closedErr() error {
+	return fmt.Errorf("%w: stream of device %d", ErrClosed, s.c.ordinal)
+}
+
+// do runs fn on the stream's executor unless the stream is closed, checked
+// inside the job: a job handed over before Close but run after it began
+// (after the stream's destruction, possibly) does not touch the handle.
+func (s *Stream) do(fn func() error) error {
+	return s.exec.Do(func() error {
+		if s.isClosed() {
+			return s.closedErr()
+		}
+		return fn()
+	})
+}
+
+// setOnClose makes Close call fn first (once), or calls it now when the
+// stream is already closed.
+func (s *Stream) setOnClose(fn func()) {
+	s.mu.Lock()
+	closed := s.closed
+	if !closed {
+		s.onClose = fn
+	}
+	s.mu.Unlock()
+	if closed {
+		fn()
+	}
+}
+
+// cleanup runs fn, the destruction of an object of this stream's context
+// (event, graph), on the stream's executor while it runs; once the stream
+// is gone, on the device executor (the object outlives its stream); once
+// the context is closed, not at all: the object died with the context.
+func (s *Stream) cleanup(fn func() error) error {
+	ran := false
+	err := s.exec.Do(func() error { ran = true; return fn() })
+	if ran {
+		return err
+	}
+	return s.c.cleanup(fn)
+}
+
 // Handle returns the CUstream.
 func (s *Stream) Handle() uintptr { return s.h }
 
 // Close destroys the stream (cuStreamDestroy_v2; queued work still
 // completes) and stops its executor. End a capture first: destroying a
-// capturing stream fails and invalidates the capture. Idempotent.
+// capturing stream fails and invalidates the capture. Idempotent; every
+// other Stream call afterwards returns an error wrapping ErrClosed. The
+// stream of a Queue may be closed first (by Context.Close, say): the Queue
+// then refuses new work and its Close still returns.
 func (s *Stream) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -75,7 +130,12 @@ func (s *Stream) Close() error {
 		return nil
 	}
 	s.closed = true
+	hook := s.onClose
+	s.onClose = nil
 	s.mu.Unlock()
+	if hook != nil {
+		hook()
+	}
 	s.c.mu.Lock()
 	delete(s.c.streams, s)
 	s.c.mu.Unlock()
@@ -94,7 +154,7 @@ func (s *Stream) destroy() error {
 // On a capturing stream it fails with ErrCaptureInvalidated and
 // invalidates the capture.
 func (s *Stream) Synchronize() error {
-	return s.exec.Do(func() error {
+	return s.do(func() error {
 		return s.c.drv.check("cuStreamSynchronize", s.c.drv.cuStreamSynchronize(s.h))
 	})
 }
@@ -102,7 +162,7 @@ func (s *Stream) Synchronize() error {
 // CopyDtoD enqueues a copy of n bytes between device pointers
 // (cuMemcpyDtoDAsync_v2). The ranges must not overlap.
 func (s *Stream) CopyDtoD(dst, src uintptr, n uint64) error {
-	return s.exec.Do(func() error {
+	return s.do(func() error {
 		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.cuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
 	})
 }
@@ -112,7 +172,7 @@ func (s *Stream) CopyDtoD(dst, src uintptr, n uint64) error {
 // returns and the caller may reuse it; the device write is ordered on the
 // stream. Not allowed while the stream captures.
 func (s *Stream) CopyHtoD(dst uintptr, src []byte) error {
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.cuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
 	})
 	runtime.KeepAlive(src)
@@ -124,7 +184,7 @@ func (s *Stream) CopyHtoD(dst uintptr, src []byte) error {
 // completed when the call returns (after the stream's earlier work). Not
 // allowed while the stream captures.
 func (s *Stream) CopyDtoH(dst []byte, src uintptr) error {
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.cuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
 	})
 	runtime.KeepAlive(dst)
@@ -138,22 +198,24 @@ func (s *Stream) MemsetD8(dst uintptr, value byte, n uint64) error {
 	if s.c.drv.cuMemsetD8Async == nil {
 		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.path)
 	}
-	return s.exec.Do(func() error {
+	return s.do(func() error {
 		return s.c.drv.check("cuMemsetD8Async", s.c.drv.cuMemsetD8Async(dst, value, uintptr(n), s.h))
 	})
 }
 
 // Event is a driver event used as a fence (timing disabled). Its calls run
-// on the executor of the stream that created it.
+// on the executor of the stream that created it. After Destroy every call
+// but Destroy (a no-op) fails with ErrClosed.
 type Event struct {
-	s *Stream
-	h uintptr // CUevent
+	s  *Stream
+	mu sync.Mutex // guards h; held across each driver call using it
+	h  uintptr    // CUevent; 0 once destroyed
 }
 
 // NewEvent creates an event (cuEventCreate, CU_EVENT_DISABLE_TIMING).
 func (s *Stream) NewEvent() (*Event, error) {
 	e := &Event{s: s}
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		return s.c.drv.check("cuEventCreate", s.c.drv.cuEventCreate(&e.h, eventDisableTiming))
 	})
 	if err != nil {
@@ -162,18 +224,31 @@ func (s *Stream) NewEvent() (*Event, error) {
 	return e, nil
 }
 
+// use calls fn with e's handle, holding e.mu so that Destroy cannot destroy
+// it under the call, or fails when e is destroyed.
+func (e *Event) use(fn func(h uintptr) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.h == 0 {
+		return fmt.Errorf("%w: event destroyed", ErrClosed)
+	}
+	return fn(e.h)
+}
+
 // Record records e after the stream's work enqueued so far (cuEventRecord):
 // e completes when that work does. On a capturing stream the record becomes
 // part of the graph, and querying e fails with ErrCapturedEvent.
 func (s *Stream) Record(e *Event) error {
-	return s.exec.Do(func() error { return s.c.drv.check("cuEventRecord", s.c.drv.cuEventRecord(e.h, s.h)) })
+	return s.do(func() error {
+		return e.use(func(h uintptr) error { return s.c.drv.check("cuEventRecord", s.c.drv.cuEventRecord(h, s.h)) })
+	})
 }
 
 // Fence creates an event and records it on the stream: a fence covering the
 // work enqueued so far. The caller destroys it.
 func (s *Stream) Fence() (*Event, error) {
 	e := &Event{s: s}
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		d := s.c.drv
 		if err := d.check("cuEventCreate", d.cuEventCreate(&e.h, eventDisableTiming)); err != nil {
 			return err
@@ -193,42 +268,61 @@ func (s *Stream) Fence() (*Event, error) {
 // WaitEvent makes the stream's later work wait, on the device, for e
 // (cuStreamWaitEvent). The host does not block.
 func (s *Stream) WaitEvent(e *Event) error {
-	return s.exec.Do(func() error {
-		return s.c.drv.check("cuStreamWaitEvent", s.c.drv.cuStreamWaitEvent(s.h, e.h, 0))
+	return s.do(func() error {
+		return e.use(func(h uintptr) error {
+			return s.c.drv.check("cuStreamWaitEvent", s.c.drv.cuStreamWaitEvent(s.h, h, 0))
+		})
 	})
 }
 
-// Handle returns the CUevent.
-func (e *Event) Handle() uintptr { return e.h }
+// Handle returns the CUevent; 0 once destroyed.
+func (e *Event) Handle() uintptr {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.h
+}
 
 // Query reports whether the work e covers is done (cuEventQuery), without
 // waiting on the device. It waits for the creating stream's executor, which
 // may be busy with a Synchronize.
 func (e *Event) Query() (bool, error) {
 	var done bool
-	err := e.s.exec.Do(func() error {
-		rc := e.s.c.drv.cuEventQuery(e.h)
-		if rc == codeNotReady {
-			return nil
-		}
-		done = rc == codeSuccess
-		return e.s.c.drv.check("cuEventQuery", rc)
+	err := e.s.do(func() error {
+		return e.use(func(h uintptr) error {
+			rc := e.s.c.drv.cuEventQuery(h)
+			if rc == codeNotReady {
+				return nil
+			}
+			done = rc == codeSuccess
+			return e.s.c.drv.check("cuEventQuery", rc)
+		})
 	})
 	return done, err
 }
 
 // Synchronize waits until the work e covers is done (cuEventSynchronize).
 func (e *Event) Synchronize() error {
-	return e.s.exec.Do(func() error {
-		return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.cuEventSynchronize(e.h))
+	return e.s.do(func() error {
+		return e.use(func(h uintptr) error {
+			return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.cuEventSynchronize(h))
+		})
 	})
 }
 
 // Destroy destroys the event (cuEventDestroy_v2); pending records still
-// complete.
+// complete. It is idempotent, and works after the creating stream closed
+// (on the device executor); after Context.Close the event is already gone
+// and Destroy does nothing.
 func (e *Event) Destroy() error {
-	return e.s.exec.Do(func() error {
-		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.cuEventDestroy(e.h))
+	e.mu.Lock()
+	h := e.h
+	e.h = 0
+	e.mu.Unlock()
+	if h == 0 {
+		return nil
+	}
+	return e.s.cleanup(func() error {
+		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.cuEventDestroy(h))
 	})
 }
 
@@ -245,20 +339,31 @@ type LaunchConfig struct {
 	SharedMem   uint32 // dynamic shared memory, bytes
 }
 
+// Driver limits on a launch's shape, common to every device the kernels
+// target (sm_52 and later).
+const (
+	maxGridX          = math.MaxInt32 // blocks along x
+	maxThreadsInBlock = 1024
+)
+
 // Linear returns a one-dimensional launch of at least n threads in blocks of
-// block threads (block 0 = 256). It fails when n needs more than 2^31−1
-// blocks.
+// block threads (block 0 = 256). It fails when block exceeds the driver's
+// 1024 threads per block or n needs more than 2^31−1 blocks (the grid's x
+// limit).
 func Linear(n uint64, block uint32) (LaunchConfig, error) {
 	if block == 0 {
 		block = 256
+	}
+	if block > maxThreadsInBlock {
+		return LaunchConfig{}, fmt.Errorf("cuda: blocks of %d threads exceed the driver's limit of %d", block, maxThreadsInBlock)
 	}
 	blocks := n / uint64(block)
 	if n%uint64(block) != 0 {
 		blocks++
 	}
-	if blocks > math.MaxInt32 {
+	if blocks > maxGridX {
 		return LaunchConfig{}, fmt.Errorf("cuda: %d threads need %d blocks of %d, more than a grid holds (%d)",
-			n, blocks, block, math.MaxInt32)
+			n, blocks, block, maxGridX)
 	}
 	return LaunchConfig{Grid: Dim3{X: uint32(max(blocks, 1))}, Block: Dim3{X: block}}, nil
 }
@@ -268,9 +373,19 @@ func Linear(n uint64, block uint32) (LaunchConfig, error) {
 // int64 as 8 bytes; uint32, int32 and float32 as 4; float64 as 8. Go int
 // and uint are refused, their C size being ambiguous. The driver copies
 // the values during the call, so a capture keeps them.
+//
+// args must match the kernel's parameters in number and size: the driver
+// reads as many parameters as the kernel declares, so too few arguments
+// make it read past the array (a crash or garbage, never an error). Where
+// the driver reports parameters (cuFuncGetParamInfo, CUDA 12.4+) Launch
+// checks args against them and refuses a mismatch; elsewhere the caller
+// must get them right.
 func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
-	vals, ptrs, err := packParams(args)
+	vals, ptrs, sizes, err := packParams(args)
 	if err != nil {
+		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
+	}
+	if err := f.checkParams(sizes); err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
 	}
 	var params unsafe.Pointer
@@ -278,8 +393,10 @@ func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 		params = unsafe.Pointer(&ptrs[0])
 	}
 	g, b := cfg.Grid.norm(), cfg.Block.norm()
-	err = s.exec.Do(func() error {
-		return s.c.drv.check("cuLaunchKernel", s.c.drv.cuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
+	err = s.do(func() error {
+		return f.m.use(func(uintptr) error {
+			return s.c.drv.check("cuLaunchKernel", s.c.drv.cuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
+		})
 	})
 	runtime.KeepAlive(vals)
 	runtime.KeepAlive(ptrs)
@@ -292,11 +409,14 @@ func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 // packParams lays each argument in its own 8-byte slot of vals (heap
 // memory, which the Go collector never moves) and points ptrs[i] at it:
 // the void** array cuLaunchKernel reads. Narrow values fill the slot's low
-// bytes (little-endian, as on every platform the driver supports).
-func packParams(args []any) (vals []uint64, ptrs []unsafe.Pointer, err error) {
+// bytes (little-endian, as on every platform the driver supports). sizes[i]
+// is argument i's C size.
+func packParams(args []any) (vals []uint64, ptrs []unsafe.Pointer, sizes []uintptr, err error) {
 	vals = make([]uint64, len(args))
 	ptrs = make([]unsafe.Pointer, len(args))
+	sizes = make([]uintptr, len(args))
 	for i, a := range args {
+		sizes[i] = 8
 		switch v := a.(type) {
 		case uintptr:
 			vals[i] = uint64(v)
@@ -305,19 +425,19 @@ func packParams(args []any) (vals []uint64, ptrs []unsafe.Pointer, err error) {
 		case int64:
 			vals[i] = uint64(v)
 		case uint32:
-			vals[i] = uint64(v)
+			vals[i], sizes[i] = uint64(v), 4
 		case int32:
-			vals[i] = uint64(uint32(v))
+			vals[i], sizes[i] = uint64(uint32(v)), 4
 		case float32:
-			vals[i] = uint64(math.Float32bits(v))
+			vals[i], sizes[i] = uint64(math.Float32bits(v)), 4
 		case float64:
 			vals[i] = math.Float64bits(v)
 		default:
-			return nil, nil, fmt.Errorf("argument %d has type %T; use uintptr, uint64, int64, uint32, int32, float32 or float64", i, a)
+			return nil, nil, nil, fmt.Errorf("argument %d has type %T; use uintptr, uint64, int64, uint32, int32, float32 or float64", i, a)
 		}
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	return vals, ptrs, nil
+	return vals, ptrs, sizes, nil
 }
 
 // CaptureStatus is a stream's capture state (CUstreamCaptureStatus).
@@ -348,7 +468,7 @@ func (c CaptureStatus) String() string {
 // thread-local mode then lets the device executor keep allocating and
 // freeing on its own thread meanwhile.
 func (s *Stream) BeginCapture() error {
-	return s.exec.Do(func() error {
+	return s.do(func() error {
 		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.cuStreamBeginCapture(s.h, codeStreamCaptureModeThread))
 	})
 }
@@ -358,7 +478,7 @@ func (s *Stream) BeginCapture() error {
 // ErrCaptureInvalidated and no graph.
 func (s *Stream) EndCapture() (*Graph, error) {
 	g := &Graph{s: s}
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		return s.c.drv.check("cuStreamEndCapture", s.c.drv.cuStreamEndCapture(s.h, &g.h))
 	})
 	if err != nil {
@@ -370,7 +490,7 @@ func (s *Stream) EndCapture() (*Graph, error) {
 // CaptureStatus returns the stream's capture state (cuStreamIsCapturing).
 func (s *Stream) CaptureStatus() (CaptureStatus, error) {
 	var st int32
-	err := s.exec.Do(func() error {
+	err := s.do(func() error {
 		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.cuStreamIsCapturing(s.h, &st))
 	})
 	return CaptureStatus(st), err
@@ -379,22 +499,29 @@ func (s *Stream) CaptureStatus() (CaptureStatus, error) {
 // Graph is a recorded graph (CUgraph). Its calls run on the executor of the
 // stream that captured it.
 type Graph struct {
-	s *Stream
-	h uintptr
+	s  *Stream
+	mu sync.Mutex // guards h; held across each driver call using it
+	h  uintptr    // 0 once destroyed
 }
 
 // GraphExec is an instantiated graph (CUgraphExec), launchable on any
 // stream of the context.
 type GraphExec struct {
-	s *Stream
-	h uintptr
+	s  *Stream
+	mu sync.Mutex // guards h; held across each driver call using it
+	h  uintptr    // 0 once destroyed
 }
 
 // Instantiate makes an executable graph (cuGraphInstantiateWithFlags, no
 // flags). The Graph may be destroyed afterwards.
 func (g *Graph) Instantiate() (*GraphExec, error) {
 	x := &GraphExec{s: g.s}
-	err := g.s.exec.Do(func() error {
+	err := g.s.do(func() error {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.h == 0 {
+			return fmt.Errorf("%w: graph destroyed", ErrClosed)
+		}
 		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.cuGraphInstantiateWithFlag(&x.h, g.h, 0))
 	})
 	if err != nil {
@@ -403,20 +530,43 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 	return x, nil
 }
 
-// Destroy destroys the graph (cuGraphDestroy).
+// Destroy destroys the graph (cuGraphDestroy). Idempotent; after
+// Context.Close the graph is already gone and Destroy does nothing.
 func (g *Graph) Destroy() error {
-	return g.s.exec.Do(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.cuGraphDestroy(g.h)) })
+	g.mu.Lock()
+	h := g.h
+	g.h = 0
+	g.mu.Unlock()
+	if h == 0 {
+		return nil
+	}
+	return g.s.cleanup(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.cuGraphDestroy(h)) })
 }
 
 // LaunchGraph enqueues one replay of x on the stream (cuGraphLaunch).
 func (s *Stream) LaunchGraph(x *GraphExec) error {
-	return s.exec.Do(func() error { return s.c.drv.check("cuGraphLaunch", s.c.drv.cuGraphLaunch(x.h, s.h)) })
+	return s.do(func() error {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if x.h == 0 {
+			return fmt.Errorf("%w: executable graph destroyed", ErrClosed)
+		}
+		return s.c.drv.check("cuGraphLaunch", s.c.drv.cuGraphLaunch(x.h, s.h))
+	})
 }
 
 // Destroy destroys the executable graph (cuGraphExecDestroy); launches
-// already enqueued still run.
+// already enqueued still run. Idempotent; after Context.Close the graph is
+// already gone and Destroy does nothing.
 func (x *GraphExec) Destroy() error {
-	return x.s.exec.Do(func() error {
-		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.cuGraphExecDestroy(x.h))
+	x.mu.Lock()
+	h := x.h
+	x.h = 0
+	x.mu.Unlock()
+	if h == 0 {
+		return nil
+	}
+	return x.s.cleanup(func() error {
+		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.cuGraphExecDestroy(h))
 	})
 }

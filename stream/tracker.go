@@ -28,6 +28,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
 )
@@ -216,7 +217,7 @@ func (t *tracker) checkFence(call string, f Fence) (passed bool, err error) {
 	if f.Seq == 0 {
 		return true, nil
 	}
-	if f.Q == nil {
+	if isNilQueue(f.Q) {
 		return false, fmt.Errorf("stream: %s: fence %d has no queue: %w", call, f.Seq, ErrInvalid)
 	}
 	if target := trackerOf(f.Q); target != nil {
@@ -226,6 +227,16 @@ func (t *tracker) checkFence(call string, f Fence) (passed bool, err error) {
 		}
 	}
 	return f.Q.Completed() >= f.Seq, nil
+}
+
+// isNilQueue reports whether q is nil or holds a nil pointer (a typed nil
+// such as (*Host)(nil)), which has no queue behind it to ask.
+func isNilQueue(q Queue) bool {
+	if q == nil {
+		return true
+	}
+	v := reflect.ValueOf(q)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // wait is Queue.Wait for both host queues.

@@ -48,8 +48,9 @@
  * device memory until it is both released and unmapped.
  *
  * Build switches: -DFAKE_NO_VMM leaves out the eight virtual-memory symbols,
- * -DFAKE_NO_MEMSET leaves out cuMemsetD8Async, -DFAKE_OMIT_GRAPH_LAUNCH
- * leaves out the required cuGraphLaunch.  Build with -fvisibility=hidden
+ * -DFAKE_NO_MEMSET leaves out cuMemsetD8Async, -DFAKE_NO_PARAM_INFO leaves
+ * out cuFuncGetParamInfo, -DFAKE_OMIT_GRAPH_LAUNCH leaves out the required
+ * cuGraphLaunch.  Build with -fvisibility=hidden
  * -Wl,-Bsymbolic: several copies may be loaded RTLD_GLOBAL into one test
  * process, and each must keep to its own state.
  */
@@ -1265,6 +1266,26 @@ EXPORT CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, uns
 	END("kernel=%s grid=%ux%ux%u block=%ux%ux%u shared=%u stream=%p%s", f && !rc ? kernel_names[f->kernel] : "?",
 	    gx, gy, gz, bx, by, bz, shared, (void *)s, args);
 }
+
+#ifndef FAKE_NO_PARAM_INFO
+/* cuFuncGetParamInfo (CUDA 12.4+, optional): offset and size of a known
+ * kernel's parameter; INVALID_VALUE past the last one. */
+EXPORT CUresult cuFuncGetParamInfo(struct function *f, size_t index, size_t *offset, size_t *size)
+{
+	BEGIN("cuFuncGetParamInfo", 1, 1);
+	if (!rc && !find_function(f))
+		rc = INVALID_HANDLE;
+	if (!rc && (offset == NULL || size == NULL))
+		rc = INVALID_VALUE;
+	if (!rc && index >= (size_t)kernel_nparams[f->kernel])
+		rc = INVALID_VALUE;
+	if (!rc) {
+		*offset = 8 * index; /* every parameter of both kernels sits in an 8-byte slot */
+		*size = kernel_param_size[f->kernel][index];
+	}
+	END("function=%p index=%zu", (void *)f, index);
+}
+#endif
 
 EXPORT CUresult cuGetErrorName(CUresult code, const char **out)
 {
