@@ -295,16 +295,7 @@ func (c *countedStorage) releasePassed() {
 	if len(c.held) == 0 {
 		return
 	}
-	done := c.q.Completed()
-	n := 0
-	for n < len(c.held) && c.held[n].seq <= done {
-		c.forward(c.held[n])
-		n++
-	}
-	if n > 0 {
-		clear(c.held[:n])
-		c.held = c.held[n:]
-	}
+	c.held = dropPassed(c.held, c.q.Completed(), func(h heldRelease) uint64 { return h.seq }, c.forward)
 }
 
 // drainHeld waits for the stream's queued work and forwards every held

@@ -435,14 +435,24 @@ func (s *Stream) collectFailuresLocked() {
 	if len(fails) > 0 {
 		g.Prune()
 	}
+	s.outputs = dropPassed(s.outputs, done, func(o opOutputs) uint64 { return o.seq }, nil)
+}
+
+// dropPassed removes from the front of list (ordered by seq) every element
+// whose seq ≤ done, calling each on it first (nil: nothing to do).
+func dropPassed[T any](list []T, done uint64, seq func(T) uint64, each func(T)) []T {
 	n := 0
-	for n < len(s.outputs) && s.outputs[n].seq <= done {
+	for n < len(list) && seq(list[n]) <= done {
+		if each != nil {
+			each(list[n])
+		}
 		n++
 	}
-	if n > 0 {
-		clear(s.outputs[:n])
-		s.outputs = s.outputs[n:]
+	if n == 0 {
+		return list
 	}
+	clear(list[:n])
+	return list[n:]
 }
 
 // releasePassedLocked releases the deferred bindings whose ops completed.
@@ -450,16 +460,7 @@ func (s *Stream) releasePassedLocked() {
 	if len(s.deferred) == 0 {
 		return
 	}
-	done := s.q.Completed()
-	n := 0
-	for n < len(s.deferred) && s.deferred[n].seq <= done {
-		s.releaseDeferredLocked(s.deferred[n])
-		n++
-	}
-	if n > 0 {
-		clear(s.deferred[:n])
-		s.deferred = s.deferred[n:]
-	}
+	s.deferred = dropPassed(s.deferred, s.q.Completed(), func(u deferredUse) uint64 { return u.seq }, s.releaseDeferredLocked)
 }
 
 func (s *Stream) releaseDeferredLocked(u deferredUse) {
