@@ -103,15 +103,6 @@ func wantRelocation(t *testing.T, m *memory.Manager, want relocation.Reason) {
 
 func usage(m *memory.Manager) pool.Usage { return m.Report().Usage() }
 
-// dynamicUsage sums the dynamic memory's pools.
-func dynamicUsage(m *memory.Manager) pool.Usage {
-	var u pool.Usage
-	for _, r := range m.Report().Dynamic {
-		u = u.Combine(r.Usage)
-	}
-	return u
-}
-
 // dynamicPagesPeak sums PagesPeak over the dynamic memory's pools.
 func dynamicPagesPeak(m *memory.Manager) uint64 {
 	var n uint64

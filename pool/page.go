@@ -296,17 +296,6 @@ func (p *page) usage() Usage {
 	return u
 }
 
-// liveBytes is Σ requested sizes of live slices.
-func (p *page) liveBytes() uint64 {
-	var n uint64
-	for i := range p.slices {
-		if !p.slices[i].h.IsFree() {
-			n += p.slices[i].Region.Size
-		}
-	}
-	return n
-}
-
 // check verifies P1–P3; it panics with the page's layout when broken. Tests
 // and invariant builds call it.
 func (p *page) check() {

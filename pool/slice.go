@@ -62,15 +62,3 @@ func (s *Slice) Rebind(assigned *handle.Handle, cursor uint64, g *handle.ErrorGr
 	old.Release()
 	s.Cursor = cursor
 }
-
-// freshHandle gives the slice a new free allocation at loc, dropping the old
-// handle (which other owners may still hold: its descriptor lives on with
-// them, no longer pointed at by any slice).
-func (s *Slice) freshHandle(loc handle.Location, g *handle.ErrorGraph) {
-	s.clearTaint(g)
-	if s.h != nil {
-		s.h.Release()
-	}
-	s.h = handle.New(loc)
-	s.Cursor = 0
-}

@@ -302,7 +302,6 @@ func synthTransformer(g *gen, p SynthParams) {
 	g.emit(Event{Op: OpWindow, Stream: 0, Mode: ModeAuto})
 	act := uint64(batch * seq * hidden * f32)
 	scores := uint64(batch * heads * seq * seq * f32)
-	var grads, adam []uint64
 	for step := 0; g.allocs < p.Allocs && !g.stopped; step++ {
 		input := g.alloc(batch*seq*8, 0)
 		// Forward: per layer, activations kept for backward, temporaries freed.
@@ -326,7 +325,7 @@ func synthTransformer(g *gen, p SynthParams) {
 		// Backward: reverse order; gradient buffers made on the first step.
 		if step == 0 {
 			for _, w := range weights {
-				grads = append(grads, g.alloc(g.sizes[w], 0))
+				g.alloc(g.sizes[w], 0) // gradients live for the whole run
 			}
 		}
 		for l := layers - 1; l >= 0 && !g.stopped; l-- {
@@ -345,7 +344,8 @@ func synthTransformer(g *gen, p SynthParams) {
 		// Optimizer: Adam moments made on the first step, then kept.
 		if step == 0 {
 			for _, w := range weights {
-				adam = append(adam, g.alloc(g.sizes[w], 0), g.alloc(g.sizes[w], 0))
+				g.alloc(g.sizes[w], 0) // first and second moments, kept
+				g.alloc(g.sizes[w], 0)
 			}
 		}
 		for _, w := range weights[:6] {
