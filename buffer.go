@@ -20,18 +20,42 @@ type Buffer struct {
 	freed bool
 }
 
-// ID returns the allocation's identity.
-func (b *Buffer) ID() handle.ID { return b.h.ID() }
+// ID returns the allocation's identity (0 for a nil or zero Buffer).
+func (b *Buffer) ID() handle.ID {
+	if b.valid() != nil {
+		return 0
+	}
+	return b.h.ID()
+}
 
-// Size returns the requested size in bytes.
-func (b *Buffer) Size() uint64 { return b.size }
+// Size returns the requested size in bytes (0 for a nil Buffer).
+func (b *Buffer) Size() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
-// Stream returns the stream whose memory holds the buffer.
-func (b *Buffer) Stream() *Stream { return b.s }
+// Stream returns the stream whose memory holds the buffer (nil for a nil
+// Buffer).
+func (b *Buffer) Stream() *Stream {
+	if b == nil {
+		return nil
+	}
+	return b.s
+}
 
 // CanMut reports whether this is the only user reference, so the bytes may
-// be updated in place.
-func (b *Buffer) CanMut() bool { return b.h.CanMut() }
+// be updated in place. A nil, zero or freed Buffer cannot be updated: false.
+func (b *Buffer) CanMut() bool {
+	if b.valid() != nil {
+		return false
+	}
+	b.s.d.mu.Lock()
+	freed := b.freed
+	b.s.d.mu.Unlock()
+	return !freed && b.h.CanMut()
+}
 
 // Clone returns another owning reference to the same allocation; free both.
 // It returns nil when b is already freed.
@@ -77,14 +101,22 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if uint64(len(data)) > b.size {
+	d := b.s.d
+	if len(data) == 0 || uint64(len(data)) > b.size {
+		// Nothing to enqueue, or too much: a freed buffer or closed device
+		// still says so first, whatever the data's length.
+		d.mu.Lock()
+		err := b.usableLocked()
+		d.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if len(data) == 0 {
+			return nil
+		}
 		return fmt.Errorf("%w: writing %d bytes into buffer %d of %d bytes", ErrInvalidUse, len(data), b.h.ID(), b.size)
 	}
-	if len(data) == 0 {
-		return nil
-	}
 	src := append([]byte(nil), data...)
-	d := b.s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if b.s.cap != nil {
@@ -259,11 +291,21 @@ func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
 	return &Mapping{d: d, b: b.h.Binding(), bytes: res.Bytes}, nil
 }
 
-// Bytes returns the mapped bytes; valid until Release.
-func (m *Mapping) Bytes() []byte { return m.bytes }
+// Bytes returns the mapped bytes; valid until Release (nil for a nil
+// Mapping).
+func (m *Mapping) Bytes() []byte {
+	if m == nil {
+		return nil
+	}
+	return m.bytes
+}
 
-// Release drops the mapping's binding; later calls do nothing.
+// Release drops the mapping's binding; later calls, and calls on a nil or
+// zero Mapping, do nothing.
 func (m *Mapping) Release() {
+	if m == nil || m.d == nil {
+		return
+	}
 	m.d.mu.Lock()
 	defer m.d.mu.Unlock()
 	if m.done {

@@ -54,7 +54,10 @@ type captureState struct {
 	primed   []*handle.Binding           // freed while Prepared, kept until Begin
 	touched  []touch                     // resolved by recorded ops
 	written  []writtenRange              // declared Write/ReadWrite by recorded ops
-	retained [][]byte                    // host bytes recorded copies read
+	// opWritten[i] is the range of written that recorded op i declared, so
+	// a replayed op that fails marks only its own outputs.
+	opWritten [][2]int
+	retained  [][]byte // host bytes recorded copies read
 }
 
 type touch struct {
@@ -114,6 +117,18 @@ func (c *captureState) touchedLocked(r resolved) {
 	if r.use.Access.writes() {
 		c.written = append(c.written, writtenRange{b: h.Binding(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
 	}
+}
+
+// recordedOpLocked closes the written ranges of the op just recorded.
+func (c *captureState) recordedOpLocked() {
+	if !c.s.capture.Recording() {
+		return
+	}
+	start := 0
+	if n := len(c.opWritten); n > 0 {
+		start = c.opWritten[n-1][1]
+	}
+	c.opWritten = append(c.opWritten, [2]int{start, len(c.written)})
 }
 
 // retainLocked keeps host bytes a recorded copy reads alive with the graph.
@@ -285,7 +300,11 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
 	}
 	d.counters.captures.Sealed++
-	return &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}, nil
+	opWritten := c.opWritten
+	if len(opWritten) != exec.Len() {
+		opWritten = nil // the backend sealed ops of its own: mark per launch
+	}
+	return &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written, opWritten: opWritten}, nil
 }
 
 // guardTouchedLocked takes one guard per distinct touched page (allocation
@@ -377,15 +396,39 @@ type Graph struct {
 	uses     []touch // one binding per allocation the recording resolved
 	retained [][]byte
 	written  []writtenRange
-	closed   bool // under the device lock
+	// opWritten[i] is the range of written recorded op i writes; nil when
+	// the launch is not one step per recorded op (a driver graph).
+	opWritten [][2]int
+	// closing is set (under the device lock) when Close begins: a Launch
+	// after that point could enqueue work that outlives the bindings Close
+	// is about to drop, so it is refused from then on.
+	closing bool
+	closed  bool // under the device lock
 }
 
-// Ops returns the number of recorded ops.
-func (g *Graph) Ops() int { return g.exec.Len() }
+// valid refuses a nil Graph or one not made by EndCapture or Capture.
+func (g *Graph) valid() error {
+	if g == nil || g.s == nil || g.exec == nil {
+		return fmt.Errorf("%w: nil graph, or one not made by Stream.Capture or EndCapture", ErrInvalidUse)
+	}
+	return nil
+}
+
+// Ops returns the number of recorded ops (0 for a zero Graph).
+func (g *Graph) Ops() int {
+	if g.valid() != nil {
+		return 0
+	}
+	return g.exec.Len()
+}
 
 // Launch enqueues the recorded work on the graph's stream. A failed enqueue
-// marks every range the graph writes.
+// marks every range the graph writes. Once Close has begun, Launch returns
+// ErrClosed: a launch never outlives the graph's bindings.
 func (g *Graph) Launch(ctx context.Context) error {
+	if err := g.valid(); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -396,7 +439,7 @@ func (g *Graph) Launch(ctx context.Context) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if g.closed {
+	if g.closing || g.closed {
 		return fmt.Errorf("%w: the graph was closed; capture a new one", ErrClosed)
 	}
 	if err := s.refuseHostSyncLocked("Graph.Launch"); err != nil {
@@ -421,15 +464,11 @@ func (g *Graph) Launch(ctx context.Context) error {
 	}
 	// The launch is the latest use of every buffer it touches: later ops
 	// on other streams order after it; its writes replace failure marks,
-	// and a replayed op that fails marks them again.
-	var outs []output
+	// and a replayed op that fails marks again what it writes (writes.go).
 	for _, w := range g.written {
 		_ = w.owner.mem.ReleaseMarks(w.b, w.off, w.len)
-		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 	}
-	for seq := before.Seq + 1; seq <= after.Seq && len(outs) > 0; seq++ {
-		s.outputs = append(s.outputs, opOutputs{seq: seq, outs: outs})
-	}
+	g.recordLaunchLocked(before.Seq, after.Seq)
 	for _, u := range g.uses {
 		if u.owner == s {
 			_ = s.mem.SetCursor(u.b, after.Seq)
@@ -438,6 +477,41 @@ func (g *Graph) Launch(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// recordLaunchLocked enters the launch's steps (before, after] as writers:
+// one record per replayed op with its own outputs, or, when the steps do
+// not map to recorded ops, every step writing everything the graph writes.
+func (g *Graph) recordLaunchLocked(before, after uint64) {
+	s := g.s
+	d := s.d
+	if len(g.written) == 0 {
+		return
+	}
+	outsOf := func(ws []writtenRange) []output {
+		outs := make([]output, 0, len(ws))
+		for _, w := range ws {
+			outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
+		}
+		return outs
+	}
+	if g.opWritten != nil && after-before == uint64(len(g.opWritten)) {
+		for i, r := range g.opWritten {
+			if r[0] == r[1] {
+				continue
+			}
+			w := d.newWriteRecordLocked(s, "graph launch", outsOf(g.written[r[0]:r[1]]))
+			w.seq = before + 1 + uint64(i)
+			d.registerLocked(w)
+		}
+		return
+	}
+	all := outsOf(g.written)
+	for seq := before + 1; seq <= after; seq++ {
+		w := d.newWriteRecordLocked(s, "graph launch", all)
+		w.seq = seq
+		d.registerLocked(w)
+	}
 }
 
 // markWrittenLocked marks every range the graph writes with a failure.
@@ -454,6 +528,9 @@ func (g *Graph) markWrittenLocked(err error) {
 // become ordinary: carvable, releasable, relocatable) and the retained
 // bytes. It is idempotent.
 func (g *Graph) Close() error {
+	if err := g.valid(); err != nil {
+		return err
+	}
 	s := g.s
 	d := s.d
 	d.mu.Lock()
@@ -465,6 +542,9 @@ func (g *Graph) Close() error {
 		d.mu.Unlock()
 		return err
 	}
+	// From here on no Launch is accepted, so the fence below covers every
+	// launch there will ever be.
+	g.closing = true
 	f, ferr := s.q.Fence()
 	d.mu.Unlock()
 	if ferr == nil {

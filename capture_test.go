@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
@@ -671,4 +672,144 @@ func TestCaptureOnOneStreamWhileOthersKeepWorking(t *testing.T) {
 	}
 	// 5 warmups + 5 launches.
 	wantBytes(t, buf, bytes.Repeat([]byte{10}, 1<<20))
+}
+
+// A Launch racing Graph.Close is refused once Close has begun, so nothing
+// it would write lands in a slice another allocation reuses (defect §1).
+func TestLaunchDuringGraphCloseWritesIntoAReusedSlice(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	owner, _ := d.NewStream()
+	const n = 5000
+	x := mustAlloc(t, owner, n)
+	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("w", []Use{{Buffer: x, Access: Write}}, func(r []storage.Resource) error {
+			for i := range r[0].Bytes {
+				r[0].Bytes[i] = 0xEE
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Synchronize(bg)
+	mustFree(t, x) // the graph keeps the slice
+	gate1, gate2 := make(chan struct{}), make(chan struct{})
+	_ = s.Enqueue("gate1", nil, func([]storage.Resource) error { <-gate1; return nil })
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }() // waits for gate1 outside the lock
+	for { // until Close has begun (its wait is outside the lock)
+		d.mu.Lock()
+		closing := g.closing
+		d.mu.Unlock()
+		if closing {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = s.Enqueue("gate2", nil, func([]storage.Resource) error { <-gate2; return nil })
+	launchErr := g.Launch(bg)
+	close(gate1)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(launchErr, ErrClosed) {
+		t.Errorf("Launch after Close began = %v, want ErrClosed", launchErr)
+	}
+	y := mustAlloc(t, owner, n) // reuses x's slice
+	mustWrite(t, y, pattern(n, 1))
+	_ = owner.Synchronize(bg)
+	close(gate2)
+	_ = s.Synchronize(bg)
+	wantBytes(t, y, pattern(n, 1))
+}
+
+// An Alloc on the recording stream never forwards a held page release into
+// the recording, which would invalidate the capture (defect §3).
+func TestAllocOnRecordingStreamInvalidatesTheCapture(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	done := s.Window(memory.Dedicated)
+	x := mustAlloc(t, s, 1<<20)
+	done()
+	mustFree(t, x)
+	gate := make(chan struct{})
+	_ = s.Enqueue("gate", nil, func([]storage.Resource) error { <-gate; return nil })
+	gateSeq, _ := s.Queue().Fence()
+	done = s.Window(memory.Dedicated)
+	y := mustAlloc(t, s, 2<<20) // gives x's slot back while "gate" is queued: held
+	done()
+	defer y.Free()
+	out := mustAlloc(t, s, 4096)
+	calls := 0
+	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
+		calls++
+		if calls == 2 { // recording: let the queued work finish, no host sync
+			close(gate)
+			for s.Queue().Completed() < gateSeq.Seq {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		tmp, err := s.Alloc(ctx, 1000) // warmed up: held room
+		if err != nil {
+			return err
+		}
+		if err := s.Enqueue("k", []Use{{Buffer: tmp, Access: Write}, {Buffer: out, Access: Write}},
+			func([]storage.Resource) error { return nil }); err != nil {
+			return err
+		}
+		return tmp.Free()
+	})
+	if err != nil {
+		t.Fatalf("Capture: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The release held through the recording goes through afterwards.
+	if err := s.Cleanup(bg); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.StorageDeallocs == 0 {
+		t.Fatalf("no storage deallocation after the capture: %+v", st)
+	}
+}
+
+// One failing op in a graph replay marks only the ranges that op writes
+// (defect §6).
+func TestFailedReplayedOpMarksOtherOpsOutputs(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	a := mustAlloc(t, s, 64)
+	b := mustAlloc(t, s, 64)
+	fail := false
+	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
+		if err := s.Enqueue("writes-a", []Use{{Buffer: a, Access: Write}}, func(r []storage.Resource) error {
+			if fail {
+				return errors.New("boom")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		return s.Enqueue("writes-b", []Use{{Buffer: b, Access: Write}},
+			func(r []storage.Resource) error { copy(r[0].Bytes, bytes.Repeat([]byte{9}, 64)); return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_ = s.Synchronize(bg)
+	fail = true
+	if err := g.Launch(bg); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Synchronize(bg)
+	if _, err := b.Read(bg); err != nil {
+		t.Fatalf("b was written by an op that succeeded, yet Read(b) = %v", err)
+	}
+	if _, err := a.Read(bg); !errors.Is(err, ErrUnwritten) {
+		t.Fatalf("a's writer failed, yet Read(a) = %v", err)
+	}
 }

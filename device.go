@@ -36,6 +36,11 @@ type Device struct {
 	// foreign holds, per allocation, the fences of uses by streams other than
 	// its owner: the owner's next use waits on them (X2).
 	foreign  map[*handle.Descriptor][]stream.Fence
+	// writers indexes, per allocation and in enqueue order, the records of
+	// ops that write it and are not yet known complete; epoch numbers them
+	// (writes.go).
+	writers  map[*handle.Descriptor][]*writeRecord
+	epoch    uint64
 	counters counters
 	nextTok  stream.Owner
 }
@@ -100,6 +105,7 @@ func openWith(b Backend, o options) (*Device, error) {
 		noRelocate: o.noRelocate,
 		g:          handle.NewErrorGraph(),
 		foreign:    make(map[*handle.Descriptor][]stream.Fence),
+		writers:    make(map[*handle.Descriptor][]*writeRecord),
 	}
 	d.counters.failedReserves = make(map[string]uint64)
 	d.mu.Lock()
@@ -133,7 +139,9 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 		return nil, err
 	}
 	if d.wrap != nil {
-		st = d.wrap(st)
+		if st = d.wrap(st); st == nil {
+			return nil, fmt.Errorf("%w: the WithStorageWrapper function returned a nil storage.Storage", ErrInvalidUse)
+		}
 	}
 	counted := &countedStorage{Storage: st}
 	name := fmt.Sprintf("stream-%d", index)
@@ -238,43 +246,38 @@ func (d *Device) Close() error {
 	var errs []error
 	for _, s := range d.streams {
 		errs = append(errs, s.q.Close())
-		s.st.drainHeld()
+		s.st.forgetHeld()
 	}
 	errs = append(errs, d.backend.Close())
 	return errors.Join(errs...)
 }
 
-// collectFailuresLocked takes every queue's failed ops and marks the bytes
-// they left unwritten (SPEC §11).
-func (d *Device) collectFailuresLocked() {
-	for _, s := range d.streams {
-		s.collectFailuresLocked()
-	}
-}
-
 // countedStorage counts storage calls for Stats, and forwards fault
 // injection to a wrapped Faulty storage.
 //
-// It also holds back deallocations while the stream
+// It also holds back deallocations and granule unmaps while the stream
 // still has work queued: a freed slice is reused in stream order, but a page
-// handed back to the storage follows no order, and an op queued before the
-// free may still touch it. A held deallocation goes through once the
+// handed back to the storage, or a granule unmapped (an unmapped host granule
+// reads as zero; a driver's faults), follows no order, and an op queued
+// before the free may still read it. A held release goes through once the
 // stream's fence at the time of the free has passed (Flush, the next
 // reservation, Synchronize), or at once on an explicit cleanup, which waits.
-// Its methods run under the device lock.
+// A granule mapped again while its unmap is held simply stays mapped: the
+// unmap is withdrawn. Its methods run under the device lock.
 type countedStorage struct {
 	storage.Storage
 	allocs, deallocs atomic.Uint64
 	q                stream.Queue // the owning stream's queue, set once it exists
-	held             []heldRelease
+	// held is in seq order; an unmap precedes the dealloc of its allocation.
+	held []heldRelease
 }
 
-// heldRelease is a deallocation waiting for seq on the stream. (Granule
-// unmaps are not held: an unmapped host granule reads as zero and faults
-// nothing, and only free slices' granules are unmapped.)
+// heldRelease is a deallocation (n == 0) or an unmap of granules
+// [first, first+n) of allocation id, waiting for seq on the stream.
 type heldRelease struct {
-	seq uint64
-	id  storage.ID
+	seq      uint64
+	id       storage.ID
+	first, n uint64
 }
 
 // busyUntil returns the sequence number the stream's queued work ends at,
@@ -290,9 +293,11 @@ func (c *countedStorage) busyUntil() uint64 {
 	return f.Seq
 }
 
-// releasePassed forwards the held releases whose work has completed.
+// releasePassed forwards the held releases whose work has completed. Not
+// while the stream records: a storage call inside a recording invalidates
+// it (the driver cannot capture one), so they wait for the recording's end.
 func (c *countedStorage) releasePassed() {
-	if len(c.held) == 0 {
+	if len(c.held) == 0 || c.q.Recording() {
 		return
 	}
 	c.held = dropPassed(c.held, c.q.Completed(), func(h heldRelease) uint64 { return h.seq }, c.forward)
@@ -302,20 +307,36 @@ func (c *countedStorage) releasePassed() {
 // release. A failed wait (not poison) keeps them held: it is unknown whether
 // the work finished.
 func (c *countedStorage) drainHeld() {
-	if len(c.held) == 0 {
+	if len(c.held) == 0 || c.q.Recording() {
 		return
 	}
 	last := c.held[len(c.held)-1].seq
-	if err := c.q.Wait(context.Background(), stream.Fence{Q: c.q, Seq: last}); err != nil && !storage.IsDevicePoisoned(err) {
-		return
+	if c.q.Completed() < last {
+		if err := c.q.Wait(context.Background(), stream.Fence{Q: c.q, Seq: last}); err != nil && !storage.IsDevicePoisoned(err) {
+			return
+		}
 	}
+	c.forgetHeld()
+}
+
+// forgetHeld forwards every held release without waiting: for a closed
+// device, whose queues ran everything they held.
+func (c *countedStorage) forgetHeld() {
 	for _, h := range c.held {
 		c.forward(h)
 	}
 	c.held = nil
 }
 
-func (c *countedStorage) forward(h heldRelease) { c.Storage.Dealloc(h.id) }
+func (c *countedStorage) forward(h heldRelease) {
+	if h.n == 0 {
+		c.Storage.Dealloc(h.id)
+		return
+	}
+	if g, ok := c.Storage.(storage.Granular); ok {
+		g.Unmap(h.id, h.first, h.n)
+	}
+}
 
 // Flush forwards the held releases whose work completed, then flushes.
 func (c *countedStorage) Flush() {
@@ -333,11 +354,31 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 
 func (c *countedStorage) Dealloc(id storage.ID) {
 	c.deallocs.Add(1)
-	if seq := c.busyUntil(); seq != 0 {
-		c.held = append(c.held, heldRelease{seq: seq, id: id})
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
+		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id})
 		return
 	}
 	c.Storage.Dealloc(id)
+}
+
+// holdsFor reports whether a release of allocation id is held: its dealloc
+// must then follow it.
+func (c *countedStorage) holdsFor(id storage.ID) bool {
+	for _, h := range c.held {
+		if h.id == id {
+			return true
+		}
+	}
+	return false
+}
+
+// lastHeldSeq is the seq of the newest held release (0 when none), so a
+// release appended after it keeps the list in seq order.
+func (c *countedStorage) lastHeldSeq() uint64 {
+	if len(c.held) == 0 {
+		return 0
+	}
+	return c.held[len(c.held)-1].seq
 }
 
 // CheckCopy forwards to the wrapped storage's fault injection, if any.

@@ -75,20 +75,87 @@ func (c *countedStorage) Reserve(size uint64) (storage.Region, error) {
 	return r, err
 }
 
-// Map implements storage.Granular.
+// Map implements storage.Granular. Granules whose unmap is still held
+// (device.go) are mapped already: their unmap is withdrawn and only the
+// others are mapped. All or nothing, as the storage's Map: on a refusal the
+// runs this call mapped are unmapped again and the held unmaps stay.
 func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 	g, ok := c.Storage.(storage.Granular)
 	if !ok {
 		return fmt.Errorf("%w: mapping granules of allocation %d", storage.ErrNotGranular, id)
 	}
-	return g.Map(id, first, n)
+	if !c.holdsUnmapIn(id, first, n) {
+		return g.Map(id, first, n)
+	}
+	var done [][2]uint64
+	for i := first; i < first+n; {
+		if c.unmapHeld(id, i) {
+			i++
+			continue
+		}
+		j := i + 1
+		for j < first+n && !c.unmapHeld(id, j) {
+			j++
+		}
+		if err := g.Map(id, i, j-i); err != nil {
+			for _, r := range done {
+				g.Unmap(id, r[0], r[1]-r[0])
+			}
+			return err
+		}
+		done = append(done, [2]uint64{i, j})
+		i = j
+	}
+	c.withdrawUnmaps(id, first, n)
+	return nil
 }
 
-// Unmap implements storage.Granular.
+// Unmap implements storage.Granular, held while the stream has work queued
+// (an op enqueued before the free that emptied the granule may still read
+// it).
 func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
-	if g, ok := c.Storage.(storage.Granular); ok {
-		g.Unmap(id, first, n)
+	g, ok := c.Storage.(storage.Granular)
+	if !ok || n == 0 {
+		return
 	}
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
+		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id, first: first, n: n})
+		return
+	}
+	g.Unmap(id, first, n)
+}
+
+// holdsUnmapIn reports whether a held unmap of id overlaps [first, first+n).
+func (c *countedStorage) holdsUnmapIn(id storage.ID, first, n uint64) bool {
+	for _, h := range c.held {
+		if h.id == id && h.n != 0 && h.first < first+n && first < h.first+h.n {
+			return true
+		}
+	}
+	return false
+}
+
+// unmapHeld reports whether granule k of id has a held unmap.
+func (c *countedStorage) unmapHeld(id storage.ID, k uint64) bool { return c.holdsUnmapIn(id, k, 1) }
+
+// withdrawUnmaps removes granules [first, first+n) of id from the held
+// unmaps, splitting the ones that straddle the range.
+func (c *countedStorage) withdrawUnmaps(id storage.ID, first, n uint64) {
+	end := first + n
+	kept := make([]heldRelease, 0, len(c.held)+1)
+	for _, h := range c.held {
+		if h.id != id || h.n == 0 || h.first >= end || first >= h.first+h.n {
+			kept = append(kept, h)
+			continue
+		}
+		if h.first < first {
+			kept = append(kept, heldRelease{seq: h.seq, id: id, first: h.first, n: first - h.first})
+		}
+		if hend := h.first + h.n; hend > end {
+			kept = append(kept, heldRelease{seq: h.seq, id: id, first: end, n: hend - end})
+		}
+	}
+	c.held = kept
 }
 
 // BytesReserved implements storage.Granular: the wrapped storage's address

@@ -1,9 +1,11 @@
 package gpumem_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/storage"
@@ -71,5 +73,70 @@ func TestStorageWrapperWrapsTheGranularStorageInEitherOrder(t *testing.T) {
 			t.Fatalf("allocation with every mapping refused: %v", err)
 		}
 		d.Close()
+	}
+}
+
+// pat8 returns n bytes that depend on their index and seed.
+func pat8(n uint64, seed byte) []byte {
+	p := make([]byte, n)
+	for i := range p {
+		p[i] = byte(i*131+i>>7) ^ seed
+	}
+	return p
+}
+
+// A granule emptied by a free is unmapped only after every op enqueued
+// before the free has run: an explicit cleanup in between must not discard
+// the bytes a pending op still reads (defect §2), on the device's and on the
+// stream's cleanup. Once the op has run, the granules go back.
+func TestGranularCleanupDiscardsBytesAPendingOpStillReads(t *testing.T) {
+	bgc := context.Background()
+	for _, viaStream := range []bool{false, true} {
+		d, err := gpumem.Open(gpumem.WithPageGranular(true))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := d.DefaultStream()
+		const n = 6 << 20 // spans whole granules of its own
+		big, _ := s.Alloc(bgc, 16<<20)
+		_ = big.Free()
+		_ = d.Cleanup(bgc) // nothing outdated afterwards: the next Cleanup does not wait
+		in, _ := s.Alloc(bgc, n)
+		out, _ := s.Alloc(bgc, n)
+		_ = in.Write(bgc, pat8(n, 42))
+		_ = s.Synchronize(bgc)
+		mapped := d.Stats().BytesAllocated
+		gate := make(chan struct{})
+		_ = s.Enqueue("gate", nil, func([]storage.Resource) error { <-gate; return nil })
+		_ = s.Enqueue("copy", []gpumem.Use{{Buffer: in, Access: gpumem.Read}, {Buffer: out, Access: gpumem.Write}},
+			func(r []storage.Resource) error { copy(r[1].Bytes, r[0].Bytes); return nil })
+		_ = in.Free() // the input is no longer needed once the op is enqueued
+		cleaned := make(chan error, 1)
+		go func() {
+			if viaStream {
+				cleaned <- s.Cleanup(bgc)
+			} else {
+				cleaned <- d.Cleanup(bgc)
+			}
+		}()
+		time.Sleep(20 * time.Millisecond) // let the cleanup run while the op waits (either order must hold)
+		close(gate)
+		if err := <-cleaned; err != nil {
+			t.Fatal(err)
+		}
+		got, err := out.Read(bgc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, pat8(n, 42)) {
+			t.Fatalf("stream cleanup=%v: the op read %d zero bytes of its input; its live output is wrong", viaStream, bytes.Count(got, []byte{0}))
+		}
+		if err := s.Cleanup(bgc); err != nil {
+			t.Fatal(err)
+		}
+		if after := d.Stats().BytesAllocated; after+n/2 > mapped {
+			t.Fatalf("stream cleanup=%v: mapped bytes %d → %d after the freed input's granules passed: they were not given back", viaStream, mapped, after)
+		}
+		_ = d.Close()
 	}
 }

@@ -27,8 +27,8 @@ type Stream struct {
 
 	// Guarded by d.mu:
 	capture  stream.Capture
-	deferred []deferredUse // bindings of foreign buffers, in seq order
-	outputs  []opOutputs   // written ranges of ops not yet known complete, in seq order
+	deferred []deferredUse   // bindings of foreign buffers, in seq order
+	pending  []*writeRecord // ops that write, not yet known complete, in seq order (writes.go)
 	cap      *captureState // the open capture window's records, nil outside one
 }
 
@@ -46,11 +46,6 @@ type output struct {
 	d        *handle.Descriptor
 	owner    *Stream
 	off, len uint64
-}
-
-type opOutputs struct {
-	seq  uint64
-	outs []output
 }
 
 // descRef lets a bare descriptor be looked up (identity-checked) without
@@ -118,9 +113,11 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, ErrClosed
 	}
 	if !s.capture.Recording() {
+		// Not while recording: a held page release forwarded now would be a
+		// storage call inside the recording, which invalidates it.
 		s.releasePassedLocked()
+		s.st.releasePassed()
 	}
-	s.st.releasePassed()
 	u := s.pageUpdateLocked()
 	if u == memory.Allow {
 		relocation.RelocateWhenWanted(s.self)
@@ -250,7 +247,27 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 	for i, r := range rs {
 		res[i] = r.res
 	}
-	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: func() error { return run(res) }})
+	// Stream-order failure marks (writes.go): what the op depends on, and
+	// its record as a writer. A recorded op runs at every launch, long after
+	// these records are gone: it gets neither.
+	var w *writeRecord
+	var deps []dependency
+	if !s.capture.Recording() {
+		var outs []output
+		for _, r := range rs {
+			desc := r.use.Buffer.h.Descriptor()
+			if r.use.Access.reads() {
+				deps = d.dependenciesLocked(desc, r.use.Buffer.h.ID(), r.use.Offset, r.use.Size, deps)
+			}
+			if r.use.Access.writes() {
+				outs = append(outs, output{d: desc, owner: r.owner, off: r.use.Offset, len: r.use.Size})
+			}
+		}
+		if len(outs) > 0 {
+			w = d.newWriteRecordLocked(s, name, outs)
+		}
+	}
+	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: wrapRun(w, deps, func() error { return run(res) })})
 	if err != nil {
 		f := d.g.Fail(fmt.Errorf("gpumem: op %q could not be enqueued on %s: %w", name, s.name, err), name)
 		for _, r := range rs {
@@ -264,7 +281,7 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 		}
 		return err
 	}
-	s.afterEnqueueLocked(seq, name, rs)
+	s.afterEnqueueLocked(seq, rs, w)
 	return nil
 }
 
@@ -385,10 +402,10 @@ func (d *Device) dropPassedNotesLocked(desc *handle.Descriptor, q stream.Queue) 
 }
 
 // afterEnqueueLocked records what an enqueued op means for the buffers it
-// used: cursors, deferred foreign bindings, X2 notes, written ranges.
-func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
+// used: cursors, deferred foreign bindings, X2 notes, and its record as a
+// writer (w, nil when it writes nothing).
+func (s *Stream) afterEnqueueLocked(seq uint64, rs []resolved, w *writeRecord) {
 	d := s.d
-	var outs []output
 	for _, r := range rs {
 		h := r.use.Buffer.h
 		if s.cap != nil {
@@ -399,7 +416,6 @@ func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
 		}
 		if r.use.Access.writes() {
 			_ = r.owner.mem.ReleaseMarks(h, r.use.Offset, r.use.Size)
-			outs = append(outs, output{d: h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
 		}
 		if r.owner == s {
 			_ = s.mem.SetCursor(h, seq)
@@ -408,34 +424,13 @@ func (s *Stream) afterEnqueueLocked(seq uint64, name string, rs []resolved) {
 		s.deferred = append(s.deferred, deferredUse{b: h.Binding(), seq: seq, owner: r.owner})
 		d.noteForeignLocked(h.Descriptor(), stream.Fence{Q: s.q, Seq: seq})
 	}
-	if len(outs) > 0 {
-		s.outputs = append(s.outputs, opOutputs{seq: seq, outs: outs})
+	if seq == 0 && s.cap != nil {
+		s.cap.recordedOpLocked()
 	}
-}
-
-// collectFailuresLocked marks the outputs of this stream's failed ops and
-// forgets the outputs of ops known complete.
-func (s *Stream) collectFailuresLocked() {
-	done := s.q.Completed()
-	fails := s.q.TakeFailures()
-	g := s.d.g
-	for _, f := range fails {
-		var outs []output
-		for _, o := range s.outputs {
-			if o.seq == f.Seq {
-				outs = o.outs
-				break
-			}
-		}
-		id := g.Fail(fmt.Errorf("gpumem: op %q (seq %d on %s) failed: %w", f.Name, f.Seq, s.name, f.Err), f.Name)
-		for _, o := range outs {
-			_ = o.owner.mem.MarkFailure(descRef{o.d}, id, o.off, o.len)
-		}
+	if seq != 0 && w != nil {
+		w.seq = seq
+		d.registerLocked(w)
 	}
-	if len(fails) > 0 {
-		g.Prune()
-	}
-	s.outputs = dropPassed(s.outputs, done, func(o opOutputs) uint64 { return o.seq }, nil)
 }
 
 // dropPassed removes from the front of list (ordered by seq) every element
