@@ -699,7 +699,7 @@ func TestLaunchDuringGraphCloseWritesIntoAReusedSlice(t *testing.T) {
 	_ = s.Enqueue("gate1", nil, func([]storage.Resource) error { <-gate1; return nil })
 	closed := make(chan error, 1)
 	go func() { closed <- g.Close() }() // waits for gate1 outside the lock
-	for { // until Close has begun (its wait is outside the lock)
+	for {                               // until Close has begun (its wait is outside the lock)
 		d.mu.Lock()
 		closing := g.closing
 		d.mu.Unlock()

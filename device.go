@@ -35,7 +35,7 @@ type Device struct {
 	closed  bool
 	// foreign holds, per allocation, the fences of uses by streams other than
 	// its owner: the owner's next use waits on them (X2).
-	foreign  map[*handle.Descriptor][]stream.Fence
+	foreign map[*handle.Descriptor][]stream.Fence
 	// writers indexes, per allocation and in enqueue order, the records of
 	// ops that write it and are not yet known complete; epoch numbers them
 	// (writes.go).

@@ -27,9 +27,9 @@ type Stream struct {
 
 	// Guarded by d.mu:
 	capture  stream.Capture
-	deferred []deferredUse   // bindings of foreign buffers, in seq order
+	deferred []deferredUse  // bindings of foreign buffers, in seq order
 	pending  []*writeRecord // ops that write, not yet known complete, in seq order (writes.go)
-	cap      *captureState // the open capture window's records, nil outside one
+	cap      *captureState  // the open capture window's records, nil outside one
 }
 
 // deferredUse keeps a foreign buffer's slice from reuse until this stream
