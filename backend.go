@@ -1,6 +1,8 @@
 package gpumem
 
 import (
+	"sync"
+
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -30,9 +32,18 @@ type Backend interface {
 
 // hostBackend is the embedded default: Host storage and worker-goroutine
 // queues, or with sim, Sim storage and inline queues for fast replay.
+//
+// Host storage holds real bytes, so a device opened without WithCapacity
+// (an unlimited budget) gets the machine's memory as its capacity instead:
+// every stream's Host storage draws on one budget of storage.MachineMemory
+// bytes, made on the first NewStorage. Sim holds no bytes and stays
+// unlimited.
 type hostBackend struct {
 	sim   bool
 	props memory.Properties
+
+	machineOnce sync.Once
+	machine     *storage.Budget
 }
 
 // HostProperties returns the host and sim backends' default properties for
@@ -60,12 +71,16 @@ func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 	if h.sim {
 		return storage.NewSim(h.props.Alignment, b), nil
 	}
+	if b.Capacity() == 0 {
+		h.machineOnce.Do(func() { h.machine = storage.NewBudget(storage.MachineMemory()) })
+		b = h.machine
+	}
 	return storage.NewHost(h.props.Alignment, b), nil
 }
 
 func (h *hostBackend) NewQueue(int) (stream.Queue, error) {
 	if h.sim {
-		return stream.NewInline(), nil
+		return stream.NewInlineHeld(), nil
 	}
 	return stream.NewHost(), nil
 }

@@ -122,6 +122,7 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 	if b.s.cap != nil {
 		b.s.cap.retainLocked(src)
 	}
+	defer b.s.flushHeld() // after the unlock: held queues run the write now
 	transfers, _ := d.backend.(HostTransfers)
 	q := b.s.q
 	return b.s.enqueueLocked("write", []Use{{Buffer: b, Access: Write, Size: uint64(len(src))}}, func(res []storage.Resource) error {
@@ -203,6 +204,9 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 		if f.Q.Completed() < f.Seq { // a passed fence needs no wait (and a recording queue would refuse one)
 			fences = append(fences, f)
 		}
+	}
+	if err := d.refuseWaitFromOpLocked(fences...); err != nil {
+		return fail(err)
 	}
 	bind := b.h.Binding()
 	d.mu.Unlock()
@@ -361,7 +365,12 @@ func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, erro
 	if f, err := s.q.Fence(); err == nil {
 		fences = append(fences, f)
 	}
+	if err := d.refuseWaitFromOpLocked(fences...); err != nil {
+		d.mu.Unlock()
+		return nil, err
+	}
 	d.mu.Unlock()
+	s.flushHeld()
 	for _, f := range fences {
 		if err := f.Q.Wait(ctx, f); err != nil {
 			return nil, err

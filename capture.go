@@ -57,7 +57,9 @@ type captureState struct {
 	// opWritten[i] is the range of written that recorded op i declared, so
 	// a replayed op that fails marks only its own outputs.
 	opWritten [][2]int
-	retained  [][]byte // host bytes recorded copies read
+	opReads   [][]readRange // per recorded op, the ranges it reads
+	slots     *launchSlots  // the recorded closures' launch entries (graph_writes.go)
+	retained  [][]byte      // host bytes recorded copies read
 }
 
 type touch struct {
@@ -119,11 +121,20 @@ func (c *captureState) touchedLocked(r resolved) {
 	}
 }
 
-// recordedOpLocked closes the written ranges of the op just recorded.
-func (c *captureState) recordedOpLocked() {
+// recordedOpLocked closes the written ranges of the op just recorded and
+// keeps the ranges it reads.
+func (c *captureState) recordedOpLocked(rs []resolved) {
 	if !c.s.capture.Recording() {
 		return
 	}
+	var reads []readRange
+	for _, r := range rs {
+		if r.use.Access.reads() {
+			h := r.use.Buffer.h
+			reads = append(reads, readRange{d: h.Descriptor(), id: h.ID(), off: r.use.Offset, len: r.use.Size})
+		}
+	}
+	c.opReads = append(c.opReads, reads)
 	start := 0
 	if n := len(c.opWritten); n > 0 {
 		start = c.opWritten[n-1][1]
@@ -176,8 +187,14 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 	if err := s.capture.Prepare(tok.owner); err != nil {
 		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
 	}
-	s.cap = &captureState{s: s, prepared: make(map[*handle.Descriptor]bool)}
-	relocation.RelocateDevice(streamsOf{d, s}, relocation.Capture)
+	s.cap = &captureState{s: s, prepared: make(map[*handle.Descriptor]bool), slots: &launchSlots{}}
+	if err := relocation.RelocateDevice(streamsOf{d, s, nil}, relocation.Capture); err != nil {
+		// The relocation could not wait (an op called, or the device closed
+		// meanwhile): the window closes again.
+		_ = s.capture.Abort(tok.owner)
+		s.cap = nil
+		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
+	}
 	return tok, nil
 }
 
@@ -196,6 +213,16 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	}
 	// Checked first: a fenced wait on a stream already recording would
 	// invalidate that recording.
+	if len(s.deferred) > 0 && s.capture.Phase() == stream.Prepared {
+		// Drained below, before the queue records: wait for them with the
+		// lock released first (settle.go).
+		if err := d.settleLocked(nil); err != nil {
+			return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
+		}
+		if err := s.checkToken(tok); err != nil {
+			return err
+		}
+	}
 	if err := s.capture.Begin(tok.owner); err != nil {
 		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
 	}
@@ -271,7 +298,11 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	guards := s.guardTouchedLocked(c)
 	uses := distinctUses(c.touched) // kept for the graph's life: launches order on them
 	c.touched = nil
-	s.drainDeferredLocked()
+	// The deferred uses held through the recording go once their ops pass;
+	// release the passed ones now and leave the rest to later calls rather
+	// than wait for them under the lock.
+	s.releasePassedLocked()
+	s.st.releasePassed()
 
 	// The queue's error already carries the doom and a wrong owner (it
 	// saw the same token); the state machine's only when the queue has none.
@@ -300,11 +331,12 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
 	}
 	d.counters.captures.Sealed++
-	opWritten := c.opWritten
-	if len(opWritten) != exec.Len() {
-		opWritten = nil // the backend sealed ops of its own: mark per launch
+	g := &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}
+	if _, replaysOps := exec.(*stream.OpList); replaysOps && len(c.opWritten) == exec.Len() {
+		// Replays run the recorded closures: per-op records (graph_writes.go).
+		g.opWritten, g.opReads, g.slots = c.opWritten, c.opReads, c.slots
 	}
-	return &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written, opWritten: opWritten}, nil
+	return g, nil
 }
 
 // guardTouchedLocked takes one guard per distinct touched page (allocation
@@ -396,9 +428,12 @@ type Graph struct {
 	uses     []touch // one binding per allocation the recording resolved
 	retained [][]byte
 	written  []writtenRange
-	// opWritten[i] is the range of written recorded op i writes; nil when
-	// the launch is not one step per recorded op (a driver graph).
+	// opWritten[i] is the range of written recorded op i writes, opReads[i]
+	// what it reads, slots the entries its closure takes at each replay; nil
+	// when replays do not run the recorded closures (a driver graph).
 	opWritten [][2]int
+	opReads   [][]readRange
+	slots     *launchSlots
 	// closing is set (under the device lock) when Close begins: a Launch
 	// after that point could enqueue work that outlives the bindings Close
 	// is about to drop, so it is refused from then on.
@@ -435,6 +470,7 @@ func (g *Graph) Launch(ctx context.Context) error {
 	s := g.s
 	d := s.d
 	d.mu.Lock()
+	defer s.flushHeld() // after the unlock below: held queues run the launch now
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed
@@ -454,7 +490,12 @@ func (g *Graph) Launch(ctx context.Context) error {
 		}
 	}
 	before, _ := s.q.Fence()
+	undo := func() {}
+	if g.slots != nil {
+		undo = g.prepareLaunchLocked(before.Seq)
+	}
 	if err := s.q.Replay(g.exec); err != nil {
+		undo()
 		g.markWrittenLocked(fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err))
 		return err
 	}
@@ -485,8 +526,8 @@ func (g *Graph) Launch(ctx context.Context) error {
 func (g *Graph) recordLaunchLocked(before, after uint64) {
 	s := g.s
 	d := s.d
-	if len(g.written) == 0 {
-		return
+	if len(g.written) == 0 || g.slots != nil {
+		return // nothing written, or registered per op before the replay
 	}
 	outsOf := func(ws []writtenRange) []output {
 		outs := make([]output, 0, len(ws))
@@ -494,17 +535,6 @@ func (g *Graph) recordLaunchLocked(before, after uint64) {
 			outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 		}
 		return outs
-	}
-	if g.opWritten != nil && after-before == uint64(len(g.opWritten)) {
-		for i, r := range g.opWritten {
-			if r[0] == r[1] {
-				continue
-			}
-			w := d.newWriteRecordLocked(s, "graph launch", outsOf(g.written[r[0]:r[1]]))
-			w.seq = before + 1 + uint64(i)
-			d.registerLocked(w)
-		}
-		return
 	}
 	all := outsOf(g.written)
 	for seq := before + 1; seq <= after; seq++ {
@@ -544,8 +574,14 @@ func (g *Graph) Close() error {
 	}
 	// From here on no Launch is accepted, so the fence below covers every
 	// launch there will ever be.
-	g.closing = true
 	f, ferr := s.q.Fence()
+	if ferr == nil {
+		if err := d.refuseWaitFromOpLocked(f); err != nil {
+			d.mu.Unlock()
+			return fmt.Errorf("gpumem: closing graph: %w", err)
+		}
+	}
+	g.closing = true
 	d.mu.Unlock()
 	if ferr == nil {
 		if err := s.q.Wait(context.Background(), f); err != nil && !errors.Is(err, ErrDevicePoisoned) {

@@ -155,7 +155,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	}
 	counted.q = q
 	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
-	s.self = streamsOf{d, s}
+	s.self = streamsOf{d, s, nil}
 	if w, ok := q.(stream.StorageWatcher); ok {
 		if o, ok := st.(interface{ SetObserver(storage.Observer) }); ok {
 			o.SetObserver(w.ObserveStorage)
@@ -195,11 +195,20 @@ func (d *Device) Cleanup(ctx context.Context) error {
 	if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
 		return err
 	}
+	if d.cleanupWaitsLocked(d.streams...) {
+		// Wait with the lock released (settle.go), then check again.
+		if err := d.settleLocked(ctx); err != nil {
+			return err
+		}
+		if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
+			return err
+		}
+	}
 	for _, s := range d.streams {
 		s.drainDeferredLocked()
 	}
 	for _, s := range d.streams {
-		if err := relocation.Reclaim(s.self); err != nil {
+		if err := relocation.Reclaim(streamsOf{d, s, ctx}); err != nil {
 			return err
 		}
 		s.st.drainHeld() // explicit means now: the stream's work ends, its pages go
@@ -208,10 +217,28 @@ func (d *Device) Cleanup(ctx context.Context) error {
 	return nil
 }
 
+// cleanupWaitsLocked reports whether an explicit cleanup of the given
+// streams would wait for streams' work: deferred cross-stream uses, held
+// releases, or outdated pages to relocate. A cleanup with nothing of the
+// kind returns at once, even while streams are busy.
+func (d *Device) cleanupWaitsLocked(of ...*Stream) bool {
+	for _, s := range d.streams {
+		if len(s.deferred) > 0 {
+			return true
+		}
+	}
+	for _, s := range of {
+		if len(s.st.held) > 0 || (!d.noRelocate && s.mem.HasOutdated()) {
+			return true
+		}
+	}
+	return false
+}
+
 // refuseWhileRecordingLocked returns ErrRecording naming the recording
 // stream.
 func (d *Device) refuseWhileRecordingLocked(s *Stream) error {
-	if err := relocation.RefuseWhileRecording(streamsOf{d, s}); err != nil {
+	if err := relocation.RefuseWhileRecording(s.self); err != nil {
 		if r := d.recordingLocked(); r != nil {
 			return fmt.Errorf("%w (%s records a graph)", err, r.name)
 		}
@@ -232,22 +259,36 @@ func (d *Device) recordingLocked() *Stream {
 
 // Close closes the device: every queue runs what it holds and stops. It is
 // idempotent; every later call on the device returns ErrClosed. Refused with
-// ErrRecording while a stream records.
+// ErrRecording while a stream records, and with ErrCalledFromOp from inside
+// an op (the queues would wait for it). The queues drain without the device
+// lock held, so an op still running may call the device (which refuses work
+// with ErrClosed).
 func (d *Device) Close() error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return nil
 	}
 	if r := d.recordingLocked(); r != nil {
+		d.mu.Unlock()
 		return fmt.Errorf("%w: %s records a graph; end or abort its capture before closing", ErrRecording, r.name)
 	}
-	d.closed = true
-	var errs []error
-	for _, s := range d.streams {
-		errs = append(errs, s.q.Close())
-		s.st.forgetHeld()
+	if d.calledFromOpLocked() {
+		d.mu.Unlock()
+		return fmt.Errorf("gpumem: closing the device: %w", ErrCalledFromOp)
 	}
+	d.closed = true
+	streams := append([]*Stream(nil), d.streams...)
+	d.mu.Unlock()
+	var errs []error
+	for _, s := range streams {
+		errs = append(errs, s.q.Close())
+	}
+	d.mu.Lock()
+	for _, s := range streams {
+		s.st.forgetHeld() // every queue ran what it held
+	}
+	d.mu.Unlock()
 	errs = append(errs, d.backend.Close())
 	return errors.Join(errs...)
 }

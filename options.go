@@ -27,8 +27,11 @@ type options struct {
 	granular    *bool                                 // WithPageGranular's; granular.go
 }
 
-// WithCapacity bounds the device's memory to bytes (default: unlimited on
-// the host; the driver's total on cuda). Every stream's storage draws on it.
+// WithCapacity bounds the device's memory to bytes (default: the machine's
+// memory, physical plus swap, on the host; unlimited with WithSim; the
+// driver's total on cuda). Every stream's storage draws on it. On the host
+// one allocation is refused (ErrOutOfMemory) beyond the machine's memory
+// whatever the capacity: a larger capacity only lets more allocations fit.
 func WithCapacity(bytes uint64) Option { return optionFunc(func(o *options) { o.capacity = bytes }) }
 
 // WithSim replaces host bytes by accounting only (Sim storage) and worker

@@ -13,11 +13,13 @@ import (
 )
 
 // streamsOf is the device as relocation.Streams, on behalf of one stream
-// (the relocating stream). Every method runs under the device lock; the
-// order the steps run in lives in package relocation.
+// (the relocating stream), for a caller whose context is ctx (nil: no
+// limit). Every method runs under the device lock (Finish releases it while
+// it waits); the order the steps run in lives in package relocation.
 type streamsOf struct {
-	d *Device
-	s *Stream
+	d   *Device
+	s   *Stream
+	ctx context.Context
 }
 
 var _ relocation.Streams = streamsOf{}
@@ -45,14 +47,19 @@ func (x streamsOf) BytesAllocated() uint64 {
 	return n
 }
 
-// Finish submits every stream's batched work; the waiting is left to the
-// copy queue's WaitDevice.
-func (x streamsOf) Finish() {
+// Finish waits, with the device lock released, until every stream's work
+// is done (settle.go), then submits what any queue batches; the copy
+// queue's WaitDevice then passes at once.
+func (x streamsOf) Finish() error {
+	if err := x.d.settleLocked(x.ctx); err != nil {
+		return err
+	}
 	for _, s := range x.d.streams {
 		if err := s.q.Flush(); err != nil {
 			x.d.log.Warn("gpumem: flushing a queue before relocation failed", "stream", s.name, "err", err)
 		}
 	}
+	return nil
 }
 
 // RelocateMemory moves what the relocating stream's memory holds on
@@ -144,9 +151,12 @@ type reserver interface {
 }
 
 // reserveWithRetry runs one reservation under u; a failure a reclaim may
-// cure (and only under Allow) makes room and retries once, with Allow, and
-// only the second failure is reported.
-func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom func(error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+// cure (and only under Allow) makes room and retries once, with the page
+// update makeRoom returns, and only the second failure is reported. When
+// makeRoom cannot (the caller's context ended, or it is an op, which cannot
+// wait), its error is returned with nothing retried, wrapping the first
+// failure unless it is the context's.
+func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom func(error) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
 	h, err = r.Reserve(size, u)
 	if err == nil {
 		return h, false, nil
@@ -155,19 +165,35 @@ func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom fun
 		return nil, false, err
 	}
 	warn(fmt.Sprintf("gpumem: allocation of %d bytes failed, retrying after reclaim: %v", size, err))
-	makeRoom(err)
-	h, err = r.Reserve(size, memory.Allow)
+	retry, roomErr := makeRoom(err)
+	if roomErr != nil {
+		if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
+			return nil, false, roomErr
+		}
+		return nil, false, fmt.Errorf("%w (no reclaim: %w)", err, roomErr)
+	}
+	h, err = r.Reserve(size, retry)
 	return h, true, err
 }
 
 // makeRoomLocked frees what a failed reservation of s may need: page sizes
 // exhausted → a relocation that may allocate; otherwise the explicit cleanup
 // of every stream, s first (cached pages of other streams count against the
-// same device).
-func (d *Device) makeRoomLocked(s *Stream, err error) {
+// same device). It waits for the streams with the lock released first
+// (settle.go) and returns the page update the retry may make, as the state
+// is after that wait.
+func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memory.PageUpdate, error) {
 	if errors.Is(err, pool.ErrPageSizesExhausted) {
-		relocation.Relocate(streamsOf{d, s}, relocation.ArenaFull)
-		return
+		if rerr := relocation.Relocate(streamsOf{d, s, ctx}, relocation.ArenaFull); rerr != nil {
+			return 0, rerr
+		}
+		return d.retryUpdateLocked(s)
+	}
+	if serr := d.settleLocked(ctx); serr != nil {
+		return 0, serr
+	}
+	if u, uerr := d.retryUpdateLocked(s); uerr != nil || u != memory.Allow {
+		return u, uerr // a capture began meanwhile: no reclaim under it
 	}
 	order := []*Stream{s}
 	for _, t := range d.streams {
@@ -177,12 +203,24 @@ func (d *Device) makeRoomLocked(s *Stream, err error) {
 	}
 	for _, t := range order {
 		t.drainDeferredLocked()
-		if err := relocation.Reclaim(t.self); err != nil {
-			// Unreachable under Allow (nothing records); logged, not fatal.
+		if err := relocation.Reclaim(streamsOf{d, t, ctx}); err != nil {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return 0, err
+			}
 			d.log.Warn("gpumem: reclaim before retry refused", "stream", t.name, "err", err)
 		}
 		t.st.drainHeld() // the retry needs the pages gone now
 	}
+	return d.retryUpdateLocked(s)
+}
+
+// retryUpdateLocked is the page update a retried reservation of s may make
+// now; ErrClosed once the device closed (a wait let Close in).
+func (d *Device) retryUpdateLocked(s *Stream) (memory.PageUpdate, error) {
+	if d.closed {
+		return 0, ErrClosed
+	}
+	return s.pageUpdateLocked(), nil
 }
 
 // errKind names a reservation error for the failure counters.

@@ -2,6 +2,7 @@ package gpumem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -103,6 +104,33 @@ func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Ha
 	return handle.New(handle.Uninit), nil
 }
 
+// A makeRoom that cannot wait (the caller's context ended, or it is an op)
+// ends the reservation without a retry: the context's error as it is,
+// another error wrapping the first failure.
+func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
+	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
+	for _, c := range []struct {
+		room error
+		want []error
+	}{
+		{context.DeadlineExceeded, []error{context.DeadlineExceeded}},
+		{ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}},
+	} {
+		r := &scriptedReserver{script: []error{oom}}
+		_, retried, err := reserveWithRetry(r, 4096, memory.Allow,
+			func(error) (memory.PageUpdate, error) { return 0, c.room },
+			func(string) {})
+		if retried || err == nil {
+			t.Fatalf("makeRoom failing with %v: retried=%v err=%v", c.room, retried, err)
+		}
+		for _, w := range c.want {
+			if !errors.Is(err, w) {
+				t.Errorf("makeRoom failing with %v: error %v does not wrap %v", c.room, err, w)
+			}
+		}
+	}
+}
+
 // SPEC §12.7 scenario 53: the retry logic against a scripted memory.
 func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
@@ -135,7 +163,7 @@ func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T)
 			var rooms []error
 			var warns []string
 			h, retried, err := reserveWithRetry(r, 4096, c.u,
-				func(err error) { rooms = append(rooms, err) },
+				func(err error) (memory.PageUpdate, error) { rooms = append(rooms, err); return memory.Allow, nil },
 				func(msg string) { warns = append(warns, msg) })
 			if err != c.wantErr {
 				t.Fatalf("error = %v, want %v", err, c.wantErr)
@@ -210,7 +238,7 @@ func TestMakeRoomRelocatesArenaFullForExhaustedPageSizesAndCleansUpOtherwise(t *
 	}
 
 	d.mu.Lock()
-	d.makeRoomLocked(a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted))
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted))
 	d.mu.Unlock()
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -225,7 +253,7 @@ func TestMakeRoomRelocatesArenaFullForExhaustedPageSizesAndCleansUpOtherwise(t *
 	allocatedBefore := st.BytesAllocated
 
 	d.mu.Lock()
-	d.makeRoomLocked(a, fmt.Errorf("x: %w", storage.ErrOutOfMemory))
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory))
 	d.mu.Unlock()
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.Explicit] != 1 {

@@ -2,6 +2,7 @@ package gpumem
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/gpumem/gpumem/handle"
@@ -120,10 +121,21 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	}
 	u := s.pageUpdateLocked()
 	if u == memory.Allow {
-		relocation.RelocateWhenWanted(s.self)
+		if _, wanted := relocation.Wanted(s.self); wanted {
+			// The relocation may wait for the streams, with the lock released
+			// (settle.go): the context bounds that wait, and an op, which
+			// cannot wait, allocates without relocating.
+			if err := relocation.RelocateWhenWanted(streamsOf{d, s, ctx}); err != nil && !errors.Is(err, ErrCalledFromOp) {
+				return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
+			}
+			if d.closed {
+				return nil, ErrClosed
+			}
+			u = s.pageUpdateLocked()
+		}
 	}
 	reserved, retried, err := reserveWithRetry(s.mem, size, u,
-		func(err error) { d.makeRoomLocked(s, err) },
+		func(err error) (memory.PageUpdate, error) { return d.makeRoomLocked(ctx, s, err) },
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {
 		d.counters.reserveRetries++
@@ -186,8 +198,10 @@ func (s *Stream) Enqueue(name string, uses []Use, run func(res []storage.Resourc
 	}
 	d := s.d
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	return s.enqueueLocked(name, uses, run)
+	err := s.enqueueLocked(name, uses, run)
+	d.mu.Unlock()
+	s.flushHeld()
+	return err
 }
 
 // resolved is one use resolved under the lock.
@@ -267,7 +281,13 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 			w = d.newWriteRecordLocked(s, name, outs)
 		}
 	}
-	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: wrapRun(w, deps, func() error { return run(res) })})
+	call := func() error { return run(res) }
+	if s.capture.Recording() && s.cap != nil {
+		call = slotRun(s.cap.slots, len(s.cap.opReads), call) // graph_writes.go
+	} else {
+		call = wrapRun(w, deps, call)
+	}
+	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: call})
 	if err != nil {
 		f := d.g.Fail(fmt.Errorf("gpumem: op %q could not be enqueued on %s: %w", name, s.name, err), name)
 		for _, r := range rs {
@@ -425,7 +445,7 @@ func (s *Stream) afterEnqueueLocked(seq uint64, rs []resolved, w *writeRecord) {
 		d.noteForeignLocked(h.Descriptor(), stream.Fence{Q: s.q, Seq: seq})
 	}
 	if seq == 0 && s.cap != nil {
-		s.cap.recordedOpLocked()
+		s.cap.recordedOpLocked(rs)
 	}
 	if seq != 0 && w != nil {
 		w.seq = seq
@@ -532,6 +552,9 @@ func (s *Stream) Synchronize(ctx context.Context) error {
 		return err
 	}
 	f, err := s.q.Fence()
+	if err == nil {
+		err = d.refuseWaitFromOpLocked(f)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return err
@@ -574,10 +597,19 @@ func (s *Stream) Cleanup(ctx context.Context) error {
 	if err := d.refuseWhileRecordingLocked(s); err != nil {
 		return err
 	}
+	if d.cleanupWaitsLocked(s) {
+		// Wait with the lock released (settle.go), then check again.
+		if err := d.settleLocked(ctx); err != nil {
+			return err
+		}
+		if err := d.refuseWhileRecordingLocked(s); err != nil {
+			return err
+		}
+	}
 	for _, t := range d.streams {
 		t.drainDeferredLocked()
 	}
-	if err := relocation.Reclaim(s.self); err != nil {
+	if err := relocation.Reclaim(streamsOf{d, s, ctx}); err != nil {
 		return err
 	}
 	s.st.drainHeld()

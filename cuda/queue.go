@@ -878,3 +878,17 @@ func (g *GraphExecutable) Close() error {
 	g.q.b.notePoison(err)
 	return err
 }
+
+// RunsOpsOn implements stream.Executor: ops run on the stream's executor
+// thread, so the caller runs one exactly when it is on that thread (g is not
+// needed).
+func (q *Queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
+
+// WaitCompleted implements stream.Completer: it waits for the watcher to see
+// step seq complete, which is no host synchronisation of the stream.
+func (q *Queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+
+var (
+	_ stream.Executor  = (*Queue)(nil)
+	_ stream.Completer = (*Queue)(nil)
+)

@@ -7,7 +7,9 @@
 // seals (R2). The runtime supplies each step; the order they run in lives
 // here, once. Every provided function makes its cheap refusals (recording,
 // nothing outdated, no need) before Finish, so a call with nothing to do
-// never waits on the device.
+// never waits on the device. Finish may let other callers of the device in
+// while it waits (a runtime must not hold its lock across a wait an op could
+// need that lock to end), so the refusals are made again after it.
 
 package relocation
 
@@ -37,8 +39,11 @@ type Streams interface {
 	// device.
 	BytesAllocated() uint64
 	// Finish gets every stream's queued and submitted work done, or leaves
-	// it to the CopyQueue to wait for before its first copy.
-	Finish()
+	// it to the CopyQueue to wait for before its first copy. It may release
+	// the runtime's lock while it waits. An error (the caller's context
+	// ended; the caller is an op, which cannot wait for its own stream)
+	// abandons the call before anything moved, and is returned.
+	Finish() error
 	// RelocateMemory moves what the relocating stream's memory holds on
 	// outdated pages.
 	RelocateMemory(r Reason)
@@ -70,58 +75,77 @@ func RefuseWhileRecording(s Streams) error {
 // Reclaim gives back everything the relocating stream's memory holds and
 // nothing needs: what the outdated pages still hold moves first, while the
 // current pages keep the room it moves into, then every page left empty goes
-// back. It returns ErrRecording while any stream records.
+// back. It returns ErrRecording while any stream records, and Finish's
+// error, if any, without cleaning up.
 //
 // Order: RefuseWhileRecording (Recording; error → return it); Relocate(s,
-// Explicit) (Recording, HasOutdated, then Finish and RelocateMemory(Explicit)
-// if anything is outdated); CleanupMemory.
+// Explicit) (error → return it); CleanupMemory.
 func Reclaim(s Streams) error {
 	if err := RefuseWhileRecording(s); err != nil {
 		return err
 	}
-	Relocate(s, Explicit)
+	if err := Relocate(s, Explicit); err != nil {
+		return err
+	}
 	s.CleanupMemory()
 	return nil
 }
 
-// RelocateWhenWanted relocates when the relocating stream's memory asks for
-// it: while the device still has a page to spare (MemoryPressure), or before
-// the arena runs out of page sizes (ArenaFull). It is the only provided step
-// that consults the trigger.
+// Wanted reports whether the relocating stream's memory asks for a
+// relocation now, and for which reason: while the device still has a page to
+// spare (MemoryPressure), or before the arena runs out of page sizes
+// (ArenaFull). It never waits.
 //
-// Order: RelocationNeed (NeedNothing → return); Recording (true → return);
-// Need.Reason, which calls BytesAllocated only for NeedUnderPressure (no
-// reason → return); Finish; RelocateMemory(reason).
-func RelocateWhenWanted(s Streams) {
+// Order: RelocationNeed (NeedNothing → false); Recording (true → false);
+// Need.Reason, which calls BytesAllocated only for NeedUnderPressure.
+func Wanted(s Streams) (Reason, bool) {
 	need := s.RelocationNeed()
 	if need.Kind == NeedNothing {
-		return
+		return Explicit, false
 	}
 	if s.Recording() {
-		return
+		return Explicit, false
 	}
-	reason, ok := need.Reason(s.BytesAllocated)
+	return need.Reason(s.BytesAllocated)
+}
+
+// RelocateWhenWanted relocates when the relocating stream's memory asks for
+// it (Wanted). It is the only provided step that consults the trigger.
+//
+// Order: Wanted (false → return nil); Finish (error → return it); Wanted
+// again (false → return nil); RelocateMemory(reason).
+func RelocateWhenWanted(s Streams) error {
+	if _, ok := Wanted(s); !ok {
+		return nil
+	}
+	if err := s.Finish(); err != nil {
+		return err
+	}
+	reason, ok := Wanted(s)
 	if !ok {
-		return
+		return nil
 	}
-	s.Finish()
 	s.RelocateMemory(reason)
+	return nil
 }
 
 // Relocate relocates the relocating stream's memory for r, unless a graph
 // records or nothing is outdated. It bypasses the trigger.
 //
-// Order: Recording (true → return); HasOutdated (false → return); Finish;
-// RelocateMemory(r).
-func Relocate(s Streams, r Reason) {
-	if s.Recording() {
-		return
+// Order: Recording (true → return nil); HasOutdated (false → return nil);
+// Finish (error → return it); Recording, HasOutdated again; RelocateMemory(r).
+func Relocate(s Streams, r Reason) error {
+	if s.Recording() || !s.HasOutdated() {
+		return nil
 	}
-	if !s.HasOutdated() {
-		return
+	if err := s.Finish(); err != nil {
+		return err
 	}
-	s.Finish()
+	if s.Recording() || !s.HasOutdated() {
+		return nil
+	}
 	s.RelocateMemory(r)
+	return nil
 }
 
 // RelocateDevice relocates every stream's memory for r, unless a graph
@@ -130,15 +154,19 @@ func Relocate(s Streams, r Reason) {
 // touch memory any stream owns, and every page it touches is guarded for the
 // graph's life, where no relocation can empty it.
 //
-// Order: Recording (true → return); DeviceHasOutdated (false → return);
-// Finish; RelocateDeviceMemory(r).
-func RelocateDevice(s Streams, r Reason) {
-	if s.Recording() {
-		return
+// Order: Recording (true → return nil); DeviceHasOutdated (false → return
+// nil); Finish (error → return it); Recording, DeviceHasOutdated again;
+// RelocateDeviceMemory(r).
+func RelocateDevice(s Streams, r Reason) error {
+	if s.Recording() || !s.DeviceHasOutdated() {
+		return nil
 	}
-	if !s.DeviceHasOutdated() {
-		return
+	if err := s.Finish(); err != nil {
+		return err
 	}
-	s.Finish()
+	if s.Recording() || !s.DeviceHasOutdated() {
+		return nil
+	}
 	s.RelocateDeviceMemory(r)
+	return nil
 }

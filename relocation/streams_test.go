@@ -16,6 +16,7 @@ type scriptedStreams struct {
 	need              Need
 	bytes             uint64
 	deviceHasOutdated bool
+	finishErr         error
 
 	log []string
 }
@@ -40,7 +41,10 @@ func (s *scriptedStreams) BytesAllocated() uint64 {
 	return s.bytes
 }
 
-func (s *scriptedStreams) Finish() { s.log = append(s.log, "Finish") }
+func (s *scriptedStreams) Finish() error {
+	s.log = append(s.log, "Finish")
+	return s.finishErr
+}
 
 func (s *scriptedStreams) RelocateMemory(r Reason) {
 	s.log = append(s.log, fmt.Sprintf("RelocateMemory(%v)", r))
@@ -61,6 +65,8 @@ var _ Streams = (*scriptedStreams)(nil)
 
 const mib = 1 << 20
 
+var errFinish = errors.New("finish refused")
+
 // pressure is the §8.4 example 1 need: 24 MiB device, 4 MiB next page, so
 // High ⇔ allocated > 16 MiB.
 var pressure = Need{Kind: NeedUnderPressure, Capacity: 24 * mib, PageSize: 4 * mib}
@@ -77,76 +83,98 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 		{
 			name:    "Relocate while recording stops after Recording",
 			streams: scriptedStreams{recording: true, hasOutdated: true},
-			run:     func(s Streams) error { Relocate(s, Capture); return nil },
+			run:     func(s Streams) error { return Relocate(s, Capture) },
 			want:    []string{"Recording"},
 		},
 		{
 			name:    "Relocate with nothing outdated never waits",
 			streams: scriptedStreams{},
-			run:     func(s Streams) error { Relocate(s, ArenaFull); return nil },
+			run:     func(s Streams) error { return Relocate(s, ArenaFull) },
 			want:    []string{"Recording", "HasOutdated"},
 		},
 		{
 			name:    "Relocate with outdated pages finishes then relocates for its reason",
 			streams: scriptedStreams{hasOutdated: true},
-			run:     func(s Streams) error { Relocate(s, ArenaFull); return nil },
-			want:    []string{"Recording", "HasOutdated", "Finish", "RelocateMemory(ArenaFull)"},
+			run:     func(s Streams) error { return Relocate(s, ArenaFull) },
+			want:    []string{"Recording", "HasOutdated", "Finish", "Recording", "HasOutdated", "RelocateMemory(ArenaFull)"},
 		},
 		{
 			name:    "Relocate ignores the device-wide checks and the need",
 			streams: scriptedStreams{hasOutdated: true, deviceHasOutdated: false, need: Need{Kind: NeedNothing}},
-			run:     func(s Streams) error { Relocate(s, MemoryPressure); return nil },
-			want:    []string{"Recording", "HasOutdated", "Finish", "RelocateMemory(MemoryPressure)"},
+			run:     func(s Streams) error { return Relocate(s, MemoryPressure) },
+			want:    []string{"Recording", "HasOutdated", "Finish", "Recording", "HasOutdated", "RelocateMemory(MemoryPressure)"},
 		},
 		// RelocateDevice mirrors Relocate with device-wide checks.
 		{
 			name:    "RelocateDevice while recording stops after Recording",
 			streams: scriptedStreams{recording: true, deviceHasOutdated: true},
-			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
+			run:     func(s Streams) error { return RelocateDevice(s, Capture) },
 			want:    []string{"Recording"},
 		},
 		{
 			name:    "RelocateDevice with nothing outdated anywhere never waits",
 			streams: scriptedStreams{hasOutdated: true},
-			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
+			run:     func(s Streams) error { return RelocateDevice(s, Capture) },
 			want:    []string{"Recording", "DeviceHasOutdated"},
 		},
 		{
 			name:    "RelocateDevice with outdated pages anywhere finishes then relocates every memory",
 			streams: scriptedStreams{deviceHasOutdated: true},
-			run:     func(s Streams) error { RelocateDevice(s, Capture); return nil },
-			want:    []string{"Recording", "DeviceHasOutdated", "Finish", "RelocateDeviceMemory(Capture)"},
+			run:     func(s Streams) error { return RelocateDevice(s, Capture) },
+			want:    []string{"Recording", "DeviceHasOutdated", "Finish", "Recording", "DeviceHasOutdated", "RelocateDeviceMemory(Capture)"},
 		},
 		// RelocateWhenWanted consults the need first, then recording, then bytes.
 		{
 			name:    "RelocateWhenWanted with no need asks nothing else",
 			streams: scriptedStreams{recording: true, hasOutdated: true, need: Need{Kind: NeedNothing}},
-			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
 			want:    []string{"RelocationNeed"},
 		},
 		{
 			name:    "RelocateWhenWanted while recording stops before the byte count",
 			streams: scriptedStreams{recording: true, need: pressure, bytes: 17 * mib},
-			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
 			want:    []string{"RelocationNeed", "Recording"},
 		},
 		{
 			name:    "RelocateWhenWanted for a full arena never asks the byte count",
 			streams: scriptedStreams{need: Need{Kind: NeedArenaFull}},
-			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
-			want:    []string{"RelocationNeed", "Recording", "Finish", "RelocateMemory(ArenaFull)"},
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
+			want:    []string{"RelocationNeed", "Recording", "Finish", "RelocationNeed", "Recording", "RelocateMemory(ArenaFull)"},
 		},
 		{
 			name:    "RelocateWhenWanted under low pressure ends after the byte count without waiting",
 			streams: scriptedStreams{need: pressure, bytes: 10 * mib},
-			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
 			want:    []string{"RelocationNeed", "Recording", "BytesAllocated"},
 		},
 		{
 			name:    "RelocateWhenWanted under high pressure relocates for MemoryPressure",
 			streams: scriptedStreams{need: pressure, bytes: 17 * mib},
-			run:     func(s Streams) error { RelocateWhenWanted(s); return nil },
-			want:    []string{"RelocationNeed", "Recording", "BytesAllocated", "Finish", "RelocateMemory(MemoryPressure)"},
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
+			want:    []string{"RelocationNeed", "Recording", "BytesAllocated", "Finish", "RelocationNeed", "Recording", "BytesAllocated", "RelocateMemory(MemoryPressure)"},
+		},
+		// A failed Finish abandons the call before anything moves.
+		{
+			name:    "Reclaim whose Finish fails returns its error and cleans nothing",
+			streams: scriptedStreams{hasOutdated: true, finishErr: errFinish},
+			run:     Reclaim,
+			wantErr: errFinish,
+			want:    []string{"Recording", "Recording", "HasOutdated", "Finish"},
+		},
+		{
+			name:    "RelocateWhenWanted whose Finish fails moves nothing",
+			streams: scriptedStreams{need: Need{Kind: NeedArenaFull}, finishErr: errFinish},
+			run:     func(s Streams) error { return RelocateWhenWanted(s) },
+			wantErr: errFinish,
+			want:    []string{"RelocationNeed", "Recording", "Finish"},
+		},
+		{
+			name:    "RelocateDevice whose Finish fails moves nothing",
+			streams: scriptedStreams{deviceHasOutdated: true, finishErr: errFinish},
+			run:     func(s Streams) error { return RelocateDevice(s, Capture) },
+			wantErr: errFinish,
+			want:    []string{"Recording", "DeviceHasOutdated", "Finish"},
 		},
 		// RefuseWhileRecording and Reclaim.
 		{
@@ -173,7 +201,7 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 			name:    "Reclaim relocates survivors for Explicit before cleaning up",
 			streams: scriptedStreams{hasOutdated: true},
 			run:     Reclaim,
-			want:    []string{"Recording", "Recording", "HasOutdated", "Finish", "RelocateMemory(Explicit)", "CleanupMemory"},
+			want:    []string{"Recording", "Recording", "HasOutdated", "Finish", "Recording", "HasOutdated", "RelocateMemory(Explicit)", "CleanupMemory"},
 		},
 		{
 			name:    "Reclaim with nothing outdated cleans up without waiting",

@@ -106,16 +106,47 @@ func (t *table[E]) lookup(r Region) (E, error) {
 
 // Host is the embedded default backend: real, zeroed host bytes whose base is
 // a multiple of the alignment. Dealloc is immediate and Flush does nothing.
+//
+// One allocation may be at most what the machine can give (MachineMemory
+// less a runtime headroom) and what make can give; a larger one is refused
+// with an *OutOfMemoryError before any byte is asked of the Go runtime,
+// whose own refusal would be a panic or a fatal error, not an error value.
 type Host struct {
-	t table[[]byte]
+	t       table[[]byte]
+	machine uint64 // MachineMemory when the host was made (0 = unknown)
+	limit   uint64 // the largest single allocation, alignment padding included
 }
 
 // NewHost returns a host storage with the given base alignment (0 = 32) that
 // takes its bytes from budget (nil = unlimited).
 func NewHost(alignment uint64, budget *Budget) *Host {
-	h := &Host{}
+	return newHostOn(alignment, budget, MachineMemory())
+}
+
+// newHostOn is NewHost on a machine of the given memory (0 = unknown).
+func newHostOn(alignment uint64, budget *Budget, machine uint64) *Host {
+	h := &Host{machine: machine, limit: hostLimit(machine)}
 	h.t.init(alignment, budget)
 	return h
+}
+
+// maxMake bounds one host allocation by what make can give: the runtime
+// panics ("makeslice: len out of range") at 2^48 bytes on 64-bit systems
+// (the heap's address bits) and beyond an int on 32-bit ones.
+const maxMake = uint64(^uint(0)>>1) & (1<<47 - 1)
+
+// hostHeadroom is what one allocation must leave of the machine's memory:
+// the runtime maps a large object in whole 4 MiB chunks of 64 MiB arenas,
+// and a mapping the kernel's overcommit check refuses is a fatal error.
+const hostHeadroom = 64 << 20
+
+// hostLimit is the largest single host allocation (alignment padding
+// included) on a machine of the given memory (0 = unknown).
+func hostLimit(machine uint64) uint64 {
+	if machine == 0 {
+		return maxMake
+	}
+	return min(maxMake, SatSub(machine, hostHeadroom))
 }
 
 // Alignment implements Storage.
@@ -127,8 +158,9 @@ func (h *Host) SetObserver(fn Observer) { h.t.setObserver(fn) }
 // Alloc implements Storage: size zeroed bytes, base aligned (S4). A zero-size
 // allocation takes no budget and resolves to an empty non-nil slice.
 func (h *Host) Alloc(size uint64) (Region, error) {
-	if size > uint64(maxHostAlloc)-h.t.align {
-		return Region{}, &OutOfMemoryError{Requested: size, Allocated: h.t.budget.Used(), Capacity: h.t.budget.Capacity()}
+	if size > SatSub(h.limit, h.t.align) {
+		return Region{}, &OutOfMemoryError{Requested: size, Allocated: h.t.budget.Used(), Capacity: h.t.budget.Capacity(),
+			Limit: SatSub(h.limit, h.t.align), Machine: h.machine}
 	}
 	if err := h.t.take(size); err != nil {
 		return Region{}, err
@@ -149,8 +181,8 @@ func (h *Host) Alloc(size uint64) (Region, error) {
 	return Region{ID: id, Size: size}, nil
 }
 
-// maxHostAlloc bounds a host allocation so that size+alignment cannot
-// overflow an int.
+// maxHostAlloc bounds a granular host reservation so that its size cannot
+// overflow an int (granular.go).
 const maxHostAlloc = int(^uint(0) >> 2)
 
 // Dealloc implements Storage; it is immediate.

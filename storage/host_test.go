@@ -3,7 +3,11 @@ package storage_test
 import (
 	"errors"
 	"math"
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"unsafe"
 
@@ -272,5 +276,62 @@ func TestDevicePoisonedIsRecognisedThroughWrapping(t *testing.T) {
 	err := errors.Join(errors.New("launch"), storage.ErrDevicePoisoned)
 	if !storage.IsDevicePoisoned(err) || storage.IsDevicePoisoned(storage.ErrOutOfMemory) {
 		t.Fatal("IsDevicePoisoned misclassifies")
+	}
+}
+
+// Reliability 2026-12 §8: a size the Go runtime cannot give (makeslice
+// panics at 2^48; a mapping beyond the machine's memory is a fatal runtime
+// error) is refused with ErrOutOfMemory before make is tried.
+func TestHostRefusesAllocationsBeyondTheMachineWithErrOutOfMemory(t *testing.T) {
+	machine := storage.MachineMemory()
+	b := storage.NewBudget(0)
+	h := storage.NewHost(32, b)
+	sizes := []uint64{1 << 62, 1 << 50, 1 << 48, 1<<48 - 1, 1 << 47, 1 << 46}
+	if machine != 0 {
+		sizes = append(sizes, machine, machine+1, 2*machine, storage.SatSub(machine, 32))
+	}
+	for _, size := range sizes {
+		_, err := h.Alloc(size)
+		if !errors.Is(err, storage.ErrOutOfMemory) {
+			t.Fatalf("Alloc(%d) on a machine of %d bytes: %v, want ErrOutOfMemory", size, machine, err)
+		}
+		var oom *storage.OutOfMemoryError
+		if !errors.As(err, &oom) || oom.Requested != size || oom.Limit == 0 || oom.Limit >= size || oom.Machine != machine {
+			t.Fatalf("Alloc(%d): OutOfMemoryError = %+v, want Requested %d, Limit below it, Machine %d", size, oom, size, machine)
+		}
+		if machine != 0 && (!strings.Contains(err.Error(), "machine") || !strings.Contains(err.Error(), "WithCapacity")) {
+			t.Fatalf("Alloc(%d): %q names neither the machine's memory nor the fix", size, err)
+		}
+	}
+	if b.Used() != 0 || h.BytesAllocated() != 0 {
+		t.Fatal("a refused huge allocation changed accounting")
+	}
+	if _, err := h.Alloc(mib); err != nil {
+		t.Fatalf("a small allocation after the refusals: %v", err)
+	}
+}
+
+func TestMachineMemoryIsPhysicalPlusSwapOnLinux(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("MachineMemory reads /proc only on linux")
+	}
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		t.Skip(err)
+	}
+	var want uint64
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && (f[0] == "MemTotal:" || f[0] == "SwapTotal:") && f[2] == "kB" {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want += n << 10
+		}
+	}
+	got := storage.MachineMemory()
+	if got != want {
+		t.Fatalf("MachineMemory = %d, /proc/meminfo MemTotal+SwapTotal = %d", got, want)
 	}
 }

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 )
 
 // Host is a Queue whose ops run on one worker goroutine, in sequence order:
@@ -18,6 +19,8 @@ type Host struct {
 	wake    *sync.Cond // on t.mu; signalled when pending grows or the queue closes
 
 	done chan struct{} // closed when the worker has exited
+	// worker is the worker goroutine's identity, set before it runs any op.
+	worker atomic.Uint64
 }
 
 // NewHost returns a Host queue and starts its worker.
@@ -34,6 +37,7 @@ func NewHost() *Host {
 // once the queue is closed and nothing is pending.
 func (q *Host) work() {
 	defer close(q.done)
+	q.worker.Store(uint64(CurrentGoroutine()))
 	var batch []step
 	for {
 		q.t.mu.Lock()
@@ -183,3 +187,6 @@ func (q *Host) ObserveStorage(op string) { q.t.observeStorage(op) }
 // succeed returns err instead (wrapped) and leaves the queue as it was. A
 // nil err clears the cue.
 func (q *Host) FailNextBeginCapture(err error) { q.t.failNextBeginCapture(err) }
+
+// RunsOpsOn reports whether g is the worker goroutine.
+func (q *Host) RunsOpsOn(g Goroutine) bool { return g != 0 && uint64(g) == q.worker.Load() }

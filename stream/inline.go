@@ -15,14 +15,27 @@ import (
 // Because the op runs under the queue's run lock, an op must not enqueue on,
 // replay on, wait a fence on, or close its own Inline queue: it would wait
 // for itself.
+//
+// NewInlineHeld makes one that holds its steps instead, until Flush, a Wait
+// or Close runs them on the caller's goroutine: a device enqueues under its
+// lock and flushes after releasing it, so an op may call back into the
+// device.
 type Inline struct {
 	t tracker
 
 	// run serialises issuing and running, so ops run one at a time in
 	// sequence order. It is held while an op runs; t.mu is not, so
 	// Completed, Fence, Wait and TakeFailures never wait on a running op.
-	// Lock order: run before t.mu.
+	// Lock order: run before t.mu. (Not used when held.)
 	run sync.Mutex
+
+	// held: steps wait in pending until a Flush, Wait or Close runs them.
+	held bool
+	// Guarded by t.mu (held only): issued steps not yet run, in sequence
+	// order; whether a goroutine is running them, and which one.
+	pending []step
+	running bool
+	runner  Goroutine
 }
 
 // NewInline returns an Inline queue. It starts no goroutine; Close only
@@ -33,10 +46,69 @@ func NewInline() *Inline {
 	return q
 }
 
+// NewInlineHeld returns an Inline queue that holds its steps until Flush, a
+// Wait that needs them, or Close, which run them on the calling goroutine.
+func NewInlineHeld() *Inline {
+	q := NewInline()
+	q.held = true
+	return q
+}
+
+// runHeld runs the held steps in order on the calling goroutine, until none
+// is left. A call while another (or this very) goroutine runs them returns
+// at once: that runner takes the new steps too.
+func (q *Inline) runHeld() {
+	q.t.mu.Lock()
+	if q.running || len(q.pending) == 0 {
+		q.t.mu.Unlock()
+		return
+	}
+	q.running = true
+	q.t.mu.Unlock()
+	me := CurrentGoroutine()
+	q.t.mu.Lock()
+	q.runner = me
+	for len(q.pending) > 0 {
+		batch := q.pending
+		q.pending = nil
+		q.t.mu.Unlock()
+		for i, st := range batch {
+			name := st.op.Name
+			if st.op.Run == nil {
+				name = waitStepName
+			}
+			q.t.complete(st.seq, name, runStep(st))
+			batch[i] = step{}
+		}
+		q.t.mu.Lock()
+	}
+	q.running = false
+	q.runner = 0
+	q.t.mu.Unlock()
+}
+
+// RunsOpsOn reports whether g is running this queue's ops now.
+func (q *Inline) RunsOpsOn(g Goroutine) bool {
+	q.t.mu.Lock()
+	defer q.t.mu.Unlock()
+	return q.running && q.runner == g
+}
+
 // Enqueue runs op now, after any op another goroutine is running on this
 // queue, and returns its sequence number; a failure is reported by
 // TakeFailures. While the queue records, op is recorded instead and seq is 0.
 func (q *Inline) Enqueue(op Op) (seq uint64, err error) {
+	if q.held {
+		q.t.mu.Lock()
+		defer q.t.mu.Unlock()
+		recorded, err := q.t.acceptLocked("enqueue", []Op{op})
+		if err != nil || recorded {
+			return 0, err
+		}
+		seq = q.t.issueLocked(1)
+		q.pending = append(q.pending, step{seq: seq, op: op})
+		return seq, nil
+	}
 	q.run.Lock()
 	defer q.run.Unlock()
 	q.t.mu.Lock()
@@ -58,6 +130,19 @@ func (q *Inline) Replay(e Exec) error {
 	ops, err := opsOf(e)
 	if err != nil {
 		return err
+	}
+	if q.held {
+		q.t.mu.Lock()
+		defer q.t.mu.Unlock()
+		recorded, err := q.t.acceptLocked("replay", ops)
+		if err != nil || recorded || len(ops) == 0 {
+			return err
+		}
+		first := q.t.issueLocked(len(ops))
+		for i, op := range ops {
+			q.pending = append(q.pending, step{seq: first + uint64(i), op: op})
+		}
+		return nil
 	}
 	q.run.Lock()
 	defer q.run.Unlock()
@@ -87,6 +172,15 @@ func (q *Inline) WaitFence(f Fence) error {
 	if err != nil {
 		return err
 	}
+	if q.held {
+		q.t.mu.Lock()
+		defer q.t.mu.Unlock()
+		st, ok, err := q.t.waitStepLocked(f, passed)
+		if ok {
+			q.pending = append(q.pending, st)
+		}
+		return err
+	}
 	q.run.Lock()
 	defer q.run.Unlock()
 	q.t.mu.Lock()
@@ -102,6 +196,9 @@ func (q *Inline) WaitFence(f Fence) error {
 // for one running on another goroutine). An open capture is discarded.
 // Later calls return nil.
 func (q *Inline) Close() error {
+	if q.held {
+		q.runHeld()
+	}
 	q.run.Lock()
 	defer q.run.Unlock()
 	q.t.mu.Lock()
@@ -111,9 +208,14 @@ func (q *Inline) Close() error {
 	return nil
 }
 
-// Flush returns nil: an Inline queue holds nothing. After Close it returns
-// ErrClosed.
-func (q *Inline) Flush() error { return q.t.flush() }
+// Flush runs the held steps (NewInlineHeld); an Inline queue made by
+// NewInline holds nothing. After Close it returns ErrClosed.
+func (q *Inline) Flush() error {
+	if q.held {
+		q.runHeld()
+	}
+	return q.t.flush()
+}
 
 // Fence returns a fence covering every op enqueued so far.
 func (q *Inline) Fence() (Fence, error) { return q.t.fence() }
@@ -127,7 +229,12 @@ func (q *Inline) Completed() uint64 { return q.t.completed.Load() }
 // recording queue, or with a fence of a recording queue of this package, it
 // returns at once with ErrCaptureUnsupported and ErrCaptureInvalidated and
 // invalidates that capture.
-func (q *Inline) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f) }
+func (q *Inline) Wait(ctx context.Context, f Fence) error {
+	if q.held && f.Q == Queue(q) && !q.t.recording() {
+		q.runHeld()
+	}
+	return q.t.wait(ctx, f)
+}
 
 // TakeFailures returns the failures since the last call, in sequence order,
 // and forgets them.

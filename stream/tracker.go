@@ -176,6 +176,9 @@ func runOp(op Op) (err error) {
 // host sync and so does not disturb a capture that began on it after the
 // fence was taken.
 func waitPassed(f Fence) error {
+	if in, ok := f.Q.(*Inline); ok && in.held {
+		in.runHeld() // its steps run only when someone runs them
+	}
 	if target := trackerOf(f.Q); target != nil {
 		return target.waitSeq(context.Background(), f.Seq)
 	}

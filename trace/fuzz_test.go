@@ -99,8 +99,13 @@ func FuzzReadSnapshot(f *testing.F) {
 		if peak != s.PeakLive || cur != s.FinalLive {
 			t.Fatalf("live peak %d final %d, reported %d %d", peak, cur, s.PeakLive, s.FinalLive)
 		}
-		if s.PeakReserved < s.ReservedAtStart {
-			t.Fatalf("peak reserved %d below start %d", s.PeakReserved, s.ReservedAtStart)
+		if s.PeakReserved < s.ReservedAtStart || s.PeakReserved > MaxSize {
+			t.Fatalf("peak reserved %d below start %d or above 2^62", s.PeakReserved, s.ReservedAtStart)
+		}
+		for i, p := range s.Reserved {
+			if p.Bytes > s.PeakReserved {
+				t.Fatalf("reserved point %d: %d bytes above the peak %d", i, p.Bytes, s.PeakReserved)
+			}
 		}
 	})
 }

@@ -161,7 +161,8 @@ type Snapshot struct {
 // object or be a pickle opcode before the rest is read, so a stream of
 // garbage (zeros from a gzip bomb) is refused at once; tuples, lists and
 // dicts nest at most [MaxNesting] levels; integer literals have at most 40
-// digits; at most [MaxStreams] distinct stream handles are converted.
+// digits; at most [MaxStreams] distinct stream handles are converted;
+// PyTorch's reserved bytes never exceed 2^62 at any point of the trace.
 func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	limit := opts.MaxBytes
 	if limit <= 0 {
@@ -769,6 +770,7 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	s.Counts.Prelude = len(prelude)
 	lastT := t0
 	var net, maxNet int64
+	maxNetEntry := -1 // the entry where net reached maxNet (> 0)
 	for i, e := range entries {
 		t := e.t
 		if t < lastT {
@@ -808,7 +810,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 				return nil, fmt.Errorf("%w: entry %d: segment bytes overflow", ErrSnapshot, i)
 			}
 			net += d
-			maxNet = max(maxNet, net)
+			if net > maxNet {
+				maxNet, maxNetEntry = net, i
+			}
 			s.Reserved = append(s.Reserved, ReservedPoint{Entry: i, Event: len(s.Events), T: t})
 			s.Reserved[len(s.Reserved)-1].Bytes = uint64(net) // fixed up below
 		case actOOM:
@@ -867,18 +871,31 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	s.FinalLive = c.liveSum
 	s.Streams = len(s.StreamHandles)
 
-	// Reserved timeline: start = final − net.
-	start := int64(0)
+	// Reserved timeline: start = final − net. The net lies in
+	// [−2^63, 2^63), so start and start + maxNet are worked out in uint64
+	// (where they cannot wrap) and refused above 2^62 like every other size;
+	// after that every point start + net fits an int64.
 	if s.FinalReserved > math.MaxInt64/2 {
 		return nil, fmt.Errorf("%w: segments total %d bytes is impossible", ErrSnapshot, s.FinalReserved)
 	}
-	if int64(s.FinalReserved) >= net {
-		start = int64(s.FinalReserved) - net
-	} else {
+	var ustart uint64
+	switch {
+	case net < 0:
+		ustart = s.FinalReserved + (0 - uint64(net)) // < 2^62 + 2^63
+	case uint64(net) <= s.FinalReserved:
+		ustart = s.FinalReserved - uint64(net)
+	default:
 		s.ReservedInconsistent = true
 	}
-	s.ReservedAtStart = uint64(start)
-	s.PeakReserved = uint64(start + max(maxNet, 0))
+	if ustart > MaxSize {
+		return nil, fmt.Errorf("%w: segments total %d bytes and the trace's segment entries net %d bytes: reserved bytes before the trace exceed 2^62", ErrSnapshot, s.FinalReserved, net)
+	}
+	if peak := ustart + uint64(max(maxNet, 0)); peak > MaxSize { // < 2^62 + 2^63
+		return nil, fmt.Errorf("%w: entry %d: reserved bytes reach %d, more than 2^62", ErrSnapshot, maxNetEntry, peak)
+	}
+	start := int64(ustart)
+	s.ReservedAtStart = ustart
+	s.PeakReserved = ustart + uint64(max(maxNet, 0))
 	for i := range s.Reserved {
 		v := start + int64(s.Reserved[i].Bytes)
 		if v < 0 {

@@ -629,3 +629,45 @@ func TestGzipBombIsRefusedAtTheFirstByte(t *testing.T) {
 		t.Fatalf("JSON at MaxBytes: %v", err)
 	}
 }
+
+// PyTorch's reserved bytes before the trace and at its peak are worked out
+// without wrapping and refused above 2^62; up to 2^62 every point of the
+// timeline is exact. (The timeline used to add start and the running net in
+// int64: a point past 2^63 wrapped negative and was clamped to 0, below a
+// PeakReserved that was right only by the wrap.)
+func TestReservedTimelineNeverWraps(t *testing.T) {
+	seg := func(action string, addr int, size uint64) string {
+		return fmt.Sprintf(`{"action": %q, "addr": %d, "size": %d}`, action, addr, size)
+	}
+	snap := func(total uint64, entries ...string) string {
+		return `{"device_traces": [[` + strings.Join(entries, ", ") +
+			fmt.Sprintf(`]], "segments": [{"device": 0, "address": 9, "total_size": %d}]}`, total)
+	}
+	const e62 = uint64(1) << 62
+	for _, tc := range []struct {
+		name, json, want string
+	}{
+		{"peak above 2^63", snap(e62-1,
+			seg("segment_alloc", 1, e62), seg("segment_alloc", 2, e62-1),
+			seg("segment_free", 1, e62), seg("segment_free", 2, e62-1)),
+			"entry 1: reserved bytes reach 13835058055282163710"},
+		{"peak just above 2^62", snap(1, seg("segment_alloc", 1, e62), seg("segment_free", 1, e62)),
+			"entry 0: reserved bytes reach 4611686018427387905"},
+		{"start above 2^62", snap(e62-1, seg("segment_free", 1, e62), seg("segment_free", 2, e62)),
+			"reserved bytes before the trace exceed 2^62"},
+	} {
+		if _, err := ReadSnapshot(strings.NewReader(tc.json), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want ErrSnapshot containing %q", tc.name, err, tc.want)
+		}
+	}
+	// At the bound every figure is exact.
+	s, err := ReadSnapshot(strings.NewReader(snap(e62/2,
+		seg("segment_alloc", 1, e62/2), seg("segment_free", 1, e62/2))), SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ReservedAtStart != e62/2 || s.PeakReserved != e62 || len(s.Reserved) != 2 ||
+		s.Reserved[0].Bytes != e62 || s.Reserved[1].Bytes != e62/2 || s.ReservedInconsistent {
+		t.Fatalf("start %d peak %d points %+v inconsistent %v", s.ReservedAtStart, s.PeakReserved, s.Reserved, s.ReservedInconsistent)
+	}
+}

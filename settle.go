@@ -1,0 +1,140 @@
+// Waiting for the streams without holding the device lock.
+//
+// A user op runs on its stream's executor and may call back into the device
+// (allocate scratch memory, free, enqueue, read stats). So nothing may wait
+// for a stream while holding the device lock: the op it waits for could be
+// waiting for that lock. Every wait for streams' work (a relocation's,
+// a cleanup's, Close's) first settles the device: with the lock released it
+// waits, honouring the caller's context, until no stream has work queued,
+// then takes the lock back and carries on from a state it checks again. The
+// waits the locked sequence then makes pass at once.
+//
+// An op cannot wait for streams at all: its own stream would wait for it.
+// A wait from inside an op is refused with ErrCalledFromOp (asked only
+// before a wait that would block: telling the caller's goroutine costs about
+// a microsecond).
+
+package gpumem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/stream"
+)
+
+// ErrCalledFromOp is returned by a call that would wait for a stream when it
+// is made from inside an op (an Enqueue's run function or a recorded op):
+// the op's own stream cannot run on until it returns. Ops may allocate,
+// free, clone, enqueue, write and read stats; see Stream.Enqueue.
+var ErrCalledFromOp = errors.New("gpumem: called from inside an op: it would wait for the streams, whose work includes the calling op; " +
+	"do it after the op, or on another goroutine")
+
+// settleRounds bounds how often settle waits for work that others keep
+// enqueueing meanwhile; the locked sequence waits for the rest.
+const settleRounds = 16
+
+// calledFromOp reports whether the calling goroutine runs ops of one of the
+// device's queues.
+func (d *Device) calledFromOpLocked() bool {
+	var g stream.Goroutine
+	for _, s := range d.streams {
+		e, ok := s.q.(stream.Executor)
+		if !ok {
+			continue
+		}
+		if g == 0 {
+			g = stream.CurrentGoroutine()
+		}
+		if e.RunsOpsOn(g) {
+			return true
+		}
+	}
+	return false
+}
+
+// pendingFencesLocked returns a fence of every stream with work queued (not
+// of a recording stream: a host wait on it would invalidate the recording).
+func (d *Device) pendingFencesLocked() []stream.Fence {
+	var fences []stream.Fence
+	for _, s := range d.streams {
+		if s.q.Recording() {
+			continue
+		}
+		f, err := s.q.Fence()
+		if err == nil && f.Seq > s.q.Completed() {
+			fences = append(fences, f)
+		}
+	}
+	return fences
+}
+
+// settleLocked waits, with the device lock released, until no stream has
+// work queued, or ctx ends (its error is returned, nothing changed), or the
+// caller turns out to be an op (ErrCalledFromOp). It returns with the lock
+// held; the caller checks the device's state again (ErrClosed is returned
+// when it closed meanwhile). A nil ctx waits without limit.
+func (d *Device) settleLocked(ctx context.Context) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	for range settleRounds {
+		fences := d.pendingFencesLocked()
+		if len(fences) == 0 {
+			return nil
+		}
+		if d.calledFromOpLocked() {
+			return ErrCalledFromOp
+		}
+		d.mu.Unlock()
+		err := waitFences(ctx, fences)
+		d.mu.Lock()
+		if err != nil {
+			return err
+		}
+		if d.closed {
+			return ErrClosed
+		}
+	}
+	return nil
+}
+
+// waitFences waits for each fence on its own queue: for completion only,
+// where the queue can (a capture may begin on it meanwhile, and a host
+// synchronisation would invalidate it).
+func waitFences(ctx context.Context, fences []stream.Fence) error {
+	for _, f := range fences {
+		var err error
+		if c, ok := f.Q.(stream.Completer); ok {
+			err = c.WaitCompleted(ctx, f.Seq)
+		} else {
+			err = f.Q.Wait(ctx, f)
+		}
+		if err != nil {
+			if ctxErr := ctx.Err(); ctxErr != nil {
+				return ctxErr
+			}
+			return fmt.Errorf("gpumem: waiting for the streams: %w", err)
+		}
+	}
+	return nil
+}
+
+// refuseWaitFromOpLocked returns ErrCalledFromOp when the caller is an op
+// and one of the fences has not passed (a wait would block).
+func (d *Device) refuseWaitFromOpLocked(fences ...stream.Fence) error {
+	for _, f := range fences {
+		if f.Q != nil && f.Q.Completed() < f.Seq {
+			if d.calledFromOpLocked() {
+				return ErrCalledFromOp
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// flushHeld runs what a held queue holds (an inline queue runs its ops at
+// Flush), outside the device lock, so an op may call the device.
+func (s *Stream) flushHeld() { _ = s.q.Flush() }
