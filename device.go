@@ -182,7 +182,9 @@ func (d *Device) Streams() []*Stream {
 // Cleanup gives memory back now, on every stream: refused while a stream
 // records (ErrRecording, before any wait); otherwise deferred cross-stream
 // frees are drained, what outdated pages hold is relocated, and every empty
-// page goes back.
+// page goes back. When that needs streams' work done it waits without
+// holding the device lock; when ctx ends first it returns ctx's error with
+// nothing done.
 func (d *Device) Cleanup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err

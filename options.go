@@ -36,7 +36,9 @@ func WithCapacity(bytes uint64) Option { return optionFunc(func(o *options) { o.
 
 // WithSim replaces host bytes by accounting only (Sim storage) and worker
 // queues by inline ones: a 100 GiB workload replays on a laptop, fast. Ops
-// run synchronously over resources without bytes.
+// run synchronously over resources without bytes: on the enqueuing
+// goroutine, before Enqueue (or Write, or Launch) returns, once the device
+// lock is released.
 func WithSim() Option { return optionFunc(func(o *options) { o.sim = true }) }
 
 // WithProperties overrides the backend's memory properties (max page size,

@@ -102,7 +102,10 @@ func (s *Stream) pageUpdateLocked() memory.PageUpdate {
 }
 
 // Alloc reserves size bytes in the stream's memory. When memory is short it
-// first relocates or cleans up and retries once (SPEC §9.4).
+// first relocates or cleans up and retries once (SPEC §9.4). A relocation
+// waits for every stream's work without holding the device lock (other
+// calls, Stats included, go on meanwhile) and gives up when ctx ends,
+// returning ctx's error with nothing moved.
 func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -190,8 +193,25 @@ func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 // Enqueue submits an op over the buffers it uses. Every buffer is resolved
 // now, under the device lock, and run receives the resolved windows in the
 // order of uses; it runs later on the stream's executor and must not keep
-// them. An op whose input carries a failure is skipped and its outputs are
-// marked with that failure; reads of them then report it (ErrUnwritten).
+// them (on WithSim it runs before Enqueue returns, after the lock is
+// released).
+//
+// Failures follow stream order. An op whose run fails (or panics) leaves the
+// ranges it declared Write or ReadWrite unwritten, except bytes a later
+// enqueued op (on any stream) writes; reads of them report the failure
+// (ErrUnwritten). An op reading bytes whose latest writer failed is skipped
+// and its outputs marked in turn, whether the failure was known when it was
+// enqueued or not.
+//
+// From inside run an op may call the device for work that does not wait
+// for streams: Alloc (which then neither relocates nor reclaims; it may
+// return ErrOutOfMemory where a caller outside an op would have waited for
+// room), Free, Clone, Enqueue, Write, Window, Stats and Report, on any
+// stream. Calls that wait for streams (Synchronize, Read, Map, Cleanup,
+// PrepareCapture/Capture, Graph.Close, Device.Close) return ErrCalledFromOp
+// instead of waiting for the op itself. On the cuda backend, whose ops run
+// inside Enqueue while it holds the device, an op must not call the device
+// at all.
 func (s *Stream) Enqueue(name string, uses []Use, run func(res []storage.Resource) error) error {
 	if run == nil {
 		return fmt.Errorf("%w: op %q has no function", ErrInvalidUse, name)
@@ -583,7 +603,9 @@ func (s *Stream) refuseHostSyncLocked(op string) error {
 
 // Cleanup gives this stream's memory back now: refused while a stream
 // records; otherwise its deferred frees drain, what its outdated pages hold
-// is relocated, and its empty pages go back.
+// is relocated, and its empty pages go back. When that needs streams' work
+// done it waits without holding the device lock; when ctx ends first it
+// returns ctx's error with nothing done.
 func (s *Stream) Cleanup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
