@@ -32,8 +32,16 @@
 //     while a stream records a graph.
 //   - (D2) Every buffer resolves to its own bytes or to an error, never to
 //     another allocation's memory.
-//   - (D3) Bookkeeping of one device is serialised by one lock; stream
-//     workers never take it, so waiting on a fence under it cannot deadlock.
+//   - (D3) Bookkeeping of one device is serialised by one lock, never held
+//     while waiting for a stream: an op (run by a stream's executor) may
+//     take it to allocate, free or enqueue, so a relocation, a cleanup or
+//     Close waits for the streams with it released and checks the state
+//     again after (settle.go). A call from inside an op that would wait for
+//     streams returns ErrCalledFromOp.
+//   - (D4) Failure marks follow stream order, not the moment a failure is
+//     collected (writes.go): a failed op's marks cover only bytes no later
+//     op writes, and an op reading bytes whose latest writer failed is
+//     skipped.
 //
 // # Does not know
 //

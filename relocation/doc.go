@@ -38,7 +38,7 @@
 // which [TargetRoom] it allows; a [Trigger] turns an [ArenaState] into a
 // [Need], and [Need.Reason] judges it against the device's byte count. The
 // [Streams] interface is the runtime's side (nine required steps), and the
-// five provided functions ([RefuseWhileRecording], [Reclaim],
+// six provided functions ([RefuseWhileRecording], [Reclaim], [Wanted],
 // [RelocateWhenWanted], [Relocate], [RelocateDevice]) hold the one order in
 // which those steps run.
 //
@@ -48,7 +48,7 @@
 // [TargetRoom], [CopyQueue] and its host implementation [HostCopies],
 // [Reason], [Need], [Trigger], [ArenaState], [ArenaShape], [Outcome],
 // [Stats], [ErrRecording], [ErrSizeMismatch], the [Streams] interface and the
-// five provided steps.
+// six provided steps.
 //
 // # Invariants
 //

@@ -6,7 +6,7 @@
 //
 // The [Queue] interface with [Op], [Fence], [OpFailure] and [Exec]; the [Host]
 // queue (one worker goroutine) and the [Inline] queue (runs each op inside
-// Enqueue); fence waits between queues ([Queue.WaitFence]); the host software
+// Enqueue, or, made by [NewInlineHeld], at the next Flush or Wait); fence waits between queues ([Queue.WaitFence]); the host software
 // graph, in which a recording queue appends ops to an [OpList] instead of
 // running them and imitates the driver's capture rules ([StorageWatcher]
 // included); the [Capture] state machine ([Phase], [Owner], first failure);
@@ -43,11 +43,14 @@
 //
 // Every Queue method is safe for concurrent use; each queue guards its state
 // with its own small lock, never held while an op runs and never held
-// together with another queue's, so a fence wait taken under the device lock
-// cannot deadlock against a worker (workers never take the device lock).
+// together with another queue's. An op may call back into the device that
+// enqueued it, so a device waits for a queue only without its own lock held;
+// [Executor] tells it whether the caller is an op (which must not wait), and
+// [Completer] lets it wait for completion without a host synchronisation.
 // Completed reads an atomic and never blocks; Wait blocks on a completion
 // broadcast and honours its context. A Host runs ops on its worker goroutine,
 // started by NewHost and stopped by Close after the ops already enqueued; an
-// Inline runs them on the goroutine that enqueues. [Capture] is not safe for
+// Inline runs them on the goroutine that enqueues (a held one: on the
+// goroutine that flushes or waits). [Capture] is not safe for
 // concurrent use: the device lock serialises it.
 package stream
