@@ -51,9 +51,9 @@ func (b *Buffer) CanMut() bool {
 	if b.valid() != nil {
 		return false
 	}
-	b.s.d.mu.Lock()
+	borrowed := b.s.d.lockOrBorrow()
 	freed := b.freed
-	b.s.d.mu.Unlock()
+	b.s.d.unlock(borrowed)
 	return !freed && b.h.CanMut()
 }
 
@@ -64,8 +64,8 @@ func (b *Buffer) Clone() *Buffer {
 		return nil
 	}
 	d := b.s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	if b.freed {
 		return nil
 	}
@@ -79,8 +79,8 @@ func (b *Buffer) Free() error {
 		return err
 	}
 	d := b.s.d
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	if b.freed {
 		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
 	}
@@ -105,7 +105,9 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 	if len(data) == 0 || uint64(len(data)) > b.size {
 		// Nothing to enqueue, or too much: a freed buffer or closed device
 		// still says so first, whatever the data's length.
-		d.mu.Lock()
+		if err := d.lockUnlessBorrowed("Buffer.Write"); err != nil {
+			return err
+		}
 		err := b.usableLocked()
 		d.mu.Unlock()
 		if err != nil {
@@ -117,7 +119,9 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 		return fmt.Errorf("%w: writing %d bytes into buffer %d of %d bytes", ErrInvalidUse, len(data), b.h.ID(), b.size)
 	}
 	src := append([]byte(nil), data...)
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Buffer.Write"); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	if b.s.cap != nil {
 		b.s.cap.retainLocked(src)
@@ -174,7 +178,9 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 	}
 	s := b.s
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Buffer.Read or Map"); err != nil {
+		return storage.Resource{}, nil, err
+	}
 	fail := func(err error) (storage.Resource, *handle.Binding, error) {
 		d.mu.Unlock()
 		return storage.Resource{}, nil, err
@@ -310,8 +316,8 @@ func (m *Mapping) Release() {
 	if m == nil || m.d == nil {
 		return
 	}
-	m.d.mu.Lock()
-	defer m.d.mu.Unlock()
+	borrowed := m.d.lockOrBorrow()
+	defer m.d.unlock(borrowed)
 	if m.done {
 		return
 	}
@@ -339,7 +345,9 @@ func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, erro
 	s := b.s
 	d := s.d
 	out := make([]byte, b.size)
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Buffer.Read"); err != nil {
+		return nil, err
+	}
 	if err := b.usableLocked(); err != nil {
 		d.mu.Unlock()
 		return nil, err

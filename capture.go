@@ -177,7 +177,9 @@ func (c *captureState) discardLocked() {
 // BeginCapture with the token.
 func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.PrepareCapture"); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
@@ -203,7 +205,9 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 // and begin can be retried.
 func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.BeginCapture"); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed
@@ -251,7 +255,9 @@ func (s *Stream) checkToken(tok *CaptureToken) error {
 // releasing the primed slices.
 func (s *Stream) AbortCapture(tok *CaptureToken) error {
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.AbortCapture"); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	if err := s.checkToken(tok); err != nil {
 		return err
@@ -273,7 +279,9 @@ func (s *Stream) AbortCapture(tok *CaptureToken) error {
 // why, and every range it declared written reads as ErrUnwritten.
 func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.EndCapture"); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if err := s.checkToken(tok); err != nil {
 		return nil, err
@@ -414,7 +422,9 @@ func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) 
 
 // doomCapture marks the open recording as failed.
 func (s *Stream) doomCapture(err error) {
-	s.d.mu.Lock()
+	if err := s.d.lockUnlessBorrowed("Capture"); err != nil {
+		return
+	}
 	defer s.d.mu.Unlock()
 	s.capture.Fail(err)
 }
@@ -469,7 +479,9 @@ func (g *Graph) Launch(ctx context.Context) error {
 	}
 	s := g.s
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Graph.Launch"); err != nil {
+		return err
+	}
 	defer s.flushHeld() // after the unlock below: held queues run the launch now
 	defer d.mu.Unlock()
 	if d.closed {
@@ -563,7 +575,9 @@ func (g *Graph) Close() error {
 	}
 	s := g.s
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Graph.Close"); err != nil {
+		return err
+	}
 	if g.closed {
 		d.mu.Unlock()
 		return nil

@@ -42,7 +42,11 @@ type Device struct {
 	writers  map[*handle.Descriptor][]*writeRecord
 	epoch    uint64
 	counters counters
-	nextTok  stream.Owner
+
+	// lentTo is the stream whose executor runs an op while the lock's
+	// holder waits in its Enqueue (settle.go), nil otherwise.
+	lentTo  atomic.Pointer[Stream]
+	nextTok stream.Owner
 }
 
 // counters are the device's own statistics (under mu).
@@ -124,7 +128,9 @@ func (d *Device) Properties() memory.Properties { return d.props }
 
 // NewStream adds a stream with its own queue and memory.
 func (d *Device) NewStream() (*Stream, error) {
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Device.NewStream"); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
@@ -167,15 +173,15 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 
 // DefaultStream returns the stream Open created.
 func (d *Device) DefaultStream() *Stream {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	return d.streams[0]
 }
 
 // Streams returns the device's streams in creation order.
 func (d *Device) Streams() []*Stream {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	return append([]*Stream(nil), d.streams...)
 }
 
@@ -189,7 +195,9 @@ func (d *Device) Cleanup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Device.Cleanup"); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed
@@ -266,7 +274,9 @@ func (d *Device) recordingLocked() *Stream {
 // lock held, so an op still running may call the device (which refuses work
 // with ErrClosed).
 func (d *Device) Close() error {
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Device.Close"); err != nil {
+		return err
+	}
 	if d.closed {
 		d.mu.Unlock()
 		return nil
@@ -343,7 +353,11 @@ func (c *countedStorage) releasePassed() {
 	if len(c.held) == 0 || c.q.Recording() {
 		return
 	}
+	n := len(c.held)
 	c.held = dropPassed(c.held, c.q.Completed(), func(h heldRelease) uint64 { return h.seq }, c.forward)
+	if len(c.held) != n {
+		c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
+	}
 }
 
 // drainHeld waits for the stream's queued work and forwards every held
@@ -365,10 +379,14 @@ func (c *countedStorage) drainHeld() {
 // forgetHeld forwards every held release without waiting: for a closed
 // device, whose queues ran everything they held.
 func (c *countedStorage) forgetHeld() {
+	if len(c.held) == 0 {
+		return
+	}
 	for _, h := range c.held {
 		c.forward(h)
 	}
 	c.held = nil
+	c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
 }
 
 func (c *countedStorage) forward(h heldRelease) {

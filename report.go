@@ -89,8 +89,8 @@ type Stats struct {
 
 // Report describes every stream's pools.
 func (d *Device) Report() Report {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	r := Report{Backend: d.backend.Name()}
 	for _, s := range d.streams {
 		r.Streams = append(r.Streams, StreamReport{Name: s.name, Pools: s.mem.Report()})
@@ -100,8 +100,8 @@ func (d *Device) Report() Report {
 
 // Stats returns the device's counters.
 func (d *Device) Stats() Stats {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	borrowed := d.lockOrBorrow()
+	defer d.unlock(borrowed)
 	st := Stats{
 		ReserveRetries:   d.counters.reserveRetries,
 		ExplicitCleanups: d.counters.explicitCleanups,

@@ -138,3 +138,52 @@ func (d *Device) refuseWaitFromOpLocked(fences ...stream.Fence) error {
 // flushHeld runs what a held queue holds (an inline queue runs its ops at
 // Flush), outside the device lock, so an op may call the device.
 func (s *Stream) flushHeld() { _ = s.q.Flush() }
+
+// Lending the lock to an op. A driver queue runs an op inside Enqueue, on
+// its executor, while the enqueuing caller waits holding the device lock
+// (stream.EnqueueRunner). Such an op cannot take the lock; it borrows it:
+// the holder is blocked until the op returns, so the op has the bookkeeping
+// to itself. A borrowing call may only do what never waits and never moves
+// memory (Free, Clone, Window, Stats, Report, the accessors); the others
+// return ErrCalledFromOp.
+
+// lendLocked marks the lock as lent to ops run by s's executor until the
+// returned function is called; nothing when s's queue runs ops elsewhere.
+func (d *Device) lendLocked(s *Stream) (end func()) {
+	if r, ok := s.q.(stream.EnqueueRunner); !ok || !r.RunsOpsAtEnqueue() {
+		return func() {}
+	}
+	d.lentTo.Store(s)
+	return func() { d.lentTo.Store(nil) }
+}
+
+// lockOrBorrow takes the device lock, or borrows it when the caller is the
+// op its holder waits for (then it must not be unlocked: see unlock).
+func (d *Device) lockOrBorrow() (borrowed bool) {
+	if d.mu.TryLock() {
+		return false
+	}
+	if s := d.lentTo.Load(); s != nil {
+		if e, ok := s.q.(stream.Executor); ok && e.RunsOpsOn(stream.CurrentGoroutine()) {
+			return true
+		}
+	}
+	d.mu.Lock()
+	return false
+}
+
+// unlock releases what lockOrBorrow took.
+func (d *Device) unlock(borrowed bool) {
+	if !borrowed {
+		d.mu.Unlock()
+	}
+}
+
+// lockUnlessBorrowed takes the device lock for a call that may wait or move
+// memory, refusing an op that would have to borrow it.
+func (d *Device) lockUnlessBorrowed(call string) error {
+	if d.lockOrBorrow() {
+		return fmt.Errorf("gpumem: %s: %w (this backend runs an op inside Enqueue, with the device held)", call, ErrCalledFromOp)
+	}
+	return nil
+}

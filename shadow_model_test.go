@@ -102,6 +102,18 @@ const (
 	smSmallRange = 64 << 10
 )
 
+// smRace reports whether the test binary was built with -race.
+var smRace = sync.OnceValue(func() bool {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "-race" {
+				return s.Value == "true"
+			}
+		}
+	}
+	return false
+})
+
 // smBase is the random byte string every pattern is a window of: a buffer
 // holding another buffer's bytes, or its own bytes shifted, then fails the
 // comparison, and expected bytes cost a slice, not a generator loop.
@@ -350,7 +362,7 @@ type smRun struct {
 	captureEpoch atomic.Uint64
 	waitFaults   atomic.Int32
 
-	ops, compared, skips, fails, ooms, relocVerifies, captures, launches atomic.Uint64
+	ops, compared, skips, fails, ooms, relocVerifies, captures, launches, guardDoomed atomic.Uint64
 
 	mu         sync.Mutex
 	violations []string
@@ -392,6 +404,7 @@ type smWorker struct {
 	stale     []*gpumem.Buffer
 	nextID    int
 	step      int
+	ops       int // steps this run
 	seenMoves uint64
 	log       smLog
 }
@@ -446,10 +459,12 @@ func TestShadowModel(t *testing.T) {
 		total /= 4
 	}
 	var sum smTotals
-	for seed := uint64(1); seed <= smKinds; seed++ {
-		res := smRunSeed(t, seed, total/smKinds)
+	const seeds = 2 * smKinds // every kind twice
+	for seed := uint64(1); seed <= seeds; seed++ {
+		start := time.Now()
+		res := smRunSeed(t, seed, total/seeds)
 		sum.add(res)
-		t.Logf("seed %d: %s", seed, res)
+		t.Logf("seed %d (%s, %v): %s", seed, smConfigFor(seed).name, time.Since(start).Round(time.Millisecond), res)
 	}
 	t.Logf("total: %s", sum)
 }
@@ -471,7 +486,7 @@ func smSoakRun(t *testing.T, d time.Duration) {
 
 type smTotals struct {
 	seeds, ops, compared, faults, violations, skips, fails, ooms, relocVerifies, captures, launches uint64
-	moves                                                                                           uint64
+	guardDoomed, moves, growths                                                                     uint64
 }
 
 func (s *smTotals) add(o smTotals) {
@@ -487,12 +502,16 @@ func (s *smTotals) add(o smTotals) {
 	s.captures += o.captures
 	s.launches += o.launches
 	s.moves += o.moves
+	s.growths += o.growths
+	s.guardDoomed += o.guardDoomed
 }
 
 func (s smTotals) String() string {
 	return fmt.Sprintf("%d seeds, %d operations, %d faults injected, %d bytes compared, %d violations; "+
-		"%d failing ops, %d skipped ops, %d out-of-memory, %d relocated bytes moves, %d post-relocation verifications, %d captures, %d launches",
-		s.seeds, s.ops, s.faults, s.compared, s.violations, s.fails, s.skips, s.ooms, s.moves, s.relocVerifies, s.captures, s.launches)
+		"%d failing ops, %d skipped ops, %d out-of-memory, %d growths, %d relocation moves, %d post-relocation verifications, "+
+		"%d captures (%d doomed by another graph's page guard), %d launches",
+		s.seeds, s.ops, s.faults, s.compared, s.violations, s.fails, s.skips, s.ooms, s.growths, s.moves, s.relocVerifies,
+		s.captures, s.guardDoomed, s.launches)
 }
 
 // smRunSeed runs one seed: opens the device, runs the goroutines, checks
@@ -548,9 +567,14 @@ func smRunSeed(t *testing.T, seed uint64, totalOps int) smTotals {
 		limit = cfg.props.MaxMemory
 	}
 	run.budget = limit * 6 / 10 / uint64(cfg.workers)
-	run.sizeCap = min(run.maxPage/2, run.budget/2, smBaseLen-(1<<20))
+	run.sizeCap = min(run.maxPage/2, run.budget*3/4, smBaseLen-(1<<20))
+	if smRace() {
+		// Under the race detector every copied byte is tracked: cap large
+		// buffers where they still outgrow the 2 MiB first arena page.
+		run.sizeCap = min(run.sizeCap, 5<<20)
+	}
 	if cfg.sim {
-		run.sizeCap = min(run.maxPage/2, run.budget/2)
+		run.sizeCap = min(run.maxPage/2, run.budget*3/4)
 	}
 	for i := range cfg.workers {
 		run.workers = append(run.workers, &smWorker{run: run, id: i, r: rand.New(rand.NewPCG(seed, uint64(i)+1))})
@@ -581,7 +605,8 @@ func smRunSeed(t *testing.T, seed uint64, totalOps int) smTotals {
 	st := d.Stats()
 	res := smTotals{seeds: 1, ops: run.ops.Load(), compared: run.compared.Load(), faults: faults,
 		skips: run.skips.Load(), fails: run.fails.Load(), ooms: run.ooms.Load(), relocVerifies: run.relocVerifies.Load(),
-		captures: run.captures.Load(), launches: run.launches.Load(), moves: st.Relocation.Moves}
+		captures: run.captures.Load(), launches: run.launches.Load(), moves: st.Relocation.Moves,
+		growths: st.Growths, guardDoomed: run.guardDoomed.Load()}
 	if err := d.Close(); err != nil {
 		run.violate(-1, "Device.Close: %v", err)
 	}
@@ -762,6 +787,7 @@ func (w *smWorker) pickOp() smOpKind {
 }
 
 func (w *smWorker) loop(ops int) {
+	w.ops = ops
 	defer func() {
 		if p := recover(); p != nil {
 			w.fail("panic: %v\n%s", p, debug.Stack())
@@ -809,7 +835,9 @@ func (w *smWorker) do(k smOpKind) {
 	case smEnqueueThenFreeOp:
 		w.enqueue(0, false, true)
 	case smReadOp:
-		if a := w.pickAlloc(nil); a != nil {
+		// Large buffers are read less often: their bytes are checked at
+		// every relocation and at the end anyway.
+		if a := w.pickAlloc(func(a *smAlloc) bool { return a.size <= 1<<20 || w.r.IntN(4) == 0 }); a != nil {
 			w.read(a, "Read")
 		}
 	case smMapOp:
@@ -859,7 +887,10 @@ func (w *smWorker) do(k smOpKind) {
 // pickSize draws an allocation size: mostly small, some page-sized, a few
 // large ones that make the arena grow and leave outdated pages behind.
 func (w *smWorker) pickSize() uint64 {
-	c := w.run.sizeCap
+	// The large sizes ramp up over the goroutine's run: pages grow (and
+	// leave outdated pages behind) throughout, not only in the first steps.
+	c := max(2<<20, w.run.sizeCap*uint64(min(w.step+w.ops/8, w.ops))/uint64(max(1, w.ops)))
+	c = min(c, w.run.sizeCap)
 	var n uint64
 	switch x := w.r.IntN(100); {
 	case x < 1:
@@ -1078,11 +1109,15 @@ const (
 // pickRange draws a range of a (length ≤ maxLen): often all of it.
 func (w *smWorker) pickRange(a *smAlloc, maxLen uint64) (off, n uint64) {
 	maxLen = min(maxLen, a.size)
-	if maxLen == a.size && w.r.IntN(3) == 0 {
+	whole := 3
+	if a.size > 4*smSmallRange {
+		whole = 12 // every byte copied costs, most of all under -race
+	}
+	if maxLen == a.size && w.r.IntN(whole) == 0 {
 		return 0, a.size
 	}
 	n = 1 + w.r.Uint64N(maxLen)
-	if w.r.IntN(2) == 0 && n > smSmallRange {
+	if w.r.IntN(4) != 0 && n > smSmallRange {
 		n = 1 + w.r.Uint64N(smSmallRange) // keep most ops cheap
 	}
 	off = w.r.Uint64N(a.size - n + 1)
@@ -1539,8 +1574,8 @@ func (w *smWorker) capture() {
 	}
 	s := w.r.IntN(len(run.streams))
 	o := s
-	if w.r.IntN(2) == 0 {
-		o = w.r.IntN(len(run.streams))
+	if w.r.IntN(2) == 0 { // buffers of another stream's memory
+		o = (s + 1 + w.r.IntN(len(run.streams)-1)) % len(run.streams)
 	}
 	n := 1 + w.r.Uint64N(256<<10)
 	gr := &smGraph{stream: s, seed: w.r.Uint64(), rot: w.r.Uint64N(n)}
@@ -1644,8 +1679,12 @@ func (w *smWorker) capture() {
 	gate := &run.gates[s]
 	gate.Lock()
 	run.capturing.Add(1)
-	run.captureEpoch.Add(1)
+	epoch := run.captureEpoch.Add(1)
 	g, err := run.streams[s].Capture(smBG, fn)
+	// Another capture began or ended during this one: its seal may have
+	// guarded the page the warmup's scratch slice is on (a guarded page
+	// serves nothing new), so the recording may legitimately find no room.
+	concurrent := run.captureEpoch.Load() != epoch
 	run.capturing.Add(-1)
 	run.captureEpoch.Add(1)
 	gate.Unlock()
@@ -1696,6 +1735,8 @@ func (w *smWorker) capture() {
 	switch {
 	case !rec.ran && errors.Is(err, gpumem.ErrOutOfMemory) && run.oomOK:
 		run.ooms.Add(1) // the warmup's scratch allocation found no memory
+	case rec.ran && !rec.attempted[0] && errors.Is(err, gpumem.ErrPageUpdateForbidden) && concurrent:
+		run.guardDoomed.Add(1)
 	case errors.Is(err, gpumem.ErrCaptureInvalidated) && strings.Contains(err.Error(), "storage"):
 		w.fail("Capture on stream %d: %v (a storage call inside the recording: cf. defect 3)", s, err)
 	default:
@@ -1802,11 +1843,24 @@ func (w *smWorker) racyClose(i int) {
 			}
 		}
 	}
-	w.delay(gr.stream)
-	w.logf("Graph.Close racing Launch (buffers freed %v)", freed)
+	w.delay(gr.stream) // Close waits for it outside the device lock
+	pause := time.Duration(w.r.IntN(300)) * time.Microsecond
+	hold := time.Duration(500+w.r.IntN(1500)) * time.Microsecond
+	w.logf("Graph.Close racing Launch (buffers freed %v, launch after %v, held %v)", freed, pause, hold)
 	unlock := w.lock(gr.stream)
 	launched := make(chan error, 1)
-	go func() { launched <- gr.g.Launch(smBG) }()
+	st := run.streams[gr.stream]
+	go func() {
+		// The launch lands in Close's wait, most of the time, and its ops
+		// are held back past Close's return, when the slices Close gave
+		// back may already belong to new buffers.
+		time.Sleep(pause)
+		if err := st.Enqueue("hold", nil, func([]storage.Resource) error { time.Sleep(hold); return nil }); err != nil {
+			launched <- err
+			return
+		}
+		launched <- gr.g.Launch(smBG)
+	}()
 	cerr := gr.g.Close()
 	lerr := <-launched
 	unlock()

@@ -111,7 +111,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, err
 	}
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.Alloc"); err != nil {
+		return nil, err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return nil, ErrClosed
@@ -176,13 +178,13 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 // Window opens a mode window (Persistent or Dedicated) for the stream's next
 // allocations; calling the returned function closes it. Windows nest.
 func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
-	s.d.mu.Lock()
+	borrowed := s.d.lockOrBorrow()
 	s.mem.SetMode(m)
-	s.d.mu.Unlock()
+	s.d.unlock(borrowed)
 	closed := false
 	return func() {
-		s.d.mu.Lock()
-		defer s.d.mu.Unlock()
+		borrowed := s.d.lockOrBorrow()
+		defer s.d.unlock(borrowed)
 		if !closed {
 			closed = true
 			s.mem.SetMode(memory.Auto)
@@ -209,15 +211,18 @@ func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 // room), Free, Clone, Enqueue, Write, Window, Stats and Report, on any
 // stream. Calls that wait for streams (Synchronize, Read, Map, Cleanup,
 // PrepareCapture/Capture, Graph.Close, Device.Close) return ErrCalledFromOp
-// instead of waiting for the op itself. On the cuda backend, whose ops run
-// inside Enqueue while it holds the device, an op must not call the device
-// at all.
+// instead of waiting for the op itself. On a backend whose queues run an op
+// inside Enqueue while the enqueuing caller holds the device (cuda), the op
+// borrows the device: Free, Clone, Window, Stats, Report and the accessors
+// work, and every other call returns ErrCalledFromOp.
 func (s *Stream) Enqueue(name string, uses []Use, run func(res []storage.Resource) error) error {
 	if run == nil {
 		return fmt.Errorf("%w: op %q has no function", ErrInvalidUse, name)
 	}
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.Enqueue"); err != nil {
+		return err
+	}
 	err := s.enqueueLocked(name, uses, run)
 	d.mu.Unlock()
 	s.flushHeld()
@@ -307,7 +312,9 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 	} else {
 		call = wrapRun(w, deps, call)
 	}
+	endLend := d.lendLocked(s) // a queue that runs the op now: it borrows the device (settle.go)
 	seq, err := s.q.Enqueue(stream.Op{Name: name, Run: call})
+	endLend()
 	if err != nil {
 		f := d.g.Fail(fmt.Errorf("gpumem: op %q could not be enqueued on %s: %w", name, s.name, err), name)
 		for _, r := range rs {
@@ -562,7 +569,9 @@ func (s *Stream) waitAllLocked() error {
 // dooms the recording.
 func (s *Stream) Synchronize(ctx context.Context) error {
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.Synchronize"); err != nil {
+		return err
+	}
 	if d.closed {
 		d.mu.Unlock()
 		return ErrClosed
@@ -611,7 +620,9 @@ func (s *Stream) Cleanup(ctx context.Context) error {
 		return err
 	}
 	d := s.d
-	d.mu.Lock()
+	if err := d.lockUnlessBorrowed("Stream.Cleanup"); err != nil {
+		return err
+	}
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed

@@ -41,7 +41,7 @@ import (
 // writeRecord is one enqueued op that writes, until its stream is known to
 // have completed it.
 type writeRecord struct {
-	epoch uint64 // the device's enqueue order
+	epoch uint64 // the device's enqueue order, from registration
 	s     *Stream
 	seq   uint64
 	name  string
@@ -109,15 +109,17 @@ func (w *writeRecord) spansOf(desc *handle.Descriptor) []span {
 	return out
 }
 
-// newWriteRecordLocked makes a record in the device's enqueue order.
+// newWriteRecordLocked makes a record; it takes its place in the enqueue
+// order when registered.
 func (d *Device) newWriteRecordLocked(s *Stream, name string, outs []output) *writeRecord {
-	d.epoch++
-	return &writeRecord{epoch: d.epoch, s: s, name: name, outs: outs}
+	return &writeRecord{s: s, name: name, outs: outs}
 }
 
-// registerLocked enters an enqueued record (seq known) in its stream's
-// pending list and the device's writers index.
+// registerLocked enters an enqueued record (seq known) in the enqueue order,
+// its stream's pending list and the device's writers index.
 func (d *Device) registerLocked(w *writeRecord) {
+	d.epoch++
+	w.epoch = d.epoch
 	w.s.pending = append(w.s.pending, w)
 	seen := make(map[*handle.Descriptor]bool, len(w.outs))
 	for _, o := range w.outs {

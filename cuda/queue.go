@@ -892,3 +892,9 @@ var (
 	_ stream.Executor  = (*Queue)(nil)
 	_ stream.Completer = (*Queue)(nil)
 )
+
+// RunsOpsAtEnqueue implements stream.EnqueueRunner: Enqueue runs the op on
+// the executor and returns once it has.
+func (q *Queue) RunsOpsAtEnqueue() bool { return true }
+
+var _ stream.EnqueueRunner = (*Queue)(nil)

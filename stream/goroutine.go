@@ -72,3 +72,11 @@ func (q *Inline) WaitCompleted(ctx context.Context, seq uint64) error {
 	}
 	return q.t.waitSeq(ctx, seq)
 }
+
+// EnqueueRunner is implemented by queues whose Enqueue runs the op before it
+// returns, on the queue's executor, while the caller waits (a driver queue
+// whose ops launch work on the driver's stream). A device lends its lock to
+// such an op, which cannot take it.
+type EnqueueRunner interface {
+	RunsOpsAtEnqueue() bool
+}
