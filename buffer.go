@@ -122,11 +122,11 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 	if err := d.lockUnlessBorrowed("Buffer.Write"); err != nil {
 		return err
 	}
+	defer b.s.flushHeld() // after the unlock below: held queues run the write now
 	defer d.mu.Unlock()
 	if b.s.cap != nil {
 		b.s.cap.retainLocked(src)
 	}
-	defer b.s.flushHeld() // after the unlock: held queues run the write now
 	transfers, _ := d.backend.(HostTransfers)
 	q := b.s.q
 	return b.s.enqueueLocked("write", []Use{{Buffer: b, Access: Write, Size: uint64(len(src))}}, func(res []storage.Resource) error {
@@ -206,11 +206,8 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 	if f, err := s.q.Fence(); err == nil {
 		fences = append(fences, f)
 	}
-	for _, f := range d.foreign[b.h.Descriptor()] {
-		if f.Q.Completed() < f.Seq { // a passed fence needs no wait (and a recording queue would refuse one)
-			fences = append(fences, f)
-		}
-	}
+	// A passed fence needs no wait (and a recording queue would refuse one).
+	fences = append(fences, d.foreign.pendingFor(b.h.Descriptor(), nil)...)
 	if err := d.refuseWaitFromOpLocked(fences...); err != nil {
 		return fail(err)
 	}

@@ -484,6 +484,7 @@ func (g *Graph) Launch(ctx context.Context) error {
 	}
 	defer s.flushHeld() // after the unlock below: held queues run the launch now
 	defer d.mu.Unlock()
+	d.admitWorkLocked() // a settle may hold new work back (settle.go)
 	if d.closed {
 		return ErrClosed
 	}
@@ -526,7 +527,7 @@ func (g *Graph) Launch(ctx context.Context) error {
 		if u.owner == s {
 			_ = s.mem.SetCursor(u.b, after.Seq)
 		} else {
-			d.noteForeignLocked(u.b.Descriptor(), after)
+			d.foreign.note(u.b.Descriptor(), after)
 		}
 	}
 	return nil
@@ -618,7 +619,7 @@ func (g *Graph) Close() error {
 	g.written = nil
 	for _, u := range g.uses {
 		if u.owner != s {
-			d.dropPassedNotesLocked(u.b.Descriptor(), s.q) // its launches have run (synced above)
+			d.foreign.dropPassedOf(u.b.Descriptor(), s.q) // its launches have run (synced above)
 		}
 		u.b.Release()
 	}

@@ -35,13 +35,18 @@ type Device struct {
 	closed  bool
 	// foreign holds, per allocation, the fences of uses by streams other than
 	// its owner: the owner's next use waits on them (X2).
-	foreign map[*handle.Descriptor][]stream.Fence
+	foreign crossStreamNotes
 	// writers indexes, per allocation and in enqueue order, the records of
 	// ops that write it and are not yet known complete; epoch numbers them
 	// (writes.go).
 	writers  map[*handle.Descriptor][]*writeRecord
 	epoch    uint64
 	counters counters
+
+	// gated counts settles holding new work back; admit (on mu) wakes the
+	// held callers when one ends (settle.go).
+	gated int
+	admit sync.Cond
 
 	// lentTo is the stream whose executor runs an op while the lock's
 	// holder waits in its Enqueue (settle.go), nil otherwise.
@@ -108,10 +113,11 @@ func openWith(b Backend, o options) (*Device, error) {
 		wrap:       o.wrapStorage,
 		noRelocate: o.noRelocate,
 		g:          handle.NewErrorGraph(),
-		foreign:    make(map[*handle.Descriptor][]stream.Fence),
+		foreign:    make(crossStreamNotes),
 		writers:    make(map[*handle.Descriptor][]*writeRecord),
 	}
 	d.counters.failedReserves = make(map[string]uint64)
+	d.admit.L = &d.mu
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := d.newStreamLocked(); err != nil {
@@ -202,28 +208,60 @@ func (d *Device) Cleanup(ctx context.Context) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
+	return d.cleanupLocked(ctx, d.streams)
+}
+
+// cleanupLocked is an explicit cleanup of the given streams (Device.Cleanup,
+// Stream.Cleanup): refused while a stream records, then the reclaim.
+func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
+	if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
 		return err
 	}
-	if d.cleanupWaitsLocked(d.streams...) {
-		// Wait with the lock released (settle.go), then check again.
+	if err := d.reclaimLocked(ctx, of); err != nil {
+		return err
+	}
+	d.counters.explicitCleanups++
+	return nil
+}
+
+// reclaimLocked is the reclaim sequence, written once (explicit cleanups,
+// and making room for a failed reservation): wait for the streams with the
+// lock released when the sequence would wait (settle.go; the caller's
+// context bounds it, and a capture that began meanwhile refuses it), drain
+// every stream's deferred cross-stream uses, then for each stream of of, in
+// order, relocate what its outdated pages hold and give back its empty
+// pages (relocation.Reclaim), and forward its held releases: explicit means
+// now.
+func (d *Device) reclaimLocked(ctx context.Context, of []*Stream) error {
+	if d.cleanupWaitsLocked(of...) {
 		if err := d.settleLocked(ctx); err != nil {
 			return err
 		}
-		if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
+		if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
 			return err
 		}
 	}
 	for _, s := range d.streams {
 		s.drainDeferredLocked()
 	}
-	for _, s := range d.streams {
+	for _, s := range of {
 		if err := relocation.Reclaim(streamsOf{d, s, ctx}); err != nil {
 			return err
 		}
-		s.st.drainHeld() // explicit means now: the stream's work ends, its pages go
 	}
-	d.counters.explicitCleanups++
+	// The pages the reclaim emptied go back once the work queued before
+	// their frees has passed: wait for it with the lock released. A wait
+	// that cannot be made (the context ended, an op) leaves them held for
+	// the next reservation or sync; the reclaim itself is done.
+	for _, s := range of {
+		if s.st.holdsUnpassed() {
+			_ = d.settleLocked(ctx)
+			break
+		}
+	}
+	for _, s := range of {
+		s.st.releasePassed()
+	}
 	return nil
 }
 
@@ -360,20 +398,10 @@ func (c *countedStorage) releasePassed() {
 	}
 }
 
-// drainHeld waits for the stream's queued work and forwards every held
-// release. A failed wait (not poison) keeps them held: it is unknown whether
-// the work finished.
-func (c *countedStorage) drainHeld() {
-	if len(c.held) == 0 || c.q.Recording() {
-		return
-	}
-	last := c.held[len(c.held)-1].seq
-	if c.q.Completed() < last {
-		if err := c.q.Wait(context.Background(), stream.Fence{Q: c.q, Seq: last}); err != nil && !storage.IsDevicePoisoned(err) {
-			return
-		}
-	}
-	c.forgetHeld()
+// holdsUnpassed reports whether a held release waits for work not yet
+// completed.
+func (c *countedStorage) holdsUnpassed() bool {
+	return len(c.held) > 0 && c.held[len(c.held)-1].seq > c.q.Completed()
 }
 
 // forgetHeld forwards every held release without waiting: for a closed

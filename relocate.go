@@ -189,11 +189,8 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memo
 		}
 		return d.retryUpdateLocked(s)
 	}
-	if serr := d.settleLocked(ctx); serr != nil {
-		return 0, serr
-	}
 	if u, uerr := d.retryUpdateLocked(s); uerr != nil || u != memory.Allow {
-		return u, uerr // a capture began meanwhile: no reclaim under it
+		return u, uerr // a capture records: no reclaim under it
 	}
 	order := []*Stream{s}
 	for _, t := range d.streams {
@@ -201,15 +198,11 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memo
 			order = append(order, t)
 		}
 	}
-	for _, t := range order {
-		t.drainDeferredLocked()
-		if err := relocation.Reclaim(streamsOf{d, t, ctx}); err != nil {
-			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-				return 0, err
-			}
-			d.log.Warn("gpumem: reclaim before retry refused", "stream", t.name, "err", err)
+	if rerr := d.reclaimLocked(ctx, order); rerr != nil {
+		if !errors.Is(rerr, relocation.ErrRecording) {
+			return 0, rerr // the context ended, or an op cannot wait
 		}
-		t.st.drainHeld() // the retry needs the pages gone now
+		// A capture began while the reclaim waited: retry under what it allows.
 	}
 	return d.retryUpdateLocked(s)
 }

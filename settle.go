@@ -31,9 +31,10 @@ import (
 var ErrCalledFromOp = errors.New("gpumem: called from inside an op: it would wait for the streams, whose work includes the calling op; " +
 	"do it after the op, or on another goroutine")
 
-// settleRounds bounds how often settle waits for work that others keep
-// enqueueing meanwhile; the locked sequence waits for the rest.
-const settleRounds = 16
+// gateAfter is how many rounds of waiting settle makes while others keep
+// enqueueing before it holds new work back (admitWorkLocked), so a steady
+// flow of work cannot starve it.
+const gateAfter = 4
 
 // calledFromOp reports whether the calling goroutine runs ops of one of the
 // device's queues.
@@ -74,18 +75,31 @@ func (d *Device) pendingFencesLocked() []stream.Fence {
 // work queued, or ctx ends (its error is returned, nothing changed), or the
 // caller turns out to be an op (ErrCalledFromOp). It returns with the lock
 // held; the caller checks the device's state again (ErrClosed is returned
-// when it closed meanwhile). A nil ctx waits without limit.
+// when it closed meanwhile). A nil ctx waits without limit. After gateAfter
+// rounds that found new work, it holds back work enqueued by anyone but an
+// op until it returns.
 func (d *Device) settleLocked(ctx context.Context) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	for range settleRounds {
+	gating := false
+	defer func() {
+		if gating {
+			d.gated--
+			d.admit.Broadcast()
+		}
+	}()
+	for round := 0; ; round++ {
 		fences := d.pendingFencesLocked()
 		if len(fences) == 0 {
 			return nil
 		}
 		if d.calledFromOpLocked() {
 			return ErrCalledFromOp
+		}
+		if round == gateAfter {
+			gating = true
+			d.gated++
 		}
 		d.mu.Unlock()
 		err := waitFences(ctx, fences)
@@ -97,7 +111,15 @@ func (d *Device) settleLocked(ctx context.Context) error {
 			return ErrClosed
 		}
 	}
-	return nil
+}
+
+// admitWorkLocked holds a caller that enqueues work back while a settle
+// gates (an op is admitted: the settle waits for it). It may release and
+// retake the lock.
+func (d *Device) admitWorkLocked() {
+	for d.gated > 0 && !d.calledFromOpLocked() {
+		d.admit.Wait()
+	}
 }
 
 // waitFences waits for each fence on its own queue: for completion only,

@@ -1,11 +1,13 @@
 // TestShadowModel: a seeded, randomized model test of the public API against
 // a shadow copy of every buffer's bytes and failure marks.
 //
-// Short run (part of the normal suite, ≥ 1e5 operations):
+// Short run (part of the normal suite: about 1.05e5 operations over 14
+// seeds, every configuration kind twice; -short runs a quarter):
 //
 //	go test -race -run TestShadowModel -count=1 .
 //
-// Long run (new seeds until the duration has passed; totals at the end):
+// Long run (new seeds until the duration has passed, then totals:
+// operations, faults injected, bytes compared, seeds, violations):
 //
 //	go test -run TestShadowModel -soak 10m .
 //
@@ -15,23 +17,47 @@
 //
 //	go test -race -run TestShadowModel -shadow.seed 17 -count=1 -v .
 //
-// While a defect of ../shared/defects/reliability-2026-12.md is being fixed,
-// -shadow.known 2,4 makes the generator avoid the patterns that trigger
-// defects 2 and 4 (default: none, full checking; see smKnownDefect).
+// While a known defect is being fixed, -shadow.known 13,15 makes the
+// generator avoid the patterns that trigger defects 13 and 15 (default:
+// none, full checking; numbers 1-11 are those of
+// ../shared/defects/reliability-2026-12.md, 12 and up were found by this
+// test; see smKnownDefect).
 //
-// The model. Several goroutines share one device and its streams. Each
-// goroutine owns its buffers, and only it enqueues work on them (on any
-// stream: cross-stream use is a feature), so the expected bytes of a buffer
-// follow from that goroutine's program order alone. Per buffer the shadow
-// keeps the expected bytes and the ranges whose last writer failed or was
-// skipped. A Read must return exactly the shadow bytes, or ErrUnwritten
+// The model. Several goroutines (3-5) share one device and its streams
+// (2-6). Each goroutine owns its buffers, and only it enqueues work on them
+// (on any stream: cross-stream use is a feature), so the expected bytes of a
+// buffer follow from that goroutine's program order alone. Per buffer the
+// shadow keeps the expected bytes (as windows of one random byte string, so
+// nothing is copied) and the ranges whose last writer failed or was skipped.
+// A Read or Map must return exactly the shadow bytes, or ErrUnwritten
 // exactly when some byte's last writer failed or was skipped. Ops verify
 // their inputs against the shadow when they run (that catches bytes changed
 // under a pending op) and rewrite their outputs; ops that fail, panic, or
-// read a failed range (and so must be skipped) exercise the failure marks.
-// Errors are allowed only where the configuration explains them: out of
-// memory under a capacity or injected storage faults, ErrRecording from a
-// cleanup while some capture may record.
+// read a failed range (and so must be skipped, never run) exercise the
+// failure marks. Errors are allowed only where the configuration explains
+// them: out of memory under a capacity or injected storage faults,
+// ErrRecording from a cleanup while some capture may record, a recording
+// doomed because another graph's seal guarded the page its warm-up room is
+// on. Every live buffer is verified after each relocation and at the end;
+// Stats and Report are checked for sanity (in use ≤ reserved, allocated ≤
+// capacity, counters never decrease, nothing left after freeing all) from
+// a concurrent goroutine; a watchdog dumps every stack and fails the test
+// when no call returns for a minute.
+//
+// The operation mix (smWeights): allocations of varied sizes (small,
+// page-sized, large ones that make the arenas grow; in Persistent and
+// Dedicated windows too), frees (also right after enqueueing an op over
+// the buffer), clones, whole and partial writes, ops over 1-3 ranges
+// (rotate into outputs, in place, fill, verify only), failing and panicking
+// ops, ops reading failed ranges, ops calling the device from inside (stats,
+// a scratch allocation, a Synchronize that must be refused), reads and
+// mappings (a cleanup while mapped), synchronizes, stream and device
+// cleanups, stats and reports, captures (with a scratch allocation, over
+// buffers of the capturing or another stream), launches (some replayed ops
+// fail), graph closes (a launch of a closed graph must fail, a launch
+// racing Close must not outlive it), misuse (freed buffers, uses out of
+// range, buffers above the max page), injected storage faults (refused
+// allocations, granule maps, relocation copies and waits) and short delays.
 package gpumem_test
 
 import (
@@ -79,6 +105,13 @@ var (
 //	12: (found by this model) enqueueing a reader of a graph's outputs
 //	   after a launch whose replayed op fails, before that failure is
 //	   collected (the graph's stream is synchronized after such a launch)
+//	13: (found by this model) ops that call the device: a cleanup whose
+//	   settling gave up waits for a stream under the device lock, and an op
+//	   of that stream calling Stats then deadlocks it (no such ops)
+//	15: (found by this model) on Sim, a Read while another goroutine runs
+//	   the stream's held ops returns ErrNotSupported before the pending
+//	   failing writer ran (the streams a Sim buffer used are synchronized
+//	   before its Read)
 func smKnownDefect(n int) bool { return smKnownSet()[n] }
 
 var smKnownSet = sync.OnceValue(func() map[int]bool {
@@ -94,7 +127,7 @@ var smKnownSet = sync.OnceValue(func() map[int]bool {
 const (
 	smStall      = 60 * time.Second // no progress this long: dump every goroutine and fail
 	smLogLen     = 50               // operations kept per goroutine for the failure report
-	smShortOps   = 120_000          // operations of the short run, over all seeds
+	smShortOps   = 105_000          // operations of the short run, over all seeds
 	smBaseLen    = 17 << 20         // the shared random bytes patterns are cut from
 	smMaxGraphs  = 2                // live graphs per goroutine
 	smMaxStale   = 8                // freed references kept per goroutine for misuse checks
@@ -143,17 +176,129 @@ func smMix(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// smPattern returns n bytes of smBase chosen by key.
-func smPattern(key, n uint64) []byte {
-	base := smBase()
-	off := smMix(key) % (uint64(len(base)) - n + 1)
-	return base[off : off+n]
+// ---------------------------------------------------------------------------
+// Ropes: expected contents without copies.
+//
+// Every byte the model expects is a byte of smBase: writes write patterns
+// (windows of smBase), ops write rotations of what they read. So a buffer's
+// expected contents are a list of windows of immutable bytes, a snapshot for
+// an op is a slice of that list, and a comparison walks it: no expected
+// byte is ever copied (copies are what the race detector makes expensive).
+
+// smSeg is n bytes of src from off (src nil: smBase).
+type smSeg struct {
+	src    []byte
+	off, n uint64
 }
 
-// smRotate writes src rotated left by k into dst (equal lengths, k < len).
-func smRotate(dst, src []byte, k uint64) {
-	n := copy(dst, src[k:])
-	copy(dst[n:], src[:k])
+func (g smSeg) bytes() []byte {
+	src := g.src
+	if src == nil {
+		src = smBase()
+	}
+	return src[g.off : g.off+g.n]
+}
+
+// follows reports whether h continues g in the same source.
+func (g smSeg) follows(h smSeg) bool {
+	same := g.src == nil && h.src == nil || g.src != nil && h.src != nil && &g.src[0] == &h.src[0]
+	return same && g.off+g.n == h.off
+}
+
+// smRope is a buffer's (or a range's) expected contents, in order.
+type smRope []smSeg
+
+// smPat is the pattern of n bytes chosen by key.
+func smPat(key, n uint64) smRope {
+	if n == 0 {
+		return nil
+	}
+	return smRope{{off: smMix(key) % (smBaseLen - n + 1), n: n}}
+}
+
+func (r smRope) len() uint64 {
+	var n uint64
+	for _, g := range r {
+		n += g.n
+	}
+	return n
+}
+
+// slice returns the contents of [lo, hi).
+func (r smRope) slice(lo, hi uint64) smRope {
+	var out smRope
+	var pos uint64
+	for _, g := range r {
+		end := pos + g.n
+		if end > lo && pos < hi {
+			a, b := max(lo, pos)-pos, min(hi, end)-pos
+			out = append(out, smSeg{src: g.src, off: g.off + a, n: b - a})
+		}
+		if end >= hi {
+			break
+		}
+		pos = end
+	}
+	return out
+}
+
+// concat returns r followed by o (r's backing array is not shared).
+func (r smRope) concat(o smRope) smRope {
+	out := make(smRope, len(r), len(r)+len(o))
+	copy(out, r)
+	for _, g := range o {
+		if n := len(out); n > 0 && out[n-1].follows(g) {
+			out[n-1].n += g.n
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
+// replace returns r with [lo, lo+len(x)) replaced by x. A rope split into
+// many runs is compacted into one private copy.
+func (r smRope) replace(lo uint64, x smRope) smRope {
+	total := r.len()
+	out := r.slice(0, lo).concat(x).concat(r.slice(lo+x.len(), total))
+	if len(out) > 64 {
+		out = smRope{{src: out.materialize(), n: total}}
+	}
+	return out
+}
+
+// rotate returns r rotated left by k.
+func (r smRope) rotate(k uint64) smRope {
+	n := r.len()
+	return r.slice(k, n).concat(r.slice(0, k))
+}
+
+func (r smRope) equal(b []byte) bool {
+	if uint64(len(b)) != r.len() {
+		return false
+	}
+	var pos uint64
+	for _, g := range r {
+		if !bytes.Equal(b[pos:pos+g.n], g.bytes()) {
+			return false
+		}
+		pos += g.n
+	}
+	return true
+}
+
+func (r smRope) writeTo(dst []byte) {
+	var pos uint64
+	for _, g := range r {
+		copy(dst[pos:], g.bytes())
+		pos += g.n
+	}
+}
+
+func (r smRope) materialize() []byte {
+	b := make([]byte, r.len())
+	r.writeTo(b)
+	return b
 }
 
 // ---------------------------------------------------------------------------
@@ -266,7 +411,7 @@ type smAlloc struct {
 	size   uint64
 	owner  int
 	refs   []*gpumem.Buffer
-	data   []byte   // expected bytes where init; nil on Sim
+	data   smRope   // expected bytes once init; nil on Sim
 	init   bool     // written whole at least once
 	failed smRanges // bytes whose last writer failed or was skipped
 	// foreign: streams other than the owner that enqueued work on it since
@@ -278,6 +423,30 @@ type smAlloc struct {
 }
 
 func (a *smAlloc) ref(r *rand.Rand) *gpumem.Buffer { return a.refs[r.IntN(len(a.refs))] }
+
+// put records that x was written at off (host only): the first write of
+// an allocation covers all of it.
+func (a *smAlloc) put(off uint64, x smRope) {
+	switch {
+	case a.init:
+		a.data = a.data.replace(off, x)
+	case off == 0 && x.len() == a.size:
+		a.data = x
+	default:
+		panic(fmt.Sprintf("shadow: partial write of a%d before it was written whole", a.id))
+	}
+}
+
+// wrote records a successful write of [off, off+n) (x: its bytes on host).
+func (a *smAlloc) wrote(off, n uint64, x smRope, host bool) {
+	if host {
+		a.put(off, x)
+	}
+	a.failed = a.failed.sub(off, off+n)
+	if off == 0 && n == a.size || !host {
+		a.init = true
+	}
+}
 
 // smGraph is a sealed graph and what it does per launch r: fill a with
 // pattern (seed, r), b = rotate(a), c = pattern (seed, r, c) — or a failure
@@ -294,8 +463,9 @@ type smGraph struct {
 
 func (g *smGraph) failing(r int) bool { return g.failEvery > 0 && r > 0 && r%g.failEvery == 0 }
 
-func (g *smGraph) patA(r int) []byte { return smPattern(g.seed^uint64(r)<<20, g.a.size) }
-func (g *smGraph) patC(r int) []byte { return smPattern(g.seed^uint64(r)<<20^0xcccc, g.c.size) }
+func (g *smGraph) patA(r int) smRope { return smPat(g.seed^uint64(r)<<20, g.a.size) }
+func (g *smGraph) patB(r int) smRope { return g.patA(r).rotate(g.rot) }
+func (g *smGraph) patC(r int) smRope { return smPat(g.seed^uint64(r)<<20^0xcccc, g.c.size) }
 
 // smLog keeps a goroutine's last operations for the failure report.
 type smLog struct {
@@ -459,10 +629,17 @@ func TestShadowModel(t *testing.T) {
 		total /= 4
 	}
 	var sum smTotals
-	const seeds = 2 * smKinds // every kind twice
+	// Every kind twice. Sim seeds run four times the operations: they
+	// copy no bytes, so they cost a tenth of a host seed's time.
+	const seeds, simWeight = 2 * smKinds, 4
+	per := total / (seeds + 2*(simWeight-1))
 	for seed := uint64(1); seed <= seeds; seed++ {
+		ops := per
+		if smConfigFor(seed).sim {
+			ops = simWeight * per
+		}
 		start := time.Now()
-		res := smRunSeed(t, seed, total/seeds)
+		res := smRunSeed(t, seed, ops)
 		sum.add(res)
 		t.Logf("seed %d (%s, %v): %s", seed, smConfigFor(seed).name, time.Since(start).Round(time.Millisecond), res)
 	}
@@ -566,7 +743,7 @@ func smRunSeed(t *testing.T, seed uint64, totalOps int) smTotals {
 	if limit == 0 {
 		limit = cfg.props.MaxMemory
 	}
-	run.budget = limit * 6 / 10 / uint64(cfg.workers)
+	run.budget = limit / 2 / uint64(cfg.workers)
 	run.sizeCap = min(run.maxPage/2, run.budget*3/4, smBaseLen-(1<<20))
 	if smRace() {
 		// Under the race detector every copied byte is tracked: cap large
@@ -766,7 +943,7 @@ const (
 var smWeights = [smNumOps]int{
 	smAllocOp: 100, smAllocWindowOp: 10, smFreeOp: 70, smCloneOp: 15, smWriteOp: 70,
 	smEnqueueOp: 300, smFailingOp: 35, smConsumeFailedOp: 35, smEnqueueThenFreeOp: 35,
-	smReadOp: 110, smMapOp: 15, smSyncOp: 30, smStreamCleanupOp: 10, smDeviceCleanupOp: 15,
+	smReadOp: 110, smMapOp: 15, smSyncOp: 30, smStreamCleanupOp: 8, smDeviceCleanupOp: 10,
 	smStatsOp: 10, smCaptureOp: 6, smLaunchOp: 25, smGraphCloseOp: 4, smRacyCloseOp: 2,
 	smMisuseOp: 10, smFaultOp: 8, smDelayOp: 5,
 }
@@ -972,13 +1149,19 @@ func (w *smWorker) alloc(s int, size uint64, m memory.Mode, init bool) *smAlloc 
 	}
 	w.nextID++
 	a := &smAlloc{id: w.nextID, size: size, owner: s, refs: []*gpumem.Buffer{b}, live: true}
-	if !run.cfg.sim {
-		a.data = make([]byte, size)
-	}
 	w.log.note(fmt.Sprintf("a%d (buffer %d)", a.id, b.ID()))
 	w.allocs = append(w.allocs, a)
 	w.liveBytes += size
-	if init {
+	switch {
+	case !init:
+	case size > smSmallRange && w.r.IntN(4) != 0:
+		// A fill op writes the storage straight from the pattern, where
+		// Write first copies the bytes: cheaper for large buffers.
+		// On the owner stream, as Write: a capture of the buffer must not
+		// find another stream's pending use of it (its recording would
+		// wait on it, which dooms it).
+		w.submit(s, smFill, []smUse{{a: a, ref: b, access: gpumem.Write, n: size}}, nil, []uint64{w.r.Uint64()}, 0)
+	default:
 		w.write(a, false)
 	}
 	return a
@@ -1049,9 +1232,16 @@ func (w *smWorker) write(a *smAlloc, partial bool) {
 	if partial && a.init && n > 1 {
 		n = 1 + w.r.Uint64N(n-1)
 	}
+	if n == 0 {
+		a.init = true // nothing to write (Write of nothing is tested on freed buffers)
+		return
+	}
+	host := !w.run.cfg.sim
+	var pat smRope
 	var data []byte
-	if a.data != nil {
-		data = smPattern(w.r.Uint64(), n)
+	if host {
+		pat = smPat(w.r.Uint64(), n)
+		data = pat[0].bytes()
 	} else {
 		// Sim holds no bytes: a short write (its range is all the shadow
 		// tracks there) spares copying megabytes of nothing.
@@ -1067,13 +1257,7 @@ func (w *smWorker) write(a *smAlloc, partial bool) {
 		w.fail("Write of %d bytes into a%d: %v", n, a.id, err)
 		return
 	}
-	if a.data != nil {
-		copy(a.data, data)
-	}
-	a.failed = a.failed.sub(0, n)
-	if n == a.size || a.data == nil {
-		a.init = true
-	}
+	a.wrote(0, n, pat, host)
 }
 
 // ---------------------------------------------------------------------------
@@ -1208,7 +1392,7 @@ func (w *smWorker) enqueue(failMode int, consumeFailed, thenFree bool) {
 		for len(in.refs) > 0 && in.live {
 			w.free(in)
 		}
-		if w.r.IntN(2) == 0 {
+		if w.r.IntN(3) == 0 {
 			w.cleanup(-1) // a cleanup while the freed input's reader is pending
 		}
 	}
@@ -1239,6 +1423,10 @@ func (w *smWorker) pickOutput(uses []smUse, n uint64) smUse {
 // submit enqueues the op on stream s and applies it to the shadow.
 func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint64, failMode int) {
 	run := w.run
+	// Some ops call back into the device, as a kernel allocating scratch
+	// memory would (Stream.Enqueue says what an op may call).
+	callsDevice := w.r.IntN(20) == 0 && !smKnownDefect(13)
+	scratch := 1 + w.r.Uint64N(smSmallRange)
 	skipped := false
 	for _, u := range uses {
 		if u.reads() && u.a.failed.intersects(u.off, u.off+u.n) {
@@ -1247,28 +1435,25 @@ func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint6
 	}
 	host := !run.cfg.sim
 	// What the op must find (inputs) and leave (outputs), from the shadow.
-	var want [][]byte
-	var next [][]byte
+	var want, next []smRope
 	if host && !skipped {
-		want = make([][]byte, len(uses))
+		want = make([]smRope, len(uses))
 		for i, u := range uses {
 			if u.reads() {
-				want[i] = slices.Clone(u.a.data[u.off : u.off+u.n])
+				want[i] = u.a.data.slice(u.off, u.off+u.n)
 			}
 		}
 		if failMode == 0 {
-			next = make([][]byte, len(uses))
+			next = make([]smRope, len(uses))
 			switch shape {
 			case smXform:
 				for i := 1; i < len(uses); i++ {
-					next[i] = make([]byte, uses[i].n)
-					smRotate(next[i], want[0], rots[i-1])
+					next[i] = want[0].rotate(rots[i-1])
 				}
 			case smInplace:
-				next[0] = make([]byte, uses[0].n)
-				smRotate(next[0], want[0], rots[0])
+				next[0] = want[0].rotate(rots[0])
 			case smFill:
-				next[0] = smPattern(keys[0], uses[0].n)
+				next[0] = smPat(keys[0], uses[0].n)
 			}
 		}
 	}
@@ -1293,6 +1478,9 @@ func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint6
 			run.violate(wid, "op %s (%s) ran although an input range carried a failure: it must be skipped and its outputs marked (cf. defect 5)", name, desc.String())
 			return nil
 		}
+		if callsDevice {
+			smCallDevice(run, wid, name, s, scratch)
+		}
 		for i, r := range res {
 			if len(r.Bytes) != 0 && uint64(len(r.Bytes)) != uses[i].n {
 				run.violate(wid, "op %s: use %d resolved to %d bytes, want %d", name, i, len(r.Bytes), uses[i].n)
@@ -1302,9 +1490,9 @@ func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint6
 		if host {
 			for i, u := range uses {
 				if u.reads() && res[i].Bytes != nil {
-					if !bytes.Equal(res[i].Bytes, want[i]) {
+					if !want[i].equal(res[i].Bytes) {
 						run.violate(wid, "op %s (%s) on stream %d: input %d differs from the shadow: %s",
-							name, desc.String(), s, i, smDiff(res[i].Bytes, want[i]))
+							name, desc.String(), s, i, smDiff(res[i].Bytes, want[i].materialize()))
 					}
 					run.compared.Add(u.n)
 				}
@@ -1321,23 +1509,16 @@ func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint6
 			}
 			return errors.New("shadow: deliberate failure of " + name)
 		}
-		if !host || res[0].Bytes == nil {
-			return nil
-		}
-		switch shape {
-		case smXform:
-			for i := 1; i < len(uses); i++ {
-				smRotate(res[i].Bytes, res[0].Bytes, rots[i-1])
+		// The outputs are written from what the inputs should hold (a wrong
+		// input was reported above; this keeps it from spreading).
+		for i := range next {
+			if next[i] != nil && res[i].Bytes != nil {
+				next[i].writeTo(res[i].Bytes)
 			}
-		case smInplace:
-			tmp := slices.Clone(res[0].Bytes)
-			smRotate(res[0].Bytes, tmp, rots[0])
-		case smFill:
-			copy(res[0].Bytes, smPattern(keys[0], uses[0].n))
 		}
 		return nil
 	}
-	w.logf("Enqueue %s on stream %d shape %d fail %d skip %v:%s", name, s, shape, failMode, skipped, desc.String())
+	w.logf("Enqueue %s on stream %d shape %d fail %d skip %v calls device %v:%s", name, s, shape, failMode, skipped, callsDevice, desc.String())
 	unlock := w.lock(s)
 	err := run.streams[s].Enqueue(name, gu, run1)
 	unlock()
@@ -1365,13 +1546,53 @@ func (w *smWorker) submit(s int, shape smShape, uses []smUse, rots, keys []uint6
 			u.a.failed = u.a.failed.add(u.off, u.off+u.n)
 			continue
 		}
-		if next != nil && next[i] != nil {
-			copy(u.a.data[u.off:], next[i])
+		var x smRope
+		if next != nil {
+			x = next[i]
 		}
-		u.a.failed = u.a.failed.sub(u.off, u.off+u.n)
+		u.a.wrote(u.off, u.n, x, host)
 	}
 	if failMode != 0 && (smKnownDefect(4) || smKnownDefect(5)) {
 		w.sync(s)
+	}
+}
+
+// smCallDevice is what an op that calls the device does from inside its
+// run: stats and report; a scratch allocation, written, cloned and freed;
+// and a Synchronize of its own stream, which must be refused
+// (ErrCalledFromOp) rather than wait for the op itself. The allocation and
+// the wait need the stream's gate: an allocation on a recording stream would
+// doom the recording, by design.
+func smCallDevice(run *smRun, wid int, name string, s int, scratch uint64) {
+	_ = run.d.Stats()
+	_ = run.d.Report()
+	gate := &run.gates[s]
+	if !gate.TryRLock() {
+		return
+	}
+	defer gate.RUnlock()
+	st := run.streams[s]
+	b, err := st.Alloc(smBG, scratch)
+	switch {
+	case err == nil:
+		if err := b.Write(smBG, smBase()[:min(scratch, 512)]); err != nil {
+			run.violate(wid, "op %s: Write of its scratch buffer from inside the op: %v", name, err)
+		}
+		c := b.Clone()
+		if c == nil {
+			run.violate(wid, "op %s: Clone of its scratch buffer from inside the op returned nil", name)
+		} else if err := c.Free(); err != nil {
+			run.violate(wid, "op %s: Free of a clone from inside the op: %v", name, err)
+		}
+		if err := b.Free(); err != nil {
+			run.violate(wid, "op %s: Free of its scratch buffer from inside the op: %v", name, err)
+		}
+	case errors.Is(err, gpumem.ErrOutOfMemory) && run.oomOK:
+	default:
+		run.violate(wid, "op %s: Alloc(%d) from inside the op: %v", name, scratch, err)
+	}
+	if err := st.Synchronize(smBG); !errors.Is(err, gpumem.ErrCalledFromOp) {
+		run.violate(wid, "op %s: Synchronize of its own stream from inside the op returned %v, want ErrCalledFromOp", name, err)
 	}
 }
 
@@ -1414,6 +1635,26 @@ func (w *smWorker) delay(s int) {
 
 // read reads a through a random reference and compares with the shadow.
 func (w *smWorker) read(a *smAlloc, why string) {
+	if a.size > 4*smSmallRange && !w.run.cfg.sim && w.r.IntN(4) != 0 {
+		// Large buffers are often checked through a mapping: no copy.
+		w.logf("%s a%d through Map (%d bytes, %d failed ranges)", why, a.id, a.size, len(a.failed))
+		unlock := w.lockMask(a.foreign | 1<<a.owner)
+		m, err := a.ref(w.r).Map(smBG)
+		unlock()
+		w.run.pulse()
+		var got []byte
+		if err == nil {
+			got = m.Bytes()
+		}
+		if w.checkRead(a, got, err, why+" (Map)") {
+			a.foreign = 0
+		}
+		if err == nil {
+			m.Release()
+		}
+		return
+	}
+	w.simSettle(a)
 	w.logf("%s a%d (%d bytes, %d failed ranges)", why, a.id, a.size, len(a.failed))
 	unlock := w.lockMask(a.foreign | 1<<a.owner)
 	got, err := a.ref(w.r).Read(smBG)
@@ -1421,6 +1662,19 @@ func (w *smWorker) read(a *smAlloc, why string) {
 	w.run.pulse()
 	if w.checkRead(a, got, err, why) {
 		a.foreign = 0
+	}
+}
+
+// simSettle synchronizes, on Sim under known defect 15, the streams a may
+// have pending work on, so its Read or Map sees their failures.
+func (w *smWorker) simSettle(a *smAlloc) {
+	if !w.run.cfg.sim || !smKnownDefect(15) {
+		return
+	}
+	for s := range w.run.streams {
+		if (a.foreign|1<<a.owner)&(1<<s) != 0 {
+			w.sync(s)
+		}
 	}
 }
 
@@ -1451,8 +1705,8 @@ func (w *smWorker) checkRead(a *smAlloc, got []byte, err error, why string) bool
 		w.fail("%s of a%d: %d bytes, want %d", why, a.id, len(got), a.size)
 		return false
 	}
-	if a.init && !bytes.Equal(got, a.data) {
-		w.fail("%s of a%d (owner stream %d): bytes differ from the shadow: %s", why, a.id, a.owner, smDiff(got, a.data))
+	if a.init && !a.data.equal(got) {
+		w.fail("%s of a%d (owner stream %d): bytes differ from the shadow: %s", why, a.id, a.owner, smDiff(got, a.data.materialize()))
 		return false
 	}
 	if a.init {
@@ -1478,6 +1732,7 @@ func smUnwrittenHint(err error) string {
 // mapped maps a, compares, optionally runs a cleanup while the mapping is
 // held (the mapped page must not move), compares again, releases.
 func (w *smWorker) mapped(a *smAlloc) {
+	w.simSettle(a)
 	w.logf("Map a%d", a.id)
 	unlock := w.lockMask(a.foreign | 1<<a.owner)
 	m, err := a.ref(w.r).Map(smBG)
@@ -1625,7 +1880,7 @@ func (w *smWorker) capture() {
 		err := st.Enqueue("graph-fill", []gpumem.Use{{Buffer: aRef, Access: gpumem.Write}}, func(res []storage.Resource) error {
 			counter++
 			if res[0].Bytes != nil {
-				copy(res[0].Bytes, gr.patA(counter))
+				gr.patA(counter).writeTo(res[0].Bytes)
 			}
 			return nil
 		})
@@ -1642,11 +1897,11 @@ func (w *smWorker) capture() {
 			if res[0].Bytes == nil {
 				return nil
 			}
-			if want := gr.patA(counter); !bytes.Equal(res[0].Bytes, want) {
-				run.violate(wid, "graph-rotate run %d on stream %d: input differs: %s", counter, s, smDiff(res[0].Bytes, want))
+			if want := gr.patA(counter); !want.equal(res[0].Bytes) {
+				run.violate(wid, "graph-rotate run %d on stream %d: input differs: %s", counter, s, smDiff(res[0].Bytes, want.materialize()))
 			}
 			run.compared.Add(uint64(len(res[0].Bytes)))
-			smRotate(res[1].Bytes, res[0].Bytes, gr.rot)
+			gr.patB(counter).writeTo(res[1].Bytes)
 			if len(res) > 2 {
 				copy(res[2].Bytes, res[0].Bytes)
 			}
@@ -1665,7 +1920,7 @@ func (w *smWorker) capture() {
 				return fmt.Errorf("shadow: graph-c fails on run %d", counter)
 			}
 			if res[0].Bytes != nil {
-				copy(res[0].Bytes, gr.patC(counter))
+				gr.patC(counter).writeTo(res[0].Bytes)
 			}
 			return nil
 		})
@@ -1698,19 +1953,8 @@ func (w *smWorker) capture() {
 			a.foreign |= 1 << s
 		}
 		a.used |= 1 << s
-		if !warm.ok[i] {
-			continue
-		}
-		a.failed = a.failed.sub(0, a.size)
-		if a.data != nil {
-			switch i {
-			case 0:
-				copy(a.data, gr.patA(0))
-			case 1:
-				smRotate(a.data, gr.patA(0), gr.rot)
-			case 2:
-				copy(a.data, gr.patC(0))
-			}
+		if warm.ok[i] {
+			a.wrote(0, a.size, [...]smRope{gr.patA(0), gr.patB(0), gr.patC(0)}[i], !run.cfg.sim)
 		}
 	}
 	if err == nil {
@@ -1775,27 +2019,19 @@ func (w *smWorker) launched(gr *smGraph) {
 		}
 		a.used |= 1 << gr.stream
 	}
+	host := !w.run.cfg.sim
 	if a := gr.a; a.live {
-		a.failed = nil
-		if a.data != nil {
-			copy(a.data, gr.patA(r))
-		}
+		a.wrote(0, a.size, gr.patA(r), host)
 	}
 	if b := gr.b; b.live {
-		b.failed = nil
-		if b.data != nil {
-			smRotate(b.data, gr.patA(r), gr.rot)
-		}
+		b.wrote(0, b.size, gr.patB(r), host)
 	}
 	if c := gr.c; c.live {
 		if gr.failing(r) {
 			c.failed = c.failed.add(0, c.size)
 			w.run.fails.Add(1)
 		} else {
-			c.failed = nil
-			if c.data != nil {
-				copy(c.data, gr.patC(r))
-			}
+			c.wrote(0, c.size, gr.patC(r), host)
 		}
 	}
 }

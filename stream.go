@@ -238,6 +238,7 @@ type resolved struct {
 
 func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resource) error) error {
 	d := s.d
+	d.admitWorkLocked() // a settle may hold new work back (settle.go)
 	if d.closed {
 		return ErrClosed
 	}
@@ -386,24 +387,10 @@ func (s *Stream) orderAfterLocked(ref handle.Ref, owner *Stream) error {
 		}
 		// Pending uses by third streams: without these waits two foreign
 		// streams using one buffer (one of them writing) would race.
-		for _, f := range d.foreign[desc] {
-			if f.Q != s.q && f.Q.Completed() < f.Seq {
-				waits = append(waits, f)
-			}
-		}
-	} else if notes := d.foreign[desc]; len(notes) > 0 {
-		kept := notes[:0]
-		for _, f := range notes {
-			if f.Q.Completed() < f.Seq {
-				waits = append(waits, f)
-				kept = append(kept, f)
-			}
-		}
-		if len(kept) == 0 {
-			delete(d.foreign, desc)
-		} else {
-			d.foreign[desc] = kept
-		}
+		waits = append(waits, d.foreign.pendingFor(desc, s.q)...)
+	} else {
+		d.foreign.dropPassed(desc)
+		waits = append(waits, d.foreign.pendingFor(desc, nil)...)
 	}
 	for _, f := range waits {
 		if s.capture.Recording() {
@@ -416,36 +403,6 @@ func (s *Stream) orderAfterLocked(ref handle.Ref, owner *Stream) error {
 		}
 	}
 	return nil
-}
-
-// noteForeignLocked records that f uses an allocation its owner must order
-// after (X2). A later fence of one queue covers its earlier ones, and passed
-// fences need no wait, so each queue keeps one note at most.
-func (d *Device) noteForeignLocked(desc *handle.Descriptor, f stream.Fence) {
-	notes := d.foreign[desc]
-	kept := notes[:0]
-	for _, n := range notes {
-		if n.Q != f.Q && n.Q.Completed() < n.Seq {
-			kept = append(kept, n)
-		}
-	}
-	d.foreign[desc] = append(kept, f)
-}
-
-// dropPassedNotesLocked forgets q's passed notes on an allocation.
-func (d *Device) dropPassedNotesLocked(desc *handle.Descriptor, q stream.Queue) {
-	notes := d.foreign[desc]
-	kept := notes[:0]
-	for _, n := range notes {
-		if n.Q != q || n.Q.Completed() < n.Seq {
-			kept = append(kept, n)
-		}
-	}
-	if len(kept) == 0 {
-		delete(d.foreign, desc)
-		return
-	}
-	d.foreign[desc] = kept
 }
 
 // afterEnqueueLocked records what an enqueued op means for the buffers it
@@ -469,7 +426,7 @@ func (s *Stream) afterEnqueueLocked(seq uint64, rs []resolved, w *writeRecord) {
 			continue
 		}
 		s.deferred = append(s.deferred, deferredUse{b: h.Binding(), seq: seq, owner: r.owner})
-		d.noteForeignLocked(h.Descriptor(), stream.Fence{Q: s.q, Seq: seq})
+		d.foreign.note(h.Descriptor(), stream.Fence{Q: s.q, Seq: seq})
 	}
 	if seq == 0 && s.cap != nil {
 		s.cap.recordedOpLocked(rs)
@@ -506,20 +463,7 @@ func (s *Stream) releasePassedLocked() {
 }
 
 func (s *Stream) releaseDeferredLocked(u deferredUse) {
-	desc := u.b.Descriptor()
-	if notes := s.d.foreign[desc]; len(notes) > 0 {
-		kept := notes[:0]
-		for _, f := range notes {
-			if f.Q != s.q || f.Seq > u.seq {
-				kept = append(kept, f)
-			}
-		}
-		if len(kept) == 0 {
-			delete(s.d.foreign, desc)
-		} else {
-			s.d.foreign[desc] = kept
-		}
-	}
+	s.d.foreign.dropQueue(u.b.Descriptor(), s.q, u.seq)
 	u.b.Release()
 }
 
@@ -627,25 +571,5 @@ func (s *Stream) Cleanup(ctx context.Context) error {
 	if d.closed {
 		return ErrClosed
 	}
-	if err := d.refuseWhileRecordingLocked(s); err != nil {
-		return err
-	}
-	if d.cleanupWaitsLocked(s) {
-		// Wait with the lock released (settle.go), then check again.
-		if err := d.settleLocked(ctx); err != nil {
-			return err
-		}
-		if err := d.refuseWhileRecordingLocked(s); err != nil {
-			return err
-		}
-	}
-	for _, t := range d.streams {
-		t.drainDeferredLocked()
-	}
-	if err := relocation.Reclaim(streamsOf{d, s, ctx}); err != nil {
-		return err
-	}
-	s.st.drainHeld()
-	d.counters.explicitCleanups++
-	return nil
+	return d.cleanupLocked(ctx, []*Stream{s})
 }

@@ -55,18 +55,27 @@ func NewInlineHeld() *Inline {
 }
 
 // runHeld runs the held steps in order on the calling goroutine, until none
-// is left. A call while another (or this very) goroutine runs them returns
-// at once: that runner takes the new steps too.
+// is left. While another goroutine runs them it waits until they have run
+// (that runner takes the new steps too); called by an op the runner runs
+// (nested), it returns at once: its steps run after the op.
 func (q *Inline) runHeld() {
 	q.t.mu.Lock()
-	if q.running || len(q.pending) == 0 {
+	if !q.running && len(q.pending) == 0 {
 		q.t.mu.Unlock()
 		return
 	}
-	q.running = true
 	q.t.mu.Unlock()
 	me := CurrentGoroutine()
 	q.t.mu.Lock()
+	if q.running {
+		runner, target := q.runner, q.t.issued.Load()
+		q.t.mu.Unlock()
+		if runner != me {
+			_ = q.t.waitSeq(context.Background(), target)
+		}
+		return
+	}
+	q.running = true
 	q.runner = me
 	for len(q.pending) > 0 {
 		batch := q.pending
