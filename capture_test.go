@@ -813,3 +813,111 @@ func TestFailedReplayedOpMarksOtherOpsOutputs(t *testing.T) {
 		t.Fatalf("a's writer failed, yet Read(a) = %v", err)
 	}
 }
+
+// A replayed op that fails leaves its outputs unmarked (§11).
+func TestFailedReplayedOpMarksTheGraphsOutputsUnwritten(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	x := mustAlloc(t, s, 64)
+	mustWrite(t, x, []byte{7})
+	fail := false
+	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("w", []Use{{Buffer: x, Access: Write}}, func(r []storage.Resource) error {
+			if fail {
+				return errors.New("boom")
+			}
+			r[0].Bytes[0] = 42
+			return nil
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	_ = s.Synchronize(bg)
+	fail = true
+	if err := g.Launch(bg); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Synchronize(bg)
+	got, err := x.Read(bg)
+	if !errors.Is(err, ErrUnwritten) {
+		t.Fatalf("read after failed replayed op: err=%v byte0=%v, want ErrUnwritten", err, got[:1])
+	}
+}
+
+// An op skipped (failed input) while recording is silently left out of the graph.
+func TestRecordingAnOpWhoseInputCarriesAFailureDoomsTheRecording(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	in := mustAlloc(t, s, 64)
+	out := mustAlloc(t, s, 64)
+	_ = s.Enqueue("fail", []Use{{Buffer: in, Access: Write}}, func([]storage.Resource) error { return errors.New("boom") })
+	_ = s.Synchronize(bg)
+	tok, _ := s.PrepareCapture()
+	_ = s.BeginCapture(tok)
+	err := s.Enqueue("copy", []Use{{Buffer: in, Access: Read}, {Buffer: out, Access: Write}}, func(r []storage.Resource) error { return nil })
+	g, endErr := s.EndCapture(tok)
+	if endErr == nil {
+		defer g.Close()
+		t.Fatalf("recording sealed with %d ops although its only op was skipped (enqueue err %v)", g.Ops(), err)
+	}
+}
+
+// Graph.Launch after Graph.Close says "device closed".
+func TestLaunchOfAClosedGraphSaysTheGraphIsClosed(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	x := mustAlloc(t, s, 64)
+	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("w", []Use{{Buffer: x, Access: Write}}, func(r []storage.Resource) error { return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = g.Close()
+	err = g.Launch(bg)
+	t.Logf("Launch after Graph.Close: %v (errors.Is ErrClosed=%v)", err, errors.Is(err, ErrClosed))
+}
+
+func TestRecordedWriteLeavesFailureMarksUntilItRuns(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	x := mustAlloc(t, s, 64)
+	_ = s.Enqueue("fail", []Use{{Buffer: x, Access: Write}}, func([]storage.Resource) error { return errors.New("boom") })
+	_ = s.Synchronize(bg)
+	if _, err := x.Read(bg); !errors.Is(err, ErrUnwritten) {
+		t.Fatalf("precondition: %v", err)
+	}
+	tok, _ := s.PrepareCapture()
+	_ = s.BeginCapture(tok)
+	_ = s.Enqueue("w", []Use{{Buffer: x, Access: Write}}, func(r []storage.Resource) error { r[0].Bytes[0] = 1; return nil })
+	g, err := s.EndCapture(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	// never launched
+	if _, err := x.Read(bg); !errors.Is(err, ErrUnwritten) {
+		t.Fatalf("recorded (never run) write cleared the failure marks: Read err = %v", err)
+	}
+}
+
+func TestPanicInCaptureFunctionClosesTheWindow(t *testing.T) {
+	d, _ := Open()
+	s := d.DefaultStream()
+	n := 0
+	func() {
+		defer func() { recover() }()
+		_, _ = s.Capture(bg, func(ctx context.Context, s *Stream) error {
+			n++
+			if n == 2 {
+				panic("user bug")
+			}
+			return nil
+		})
+	}()
+	if err := d.Close(); err != nil {
+		t.Fatalf("after a recovered panic in the recorded fn, Close = %v", err)
+	}
+}

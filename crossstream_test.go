@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpumem/gpumem/storage"
 )
@@ -238,5 +239,97 @@ func TestOtherStreamsFirstUseOfReusedSliceWaitsForTheOwnersPendingOps(t *testing
 	wantBytes(t, fresh, pattern(4*kib, 2))
 	if !sawOld.Load() {
 		t.Fatal("B's write to the fresh buffer ran before A's pending op on the reused slice")
+	}
+}
+
+// X1 at Launch: graph on A reads B's buffer; B's pending write is not waited for.
+func TestGraphLaunchWaitsForTheOwnersPendingWrite(t *testing.T) {
+	d := openHost(t)
+	a := d.DefaultStream()
+	bs, _ := d.NewStream()
+	x := mustAlloc(t, bs, 64)
+	mustWrite(t, x, []byte{1})
+	if err := bs.Synchronize(bg); err != nil {
+		t.Fatal(err)
+	}
+	var seen byte
+	g, err := a.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("read", []Use{{Buffer: x, Access: Read}}, func(r []storage.Resource) error { seen = r[0].Bytes[0]; return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	gate := make(chan struct{})
+	_ = bs.Enqueue("block", nil, func([]storage.Resource) error { <-gate; return nil })
+	mustWrite(t, x, []byte{2}) // B's write, queued behind the gate
+	if err := g.Launch(bg); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	done := a.q.Completed()
+	fence, _ := a.q.Fence()
+	close(gate)
+	_ = a.Synchronize(bg)
+	_ = bs.Synchronize(bg)
+	if done >= fence.Seq {
+		t.Fatalf("launch ran (seen %d) before B's earlier write to the buffer: no X1 wait at Launch", seen)
+	}
+}
+
+// X2 at Launch: graph on A reads buffer of B; B's next write does not wait.
+func TestOwnersNextWriteWaitsForALaunchedGraphsRead(t *testing.T) {
+	d := openHost(t)
+	a := d.DefaultStream()
+	bs, _ := d.NewStream()
+	x := mustAlloc(t, bs, 64)
+	mustWrite(t, x, []byte{1})
+	_ = bs.Synchronize(bg)
+	var seen byte
+	g, err := a.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("read", []Use{{Buffer: x, Access: Read}}, func(r []storage.Resource) error { seen = r[0].Bytes[0]; return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	gate := make(chan struct{})
+	_ = a.Enqueue("block", nil, func([]storage.Resource) error { <-gate; return nil })
+	if err := g.Launch(bg); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, x, []byte{9}) // B writes after A's launch reads (program order)
+	time.Sleep(50 * time.Millisecond)
+	close(gate)
+	_ = a.Synchronize(bg)
+	_ = bs.Synchronize(bg)
+	if seen != 1 {
+		t.Fatalf("launched read saw %d: B's later write ran before it (no X2 note for read uses at Launch)", seen)
+	}
+}
+
+func TestLaunchNotesAreDroppedWhenTheGraphCloses(t *testing.T) {
+	d := openHost(t)
+	a := d.DefaultStream()
+	b, _ := d.NewStream()
+	x := mustAlloc(t, a, 64)
+	g, err := b.Capture(bg, func(ctx context.Context, s *Stream) error {
+		return s.Enqueue("w", []Use{{Buffer: x, Access: Write}}, func(r []storage.Resource) error { return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 1000; i++ {
+		_ = g.Launch(bg)
+	}
+	_ = b.Synchronize(bg)
+	_ = g.Close()
+	mustFree(t, x)
+	mustCleanup(t, d)
+	d.mu.Lock()
+	n := len(d.foreign[x.h.Descriptor()])
+	d.mu.Unlock()
+	if n > 0 {
+		t.Fatalf("after 1000 launches, sync, graph close, free and cleanup, d.foreign still holds %d fences for the freed buffer", n)
 	}
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strings"
 	"sync"
 	"testing"
+	"unsafe"
 
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
@@ -365,4 +367,151 @@ func TestInvalidUsesAreRefusedBeforeAnythingRuns(t *testing.T) {
 			t.Errorf("%s: %v, want ErrInvalidUse", name, err)
 		}
 	}
+}
+
+func TestAlignmentPropertyIsHonoured(t *testing.T) {
+	d := openHost(t, WithProperties(memory.Properties{MaxPageSize: 64 * mib, Alignment: 4096}))
+	s := d.DefaultStream()
+	for i := 0; i < 8; i++ {
+		b := mustAlloc(t, s, 100)
+		_ = s.Enqueue("addr", []Use{{Buffer: b, Access: Read}}, func(r []storage.Resource) error {
+			p := uintptr(unsafe.Pointer(unsafe.SliceData(r[0].Bytes)))
+			if p%4096 != 0 {
+				t.Errorf("buffer at %#x not 4096-aligned (props Alignment 4096)", p)
+			}
+			return nil
+		})
+	}
+	_ = s.Synchronize(bg)
+}
+
+func TestMisuseAndExtremeSizesReturnErrorsNeverPanic(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	try := func(name string, f func()) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panicked: %v", name, r)
+			}
+		}()
+		f()
+	}
+	try("Alloc(MaxUint64)", func() { _, err := s.Alloc(bg, math.MaxUint64); t.Logf("Alloc(max): %v", err) })
+	try("Alloc(MaxUint64-100)", func() { _, err := s.Alloc(bg, math.MaxUint64-100); t.Logf("Alloc(max-100): %v", err) })
+	try("Alloc(1<<62)", func() { _, err := s.Alloc(bg, 1<<62); t.Logf("Alloc(1<<62): %v", err) })
+	try("Alloc(0)", func() {
+		b, err := s.Alloc(bg, 0)
+		t.Logf("Alloc(0): %v", err)
+		if b != nil {
+			_, err = b.Read(bg)
+			t.Logf("Read(0): %v", err)
+			m, err := b.Map(bg)
+			t.Logf("Map(0): %v", err)
+			if m != nil {
+				m.Release()
+			}
+			t.Logf("Enqueue(0): %v", s.Enqueue("z", []Use{{Buffer: b, Access: Write}}, func([]storage.Resource) error { return nil }))
+			_ = b.Free()
+		}
+	})
+	try("zero Buffer use", func() {
+		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: &Buffer{}}}, func([]storage.Resource) error { return nil }))
+	})
+	try("Use overflow", func() {
+		b := mustAlloc(t, s, 64)
+		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: b, Offset: 10, Size: math.MaxUint64 - 5}}, func([]storage.Resource) error { return nil }))
+		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: b, Offset: math.MaxUint64, Size: 1}}, func([]storage.Resource) error { return nil }))
+		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: b, Offset: 64, Size: 0}}, func(r []storage.Resource) error { return nil }))
+	})
+	try("token misuse", func() {
+		tok, _ := s.PrepareCapture()
+		t.Logf("begin nil: %v", s.BeginCapture(nil))
+		t.Logf("end before begin: %v", func() error { _, err := s.EndCapture(tok); return err }())
+		t.Logf("begin after end: %v", s.BeginCapture(tok))
+		t.Logf("abort: %v", s.AbortCapture(tok))
+		_, err := s.EndCapture(&CaptureToken{s: s})
+		t.Logf("end fake: %v", err)
+	})
+}
+
+func TestImpossibleDedicatedSizesFailWithAnErrorNotAPanic(t *testing.T) {
+	try := func(name string, f func()) {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panicked: %v", name, r)
+			}
+		}()
+		f()
+	}
+	d := openHost(t)
+	s := d.DefaultStream()
+	for _, m := range []memory.Mode{memory.Dedicated, memory.Persistent} {
+		for _, sz := range []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 31, 1 << 62} {
+			try(m.String(), func() {
+				done := s.Window(m)
+				defer done()
+				b, err := s.Alloc(bg, sz)
+				t.Logf("%v Alloc(%d): %v", m, sz, err)
+				if b != nil {
+					t.Logf(" enqueue: %v", s.Enqueue("x", []Use{{Buffer: b, Access: Write}}, func([]storage.Resource) error { return nil }))
+					_ = b.Free()
+				}
+			})
+		}
+	}
+	try("Window(99)", func() { done := s.Window(memory.Mode(99)); done() })
+	try("capacity 1", func() {
+		d, err := Open(WithCapacity(1))
+		t.Logf("Open cap 1: %v", err)
+		if d != nil {
+			_, err = d.DefaultStream().Alloc(bg, 64)
+			t.Logf("alloc: %v", err)
+			d.Close()
+		}
+	})
+	try("zero props", func() {
+		d, err := Open(WithProperties(memory.Properties{}))
+		t.Logf("Open zero props: %v", err)
+		if d != nil {
+			d.Close()
+		}
+	})
+	try("sim huge", func() {
+		d, err := Open(WithSim())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		b, err := d.DefaultStream().Alloc(bg, 1<<29)
+		t.Logf("sim alloc: %v", err)
+		_, err = b.Read(bg)
+		t.Logf("sim read: %v", err)
+		_, err = b.Map(bg)
+		t.Logf("sim map: %v", err)
+	})
+	try("closed device", func() {
+		d, _ := Open()
+		s := d.DefaultStream()
+		b, _ := s.Alloc(bg, 64)
+		tok, _ := s.PrepareCapture()
+		d.Close()
+		t.Logf("write: %v", b.Write(bg, []byte{1}))
+		_, err := b.Read(bg)
+		t.Logf("read: %v", err)
+		t.Logf("sync: %v", s.Synchronize(bg))
+		t.Logf("begin: %v", s.BeginCapture(tok))
+		_, err = s.EndCapture(tok)
+		t.Logf("end: %v", err)
+		t.Logf("free: %v", b.Free())
+		t.Logf("cleanup: %v", s.Cleanup(bg))
+		_ = d.Report()
+		_ = d.Stats()
+	})
+	try("Open(nil)", func() {
+		d, err := Open(nil)
+		t.Log(err)
+		if d != nil {
+			d.Close()
+		}
+	})
 }

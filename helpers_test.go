@@ -15,6 +15,8 @@ const (
 	mib = uint64(1) << 20
 )
 
+var bg = context.Background()
+
 // openHost opens a host device and closes it when the test ends.
 func openHost(t testing.TB, opts ...Option) *Device {
 	t.Helper()

@@ -9,8 +9,11 @@ import (
 	"github.com/gpumem/gpumem/handle"
 )
 
-// SPEC §12.2 scenario 7, one subtest per clause.
-func TestErrorGraphScenario7(t *testing.T) {
+// TestErrorGraphKeepsAFailureWhileCarriedAndReportsItsSkipChain: a failure
+// lives exactly as long as a Taint or an unplaced buffer carries it, and its
+// report walks the skip chain to the root (SPEC §12.2 scenario 7, one subtest
+// per clause).
+func TestErrorGraphKeepsAFailureWhileCarriedAndReportsItsSkipChain(t *testing.T) {
 	t.Run("a node lives while something carries it and no longer", func(t *testing.T) {
 		g := handle.NewErrorGraph()
 		root := errors.New("launch failed")

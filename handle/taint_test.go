@@ -27,8 +27,11 @@ func wantRanges(t *testing.T, tt *handle.Taint, f handle.FailureID, want [][2]ui
 	}
 }
 
-// SPEC §12.2 scenario 8, one subtest per clause.
-func TestTaintScenario8(t *testing.T) {
+// TestTaintTracksWhichBytesCarryWhichFailure: marking, releasing and
+// clearing byte ranges keeps each failure on exactly the bytes it claims and
+// counts each Taint once as its carrier (SPEC §12.2 scenario 8, one subtest
+// per clause).
+func TestTaintTracksWhichBytesCarryWhichFailure(t *testing.T) {
 	t.Run("partial write releases only the bytes it covers", func(t *testing.T) {
 		g := handle.NewErrorGraph()
 		f := g.Fail(errors.New("kernel failed"))
