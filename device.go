@@ -214,6 +214,9 @@ func (d *Device) Cleanup(ctx context.Context) error {
 // cleanupLocked is an explicit cleanup of the given streams (Device.Cleanup,
 // Stream.Cleanup): refused while a stream records, then the reclaim.
 func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
+	if invariantsOn {
+		d.assertLocked("cleanupLocked")
+	}
 	if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
 		return err
 	}
@@ -233,6 +236,9 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 // pages (relocation.Reclaim), and forward its held releases: explicit means
 // now.
 func (d *Device) reclaimLocked(ctx context.Context, of []*Stream) error {
+	if invariantsOn {
+		d.assertLocked("reclaimLocked")
+	}
 	if d.cleanupWaitsLocked(of...) {
 		if err := d.settleLocked(ctx); err != nil {
 			return err
@@ -297,6 +303,9 @@ func (d *Device) refuseWhileRecordingLocked(s *Stream) error {
 
 // recordingLocked returns the stream that records, or nil.
 func (d *Device) recordingLocked() *Stream {
+	if invariantsOn {
+		d.assertLocked("recordingLocked")
+	}
 	for _, s := range d.streams {
 		if s.capture.Recording() {
 			return s

@@ -183,6 +183,9 @@ func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom fun
 // (settle.go) and returns the page update the retry may make, as the state
 // is after that wait.
 func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memory.PageUpdate, error) {
+	if invariantsOn {
+		d.assertLocked("makeRoomLocked")
+	}
 	if errors.Is(err, pool.ErrPageSizesExhausted) {
 		if rerr := relocation.Relocate(streamsOf{d, s, ctx}, relocation.ArenaFull); rerr != nil {
 			return 0, rerr
@@ -214,25 +217,4 @@ func (d *Device) retryUpdateLocked(s *Stream) (memory.PageUpdate, error) {
 		return 0, ErrClosed
 	}
 	return s.pageUpdateLocked(), nil
-}
-
-// errKind names a reservation error for the failure counters.
-func errKind(err error) string {
-	switch {
-	case storage.IsDevicePoisoned(err):
-		return "device_poisoned"
-	case errors.Is(err, storage.ErrOutOfMemory):
-		return "out_of_memory"
-	case errors.Is(err, pool.ErrPageSizesExhausted):
-		return "page_sizes_exhausted"
-	case errors.Is(err, pool.ErrBufferTooBig):
-		return "buffer_too_big"
-	case errors.Is(err, memory.ErrPageUpdateForbidden):
-		return "page_update_forbidden"
-	case errors.Is(err, handle.ErrIndexOverflow):
-		return "index_overflow"
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return "cancelled"
-	}
-	return "other"
 }

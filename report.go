@@ -83,7 +83,7 @@ type Stats struct {
 	ReserveRetries   uint64
 	ExplicitCleanups uint64
 	GuardedPages     uint64            // live page and allocation guards (one per touched page of each sealed graph)
-	FailedReserves   map[string]uint64 // by error kind
+	FailedReserves   map[string]uint64 // by error kind (FailureKind)
 	Captures         CaptureStats
 }
 

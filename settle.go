@@ -58,6 +58,9 @@ func (d *Device) calledFromOpLocked() bool {
 // pendingFencesLocked returns a fence of every stream with work queued (not
 // of a recording stream: a host wait on it would invalidate the recording).
 func (d *Device) pendingFencesLocked() []stream.Fence {
+	if invariantsOn {
+		d.assertLocked("pendingFencesLocked")
+	}
 	var fences []stream.Fence
 	for _, s := range d.streams {
 		if s.q.Recording() {
@@ -79,6 +82,9 @@ func (d *Device) pendingFencesLocked() []stream.Fence {
 // rounds that found new work, it holds back work enqueued by anyone but an
 // op until it returns.
 func (d *Device) settleLocked(ctx context.Context) error {
+	if invariantsOn {
+		d.assertLocked("settleLocked")
+	}
 	if ctx == nil {
 		ctx = context.Background()
 	}

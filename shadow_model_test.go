@@ -86,6 +86,7 @@ import (
 var (
 	smSoak  = flag.Duration("soak", 0, "TestShadowModel: run new seeds until this much time has passed, then print totals")
 	smSeed  = flag.Uint64("shadow.seed", 0, "TestShadowModel: run only this seed")
+	smOps   = flag.Int("shadow.ops", 0, "TestShadowModel: with -shadow.seed, the seed's operations (default: as in the run that printed it)")
 	smKnown = flag.String("shadow.known", "", "TestShadowModel: comma-separated numbers of known defects (reliability-2026-12.md) whose triggering patterns the generator avoids")
 )
 
@@ -128,6 +129,7 @@ const (
 	smStall      = 60 * time.Second // no progress this long: dump every goroutine and fail
 	smLogLen     = 50               // operations kept per goroutine for the failure report
 	smShortOps   = 105_000          // operations of the short run, over all seeds
+	smSoakOps    = 20_000           // operations of each soak seed
 	smBaseLen    = 17 << 20         // the shared random bytes patterns are cut from
 	smMaxGraphs  = 2                // live graphs per goroutine
 	smMaxStale   = 8                // freed references kept per goroutine for misuse checks
@@ -616,7 +618,11 @@ func (w *smWorker) lockMask(mask uint64) func() {
 
 func TestShadowModel(t *testing.T) {
 	if *smSeed != 0 {
-		res := smRunSeed(t, *smSeed, smShortOps/smKinds)
+		ops := *smOps
+		if ops == 0 {
+			ops = smSeedOps(*smSeed, testing.Short())
+		}
+		res := smRunSeed(t, *smSeed, ops)
 		t.Logf("seed %d: %s", *smSeed, res)
 		return
 	}
@@ -624,26 +630,36 @@ func TestShadowModel(t *testing.T) {
 		smSoakRun(t, *smSoak)
 		return
 	}
-	total := smShortOps
-	if testing.Short() {
-		total /= 4
-	}
 	var sum smTotals
-	// Every kind twice. Sim seeds run four times the operations: they
-	// copy no bytes, so they cost a tenth of a host seed's time.
-	const seeds, simWeight = 2 * smKinds, 4
-	per := total / (seeds + 2*(simWeight-1))
-	for seed := uint64(1); seed <= seeds; seed++ {
-		ops := per
-		if smConfigFor(seed).sim {
-			ops = simWeight * per
-		}
+	for seed := uint64(1); seed <= smShortSeeds; seed++ {
 		start := time.Now()
-		res := smRunSeed(t, seed, ops)
+		res := smRunSeed(t, seed, smSeedOps(seed, testing.Short()))
 		sum.add(res)
 		t.Logf("seed %d (%s, %v): %s", seed, smConfigFor(seed).name, time.Since(start).Round(time.Millisecond), res)
 	}
 	t.Logf("total: %s", sum)
+}
+
+// smShortSeeds: the short run covers every configuration kind twice.
+const smShortSeeds = 2 * smKinds
+
+// smSeedOps is how many operations a seed runs: in the short run, an equal
+// share of smShortOps, four shares for Sim seeds (they copy no bytes, so
+// they cost a tenth of a host seed's time); a quarter of that under -short;
+// smSoakOps for the soak's seeds.
+func smSeedOps(seed uint64, short bool) int {
+	if seed > smShortSeeds {
+		return smSoakOps
+	}
+	const simWeight = 4
+	per := smShortOps / (smShortSeeds + 2*(simWeight-1)) // two Sim seeds
+	if short {
+		per /= 4
+	}
+	if smConfigFor(seed).sim {
+		return simWeight * per
+	}
+	return per
 }
 
 func smSoakRun(t *testing.T, d time.Duration) {
@@ -653,7 +669,7 @@ func smSoakRun(t *testing.T, d time.Duration) {
 	for time.Since(start) < d {
 		seed++
 		fmt.Fprintf(os.Stderr, "shadow: seed %d (%s)\n", seed, smConfigFor(seed).name)
-		res := smRunSeed(t, seed, 20_000)
+		res := smRunSeed(t, seed, smSeedOps(seed, false))
 		sum.add(res)
 	}
 	msg := fmt.Sprintf("soak %v: %s", time.Since(start).Round(time.Second), sum)
@@ -790,8 +806,8 @@ func smRunSeed(t *testing.T, seed uint64, totalOps int) smTotals {
 	run.mu.Lock()
 	res.violations = uint64(len(run.violations))
 	if len(run.violations) > 0 {
-		t.Errorf("seed %d (%s, %d streams, %d goroutines): %d violation(s); reproduce with -run TestShadowModel -shadow.seed %d\n%s",
-			seed, cfg.name, cfg.streams, cfg.workers, len(run.violations), seed, strings.Join(run.violations, "\n"))
+		t.Errorf("seed %d (%s, %d streams, %d goroutines): %d violation(s); reproduce with -run TestShadowModel -shadow.seed %d -shadow.ops %d\n%s",
+			seed, cfg.name, cfg.streams, cfg.workers, len(run.violations), seed, totalOps, strings.Join(run.violations, "\n"))
 	}
 	run.mu.Unlock()
 	return res

@@ -92,6 +92,9 @@ type Use struct {
 // on the recording stream, AddOnly on the others while one records, Allow
 // otherwise.
 func (s *Stream) pageUpdateLocked() memory.PageUpdate {
+	if invariantsOn {
+		s.d.assertLocked("pageUpdateLocked")
+	}
 	if s.capture.Recording() {
 		return memory.Forbidden
 	}
@@ -146,7 +149,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		d.counters.reserveRetries++
 	}
 	if err != nil {
-		d.counters.failedReserves[errKind(err)]++
+		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
 			s.capture.Fail(err)
 		}
@@ -237,6 +240,9 @@ type resolved struct {
 }
 
 func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resource) error) error {
+	if invariantsOn {
+		s.d.assertLocked("enqueueLocked")
+	}
 	d := s.d
 	d.admitWorkLocked() // a settle may hold new work back (settle.go)
 	if d.closed {
@@ -374,6 +380,9 @@ func window(r storage.Resource, off, size uint64) storage.Resource {
 // owner's last use of a foreign buffer (X1), or other streams' uses of one
 // of s's own buffers (X2).
 func (s *Stream) orderAfterLocked(ref handle.Ref, owner *Stream) error {
+	if invariantsOn {
+		s.d.assertLocked("orderAfterLocked")
+	}
 	d := s.d
 	desc := ref.Descriptor()
 	var waits []stream.Fence
@@ -409,6 +418,9 @@ func (s *Stream) orderAfterLocked(ref handle.Ref, owner *Stream) error {
 // used: cursors, deferred foreign bindings, X2 notes, and its record as a
 // writer (w, nil when it writes nothing).
 func (s *Stream) afterEnqueueLocked(seq uint64, rs []resolved, w *writeRecord) {
+	if invariantsOn {
+		s.d.assertLocked("afterEnqueueLocked")
+	}
 	d := s.d
 	for _, r := range rs {
 		h := r.use.Buffer.h
@@ -456,6 +468,9 @@ func dropPassed[T any](list []T, done uint64, seq func(T) uint64, each func(T)) 
 
 // releasePassedLocked releases the deferred bindings whose ops completed.
 func (s *Stream) releasePassedLocked() {
+	if invariantsOn {
+		s.d.assertLocked("releasePassedLocked")
+	}
 	if len(s.deferred) == 0 {
 		return
 	}
@@ -479,6 +494,9 @@ func (s *Stream) drainDeferredLocked() {
 // waitDeferredLocked waits on a fence covering every deferred use and
 // releases them; after a failed wait (not poison) it leaks them instead.
 func (s *Stream) waitDeferredLocked() {
+	if invariantsOn {
+		s.d.assertLocked("waitDeferredLocked")
+	}
 	if len(s.deferred) == 0 {
 		return
 	}

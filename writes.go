@@ -118,6 +118,9 @@ func (d *Device) newWriteRecordLocked(s *Stream, name string, outs []output) *wr
 // registerLocked enters an enqueued record (seq known) in the enqueue order,
 // its stream's pending list and the device's writers index.
 func (d *Device) registerLocked(w *writeRecord) {
+	if invariantsOn {
+		d.assertLocked("registerLocked")
+	}
 	d.epoch++
 	w.epoch = d.epoch
 	w.s.pending = append(w.s.pending, w)
@@ -148,6 +151,9 @@ func (d *Device) unregisterLocked(w *writeRecord) {
 // dependenciesLocked returns the pending writers an op reading [off,
 // off+size) of desc depends on: for each byte, its latest pending writer.
 func (d *Device) dependenciesLocked(desc *handle.Descriptor, input handle.ID, off, size uint64, deps []dependency) []dependency {
+	if invariantsOn {
+		d.assertLocked("dependenciesLocked")
+	}
 	list := d.writers[desc]
 	if len(list) == 0 || size == 0 {
 		return deps
@@ -219,6 +225,9 @@ type collected struct {
 // they left unwritten (W1, in enqueue order, so a skipped op finds its
 // dependency's failure), and drops the records of completed ops.
 func (d *Device) collectFailuresLocked() {
+	if invariantsOn {
+		d.assertLocked("collectFailuresLocked")
+	}
 	done := make([]uint64, len(d.streams))
 	for i, s := range d.streams {
 		done[i] = s.q.Completed()

@@ -228,6 +228,14 @@ func (m *Manager) SetMode(mode Mode) {
 // slice's handle; bind it (Bind) and release it. On error nothing changed
 // (M2).
 func (m *Manager) Reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
+	h, err := m.reserve(size, u)
+	if invariantsOn {
+		m.checkInvariants("Reserve")
+	}
+	return h, err
+}
+
+func (m *Manager) reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
 	switch u {
 	case Allow:
 		m.Cleanup(pool.Periodic)
@@ -303,6 +311,9 @@ func (m *Manager) Bind(reserved, assigned *handle.Handle, cursor uint64) error {
 		return err
 	}
 	s.Rebind(assigned, cursor, m.g)
+	if invariantsOn {
+		m.checkInvariants("Bind")
+	}
 	return nil
 }
 
@@ -404,7 +415,11 @@ func (m *Manager) HasOutdated() bool { return m.dynamic.HasOutdated() }
 
 // Relocate moves what outdated pages hold, through q.
 func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome {
-	return m.dynamic.Relocate(m.st, q, reason)
+	out := m.dynamic.Relocate(m.st, q, reason)
+	if invariantsOn {
+		m.checkInvariants("Relocate")
+	}
+	return out
 }
 
 // Cleanup gives back what each pool's policy allows (SPEC §6.4): persistent,
@@ -412,6 +427,13 @@ func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) rel
 // dynamic memory; Explicit flushes the storage. Renumbering rewrites
 // descriptors, so held handles and bindings survive it.
 func (m *Manager) Cleanup(kind pool.CleanupKind) {
+	m.cleanup(kind)
+	if invariantsOn {
+		m.checkInvariants("Cleanup")
+	}
+}
+
+func (m *Manager) cleanup(kind pool.CleanupKind) {
 	if kind == pool.Explicit && m.cfg.LogLevel >= LogBasic {
 		m.log.Info("gpumem: explicit cleanup", "stream", m.name)
 	}

@@ -1,27 +1,3 @@
-// The arena: growth and outdated pools.
-//
-// The adaptive memory's arena holds up to 64 sliced pools (slots), one per
-// page size. One is current: only it serves reservations. When an allocation
-// does not fit the current page size the arena grows: a new pool with bigger
-// pages takes the lowest empty slot and becomes current, and the previous one
-// becomes outdated. Growth never releases anything.
-//
-//   (A1) at most one pool is current; every other live slot is outdated, in
-//        growth order;
-//   (A2) an outdated pool serves no reservation, even with room; its pages go
-//        back as soon as they are empty and unguarded (Drain), and a pageless
-//        outdated pool is dropped, freeing its slot;
-//   (A3) the page size never shrinks;
-//   (A4) a growth allocates the new pool's first page and reserves on it
-//        before switching: a refused growth changes nothing.
-//
-// A long-lived allocation (a cache made early) can pin an outdated page for
-// the life of the process. Relocation exists to move it: Plan and Commit
-// (plan.go) move live allocations off outdated pages onto the current pool.
-//
-// Fit uses the effective size (size + padding): a request whose padded size
-// exceeds the page would not fit even though its requested size does.
-
 package pool
 
 import (
@@ -94,7 +70,21 @@ func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
 	return Grow, min(max(grown, s.Min), s.Max)
 }
 
-// Arena is the adaptive memory's growing set of sliced pools.
+// Arena is the adaptive memory's growing set of sliced pools
+// (PL25–PL28 in the package doc).
+//
+// The arena holds up to ArenaSlots sliced pools (slots), one per page size.
+// One is current: only it serves reservations. When an allocation does not
+// fit the current page size the arena grows: a new pool with bigger pages
+// takes the lowest empty slot and becomes current, and the previous one
+// becomes outdated. Growth never releases anything.
+//
+// A long-lived allocation (a cache made early) can pin an outdated page for
+// the life of the process. Relocation exists to move it: Plan and Commit
+// (plan.go) move live allocations off outdated pages onto the current pool.
+//
+// Fit uses the effective size (size + padding): a request whose padded size
+// exceeds the page would not fit even though its requested size does.
 type Arena struct {
 	sizing   PageSizing
 	lim      Limits
@@ -174,7 +164,7 @@ func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph
 }
 
 // grow builds the next current pool in the lowest empty slot, with its first
-// page holding size, before switching (A4).
+// page holding size, before switching (PL28).
 func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle, error) {
 	slot := -1
 	for i, p := range a.slots {
@@ -200,7 +190,7 @@ func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle,
 }
 
 // Drain gives back every empty, unguarded page of the outdated pools and
-// drops the pools left pageless (A2). It returns the pages and bytes given
+// drops the pools left pageless (PL26). It returns the pages and bytes given
 // back.
 func (a *Arena) Drain(st storage.Storage, g *handle.ErrorGraph) (pages int, bytes uint64) {
 	kept := a.outdated[:0]
@@ -234,7 +224,7 @@ func (a *Arena) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g 
 }
 
 // UnmapFree unmaps the free granules of every unguarded page of every pool
-// (P5) and returns the bytes of pages they covered.
+// (PL7) and returns the bytes of pages they covered.
 func (a *Arena) UnmapFree(st storage.Storage) uint64 {
 	var bytes uint64
 	for _, p := range a.slots {
@@ -309,13 +299,13 @@ func (a *Arena) Usage() Usage {
 	return u
 }
 
-// Check verifies A1 and every page's invariants; it panics when one is
-// broken.
+// Check verifies PL25 and every pool's invariants (Sliced.Check); it panics
+// when one is broken.
 func (a *Arena) Check() {
 	seen := map[int]bool{a.current: true}
 	for _, slot := range a.outdated {
 		if seen[slot] || a.slots[slot] == nil {
-			panic(fmt.Sprintf("pool: arena slot %d listed twice or empty (A1)", slot))
+			panic(fmt.Sprintf("pool: arena slot %d listed twice or empty (PL25)", slot))
 		}
 		seen[slot] = true
 	}
@@ -324,7 +314,7 @@ func (a *Arena) Check() {
 			continue
 		}
 		if !seen[i] {
-			panic(fmt.Sprintf("pool: arena slot %d holds a pool that is neither current nor outdated (A1)", i))
+			panic(fmt.Sprintf("pool: arena slot %d holds a pool that is neither current nor outdated (PL25)", i))
 		}
 		p.Check()
 	}

@@ -1,30 +1,3 @@
-// The direct pool: one dedicated storage allocation per buffer (SPEC §4.4).
-//
-// The manager's dedicated pool (index DedicatedIndex) serves buffers that
-// must neither stay reserved nor shape the sizes of the other pools. Each
-// allocation is a slot (single.go, S1–S3) of exactly size + padding(size)
-// bytes, held in an indexed list with tombstones:
-//
-//   (D1) live indices never change: a released slot leaves a vacant (nil)
-//        entry, reused by the next Alloc that finds it the lowest vacancy;
-//        trailing vacancies are trimmed. Nothing is ever renumbered, so a
-//        direct pool never rewrites a descriptor.
-//   (D2) reserved = Σ allocSize of present slots; every slot fits exactly
-//        (effective size == allocSize), so TryReserve reuses only a free slot
-//        of exactly the effective size asked.
-//   (D3) with a watermark (reclaimAt), Alloc that may release first gives
-//        back free slots in index order while reserved + the new effective
-//        size exceeds *reclaimAt, stopping once it fits. With watermark 0
-//        (the manager's), every free slot goes before a new allocation.
-//   (D4) a guarded slot is never free (S3): never reused, never released.
-//   (D5) releasing a slot clears its failure marks in the error graph. A
-//        call made without the graph (Pool.Alloc) skips free slots that
-//        carry marks; they go at the next call that has it.
-//
-// Costs: TryReserve, Reclaim and the release in Alloc scan the list once
-// (O(slots)); finding the lowest vacancy is another O(slots) scan. Dedicated
-// buffers are few and large, so a linear list beats a free-index heap.
-
 package pool
 
 import (
@@ -37,16 +10,28 @@ import (
 // DedicatedIndex is the pool index of the manager's dedicated (direct) pool.
 const DedicatedIndex uint8 = 254
 
-// Direct is a pool of dedicated allocations: one storage allocation per
-// buffer, exact-size reuse only, released as soon as a watermark asks (D1–D4).
+// Direct is a pool of dedicated allocations (SPEC §4.4): one storage
+// allocation per buffer, exact-size reuse only, released as soon as a
+// watermark asks (PL16–PL20 in the package doc).
+//
+// The manager's dedicated pool (index DedicatedIndex) serves buffers that
+// must neither stay reserved nor shape the sizes of the other pools. Each
+// allocation is a slot (PL8–PL10) of exactly size + padding(size) bytes,
+// held in an indexed list with tombstones. Nothing is ever renumbered, so a
+// direct pool never rewrites a descriptor. With watermark 0, every free
+// slot goes before a new allocation.
+//
+// Costs: TryReserve, Reclaim and the release in Alloc scan the list once
+// (O(slots)); finding the lowest vacancy is another O(slots) scan. Dedicated
+// buffers are few and large, so a linear list beats a free-index heap.
 type Direct struct {
 	align     uint64
 	index     uint8
-	reclaimAt *uint64 // watermark (D3); nil: Alloc never releases
+	reclaimAt *uint64 // watermark (PL18); nil: Alloc never releases
 	lim       Limits
-	slots     []*slot // nil entries are vacant indices (D1)
+	slots     []*slot // nil entries are vacant indices (PL16)
 	live      int     // non-nil entries
-	reserved  uint64  // D2
+	reserved  uint64  // PL17
 	pagesPeak uint64
 	largest   uint64
 }
@@ -74,7 +59,7 @@ func (p *Direct) Pages() int { return p.live }
 func (p *Direct) Accept(uint64) bool { return true }
 
 // TryReserve implements Pool: the lowest-index free slot whose effective
-// size is exactly size + padding(size) (D2), or nil.
+// size is exactly size + padding(size) (PL17), or nil.
 func (p *Direct) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
 	need := storage.SatAdd(size, storage.Padding(size, p.align))
 	for _, sl := range p.slots {
@@ -89,16 +74,16 @@ func (p *Direct) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph
 
 // Alloc implements Pool: AllocMayRelease with mayRelease = true and no
 // error graph. Pool.Alloc carries no graph, so a free slot whose bytes carry
-// failure marks cannot have them cleared here: it is kept (D5) and goes at
+// failure marks cannot have them cleared here: it is kept (PL20) and goes at
 // the next Reclaim or Cleanup. The manager calls AllocMayRelease.
 func (p *Direct) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
 	return p.AllocMayRelease(st, size, true, nil)
 }
 
 // AllocMayRelease allocates exactly size + padding(size) bytes for size
-// into the lowest vacant index, or appends (D1). When mayRelease is set and
+// into the lowest vacant index, or appends (PL16). When mayRelease is set and
 // the pool has a watermark, free slots go back first, in index order, while
-// reserved + the new size exceeds it (D3); the manager passes false under
+// reserved + the new size exceeds it (PL18); the manager passes false under
 // AddOnly, when nothing may be released.
 //
 // It returns handle.ErrIndexOverflow, changing nothing, when no index would
@@ -133,7 +118,7 @@ func (p *Direct) AllocMayRelease(st storage.Storage, size uint64, mayRelease boo
 }
 
 // Reclaim gives back free slots in index order while the bytes held exceed
-// the watermark (D3 with no new allocation) and reports whether anything
+// the watermark (PL18 with no new allocation) and reports whether anything
 // went. Without a watermark it does nothing. The caller flushes the storage
 // when it returns true.
 func (p *Direct) Reclaim(st storage.Storage, g *handle.ErrorGraph) bool {
@@ -144,7 +129,7 @@ func (p *Direct) Reclaim(st storage.Storage, g *handle.ErrorGraph) bool {
 }
 
 // Cleanup implements Pool: Periodic does nothing (the manager calls
-// Reclaim), Explicit gives back every free slot. Indices do not change (D1).
+// Reclaim), Explicit gives back every free slot. Indices do not change (PL16).
 func (p *Direct) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *handle.ErrorGraph) {
 	if kind != Explicit {
 		return
@@ -164,7 +149,7 @@ func (p *Direct) overWatermark(extra uint64) bool {
 }
 
 // releasable reports whether slot sl may go now: free and, without a
-// graph to clear them in, carrying no failure marks (D5).
+// graph to clear them in, carrying no failure marks (PL20).
 func releasable(sl *slot, g *handle.ErrorGraph) bool {
 	return sl != nil && sl.free() && (g != nil || sl.s.taint.Empty())
 }
@@ -179,7 +164,7 @@ func (p *Direct) anyReleasable(g *handle.ErrorGraph) bool {
 }
 
 // releaseFree gives back free slots in index order while reserved + extra
-// exceeds the watermark (D3), and returns how many went.
+// exceeds the watermark (PL18), and returns how many went.
 func (p *Direct) releaseFree(st storage.Storage, extra uint64, g *handle.ErrorGraph) int {
 	n := 0
 	for i, sl := range p.slots {
@@ -195,7 +180,7 @@ func (p *Direct) releaseFree(st storage.Storage, extra uint64, g *handle.ErrorGr
 	return n
 }
 
-// vacate releases slot i and leaves its index vacant (D1).
+// vacate releases slot i and leaves its index vacant (PL16).
 func (p *Direct) vacate(i int, st storage.Storage, g *handle.ErrorGraph) {
 	sl := p.slots[i]
 	p.reserved -= sl.allocSize
@@ -235,7 +220,7 @@ func (p *Direct) Slice(loc handle.Location) *Slice {
 	return nil
 }
 
-// Guard implements Pool: an allocation guard on the slot at loc (D4).
+// Guard implements Pool: an allocation guard on the slot at loc (PL19).
 func (p *Direct) Guard(loc handle.Location) (*PageGuard, bool) {
 	sl := slotAt(p.slots, p.index, loc)
 	if sl == nil {
@@ -244,7 +229,7 @@ func (p *Direct) Guard(loc handle.Location) (*PageGuard, bool) {
 	return sl.guard(), true
 }
 
-// Usage sums every slot: reserved is Σ allocSize (D2).
+// Usage sums every slot: reserved is Σ allocSize (PL17).
 func (p *Direct) Usage() Usage {
 	var u Usage
 	for _, sl := range p.slots {
@@ -266,8 +251,8 @@ func (p *Direct) Report() Report {
 	}
 }
 
-// Check verifies S1, S2, D1 and D2 and panics when one is broken. Tests and
-// invariant builds call it.
+// Check verifies PL8, PL9, PL16 and PL17 and panics when one is broken.
+// Tests and invariant builds call it.
 func (p *Direct) Check() {
 	live, reserved := 0, uint64(0)
 	for i, sl := range p.slots {
@@ -278,15 +263,15 @@ func (p *Direct) Check() {
 			panic(fmt.Sprintf("pool: direct pool %d slot %d %s", p.index, i, msg))
 		}
 		if sl.s.EffectiveSize() != sl.allocSize {
-			panic(fmt.Sprintf("pool: direct pool %d slot %d serves %d bytes of a %d-byte allocation (D2)", p.index, i, sl.s.EffectiveSize(), sl.allocSize))
+			panic(fmt.Sprintf("pool: direct pool %d slot %d serves %d bytes of a %d-byte allocation (PL17)", p.index, i, sl.s.EffectiveSize(), sl.allocSize))
 		}
 		live++
 		reserved += sl.allocSize
 	}
 	if len(p.slots) > 0 && p.slots[len(p.slots)-1] == nil {
-		panic(fmt.Sprintf("pool: direct pool %d keeps a trailing vacancy (D1)", p.index))
+		panic(fmt.Sprintf("pool: direct pool %d keeps a trailing vacancy (PL16)", p.index))
 	}
 	if live != p.live || reserved != p.reserved {
-		panic(fmt.Sprintf("pool: direct pool %d counts %d slots and %d bytes, holds %d and %d (D2)", p.index, p.live, p.reserved, live, reserved))
+		panic(fmt.Sprintf("pool: direct pool %d counts %d slots and %d bytes, holds %d and %d (PL17)", p.index, p.live, p.reserved, live, reserved))
 	}
 }

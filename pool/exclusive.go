@@ -1,36 +1,3 @@
-// The exclusive pool: one allocation per page (SPEC §4.3, §5.1).
-//
-// Each page is one storage allocation holding one slice (single.go, S1–S3)
-// plus its allocSize and a freeCount, the pool's estimate of how long the
-// page has sat unused. Pages are sized by a decaying average of the sizes
-// asked, so one page can serve a range of nearby sizes:
-//
-//   (X1) avg = avg·(1 − 0.01) + 0.01·size on every TryReserve, hit or miss;
-//        it starts at maxAlloc/2 and stays ≤ maxAlloc because only accepted
-//        sizes feed it.
-//   (X2) a new page holds roundUp(max(uint64(avg), size), align) bytes: at
-//        least the request, at most maxAlloc (a multiple of align); it starts
-//        at freeCount = allocAfterFree − 1 ("suspected unused").
-//   (X3) TryReserve takes, among free pages of allocSize ≥ size, the one with
-//        the smallest freeCount (tie: lowest index) and decrements it
-//        (saturating): pages that keep being reused are kept longest.
-//   (X4) Cleanup runs when Explicit or when deallocPeriod/5 reservations
-//        passed since the last check: each free page ages (freeCount++) and
-//        goes back at allocAfterFree, or at once when Explicit. A page freed
-//        and never reused therefore goes back at the first check after its
-//        free; an unused page goes back after about deallocPeriod
-//        reservations. Survivors are renumbered densely (S2).
-//   (X5) a guarded page's slice is never free (S3), so it is never reused,
-//        aged or released.
-//
-// Example (alignment 32, maxAlloc 32 KiB): avg starts at 16,384; two 512 B
-// reservations move it to 16,225.28 then 16,068.15, giving pages of 16,256
-// and 16,096 bytes.
-//
-// Costs: TryReserve and Cleanup scan every page once (O(pages)); Alloc is
-// O(1). A bucket rarely holds more than a few hundred pages, and the scan
-// reads one atomic counter per page.
-
 package pool
 
 import (
@@ -51,20 +18,39 @@ const (
 // exclusivePage is one exclusive allocation and its age.
 type exclusivePage struct {
 	slot
-	freeCount uint32 // X3, X4
+	freeCount uint32 // PL13, PL14
 }
 
-// Exclusive is a pool of one allocation per page, sized by a running
-// average of the sizes asked (X1–X5). The exclusive-pages dynamic memory is
-// 24 of them; the adaptive memory's tiny pool is one with maxAlloc 0.
+// Exclusive is a pool of one allocation per page (SPEC §4.3, §5.1), sized
+// by a running average of the sizes asked (PL11–PL15 in the package doc).
+// The exclusive-pages dynamic memory is 24 of them; the adaptive memory's
+// tiny pool is one with maxAlloc 0.
+//
+// Each page is a slot (PL8–PL10) plus a freeCount, the pool's estimate of
+// how long the page has sat unused. Pages are sized by a decaying average of
+// the sizes asked, so one page can serve a range of nearby sizes. The
+// average stays ≤ maxAlloc because only accepted sizes feed it. A new page
+// starts at freeCount = allocAfterFree − 1 ("suspected unused"); a
+// reservation decrements the freeCount of the page it takes, so pages that
+// keep being reused are kept longest. A page freed and never reused goes
+// back at the first aging pass after its free; an unused page goes back
+// after about deallocPeriod reservations.
+//
+// Example (alignment 32, maxAlloc 32 KiB): avg starts at 16,384; two 512 B
+// reservations move it to 16,225.28 then 16,068.15, giving pages of 16,256
+// and 16,096 bytes.
+//
+// Costs: TryReserve and Cleanup scan every page once (O(pages)); Alloc is
+// O(1). A bucket rarely holds more than a few hundred pages, and the scan
+// reads one atomic counter per page.
 type Exclusive struct {
 	maxAlloc      uint64
 	deallocPeriod uint64
 	align         uint64
 	index         uint8
 	lim           Limits
-	avg           float64 // X1
-	lastCheck     uint64  // allocNr at the last aging pass (X4)
+	avg           float64 // PL11
+	lastCheck     uint64  // allocNr at the last aging pass (PL14)
 	pages         []*exclusivePage
 	pagesPeak     uint64
 	largest       uint64
@@ -102,7 +88,7 @@ func (p *Exclusive) Pages() int { return len(p.pages) }
 // Accept implements Pool: size ≤ maxAlloc.
 func (p *Exclusive) Accept(size uint64) bool { return size <= p.maxAlloc }
 
-// TryReserve implements Pool (X1, X3): the running average moves towards
+// TryReserve implements Pool (PL11, PL13): the running average moves towards
 // size, then the free page of allocSize ≥ size with the smallest freeCount
 // (lowest index on ties) serves it. A size the pool does not accept returns
 // nil and leaves the average alone: the caller asks only accepting pools.
@@ -131,7 +117,7 @@ func (p *Exclusive) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGr
 	return best.reserve(size, p.align)
 }
 
-// Alloc implements Pool (X2): one new page of roundUp(max(avg, size), align)
+// Alloc implements Pool (PL12): one new page of roundUp(max(avg, size), align)
 // bytes serving size. It returns ErrBufferTooBig above maxAlloc and
 // handle.ErrIndexOverflow when the pool holds as many pages as a location
 // (or Limits) can index; on any error the pool is unchanged.
@@ -155,10 +141,10 @@ func (p *Exclusive) Alloc(st storage.Storage, size uint64) (*handle.Handle, erro
 	return pg.s.h.Clone(), nil
 }
 
-// Cleanup implements Pool (X4): it runs when kind is Explicit or when
+// Cleanup implements Pool (PL14): it runs when kind is Explicit or when
 // deallocPeriod/5 reservations passed since the last run (allocNr counts
 // reservations). Each free page ages and goes back at allocAfterFree, or at
-// once when Explicit; guarded pages are never free (X5). Survivors are
+// once when Explicit; guarded pages are never free (PL15). Survivors are
 // renumbered, their descriptors rewritten.
 func (p *Exclusive) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) {
 	if kind != Explicit && storage.SatSub(allocNr, p.lastCheck) < p.deallocPeriod/5 {
@@ -184,7 +170,7 @@ func (p *Exclusive) Slice(loc handle.Location) *Slice {
 	return nil
 }
 
-// Guard implements Pool: an allocation guard on the page at loc (X5).
+// Guard implements Pool: an allocation guard on the page at loc (PL15).
 func (p *Exclusive) Guard(loc handle.Location) (*PageGuard, bool) {
 	sl := slotAt(p.pages, p.index, loc)
 	if sl == nil {
@@ -213,7 +199,7 @@ func (p *Exclusive) Report() Report {
 	}
 }
 
-// Check verifies S1 and S2 on every page and panics when one is broken.
+// Check verifies PL8 and PL9 on every page and panics when one is broken.
 // Tests and invariant builds call it.
 func (p *Exclusive) Check() {
 	for i, pg := range p.pages {

@@ -1,33 +1,3 @@
-// Pages that map what they hold.
-//
-// On a granular storage (storage.Granular with a granule > 0) a sliced page
-// is a reservation of address space; its granules are mapped on demand:
-//
-//	(P4) a slice that is not free lies on mapped granules: every granule its
-//	     effective window [Offset, Offset+EffectiveSize) touches is mapped.
-//	     A reservation maps them before it returns (back), and a refused
-//	     mapping leaves the page as it was: the granules mapped for it are
-//	     unmapped again and nothing is carved (nothing half-mapped).
-//	(P5) a granule is unmapped only by unmapFree, only when no live slice
-//	     touches it, and never on a guarded page: a sealed graph may hold
-//	     any address of a guarded page, free slices included. The manager
-//	     calls it only from cleanups, which never run while a stream
-//	     records (periodic cleanup runs on Allow reservations only; explicit
-//	     cleanup is refused while recording).
-//
-// A granule shared by a live slice and a free one stays mapped: the page
-// keeps its address layout, so only whole granules no live byte needs go
-// back. A slice's padding counts as its own (a backend may round a copy up
-// to it).
-//
-// The page's mapped bitmap mirrors the storage's; the storage charges whole
-// granules (the last one of a page may stick out past the page), the page's
-// usage counts the bytes of the page they cover.
-//
-// Cost: back scans the granules the new slice covers (O(slice/granule));
-// unmapFree scans the page's slices and granules once (O(slices + granules))
-// with a scratch bitmap the pool reuses.
-
 package pool
 
 import (
@@ -37,9 +7,11 @@ import (
 )
 
 // back maps every unmapped granule the window [off, off+size) of the page
-// touches, in runs of adjacent granules (P4). On a refusal the runs this
+// touches, in runs of adjacent granules (PL6). On a refusal the runs this
 // call mapped are unmapped again and the error is returned: the page and
-// the storage are as they were.
+// the storage are as they were, never half-mapped.
+//
+// Cost: O(size/granule), the granules the new slice covers.
 func (p *page) back(st storage.Storage, off, size uint64) error {
 	if p.granule == 0 || size == 0 {
 		return nil
@@ -78,9 +50,16 @@ func (p *page) back(st storage.Storage, off, size uint64) error {
 }
 
 // unmapFree unmaps every mapped granule of the page that no live slice
-// touches (P5) and returns the bytes of the page they covered. A guarded
+// touches (PL7) and returns the bytes of the page they covered. A guarded
 // page keeps every granule. busy is scratch space of at least len(p.mapped)
-// entries.
+// entries (the pool reuses one).
+//
+// A granule shared by a live slice and a free one stays mapped: the page
+// keeps its address layout, so only whole granules no live byte needs go
+// back. A slice's padding counts as its own (a backend may round a copy up
+// to it).
+//
+// Cost: one scan of the page's slices and granules (O(slices + granules)).
 func (p *page) unmapFree(st storage.Storage, busy []bool) uint64 {
 	if p.granule == 0 || p.guarded() {
 		return 0
@@ -130,6 +109,10 @@ func (p *page) granuleBytes(k int) uint64 {
 
 // unmappedBytes is the bytes of the page no mapped granule covers (0 on a
 // page backed whole).
+//
+// The page's mapped bitmap mirrors the storage's. The storage charges whole
+// granules (the last one of a page may stick out past the page); the page's
+// usage counts the bytes of the page they cover.
 func (p *page) unmappedBytes() uint64 {
 	var n uint64
 	for k, m := range p.mapped {
@@ -140,7 +123,7 @@ func (p *page) unmappedBytes() uint64 {
 	return n
 }
 
-// checkMapped verifies P4: every granule a live slice touches is mapped. It
+// checkMapped verifies PL6: every granule a live slice touches is mapped. It
 // returns a description of the first breach, or "".
 func (p *page) checkMapped() string {
 	if p.granule == 0 {
@@ -154,7 +137,7 @@ func (p *page) checkMapped() string {
 		first, n := storage.Granules(s.Region.Offset, s.EffectiveSize(), p.granule)
 		for k := first; k < first+n; k++ {
 			if !p.mapped[k] {
-				return fmt.Sprintf("pool: page %d slice %d is live on unmapped granule %d (P4)", p.index, i, k)
+				return fmt.Sprintf("pool: page %d slice %d is live on unmapped granule %d (PL6)", p.index, i, k)
 			}
 		}
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// The page hints (P4: the free signal, maxFree, empty, firstFree, and the
+// The page hints (PL4: the free signal, maxFree, empty, firstFree, and the
 // pool signal ReleaseEmpty reads) must never change what the arena does:
 // two arenas run the same random operations, one with every signal forced
 // up before each step (so every coalesce and release scans in full, and

@@ -1,32 +1,3 @@
-// Pages and slices.
-//
-// A page is one storage allocation carved into slices. Its slices are kept in
-// offset order and tile it exactly:
-//
-//   (P1) slices are contiguous: slice i+1 starts where slice i's effective
-//        size ends, the first at offset 0;
-//   (P2) the effective sizes (requested size + padding) sum to the page size;
-//   (P3) the slice at index i carries location (pool, page, i): every index
-//        change (split, coalesce, renumbering) rewrites the descriptors of the
-//        slices it moves.
-//   (P4) while the page's changed flag is down, no slice became free since
-//        the last scan: maxFree bounds the largest free slice from above, no
-//        slice below firstFree is free, and empty is exact. Every allocation on the page raises the flag when a
-//        release leaves it free (handle.Descriptor.SignalFree), so clean
-//        pages are skipped without touching their slices.
-//
-// Reserve is first fit on effective size. Comparing the stored size instead
-// (an earlier design) lost the old padding bytes on each reuse-with-split and
-// broke P2; comparing the effective size keeps it exact.
-//
-// Cost: a reservation scans the page's slices once (O(slices)), and a split
-// shifts the slices after the chosen one. Slices are values in one array
-// (56 bytes each), so a scan touches contiguous memory.
-//
-// On granular storage a page also records which of its granules are mapped
-// (granules.go): a reservation maps what its slice covers before it returns,
-// and cleanup unmaps the granules no live slice touches.
-
 package pool
 
 import (
@@ -36,7 +7,21 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// page is one storage allocation carved into slices.
+// page is one storage allocation carved into slices, kept in offset order
+// and tiling it exactly (PL1–PL4 in the package doc).
+//
+// Reservation is first fit on effective size. Comparing the stored size
+// instead (an earlier design) lost the old padding bytes on each
+// reuse-with-split and broke PL2; comparing the effective size keeps it
+// exact.
+//
+// Cost: a reservation scans the page's slices once (O(slices)), and a split
+// shifts the slices after the chosen one. Slices are values in one array
+// (56 bytes each), so a scan touches contiguous memory.
+//
+// On granular storage a page also records which of its granules are mapped
+// (granules.go): a reservation maps what its slice covers before it returns
+// (PL6), and cleanup unmaps the granules no live slice touches (PL7).
 type page struct {
 	region storage.Region // the whole allocation
 	slices []Slice
@@ -53,7 +38,7 @@ type page struct {
 	// slice of the page may have become free since the last scan; while it
 	// is down, maxFree bounds the largest free slice from above and empty
 	// is exact, so reservations and cleanups skip the page without looking
-	// at its slices (P4).
+	// at its slices (PL4).
 	changed   handle.Signal
 	maxFree   uint64
 	empty     bool
@@ -87,7 +72,7 @@ func (p *page) guarded() bool { return p.guards > 0 }
 
 func (p *page) loc(i int) handle.Location { return handle.MustLocation(p.pool, p.index, i) }
 
-// relocate rewrites the locations of slices from index i on (P3).
+// relocate rewrites the locations of slices from index i on (PL3).
 func (p *page) relocate(from int) {
 	for i := from; i < len(p.slices); i++ {
 		p.slices[i].h.Descriptor().SetLocation(p.loc(i))
@@ -112,9 +97,9 @@ func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handl
 	need := storage.SatAdd(size, pad)
 	if !p.changed.Raised() {
 		if p.maxFree < need {
-			return nil, nil // P4: no free slice that large
+			return nil, nil // PL4: no free slice that large
 		}
-		from = max(from, p.firstFree) // P4: nothing free before it
+		from = max(from, p.firstFree) // PL4: nothing free before it
 	}
 	at, _, largest := p.fitFrom(from, need)
 	if at < 0 {
@@ -177,7 +162,7 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 
 // coalesce merges each maximal run of ≥ 2 adjacent free slices into one free
 // slice with a fresh handle. A lone free slice is left alone. It also
-// refreshes maxFree and empty (P4); a page on which nothing became free
+// refreshes maxFree and empty (PL4); a page on which nothing became free
 // since its last scan has nothing to merge and is skipped.
 func (p *page) coalesce(g *handle.ErrorGraph) {
 	if !p.changed.Raised() { // a plain load: most pages are clean
@@ -253,7 +238,7 @@ func (p *page) isEmpty() bool {
 	return true
 }
 
-// setIndex renumbers the page, rewriting every descriptor (P3).
+// setIndex renumbers the page, rewriting every descriptor (PL3).
 func (p *page) setIndex(n int) {
 	if p.index == n {
 		return
@@ -296,22 +281,22 @@ func (p *page) usage() Usage {
 	return u
 }
 
-// check verifies P1–P3; it panics with the page's layout when broken. Tests
-// and invariant builds call it.
+// check verifies PL1–PL4 and PL6; it panics with the page's layout when
+// broken. Tests and invariant builds call it.
 func (p *page) check() {
 	off := p.region.Offset
 	for i := range p.slices {
 		s := &p.slices[i]
 		if s.Region.Offset != off || s.Region.ID != p.region.ID {
-			panic(fmt.Sprintf("pool: page %d slice %d at offset %d, want %d (P1)", p.index, i, s.Region.Offset, off))
+			panic(fmt.Sprintf("pool: page %d slice %d at offset %d, want %d (PL1)", p.index, i, s.Region.Offset, off))
 		}
 		if got := s.h.Location(); got != p.loc(i) {
-			panic(fmt.Sprintf("pool: page %d slice %d carries location %v, want %v (P3)", p.index, i, got, p.loc(i)))
+			panic(fmt.Sprintf("pool: page %d slice %d carries location %v, want %v (PL3)", p.index, i, got, p.loc(i)))
 		}
 		off += s.EffectiveSize()
 	}
 	if off-p.region.Offset != p.size() {
-		panic(fmt.Sprintf("pool: page %d slices sum to %d bytes, page holds %d (P2)", p.index, off-p.region.Offset, p.size()))
+		panic(fmt.Sprintf("pool: page %d slices sum to %d bytes, page holds %d (PL2)", p.index, off-p.region.Offset, p.size()))
 	}
 	if msg := p.checkMapped(); msg != "" {
 		panic(msg)
@@ -329,10 +314,10 @@ func (p *page) check() {
 			}
 		}
 		if firstFree < p.firstFree {
-			panic(fmt.Sprintf("pool: page %d unchanged but slice %d is free, below the first-free bound %d (P4)", p.index, firstFree, p.firstFree))
+			panic(fmt.Sprintf("pool: page %d unchanged but slice %d is free, below the first-free bound %d (PL4)", p.index, firstFree, p.firstFree))
 		}
 		if largest > p.maxFree || empty != p.empty {
-			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (P4)", p.index, largest, p.maxFree, empty, p.empty))
+			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (PL4)", p.index, largest, p.maxFree, empty, p.empty))
 		}
 	}
 }

@@ -69,7 +69,7 @@ type pageStep struct {
 }
 
 // runPageScript runs steps on one fresh page of size bytes (Host storage),
-// checking after every step the drawing, the tiling invariants P1–P3 and
+// checking after every step the drawing, the tiling invariants PL1–PL3 and
 // that every live allocation's location names its own slice.
 func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	t.Helper()
@@ -289,11 +289,11 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 		breakIt func(pg *page)
 		want    string
 	}{
-		"Gap":            {func(pg *page) { pg.slices[1].Region.Offset++ }, "(P1)"},
-		"ShortLastSlice": {func(pg *page) { pg.slices[len(pg.slices)-1].Region.Size-- }, "(P2)"},
+		"Gap":            {func(pg *page) { pg.slices[1].Region.Offset++ }, "(PL1)"},
+		"ShortLastSlice": {func(pg *page) { pg.slices[len(pg.slices)-1].Region.Size-- }, "(PL2)"},
 		"StaleLocation": {func(pg *page) {
 			pg.slices[1].h.Descriptor().SetLocation(pg.loc(0))
-		}, "(P3)"},
+		}, "(PL3)"},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -1,29 +1,3 @@
-// The persistent pool: exact fit, for weights and caches (SPEC §4.5).
-//
-// Data that is likely never freed (model weights, long-lived caches) gets
-// one storage allocation each, of exactly its effective size, so nothing is
-// wasted on slack and nothing fragments. Each allocation is a slot
-// (single.go, S1–S3) at (PersistentIndex, i, 0):
-//
-//   (R1) slots are dense, in allocation order; only an Explicit cleanup
-//        removes any, and it renumbers the survivors (S2).
-//   (R2) sizes maps an effective size (size + padding(size)) to the indices
-//        of the slots of exactly that size, in index order; every slot is in
-//        exactly one bucket, the one of its allocSize. Both TryReserve and
-//        Alloc key by effective size, so a freed slot is reused by any size
-//        with the same effective size (40 B at alignment 32 reuses a 64-byte
-//        slot) and by no other.
-//   (R3) reserved = Σ allocSize: freed slots stay reserved until an
-//        Explicit cleanup gives them back (taint cleared), renumbers the
-//        live ones, rebuilds the index and flushes the storage. Periodic
-//        cleanup does nothing: a training loop frees and re-reserves the
-//        same sizes every step, and giving them back each time would cost a
-//        device allocation per step.
-//   (R4) a guarded slot is never free (S3): never reused, never released.
-//
-// Costs: TryReserve scans one bucket (O(slots of that size)); Alloc is O(1)
-// amortised; an Explicit cleanup is O(slots) plus one map rebuild.
-
 package pool
 
 import (
@@ -36,13 +10,27 @@ import (
 // PersistentIndex is the pool index of the persistent pool.
 const PersistentIndex uint8 = 255
 
-// Persistent is the exact-fit pool for weights and caches (R1–R4).
+// Persistent is the exact-fit pool for weights and caches (SPEC §4.5;
+// PL21–PL24 in the package doc).
+//
+// Data that is likely never freed (model weights, long-lived caches) gets
+// one storage allocation each, of exactly its effective size, so nothing is
+// wasted on slack and nothing fragments. Each allocation is a slot
+// (PL8–PL10) at (PersistentIndex, i, 0). Because TryReserve and Alloc key by
+// effective size, a freed slot is reused by any size with the same
+// effective size (40 B at alignment 32 reuses a 64-byte slot) and by no
+// other. Periodic cleanup gives nothing back: a training loop frees and
+// re-reserves the same sizes every step, and giving them back each time
+// would cost a device allocation per step.
+//
+// Costs: TryReserve scans one bucket (O(slots of that size)); Alloc is O(1)
+// amortised; an Explicit cleanup is O(slots) plus one map rebuild.
 type Persistent struct {
 	maxAlloc  uint64
 	align     uint64
 	lim       Limits
 	slots     []*slot
-	sizes     map[uint64][]int // R2
+	sizes     map[uint64][]int // PL22
 	pagesPeak uint64
 	largest   uint64
 }
@@ -62,13 +50,13 @@ func NewPersistent(maxAlloc, align uint64, lim Limits) *Persistent {
 // Index implements Pool: always PersistentIndex.
 func (p *Persistent) Index() uint8 { return PersistentIndex }
 
-// Pages is the number of allocations held, free ones included (R3).
+// Pages is the number of allocations held, free ones included (PL23).
 func (p *Persistent) Pages() int { return len(p.slots) }
 
 // Accept implements Pool: size ≤ maxAlloc.
 func (p *Persistent) Accept(size uint64) bool { return size <= p.maxAlloc }
 
-// effective is size plus its padding: the key of R2.
+// effective is size plus its padding: the key of PL22.
 func (p *Persistent) effective(size uint64) uint64 {
 	return storage.SatAdd(size, storage.Padding(size, p.align))
 }
@@ -82,7 +70,7 @@ func (p *Persistent) HasSize(size uint64) bool {
 }
 
 // TryReserve implements Pool: the first free slot in the bucket of
-// size + padding(size) (R2), or nil.
+// size + padding(size) (PL22), or nil.
 func (p *Persistent) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
 	for _, i := range p.sizes[p.effective(size)] {
 		sl := p.slots[i]
@@ -120,7 +108,7 @@ func (p *Persistent) Alloc(st storage.Storage, size uint64) (*handle.Handle, err
 	return sl.s.h.Clone(), nil
 }
 
-// Cleanup implements Pool (R3): Periodic does nothing; Explicit gives back
+// Cleanup implements Pool (PL23): Periodic does nothing; Explicit gives back
 // every free slot (marks cleared in g), renumbers the live ones, rebuilds
 // the size index and flushes the storage.
 func (p *Persistent) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *handle.ErrorGraph) {
@@ -143,7 +131,7 @@ func (p *Persistent) Slice(loc handle.Location) *Slice {
 	return nil
 }
 
-// Guard implements Pool: an allocation guard on the slot at loc (R4).
+// Guard implements Pool: an allocation guard on the slot at loc (PL24).
 func (p *Persistent) Guard(loc handle.Location) (*PageGuard, bool) {
 	sl := slotAt(p.slots, PersistentIndex, loc)
 	if sl == nil {
@@ -152,7 +140,7 @@ func (p *Persistent) Guard(loc handle.Location) (*PageGuard, bool) {
 	return sl.guard(), true
 }
 
-// Usage sums every slot: reserved is Σ allocSize, free slots included (R3).
+// Usage sums every slot: reserved is Σ allocSize, free slots included (PL23).
 func (p *Persistent) Usage() Usage {
 	var u Usage
 	for _, sl := range p.slots {
@@ -172,27 +160,27 @@ func (p *Persistent) Report() Report {
 	}
 }
 
-// Check verifies S1, S2 and R2 and panics when one is broken. Tests and
+// Check verifies PL8, PL9 and PL22 and panics when one is broken. Tests and
 // invariant builds call it.
 func (p *Persistent) Check() {
 	indexed := 0
 	for size, idx := range p.sizes {
 		for k, i := range idx {
 			if i < 0 || i >= len(p.slots) || p.slots[i].allocSize != size || (k > 0 && idx[k-1] >= i) {
-				panic(fmt.Sprintf("pool: persistent bucket %d lists slot %d out of place (R2)", size, i))
+				panic(fmt.Sprintf("pool: persistent bucket %d lists slot %d out of place (PL22)", size, i))
 			}
 		}
 		indexed += len(idx)
 	}
 	if indexed != len(p.slots) {
-		panic(fmt.Sprintf("pool: persistent index lists %d slots, the pool holds %d (R2)", indexed, len(p.slots)))
+		panic(fmt.Sprintf("pool: persistent index lists %d slots, the pool holds %d (PL22)", indexed, len(p.slots)))
 	}
 	for i, sl := range p.slots {
 		if msg := checkSlot(sl, PersistentIndex, i); msg != "" {
 			panic(fmt.Sprintf("pool: persistent slot %d %s", i, msg))
 		}
 		if sl.s.EffectiveSize() != sl.allocSize {
-			panic(fmt.Sprintf("pool: persistent slot %d serves %d bytes of a %d-byte allocation (R2)", i, sl.s.EffectiveSize(), sl.allocSize))
+			panic(fmt.Sprintf("pool: persistent slot %d serves %d bytes of a %d-byte allocation (PL22)", i, sl.s.EffectiveSize(), sl.allocSize))
 		}
 	}
 }

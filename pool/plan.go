@@ -1,40 +1,3 @@
-// Relocation planning and commit in the arena. The protocol as a whole
-// (plan → copy → land → commit, and its invariants R1–R7) is described in
-// package relocation; this file holds the arena's two halves of it.
-//
-// Plan, in order:
-//  1. Analysis: outdated pools in growth order, pages in index order. A page
-//     enters the plan only if it is not guarded, holds a live slice, and no
-//     live slice on it is bound (a host mapping, a pending cross-stream use, a
-//     touched-page record): moving the rest would free nothing.
-//  2. Order: stable sort by live bytes ascending — cheapest first, so that
-//     when room runs out as many pages as possible are already emptied.
-//  3. All or nothing per page: if an allocation finds no target, the moves
-//     already planned for its page are abandoned and the next page is tried.
-//  4. A move reserves its target on the current pool only: held room first
-//     (first fit on unguarded pages), then, with MayAllocate room, a new page.
-//     On granular storage the target's granules are mapped first (P4); a
-//     refused mapping leaves the move without a target.
-//
-// Cost: the target search gives the answer TryReserve would give for each
-// move (first fit over the current pool's unguarded pages in index order,
-// each page coalesced) without rescanning what the plan already filled. It
-// coalesces each current page once, when first visited, and again only after
-// an abandoned page released targets on it; per page it keeps the index
-// before which every slice is live and an upper bound on the free room after
-// it; pages with no free slice left are skipped for the rest of the plan. A
-// plan of n moves onto pages filling front to back thus costs O(n + slices),
-// not O(n · slices). (An earlier design resumed from the last target
-// instead: it skipped holes before that target that a later, smaller
-// allocation fits, and room an abandoned page gave back stayed split, so a
-// Held plan could leave pages that fit.)
-//
-// Commit re-reads both locations (the plan's coalescing may have renumbered
-// slices), then hands the allocation's descriptor to the target slice: every
-// user handle and binding follows, unchanged. Cursor and failure marks move
-// with the bytes; the source slice becomes free with a fresh handle. Finally
-// Drain gives back the emptied pages.
-
 package pool
 
 import (
@@ -90,7 +53,36 @@ func (s *targetSearch) released(loc handle.Location) {
 // Plan chooses, for every movable outdated page, a target on the current
 // pool for each of its live allocations, and returns the moves. Nothing is
 // copied; the targets are reserved (non-free) until the relocation lands or
-// is abandoned. The result may be empty.
+// is abandoned. The result may be empty. Plan and Commit are the arena's two
+// halves of a relocation; the protocol as a whole (plan → copy → land →
+// commit) and its invariants are described in package relocation.
+//
+// Plan, in order:
+//  1. Analysis: outdated pools in growth order, pages in index order. A page
+//     enters the plan only if it is not guarded, holds a live slice, and no
+//     live slice on it is bound (a host mapping, a pending cross-stream use, a
+//     touched-page record): moving the rest would free nothing.
+//  2. Order: stable sort by live bytes ascending — cheapest first, so that
+//     when room runs out as many pages as possible are already emptied.
+//  3. All or nothing per page: if an allocation finds no target, the moves
+//     already planned for its page are abandoned and the next page is tried.
+//  4. A move reserves its target on the current pool only (PL26): held room
+//     first (first fit on unguarded pages), then, with MayAllocate room, a
+//     new page. On granular storage the target's granules are mapped first
+//     (PL6); a refused mapping leaves the move without a target.
+//
+// Cost: the target search gives the answer TryReserve would give for each
+// move (first fit over the current pool's unguarded pages in index order,
+// each page coalesced) without rescanning what the plan already filled. It
+// coalesces each current page once, when first visited, and again only after
+// an abandoned page released targets on it; per page it keeps the index
+// before which every slice is live and an upper bound on the free room after
+// it; pages with no free slice left are skipped for the rest of the plan. A
+// plan of n moves onto pages filling front to back thus costs O(n + slices),
+// not O(n · slices). (An earlier design resumed from the last target
+// instead: it skipped holes before that target that a later, smaller
+// allocation fits, and room an abandoned page gave back stayed split, so a
+// Held plan could leave pages that fit.)
 func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *relocation.Relocation {
 	var candidates []planPage
 	for _, slot := range a.outdated {
@@ -238,6 +230,11 @@ func (a *Arena) sliceAt(loc handle.Location) *Slice {
 // the allocation's handle (its descriptor now names the target, so every
 // owner follows), with the source's cursor and taint; the source slice
 // becomes free. Then Drain gives back the emptied pages, which it returns.
+//
+// Commit re-reads both locations from the moves' handles (the plan's
+// coalescing may have renumbered slices), so every user handle and binding
+// follows, unchanged; cursor and failure marks move with the bytes, and the
+// source slice becomes free with a fresh handle.
 //
 // A Landed that did not come from Relocation.Copy panics: committing moves
 // whose bytes never landed would lose them.

@@ -1,27 +1,3 @@
-// Single-allocation slots: what the exclusive, direct and persistent pools
-// share (SPEC §4.3–§4.5).
-//
-// In these pools a "page" is one storage allocation holding exactly one
-// slice, so a location is (pool, index, 0). A slot is that pair:
-//
-//   (S1) the slice's region is a window at the start of the slot's storage
-//        allocation: same ID, offset of the allocation, and an effective
-//        size (Region.Size + Padding) of at most allocSize. Exclusive pages
-//        may be larger than the window they serve; direct and persistent
-//        slots always fit exactly (effective size == allocSize).
-//   (S2) the slot at index i carries location (pool, i, 0): every
-//        renumbering rewrites its descriptor (setIndex), so held handles and
-//        bindings follow without keeping an index.
-//   (S3) a slot is free ⇔ its slice's handle is free (refs ≤ 1). An
-//        allocation guard holds a binding, so a guarded slot is never free:
-//        never handed out again and never released, whatever its allocation
-//        does. No pool keeps a separate "guarded" flag.
-//
-// Releasing a slot clears its taint from the error graph, drops its handle
-// (other owners' descriptors live on, pointed at by no slice) and gives the
-// storage allocation back. Costs: every operation on one slot is O(1);
-// scans and renumbering in the pools are O(slots).
-
 package pool
 
 import (
@@ -29,10 +5,18 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// slot is one storage allocation holding one slice.
+// slot is one storage allocation holding one slice: what the exclusive,
+// direct and persistent pools share (SPEC §4.3–§4.5). In these pools a
+// "page" is one storage allocation holding exactly one slice, so a location
+// is (pool, index, 0) (PL8–PL10 in the package doc).
+//
+// Releasing a slot clears its taint from the error graph, drops its handle
+// (other owners' descriptors live on, pointed at by no slice) and gives the
+// storage allocation back. Costs: every operation on one slot is O(1);
+// scans and renumbering in the pools are O(slots).
 type slot struct {
 	s         Slice
-	allocSize uint64 // bytes of the storage allocation (S1)
+	allocSize uint64 // bytes of the storage allocation (PL8)
 }
 
 // slotted lets the pools that extend slot share sweep and lookup.
@@ -57,19 +41,19 @@ func newSlot(st storage.Storage, allocSize, size, align uint64, pool uint8, inde
 	return sl, nil
 }
 
-// free reports whether only the pool refers to the slot's allocation (S3).
+// free reports whether only the pool refers to the slot's allocation (PL10).
 func (sl *slot) free() bool { return sl.s.h.IsFree() }
 
 // reserve sets the slice window to size with its padding and returns a clone
 // of the slice's handle. The caller has checked the slot is free and that
-// size plus padding fits allocSize (S1).
+// size plus padding fits allocSize (PL8).
 func (sl *slot) reserve(size, align uint64) *handle.Handle {
 	sl.s.Region.Size = size
 	sl.s.Padding = storage.Padding(size, align)
 	return sl.s.h.Clone()
 }
 
-// setIndex renumbers the slot, rewriting its descriptor (S2).
+// setIndex renumbers the slot, rewriting its descriptor (PL9).
 func (sl *slot) setIndex(pool uint8, index int) {
 	loc := handle.MustLocation(pool, index, 0)
 	if sl.s.h.Location() != loc {
@@ -87,7 +71,7 @@ func (sl *slot) release(st storage.Storage, g *handle.ErrorGraph) {
 }
 
 // guard returns an allocation guard: a binding of the slice, which keeps it
-// from being free (S3).
+// from being free (PL10).
 func (sl *slot) guard() *PageGuard { return newAllocationGuard(sl.s.h.Binding()) }
 
 // addUsage adds the slot to u: reserved is allocSize; a live slice adds one
@@ -113,7 +97,7 @@ func slotAt[T slotted](slots []T, pool uint8, loc handle.Location) *slot {
 }
 
 // sweep releases every slot for which drop reports true and renumbers the
-// survivors densely in order (S2). It returns the kept slots (reusing the
+// survivors densely in order (PL9). It returns the kept slots (reusing the
 // backing array) and the slots and bytes given back.
 func sweep[T slotted](slots []T, pool uint8, st storage.Storage, g *handle.ErrorGraph, drop func(T) bool) (kept []T, released int, bytes uint64) {
 	out := 0
@@ -133,14 +117,14 @@ func sweep[T slotted](slots []T, pool uint8, st storage.Storage, g *handle.Error
 	return slots[:out], released, bytes
 }
 
-// checkSlot verifies S1 and S2 for the slot at index i; it returns a
+// checkSlot verifies PL8 and PL9 for the slot at index i; it returns a
 // description of the first broken invariant, or "".
 func checkSlot(sl *slot, pool uint8, i int) string {
 	if got, want := sl.s.h.Location(), handle.MustLocation(pool, i, 0); got != want {
-		return "carries location " + got.String() + ", want " + want.String() + " (S2)"
+		return "carries location " + got.String() + ", want " + want.String() + " (PL9)"
 	}
 	if sl.s.EffectiveSize() > sl.allocSize {
-		return "slice window exceeds its allocation (S1)"
+		return "slice window exceeds its allocation (PL8)"
 	}
 	return ""
 }

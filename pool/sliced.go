@@ -135,8 +135,8 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 }
 
 // ReleaseEmpty coalesces every page and gives back each page that is empty
-// and not guarded; survivors are renumbered densely in order (their
-// descriptors are rewritten, so held handles follow). It returns the pages
+// and not guarded; survivors are renumbered densely in order (PL5), their
+// descriptors rewritten (PL3), so held handles follow. It returns the pages
 // and bytes given back.
 func (p *Sliced) ReleaseEmpty(st storage.Storage, g *handle.ErrorGraph) (pages int, bytes uint64) {
 	// Most calls release nothing (every Allow reservation drains the
@@ -186,7 +186,7 @@ func (p *Sliced) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *hand
 }
 
 // UnmapFree unmaps, on every unguarded page, the granules no live slice
-// touches (P5), and returns the bytes of pages they covered. Nothing
+// touches (PL7), and returns the bytes of pages they covered. Nothing
 // changes on storage that backs pages whole. Call it only where pages may
 // change: never while a stream records.
 func (p *Sliced) UnmapFree(st storage.Storage) uint64 {
@@ -250,12 +250,12 @@ func (p *Sliced) guardedPages() int {
 	return n
 }
 
-// Check verifies every page's invariants (P1–P3) and panics when one is
-// broken. Tests and invariant builds call it.
+// Check verifies PL5 and every page's invariants (PL1–PL4, PL6) and panics
+// when one is broken. Tests and invariant builds call it.
 func (p *Sliced) Check() {
 	for i, pg := range p.pages {
 		if pg.index != i {
-			panic(fmt.Sprintf("pool: pool %d page at position %d carries index %d", p.index, i, pg.index))
+			panic(fmt.Sprintf("pool: pool %d page at position %d carries index %d (PL5)", p.index, i, pg.index))
 		}
 		pg.check()
 	}

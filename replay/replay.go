@@ -1,7 +1,8 @@
-// The replay engine: a trace's events applied, in order, to a gpumem device.
+// The replay's rules: a trace's events applied, in order, to a gpumem
+// device.
 //
 // Streams are created on demand (trace stream i is the device's i-th
-// stream; a stream number outside [0, MaxStreams) stops the replay); IDs
+// stream; a stream number outside [0, trace.MaxStreams) stops the replay); IDs
 // map to buffers; a failed allocation is counted and the replay goes on
 // (its later free is ignored); an alloc of an ID still live frees it first
 // (an implied free, counted); capture phases the device refuses are
@@ -12,7 +13,7 @@
 // storage nothing is copied and ops run inline, so a replay costs the
 // bookkeeping alone.
 
-package trace
+package replay
 
 import (
 	"context"
@@ -24,14 +25,17 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/trace"
 )
 
-// ErrReplay wraps an error that stopped a replay (not a failed allocation,
-// which is counted): a device error, a cancelled context.
-var ErrReplay = errors.New("trace: replay stopped")
+// ErrStopped wraps an error that stopped a replay (not a failed allocation,
+// which is counted): a device error, a cancelled context, an event the
+// replay refuses (wrapping trace.ErrInvalidEvent).
+var ErrStopped = errors.New("replay: stopped")
 
-// ReplayOptions tunes Replay.
-type ReplayOptions struct {
+// Options tunes Run.
+type Options struct {
 	// Total is the number of events, when known, for Progress.
 	Total int
 	// Progress, when set, is called every ProgressEvery events (default
@@ -52,8 +56,8 @@ type Point struct {
 	Device uint64 `json:"device_bytes"`
 }
 
-// ReplayReport is what a replay measured (SPEC §13.4).
-type ReplayReport struct {
+// Report is what a replay measured (SPEC §13.4).
+type Report struct {
 	Backend      string         `json:"backend"`
 	Events       int            `json:"events"`
 	EventsByOp   map[string]int `json:"events_by_op"`
@@ -116,13 +120,14 @@ type replayer struct {
 	graphs   map[int]*gpumem.Graph
 	capOwner map[int]int // graph → stream
 	live     uint64
-	rep      *ReplayReport
+	rep      *Report
 }
 
-// Replay applies events to dev in order and reports what it measured. It
+// Run applies events to dev in order and reports what it measured. It
 // stops early only on a cancelled context, a device error it cannot count
-// (ErrReplay), or with FailFast at the first failed allocation.
-func Replay(ctx context.Context, dev *gpumem.Device, events iter.Seq[Event], opts ReplayOptions) (*ReplayReport, error) {
+// or an event it refuses (ErrStopped), or with FailFast at the first failed
+// allocation.
+func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], opts Options) (*Report, error) {
 	start := time.Now()
 	r := &replayer{
 		dev:      dev,
@@ -132,7 +137,7 @@ func Replay(ctx context.Context, dev *gpumem.Device, events iter.Seq[Event], opt
 		tokens:   make(map[int]*gpumem.CaptureToken),
 		graphs:   make(map[int]*gpumem.Graph),
 		capOwner: make(map[int]int),
-		rep: &ReplayReport{
+		rep: &Report{
 			Backend:            dev.Backend().Name(),
 			EventsByOp:         make(map[string]int),
 			FailedAllocsByKind: make(map[string]int),
@@ -180,15 +185,15 @@ func Replay(ctx context.Context, dev *gpumem.Device, events iter.Seq[Event], opt
 	}
 	r.finish(start)
 	if err != nil {
-		return rep, fmt.Errorf("%w at event %d: %w", ErrReplay, i, err)
+		return rep, fmt.Errorf("%w at event %d: %w", ErrStopped, i, err)
 	}
 	return rep, nil
 }
 
 // stream returns trace stream n, creating device streams up to it.
 func (r *replayer) stream(n int) (*gpumem.Stream, error) {
-	if n < 0 || n >= MaxStreams {
-		return nil, fmt.Errorf("%w: stream %d outside [0, %d) (MaxStreams)", ErrInvalidEvent, n, MaxStreams)
+	if n < 0 || n >= trace.MaxStreams {
+		return nil, fmt.Errorf("%w: stream %d outside [0, %d) (MaxStreams)", trace.ErrInvalidEvent, n, trace.MaxStreams)
 	}
 	for len(r.streams) <= n {
 		s, err := r.dev.NewStream()
@@ -200,17 +205,17 @@ func (r *replayer) stream(n int) (*gpumem.Stream, error) {
 	return r.streams[n], nil
 }
 
-func (r *replayer) apply(ctx context.Context, i int, e Event) error {
+func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 	rep := r.rep
 	rep.EventsByOp[e.Op.String()]++
 	switch e.Op {
-	case OpAlloc:
+	case trace.OpAlloc:
 		s, err := r.stream(e.Stream)
 		if err != nil {
 			return err
 		}
-		if e.Size > MaxSize {
-			return fmt.Errorf("%w: alloc size %d exceeds %d", ErrInvalidEvent, e.Size, MaxSize)
+		if e.Size > trace.MaxSize {
+			return fmt.Errorf("%w: alloc size %d exceeds %d", trace.ErrInvalidEvent, e.Size, trace.MaxSize)
 		}
 		if old, ok := r.buffers[e.ID]; ok {
 			// An ID reused while live: the trace implies a free.
@@ -220,7 +225,7 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 			_ = old.Free()
 		}
 		if r.live > 1<<63-e.Size {
-			return fmt.Errorf("%w: live bytes would exceed 2^63", ErrInvalidEvent)
+			return fmt.Errorf("%w: live bytes would exceed 2^63", trace.ErrInvalidEvent)
 		}
 		b, err := s.Alloc(ctx, e.Size)
 		if err != nil {
@@ -228,7 +233,7 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 				return err
 			}
 			rep.FailedAllocs++
-			rep.FailedAllocsByKind[failureKind(err)]++
+			rep.FailedAllocsByKind[gpumem.FailureKind(err)]++
 			if rep.FirstFailure < 0 {
 				rep.FirstFailure = i
 				rep.FirstFailureError = err.Error()
@@ -238,7 +243,7 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 		rep.Allocs++
 		r.buffers[e.ID] = b
 		r.live += e.Size
-	case OpFree:
+	case trace.OpFree:
 		b, ok := r.buffers[e.ID]
 		if !ok {
 			rep.IgnoredFrees++
@@ -248,7 +253,7 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 		r.live -= b.Size()
 		rep.Frees++
 		return b.Free()
-	case OpCleanup:
+	case trace.OpCleanup:
 		s, err := r.stream(e.Stream)
 		if err != nil {
 			return err
@@ -257,12 +262,12 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 		if err := s.Cleanup(ctx); err != nil && !errors.Is(err, gpumem.ErrRecording) {
 			return err
 		}
-	case OpWindow:
+	case trace.OpWindow:
 		s, err := r.stream(e.Stream)
 		if err != nil {
 			return err
 		}
-		if e.Mode == ModeAuto {
+		if e.Mode == trace.ModeAuto {
 			ws := r.windows[e.Stream]
 			if len(ws) == 0 {
 				rep.Skipped++
@@ -277,7 +282,7 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 			return err
 		}
 		r.windows[e.Stream] = append(r.windows[e.Stream], s.Window(mode))
-	case OpCapture:
+	case trace.OpCapture:
 		return r.capture(ctx, e)
 	default:
 		rep.Skipped++
@@ -288,23 +293,23 @@ func (r *replayer) apply(ctx context.Context, i int, e Event) error {
 // capture applies a capture phase. Capture errors (out-of-order phases,
 // doomed recordings, a close the device refuses) are counted in
 // CaptureErrors, never fatal; only a closed device stops the replay.
-func (r *replayer) capture(ctx context.Context, e Event) error {
+func (r *replayer) capture(ctx context.Context, e trace.Event) error {
 	s, err := r.stream(e.Stream)
 	if err != nil {
 		return err
 	}
 	switch e.Phase {
-	case PhasePrepare:
+	case trace.PhasePrepare:
 		var tok *gpumem.CaptureToken
 		if tok, err = s.PrepareCapture(); err == nil {
 			r.tokens[e.Graph] = tok
 			r.capOwner[e.Graph] = e.Stream
 		}
-	case PhaseBegin:
+	case trace.PhaseBegin:
 		if tok, ok := r.tokens[e.Graph]; ok {
 			err = r.streams[r.capOwner[e.Graph]].BeginCapture(tok)
 		}
-	case PhaseEnd:
+	case trace.PhaseEnd:
 		if tok, ok := r.tokens[e.Graph]; ok {
 			delete(r.tokens, e.Graph)
 			var g *gpumem.Graph
@@ -312,11 +317,11 @@ func (r *replayer) capture(ctx context.Context, e Event) error {
 				r.graphs[e.Graph] = g
 			}
 		}
-	case PhaseLaunch:
+	case trace.PhaseLaunch:
 		if g, ok := r.graphs[e.Graph]; ok {
 			err = g.Launch(ctx)
 		}
-	case PhaseClose:
+	case trace.PhaseClose:
 		if g, ok := r.graphs[e.Graph]; ok {
 			// A refused close leaves the graph open: a later close may
 			// succeed.
@@ -350,7 +355,7 @@ func (r *replayer) finish(start time.Time) {
 	rep.RelocationsByReason = make(map[string]uint64)
 	for reason, n := range st.Relocation.Runs {
 		if n > 0 {
-			rep.RelocationsByReason[relocationReason(reason)] = n
+			rep.RelocationsByReason[relocation.Reason(reason).String()] = n
 		}
 	}
 	rep.Moves = st.Relocation.Moves

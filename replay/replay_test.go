@@ -1,4 +1,4 @@
-package trace
+package replay
 
 import (
 	"context"
@@ -10,7 +10,10 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/trace"
 )
+
+const MiB = 1 << 20
 
 func simDevice(t *testing.T) *gpumem.Device {
 	t.Helper()
@@ -22,37 +25,37 @@ func simDevice(t *testing.T) *gpumem.Device {
 	return dev
 }
 
-func replayEvents(t *testing.T, events []Event) (*ReplayReport, error) {
+func replayEvents(t *testing.T, events []trace.Event) (*Report, error) {
 	t.Helper()
-	return Replay(context.Background(), simDevice(t), slices.Values(events), ReplayOptions{})
+	return Run(context.Background(), simDevice(t), slices.Values(events), Options{})
 }
 
-// A stream number beyond MaxStreams (or negative) stops the replay with an
-// error naming the event, instead of creating streams until memory runs out
-// (or indexing out of range).
+// A stream number beyond trace.MaxStreams (or negative) stops the replay
+// with an error naming the event, instead of creating streams until memory
+// runs out (or indexing out of range).
 func TestReplayRefusesStreamsBeyondMaxStreams(t *testing.T) {
-	for _, stream := range []int{MaxStreams, 1_000_000_000, -1} {
-		for _, e := range []Event{
-			{Op: OpAlloc, T: 1, ID: 2, Size: 512, Stream: stream},
-			{Op: OpCleanup, T: 1, Stream: stream},
-			{Op: OpWindow, T: 1, Stream: stream, Mode: ModePersistent},
-			{Op: OpCapture, T: 1, Stream: stream, Phase: PhasePrepare},
+	for _, stream := range []int{trace.MaxStreams, 1_000_000_000, -1} {
+		for _, e := range []trace.Event{
+			{Op: trace.OpAlloc, T: 1, ID: 2, Size: 512, Stream: stream},
+			{Op: trace.OpCleanup, T: 1, Stream: stream},
+			{Op: trace.OpWindow, T: 1, Stream: stream, Mode: trace.ModePersistent},
+			{Op: trace.OpCapture, T: 1, Stream: stream, Phase: trace.PhasePrepare},
 		} {
-			events := []Event{{Op: OpAlloc, T: 0, ID: 1, Size: 512}, e}
+			events := []trace.Event{{Op: trace.OpAlloc, T: 0, ID: 1, Size: 512}, e}
 			_, err := replayEvents(t, events)
-			if !errors.Is(err, ErrReplay) || !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "event 1") {
-				t.Errorf("%s on stream %d: %v, want ErrReplay/ErrInvalidEvent naming event 1", e.Op, stream, err)
+			if !errors.Is(err, ErrStopped) || !errors.Is(err, trace.ErrInvalidEvent) || !strings.Contains(err.Error(), "event 1") {
+				t.Errorf("%s on stream %d: %v, want ErrStopped/trace.ErrInvalidEvent naming event 1", e.Op, stream, err)
 			}
-			if err := e.Validate(); !errors.Is(err, ErrInvalidEvent) {
+			if err := e.Validate(); !errors.Is(err, trace.ErrInvalidEvent) {
 				t.Errorf("Validate(%s on stream %d) = %v", e.Op, stream, err)
 			}
 		}
 	}
-	last := Event{Op: OpAlloc, ID: 1, Size: 512, Stream: MaxStreams - 1}
+	last := trace.Event{Op: trace.OpAlloc, ID: 1, Size: 512, Stream: trace.MaxStreams - 1}
 	if err := last.Validate(); err != nil {
 		t.Fatalf("stream MaxStreams-1 refused: %v", err)
 	}
-	if _, err := replayEvents(t, []Event{last}); err != nil {
+	if _, err := replayEvents(t, []trace.Event{last}); err != nil {
 		t.Fatalf("stream MaxStreams-1: %v", err)
 	}
 }
@@ -60,9 +63,9 @@ func TestReplayRefusesStreamsBeyondMaxStreams(t *testing.T) {
 // Live bytes that would pass 2^63 stop the replay naming the event, rather
 // than wrapping the live counter.
 func TestReplayRefusesLiveBytesBeyond2To63(t *testing.T) {
-	var events []Event
+	var events []trace.Event
 	for i := range 5 {
-		events = append(events, Event{Op: OpAlloc, T: int64(i), ID: uint64(i + 1), Size: MaxSize - 2*MiB})
+		events = append(events, trace.Event{Op: trace.OpAlloc, T: int64(i), ID: uint64(i + 1), Size: trace.MaxSize - 2*MiB})
 	}
 	// Pages large enough that Sim grants every one of them.
 	dev, err := gpumem.Open(gpumem.WithSim(), gpumem.WithProperties(memory.Properties{MaxPageSize: 1 << 63, Alignment: storage.DefaultAlignment}))
@@ -70,15 +73,15 @@ func TestReplayRefusesLiveBytesBeyond2To63(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	rep, err := Replay(context.Background(), dev, slices.Values(events), ReplayOptions{})
-	if !errors.Is(err, ErrReplay) || !strings.Contains(err.Error(), "event 2") || !strings.Contains(err.Error(), "2^63") {
+	rep, err := Run(context.Background(), dev, slices.Values(events), Options{})
+	if !errors.Is(err, ErrStopped) || !strings.Contains(err.Error(), "event 2") || !strings.Contains(err.Error(), "2^63") {
 		t.Fatalf("got %v, want an error naming event 2", err)
 	}
-	if rep.Allocs != 2 || rep.PeakLive != 2*(MaxSize-2*MiB) {
+	if rep.Allocs != 2 || rep.PeakLive != 2*(trace.MaxSize-2*MiB) {
 		t.Fatalf("replay report %+v", rep)
 	}
-	bad := []Event{{Op: OpAlloc, ID: 1, Size: MaxSize + 1}}
-	if _, err := replayEvents(t, bad); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "event 0") {
+	bad := []trace.Event{{Op: trace.OpAlloc, ID: 1, Size: trace.MaxSize + 1}}
+	if _, err := replayEvents(t, bad); !errors.Is(err, trace.ErrInvalidEvent) || !strings.Contains(err.Error(), "event 0") {
 		t.Fatalf("alloc above MaxSize: %v", err)
 	}
 }
@@ -86,19 +89,19 @@ func TestReplayRefusesLiveBytesBeyond2To63(t *testing.T) {
 // Closing a graph while another graph records on the stream is refused by
 // the device: counted in CaptureErrors, and the replay goes on to the end.
 func TestReplayCountsRefusedCaptureCloseAndGoesOn(t *testing.T) {
-	events := []Event{
-		{Op: OpAlloc, T: 0, ID: 1, Size: MiB},
-		{Op: OpCapture, T: 1, Phase: PhasePrepare, Graph: 0},
-		{Op: OpCapture, T: 2, Phase: PhaseBegin, Graph: 0},
-		{Op: OpAlloc, T: 3, ID: 2, Size: MiB},
-		{Op: OpCapture, T: 4, Phase: PhaseEnd, Graph: 0},
-		{Op: OpCapture, T: 5, Phase: PhasePrepare, Graph: 1},
-		{Op: OpCapture, T: 6, Phase: PhaseBegin, Graph: 1},
-		{Op: OpCapture, T: 7, Phase: PhaseClose, Graph: 0}, // refused: graph 1 records
-		{Op: OpCapture, T: 8, Phase: PhaseEnd, Graph: 1},   // refused: the refusal doomed it
-		{Op: OpCapture, T: 9, Phase: PhaseClose, Graph: 0}, // now it closes
-		{Op: OpCapture, T: 10, Phase: PhaseClose, Graph: 1},
-		{Op: OpFree, T: 11, ID: 1},
+	events := []trace.Event{
+		{Op: trace.OpAlloc, T: 0, ID: 1, Size: MiB},
+		{Op: trace.OpCapture, T: 1, Phase: trace.PhasePrepare, Graph: 0},
+		{Op: trace.OpCapture, T: 2, Phase: trace.PhaseBegin, Graph: 0},
+		{Op: trace.OpAlloc, T: 3, ID: 2, Size: MiB},
+		{Op: trace.OpCapture, T: 4, Phase: trace.PhaseEnd, Graph: 0},
+		{Op: trace.OpCapture, T: 5, Phase: trace.PhasePrepare, Graph: 1},
+		{Op: trace.OpCapture, T: 6, Phase: trace.PhaseBegin, Graph: 1},
+		{Op: trace.OpCapture, T: 7, Phase: trace.PhaseClose, Graph: 0}, // refused: graph 1 records
+		{Op: trace.OpCapture, T: 8, Phase: trace.PhaseEnd, Graph: 1},   // refused: the refusal doomed it
+		{Op: trace.OpCapture, T: 9, Phase: trace.PhaseClose, Graph: 0}, // now it closes
+		{Op: trace.OpCapture, T: 10, Phase: trace.PhaseClose, Graph: 1},
+		{Op: trace.OpFree, T: 11, ID: 1},
 	}
 	rep, err := replayEvents(t, events)
 	if err != nil {
@@ -111,10 +114,10 @@ func TestReplayCountsRefusedCaptureCloseAndGoesOn(t *testing.T) {
 
 // An alloc of an ID still live frees it first and is counted.
 func TestReplayCountsImpliedFrees(t *testing.T) {
-	events := []Event{
-		{Op: OpAlloc, T: 0, ID: 1, Size: 4 * MiB},
-		{Op: OpAlloc, T: 1, ID: 1, Size: 2 * MiB},
-		{Op: OpFree, T: 2, ID: 1},
+	events := []trace.Event{
+		{Op: trace.OpAlloc, T: 0, ID: 1, Size: 4 * MiB},
+		{Op: trace.OpAlloc, T: 1, ID: 1, Size: 2 * MiB},
+		{Op: trace.OpFree, T: 2, ID: 1},
 	}
 	rep, err := replayEvents(t, events)
 	if err != nil {

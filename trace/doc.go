@@ -1,6 +1,8 @@
 // Package trace owns gpumem's trace formats: the native event model and its
 // JSONL codec, the PyTorch memory-snapshot reader and the synthetic
-// workloads (SPEC §13).
+// workloads (SPEC §13). It holds events, codecs and readers only: replaying
+// a trace on a device is package replay's job, comparing policies package
+// trace/compare's.
 //
 // # Owns
 //
@@ -14,7 +16,7 @@
 // are in snapshot.go's header); [Synth], the deterministic synthetic
 // workloads (SPEC §13.3) listed by [Workloads]; and [Default], a small
 // embedded trace. The sub-package trace/torch models PyTorch's caching
-// allocator for comparison.
+// allocator for comparison; like trace, it imports no device package.
 //
 // # Invariants
 //
@@ -35,8 +37,9 @@
 // # Does not know
 //
 // Devices, streams, pools or placement: events carry logical IDs, not
-// addresses, and replaying them against a gpumem.Device is the replay
-// engine's job (SPEC §13.4). It does not import cuda or the root package.
+// addresses, and replaying them against a gpumem.Device is package
+// replay's job (SPEC §13.4). It imports no device package: not the root
+// package, cuda, storage, handle, relocation, pool, memory or stream.
 //
 // # Concurrency
 //

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )
@@ -35,7 +36,7 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	}
 	src := compare.Source{Name: filepath.Base(path), Events: snap.Events, Recorded: snap.PeakReserved, Warnings: map[string]int{}}
 	for _, p := range snap.Reserved {
-		src.RecordedTimeline = append(src.RecordedTimeline, trace.Point{Event: p.Event, Device: p.Bytes})
+		src.RecordedTimeline = append(src.RecordedTimeline, replay.Point{Event: p.Event, Device: p.Bytes})
 	}
 	c := snap.Counts
 	for k, v := range map[string]int{

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 
+	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 )
@@ -15,7 +16,7 @@ const refineProbes = 64
 
 type capacityResult struct {
 	capacity uint64
-	rep      *trace.ReplayReport
+	rep      *replay.Report
 }
 
 // minCapacity searches whole MiB for the smallest capacity at which the

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/torch"
@@ -48,7 +49,7 @@ type Source struct {
 	// only; 0 = unknown).
 	Recorded uint64
 	// RecordedTimeline is PyTorch's reserved bytes after given events.
-	RecordedTimeline []trace.Point
+	RecordedTimeline []replay.Point
 	// Warnings are counted oddities of the input (ignored frees, …).
 	Warnings map[string]int
 }
@@ -103,20 +104,20 @@ func (o Options) device() deviceOptions {
 // up to 2^60 bytes ran clean. CapacityProbes counts the replays the search
 // ran.
 type PolicyResult struct {
-	Name              string              `json:"name"`
-	PeakReserved      uint64              `json:"peak_reserved_bytes"`
-	ReservedOverLive  float64             `json:"reserved_over_peak_live"`
-	MinCapacity       uint64              `json:"min_capacity_bytes"`
-	MinCapacityOver   float64             `json:"min_capacity_over_peak_live"`
-	CapacityProbes    int                 `json:"capacity_probes"`
-	Relocations       uint64              `json:"relocations"`
-	BytesMoved        uint64              `json:"bytes_moved"`
-	CopySeconds       float64             `json:"copy_seconds"`
-	ReplaySeconds     float64             `json:"replay_seconds"`
-	FailedAllocs      int                 `json:"failed_allocs"`
-	MinCapacityReport *trace.ReplayReport `json:"at_min_capacity,omitempty"`
-	Report            *trace.ReplayReport `json:"replay,omitempty"`
-	Timeline          []trace.Point       `json:"-"`
+	Name              string         `json:"name"`
+	PeakReserved      uint64         `json:"peak_reserved_bytes"`
+	ReservedOverLive  float64        `json:"reserved_over_peak_live"`
+	MinCapacity       uint64         `json:"min_capacity_bytes"`
+	MinCapacityOver   float64        `json:"min_capacity_over_peak_live"`
+	CapacityProbes    int            `json:"capacity_probes"`
+	Relocations       uint64         `json:"relocations"`
+	BytesMoved        uint64         `json:"bytes_moved"`
+	CopySeconds       float64        `json:"copy_seconds"`
+	ReplaySeconds     float64        `json:"replay_seconds"`
+	FailedAllocs      int            `json:"failed_allocs"`
+	MinCapacityReport *replay.Report `json:"at_min_capacity,omitempty"`
+	Report            *replay.Report `json:"replay,omitempty"`
+	Timeline          []replay.Point `json:"-"`
 }
 
 // Comparison is Run's result.
@@ -129,7 +130,7 @@ type Comparison struct {
 	MaxPage   uint64         `json:"max_page_bytes"`
 	Warnings  map[string]int `json:"warnings,omitempty"`
 	Policies  []PolicyResult `json:"policies"`
-	Recording []trace.Point  `json:"-"`
+	Recording []replay.Point `json:"-"`
 }
 
 // Run replays src under each policy.
@@ -259,7 +260,7 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 
 // replayOnce replays events under a policy at capacity and returns the
 // figures that matter for the search and the report.
-func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*trace.ReplayReport, error) {
+func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
 	if name == Torch {
 		return replayTorch(events, capacity, timeline)
 	}
@@ -268,20 +269,20 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		return nil, err
 	}
 	defer dev.Close()
-	return trace.Replay(ctx, dev, slices.Values(events), trace.ReplayOptions{
+	return replay.Run(ctx, dev, slices.Values(events), replay.Options{
 		Total: len(events), FailFast: failFast, Timeline: timeline, Progress: progress,
 	})
 }
 
 // replayTorch runs the PyTorch caching-allocator model and reports it in
 // the replay's terms.
-func replayTorch(events []trace.Event, capacity uint64, timeline int) (*trace.ReplayReport, error) {
+func replayTorch(events []trace.Event, capacity uint64, timeline int) (*replay.Report, error) {
 	start := time.Now()
 	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity})
 	if err != nil {
 		return nil, err
 	}
-	rep := &trace.ReplayReport{
+	rep := &replay.Report{
 		Backend:      "torch-model",
 		Events:       res.Events,
 		Allocs:       res.Allocs,
@@ -308,11 +309,11 @@ func replayTorch(events []trace.Event, capacity uint64, timeline int) (*trace.Re
 
 // torchTimeline rebuilds live and reserved bytes per event from the model's
 // segment events.
-func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) []trace.Point {
+func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) []replay.Point {
 	stride := max(1, len(events)/points)
 	live := make(map[uint64]uint64)
 	var cur, reserved uint64
-	var out []trace.Point
+	var out []replay.Point
 	j := 0
 	for i, e := range events {
 		switch e.Op {
@@ -337,7 +338,7 @@ func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) 
 			j++
 		}
 		if i%stride == 0 {
-			out = append(out, trace.Point{Event: i, Live: cur, Device: reserved})
+			out = append(out, replay.Point{Event: i, Live: cur, Device: reserved})
 		}
 	}
 	return out

@@ -21,8 +21,9 @@
 //
 // # Does not know
 //
-// How events are read (package trace) or how PyTorch's allocator places
-// blocks (package trace/torch); the CLI chooses inputs and outputs.
+// How events are read (package trace), how they are applied to a device
+// (package replay) or how PyTorch's allocator places blocks (package
+// trace/torch); the CLI chooses inputs and outputs.
 //
 // # Concurrency
 //

@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/gpumem/gpumem/pool"
-	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/replay"
 )
 
 // WriteText writes the comparison as a table.
@@ -115,7 +115,7 @@ type chart struct {
 	W, H           int
 }
 
-func newChart(name string, pts, recorded []trace.Point, events int) chart {
+func newChart(name string, pts, recorded []replay.Point, events int) chart {
 	const w, h = 900, 220
 	var top uint64 = 1
 	for _, p := range pts {
@@ -125,7 +125,7 @@ func newChart(name string, pts, recorded []trace.Point, events int) chart {
 		top = max(top, p.Device)
 	}
 	n := max(events, 1)
-	poly := func(pts []trace.Point, val func(trace.Point) uint64) string {
+	poly := func(pts []replay.Point, val func(replay.Point) uint64) string {
 		var b strings.Builder
 		for _, p := range pts {
 			x := float64(p.Event) / float64(n) * w
@@ -136,9 +136,9 @@ func newChart(name string, pts, recorded []trace.Point, events int) chart {
 	}
 	return chart{
 		Name:     name,
-		Live:     poly(pts, func(p trace.Point) uint64 { return p.Live }),
-		Reserved: poly(pts, func(p trace.Point) uint64 { return p.Device }),
-		Recorded: poly(recorded, func(p trace.Point) uint64 { return p.Device }),
+		Live:     poly(pts, func(p replay.Point) uint64 { return p.Live }),
+		Reserved: poly(pts, func(p replay.Point) uint64 { return p.Device }),
+		Recorded: poly(recorded, func(p replay.Point) uint64 { return p.Device }),
 		Max:      pool.Bytes(top).String(),
 		W:        w, H: h,
 	}

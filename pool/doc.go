@@ -1,0 +1,211 @@
+// Package pool places allocations on storage: it carves storage allocations
+// into slices, keeps them in pools of different placement policies, and
+// grows the adaptive memory's arena of page sizes, planning and committing
+// the moves that empty the pages the arena outgrew.
+//
+// # Pages, slices and locations
+//
+// A page is one storage allocation (a [storage.Region]) carved into slices.
+// A [Slice] is a window of its page (offset and requested size) followed by
+// alignment padding; the two together are its effective size. A slice holds
+// the handle of the allocation on it, whose descriptor carries the slice's
+// location (pool, page, slice). Every owner of an allocation shares that
+// descriptor, so when a pool renumbers pages or slices, or [Arena.Commit]
+// moves an allocation, it rewrites the one descriptor and every owner
+// follows. A pool has no free call: a slice is free when only the pool
+// refers to it ([handle.Handle.IsFree]), and pools find free slices by
+// looking.
+//
+// Every pool implements [Pool]: Accept says whether it serves a size,
+// TryReserve serves from room it already holds, Alloc adds storage and
+// reserves on it, Cleanup gives back what its policy lets go, Guard freezes
+// a page or an allocation ([PageGuard]), Slice and Report look. A
+// reservation returns a clone of the slice's handle; the caller binds its
+// buffer to the slice ([Slice.Rebind]) and releases the clone.
+//
+// # The pools
+//
+//   - [Sliced]: pages of one size carved into slices, first fit on effective
+//     size. A page keeps hints (a free signal raised by every release that
+//     leaves a slice free, an upper bound on its largest free slice, the
+//     first index that may be free) so that reservations and cleanups skip
+//     pages on which nothing was freed without touching their slices.
+//   - [Exclusive]: one allocation per page, pages sized by a decaying average
+//     of the sizes asked and aged out when unused.
+//   - [Direct]: one storage allocation of exactly the effective size asked per
+//     buffer,
+//     in a list whose indices never change ([DedicatedIndex]).
+//   - [Persistent]: exact fit for data that is likely never freed, indexed by
+//     effective size, given back only by an Explicit cleanup
+//     ([PersistentIndex]).
+//
+// Exclusive, Direct and Persistent share the slot: a "page" that is one
+// storage allocation holding exactly one slice, at location (pool, i, 0).
+//
+// # The arena
+//
+// [Arena] holds up to [ArenaSlots] sliced pools, one per page size ([PageSizing]
+// bounds them, [PageSizing.Fit] decides). One is current and serves every
+// reservation. A size that does not fit the current page size grows the
+// arena: a pool of bigger pages takes the lowest empty slot and becomes
+// current, and the previous one becomes outdated. An outdated pool serves
+// nothing; [Arena.Drain] gives its pages back once they are empty and
+// unguarded and drops the pool when it holds none. A long-lived allocation
+// can pin an outdated page indefinitely, so the arena also holds the pool
+// side of a relocation: [Arena.Plan] reserves, on the current pool, a target
+// for every live allocation of the outdated pages it can empty, and
+// [Arena.Commit] re-points each allocation at its target once its bytes
+// landed, then drains. Package relocation owns the protocol between the two
+// (copy, land, abandon, leak) and when to run it.
+//
+// # Page guards and granule mapping
+//
+// A [PageGuard] freezes one sliced page, or one allocation of the other
+// pools: nothing new is carved from it, it is never released or unmapped,
+// and Plan neither moves it nor carves targets on it. On granular storage ([storage.Granular] with a
+// granule > 0) a sliced page is a reservation of address space whose
+// granules are mapped on demand: a reservation maps the granules its slice
+// covers before it returns, and [Sliced.UnmapFree], which an Explicit
+// cleanup runs, unmaps the ones no live slice touches.
+//
+// # Owns
+//
+// [Pool], [Slice], the pools [Sliced], [Exclusive], [Direct] and
+// [Persistent], the [Arena] with [PageSizing], [FitKind], Plan and Commit,
+// [PageGuard], granule mapping of sliced pages, [Limits], [CleanupKind],
+// [Usage], [Report], [Kind] and its five implementations, [Bytes], and the
+// errors
+// [ErrBufferTooBig] and [ErrPageSizesExhausted].
+//
+// # Invariants
+//
+// Pages (page.go) and sliced pools (sliced.go):
+//
+//   - (PL1) A page's slices are contiguous, in offset order: slice i+1 starts
+//     where slice i's effective size ends, the first at the page's offset.
+//   - (PL2) The effective sizes (requested size + padding) of a page's slices
+//     sum to the page size. Fit compares effective sizes, so reusing a slice
+//     with a split keeps the sum exact.
+//   - (PL3) The slice at index i of page p carries location (pool, p, i):
+//     every index change (split, coalesce, page renumbering) rewrites the
+//     descriptors of the slices it moves.
+//   - (PL4) While a page's changed signal is down, no slice of it became free
+//     since its last scan: maxFree bounds its largest free slice from above,
+//     no slice below firstFree is free, and empty is exact. Every allocation
+//     on the page raises the signal when a release leaves it free, and so
+//     does releasing a page guard.
+//   - (PL5) The page at position i of a sliced pool carries index i:
+//     releasing pages renumbers the survivors densely, in order (PL3).
+//
+// Granules of sliced pages on granular storage (granules.go):
+//
+//   - (PL6) A slice that is not free lies on mapped granules: every granule
+//     its effective window touches is mapped. A reservation maps them before
+//     it returns, and a refused mapping leaves the page as it was (the
+//     granules mapped for it are unmapped again and nothing is carved).
+//   - (PL7) A granule is unmapped only by unmapFree, only when no live slice
+//     touches it, and never on a guarded page: a guard's holder may use any
+//     address of the page, free slices included.
+//
+// Slots of the exclusive, direct and persistent pools (single.go):
+//
+//   - (PL8) A slot's slice is a window at the start of its storage
+//     allocation: same ID and offset, effective size at most allocSize.
+//     Exclusive pages may be larger than the window they serve; direct and
+//     persistent slots fit exactly (effective size == allocSize).
+//   - (PL9) The slot at index i carries location (pool, i, 0): every
+//     renumbering rewrites its descriptor, so held handles and bindings
+//     follow.
+//   - (PL10) A slot is free ⇔ its slice's handle is free (refs ≤ 1). An
+//     allocation guard holds a binding, so a guarded slot is never free:
+//     never handed out again and never released. No pool keeps a separate
+//     "guarded" flag.
+//
+// The exclusive pool (exclusive.go):
+//
+//   - (PL11) avg = avg·(1 − 0.01) + 0.01·size on every TryReserve of an
+//     accepted size, hit or miss; it starts at maxAlloc/2 and stays ≤
+//     maxAlloc.
+//   - (PL12) A new page holds roundUp(max(uint64(avg), size), align) bytes: at
+//     least the request, at most maxAlloc; it starts at freeCount =
+//     allocAfterFree − 1.
+//   - (PL13) TryReserve takes, among free pages of allocSize ≥ size, the one
+//     with the smallest freeCount (tie: lowest index) and decrements it,
+//     saturating.
+//   - (PL14) Cleanup runs when Explicit or when deallocPeriod/5 reservations
+//     passed since the last run: each free page ages (freeCount++) and goes
+//     back at allocAfterFree, or at once when Explicit. Survivors are
+//     renumbered densely (PL9).
+//   - (PL15) A guarded page is never free (PL10): never reused, aged or
+//     released.
+//
+// The direct pool (direct.go):
+//
+//   - (PL16) Live indices never change: a released slot leaves a vacant (nil)
+//     entry, reused by the next Alloc that finds it the lowest vacancy;
+//     trailing vacancies are trimmed. A direct pool never renumbers.
+//   - (PL17) reserved = Σ allocSize of present slots; every slot fits
+//     exactly, so TryReserve reuses only a free slot of exactly the
+//     effective size asked.
+//   - (PL18) With a watermark (reclaimAt), an Alloc that may release first
+//     gives back free slots in index order while reserved + the new
+//     effective size exceeds the watermark, stopping once it fits; Reclaim
+//     does the same with no new size.
+//   - (PL19) A guarded slot is never free (PL10): never reused, never
+//     released.
+//   - (PL20) Releasing a slot clears its failure marks in the error graph. A
+//     call made without the graph (Pool.Alloc) skips free slots that carry
+//     marks; they go at the next call that has it.
+//
+// The persistent pool (persistent.go):
+//
+//   - (PL21) Slots are dense, in allocation order; only an Explicit cleanup
+//     removes any, and it renumbers the survivors (PL9).
+//   - (PL22) sizes maps an effective size to the indices of the slots of
+//     exactly that size, in index order; every slot is in exactly one
+//     bucket, the one of its allocSize. TryReserve and Alloc both key by
+//     effective size.
+//   - (PL23) The bytes reserved are Σ allocSize, free slots included: freed
+//     slots stay until an Explicit cleanup gives them back (marks cleared),
+//     renumbers the live ones, rebuilds sizes and flushes the storage.
+//     Periodic cleanup does nothing.
+//   - (PL24) A guarded slot is never free (PL10): never reused, never
+//     released.
+//
+// The arena (arena.go, plan.go):
+//
+//   - (PL25) Exactly one pool is current; every other pool the arena holds
+//     is outdated, listed once, in growth order.
+//   - (PL26) An outdated pool serves no reservation and no relocation target,
+//     even with room; Drain gives back its empty unguarded pages and drops
+//     it, freeing its slot, once it holds no page.
+//   - (PL27) The page size never shrinks: a growth's page size holds the
+//     effective size that asked for it, which the current page did not.
+//   - (PL28) A growth allocates the new pool's first page and reserves on it
+//     before switching: a refused growth changes nothing.
+//
+// Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
+// [Persistent.Check], [Arena.Check]) verify the structural invariants and
+// panic naming the label broken; tests and invariant builds call them.
+//
+// # Does not know
+//
+// Streams, queues, fences, captures, devices or the CUDA driver, and the
+// bytes themselves: a pool hands out regions, and Plan describes copies
+// ([relocation.StorageCopy]) that others perform. Which mode a reservation
+// runs under is the caller's (package memory): it chooses whether to call
+// TryReserve or Alloc, whether a direct allocation may release
+// ([Direct.AllocMayRelease]), which cleanup runs and when, whether a plan may
+// add pages ([relocation.TargetRoom]), and calls [Sliced.UnmapFree] only
+// where pages may change.
+//
+// # Concurrency
+//
+// Nothing in this package is safe for concurrent use, and it takes no lock
+// of its own: the caller serialises every call, [PageGuard.Release]
+// included (the device lock). The state it shares with other goroutines
+// lives in package handle, as atomics: reference counts, locations and free
+// signals. A release raises the page's free signal after its count drops,
+// and a scan lowers the signal before it reads the slices, so a page whose
+// signal is down has seen no release since its last scan (PL4).
+package pool
