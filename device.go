@@ -169,7 +169,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
 	s.self = streamsOf{d, s, nil}
 	if w, ok := q.(stream.StorageWatcher); ok {
-		if o, ok := st.(interface{ SetObserver(storage.Observer) }); ok {
+		if o, ok := st.(storage.Observable); ok {
 			o.SetObserver(w.ObserveStorage)
 		}
 	}

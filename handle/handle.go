@@ -44,9 +44,6 @@ type Signal struct {
 	parent *Signal
 }
 
-// NewSignal returns a lowered signal that forwards to parent (nil: none).
-func NewSignal(parent *Signal) *Signal { return &Signal{parent: parent} }
-
 // Forward sets the parent; call it before the signal is shared.
 func (s *Signal) Forward(parent *Signal) { s.parent = parent }
 

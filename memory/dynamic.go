@@ -12,7 +12,9 @@ import (
 )
 
 // Dynamic memory serves what a workload allocates and frees as it runs (not
-// persistent weights, not dedicated buffers).
+// persistent weights, not dedicated buffers). What every kind does is here;
+// relocating and unmapping granules are capabilities of their own
+// (Relocating, GranuleUnmapper), so a kind implements only what it does.
 type Dynamic interface {
 	// Reserve serves size, adding pages as needed.
 	Reserve(st storage.Storage, size uint64) (*handle.Handle, error)
@@ -21,6 +23,17 @@ type Dynamic interface {
 	TryReserve(st storage.Storage, size uint64) *handle.Handle
 	// Pool returns the pool at a pool index, or nil.
 	Pool(index uint8) pool.Pool
+	// Cleanup gives back what the pools' policies say may go.
+	Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind)
+	// Report describes every pool, smallest first.
+	Report() []pool.Report
+}
+
+// Relocating is a dynamic memory whose growth leaves outdated pages behind
+// and that relocates their survivors (adaptive memory). A memory without it
+// never has anything outdated.
+type Relocating interface {
+	Dynamic
 	// RelocationNeed says whether the memory wants a relocation, before the
 	// device's byte count is known.
 	RelocationNeed() relocation.Need
@@ -28,21 +41,21 @@ type Dynamic interface {
 	HasOutdated() bool
 	// Relocate moves what outdated pages hold onto current ones.
 	Relocate(st storage.Storage, q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome
-	// Cleanup gives back what the pools' policies say may go.
-	Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind)
-	// UnmapFree unmaps the granules of unguarded sliced pages that no live
-	// slice touches and returns the page bytes they covered (0 on storage
-	// that backs pages whole, and for memories without sliced pages).
-	UnmapFree(st storage.Storage) uint64
-	// Report describes every pool, in SPEC order.
-	Report() []pool.Report
-	// Growths counts arena growths (0 for exclusive pages).
+	// Growths counts arena growths.
 	Growths() uint64
 	// RelocationStats returns the relocation counters.
 	RelocationStats() relocation.Stats
-	// State describes the arena for the relocation trigger (the zero
-	// state for exclusive pages).
+	// State describes the arena for the relocation trigger.
 	State() relocation.ArenaState
+}
+
+// GranuleUnmapper is a dynamic memory with sliced pages that can give back
+// the granules no live slice touches (on granular storage).
+type GranuleUnmapper interface {
+	// UnmapFree unmaps the granules of unguarded sliced pages that no live
+	// slice touches and returns the page bytes they covered (0 on storage
+	// that backs pages whole).
+	UnmapFree(st storage.Storage) uint64
 }
 
 // Adaptive-memory constants (SPEC §6.6).
@@ -285,29 +298,12 @@ func (e *ExclusivePools) Pool(index uint8) pool.Pool {
 	return nil
 }
 
-// RelocationNeed implements Dynamic: never.
-func (e *ExclusivePools) RelocationNeed() relocation.Need { return relocation.Need{} }
-
-// HasOutdated implements Dynamic: never.
-func (e *ExclusivePools) HasOutdated() bool { return false }
-
-// State implements Dynamic.
-func (e *ExclusivePools) State() relocation.ArenaState { return relocation.ArenaState{} }
-
-// Relocate implements Dynamic: nothing to move.
-func (e *ExclusivePools) Relocate(storage.Storage, relocation.CopyQueue, relocation.Reason) relocation.Outcome {
-	return relocation.Outcome{Kind: relocation.NothingToMove}
-}
-
 // Cleanup implements Dynamic.
 func (e *ExclusivePools) Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind) {
 	for _, b := range e.buckets {
 		b.Cleanup(st, allocNr, kind, e.g)
 	}
 }
-
-// UnmapFree implements Dynamic: exclusive pages are backed whole.
-func (e *ExclusivePools) UnmapFree(storage.Storage) uint64 { return 0 }
 
 // Report implements Dynamic: buckets ascending.
 func (e *ExclusivePools) Report() []pool.Report {
@@ -318,8 +314,9 @@ func (e *ExclusivePools) Report() []pool.Report {
 	return out
 }
 
-// Growths implements Dynamic.
-func (e *ExclusivePools) Growths() uint64 { return 0 }
 
-// RelocationStats implements Dynamic.
-func (e *ExclusivePools) RelocationStats() relocation.Stats { return relocation.Stats{} }
+var (
+	_ Relocating      = (*AdaptiveMemory)(nil)
+	_ GranuleUnmapper = (*AdaptiveMemory)(nil)
+	_ Dynamic         = (*ExclusivePools)(nil)
+)

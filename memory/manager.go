@@ -119,6 +119,9 @@ type Manager struct {
 	persistent *pool.Persistent
 	dedicated  *pool.Direct
 	dynamic    Dynamic
+	// relocating is dynamic when it relocates (adaptive memory), nil when
+	// nothing is ever outdated (exclusive pages).
+	relocating Relocating
 	reclaimAt  uint64 // the dedicated pool's watermark: 0
 	allocNr    uint64
 	windows    []Mode
@@ -156,7 +159,8 @@ func NewWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 	case ExclusivePages:
 		m.dynamic = NewExclusivePools(p, g, lim)
 	default:
-		m.dynamic = NewAdaptive(p, g, m.infoLog(), lim)
+		a := NewAdaptive(p, g, m.infoLog(), lim)
+		m.dynamic, m.relocating = a, a
 	}
 	m.base = Auto
 	if c.Persistent == Enforced {
@@ -408,14 +412,22 @@ func (m *Manager) Guards() int { return m.guards }
 func (m *Manager) BytesAllocated() uint64 { return m.st.BytesAllocated() }
 
 // RelocationNeed says whether the dynamic memory wants a relocation.
-func (m *Manager) RelocationNeed() relocation.Need { return m.dynamic.RelocationNeed() }
+func (m *Manager) RelocationNeed() relocation.Need {
+	if m.relocating == nil {
+		return relocation.Need{}
+	}
+	return m.relocating.RelocationNeed()
+}
 
 // HasOutdated reports whether a growth left pages behind.
-func (m *Manager) HasOutdated() bool { return m.dynamic.HasOutdated() }
+func (m *Manager) HasOutdated() bool { return m.relocating != nil && m.relocating.HasOutdated() }
 
 // Relocate moves what outdated pages hold, through q.
 func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) relocation.Outcome {
-	out := m.dynamic.Relocate(m.st, q, reason)
+	if m.relocating == nil {
+		return relocation.Outcome{Kind: relocation.NothingToMove}
+	}
+	out := m.relocating.Relocate(m.st, q, reason)
 	if invariantsOn {
 		m.checkInvariants("Relocate")
 	}
@@ -448,9 +460,11 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 		return
 	}
 	if m.granule > 0 && m.underPressure() {
-		if n := m.dynamic.UnmapFree(m.st); n > 0 {
-			m.unmapped += n
-			m.st.Flush()
+		if u, ok := m.dynamic.(GranuleUnmapper); ok {
+			if n := u.UnmapFree(m.st); n > 0 {
+				m.unmapped += n
+				m.st.Flush()
+			}
 		}
 	}
 }
@@ -484,7 +498,11 @@ func (m *Manager) Report() PoolsReport {
 
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
-	return Stats{Growths: m.dynamic.Growths(), AllocNr: m.allocNr, Relocation: m.dynamic.RelocationStats(), BytesUnmapped: m.unmapped}
+	st := Stats{AllocNr: m.allocNr, BytesUnmapped: m.unmapped}
+	if m.relocating != nil {
+		st.Growths, st.Relocation = m.relocating.Growths(), m.relocating.RelocationStats()
+	}
+	return st
 }
 
 // Taint returns the failure marks of ref's bytes (nil: none), or an error

@@ -32,9 +32,8 @@
 //     pages on which nothing was freed without touching their slices.
 //   - [Exclusive]: one allocation per page, pages sized by a decaying average
 //     of the sizes asked and aged out when unused.
-//   - [Direct]: one storage allocation of exactly the effective size asked per
-//     buffer,
-//     in a list whose indices never change ([DedicatedIndex]).
+//   - [Direct]: one storage allocation of exactly the effective size asked
+//     per buffer, in a list whose indices never change ([DedicatedIndex]).
 //   - [Persistent]: exact fit for data that is likely never freed, indexed by
 //     effective size, given back only by an Explicit cleanup
 //     ([PersistentIndex]).
@@ -44,12 +43,12 @@
 //
 // # The arena
 //
-// [Arena] holds up to [ArenaSlots] sliced pools, one per page size ([PageSizing]
-// bounds them, [PageSizing.Fit] decides). One is current and serves every
-// reservation. A size that does not fit the current page size grows the
-// arena: a pool of bigger pages takes the lowest empty slot and becomes
-// current, and the previous one becomes outdated. An outdated pool serves
-// nothing; [Arena.Drain] gives its pages back once they are empty and
+// [Arena] holds up to [ArenaSlots] sliced pools, one per page size
+// ([PageSizing] bounds them, [PageSizing.Fit] decides). One is current and
+// serves every reservation. A size that does not fit the current page size
+// grows the arena: a pool of bigger pages takes the lowest empty slot and
+// becomes current, and the previous one becomes outdated. An outdated pool
+// serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool
 // side of a relocation: [Arena.Plan] reserves, on the current pool, a target
@@ -62,11 +61,13 @@
 //
 // A [PageGuard] freezes one sliced page, or one allocation of the other
 // pools: nothing new is carved from it, it is never released or unmapped,
-// and Plan neither moves it nor carves targets on it. On granular storage ([storage.Granular] with a
-// granule > 0) a sliced page is a reservation of address space whose
-// granules are mapped on demand: a reservation maps the granules its slice
-// covers before it returns, and [Sliced.UnmapFree], which an Explicit
-// cleanup runs, unmaps the ones no live slice touches.
+// and Plan neither moves it nor carves targets on it.
+//
+// On granular storage ([storage.Granular] with a granule > 0) a sliced page
+// is a reservation of address space whose granules are mapped on demand: a
+// reservation maps the granules its slice covers before it returns, and
+// [Sliced.UnmapFree], which an Explicit cleanup runs, unmaps the ones no
+// live slice touches.
 //
 // # Owns
 //
@@ -74,8 +75,7 @@
 // [Persistent], the [Arena] with [PageSizing], [FitKind], Plan and Commit,
 // [PageGuard], granule mapping of sliced pages, [Limits], [CleanupKind],
 // [Usage], [Report], [Kind] and its five implementations, [Bytes], and the
-// errors
-// [ErrBufferTooBig] and [ErrPageSizesExhausted].
+// errors [ErrBufferTooBig] and [ErrPageSizesExhausted].
 //
 // # Invariants
 //
@@ -84,8 +84,8 @@
 //   - (PL1) A page's slices are contiguous, in offset order: slice i+1 starts
 //     where slice i's effective size ends, the first at the page's offset.
 //   - (PL2) The effective sizes (requested size + padding) of a page's slices
-//     sum to the page size. Fit compares effective sizes, so reusing a slice
-//     with a split keeps the sum exact.
+//     sum to the page size. A reservation fits by effective size, so reusing
+//     a slice with a split keeps the sum exact.
 //   - (PL3) The slice at index i of page p carries location (pool, p, i):
 //     every index change (split, coalesce, page renumbering) rewrites the
 //     descriptors of the slices it moves.
@@ -127,15 +127,15 @@
 //     accepted size, hit or miss; it starts at maxAlloc/2 and stays ≤
 //     maxAlloc.
 //   - (PL12) A new page holds roundUp(max(uint64(avg), size), align) bytes: at
-//     least the request, at most maxAlloc; it starts at freeCount =
-//     allocAfterFree − 1.
+//     least the request, at most maxAlloc. Its freeCount starts one below
+//     allocAfterFree.
 //   - (PL13) TryReserve takes, among free pages of allocSize ≥ size, the one
 //     with the smallest freeCount (tie: lowest index) and decrements it,
 //     saturating.
-//   - (PL14) Cleanup runs when Explicit or when deallocPeriod/5 reservations
-//     passed since the last run: each free page ages (freeCount++) and goes
-//     back at allocAfterFree, or at once when Explicit. Survivors are
-//     renumbered densely (PL9).
+//   - (PL14) An exclusive Cleanup runs when Explicit or when
+//     deallocPeriod/5 reservations passed since the last run: each free page
+//     ages (freeCount++) and goes back at allocAfterFree, or at once when
+//     Explicit. Survivors are renumbered densely (PL9).
 //   - (PL15) A guarded page is never free (PL10): never reused, aged or
 //     released.
 //
@@ -185,8 +185,9 @@
 //     before switching: a refused growth changes nothing.
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
-// [Persistent.Check], [Arena.Check]) verify the structural invariants and
-// panic naming the label broken; tests and invariant builds call them.
+// [Persistent.Check], [Arena.Check]) verify the invariants that can be
+// checked from the pool's state and panic naming the label broken; tests and
+// invariant builds call them.
 //
 // # Does not know
 //
@@ -202,10 +203,11 @@
 // # Concurrency
 //
 // Nothing in this package is safe for concurrent use, and it takes no lock
-// of its own: the caller serialises every call, [PageGuard.Release]
-// included (the device lock). The state it shares with other goroutines
-// lives in package handle, as atomics: reference counts, locations and free
-// signals. A release raises the page's free signal after its count drops,
-// and a scan lowers the signal before it reads the slices, so a page whose
-// signal is down has seen no release since its last scan (PL4).
+// of its own: the caller serialises every call, [PageGuard.Release] included
+// (in package gpumem, under the device lock). The state it shares with other
+// goroutines lives in package handle, as atomics: reference counts,
+// locations and free signals. A release raises the page's free signal after
+// its count drops, and coalescing lowers the signal before it reads the
+// slices, so a page whose signal is down has seen no release since its last
+// scan (PL4).
 package pool

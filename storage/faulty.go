@@ -182,7 +182,7 @@ func (f *Faulty) CheckWait() error {
 
 // SetObserver forwards to the inner storage when it takes an observer.
 func (f *Faulty) SetObserver(fn Observer) {
-	if o, ok := f.inner.(interface{ SetObserver(Observer) }); ok {
+	if o, ok := f.inner.(Observable); ok {
 		o.SetObserver(fn)
 	}
 }

@@ -122,7 +122,7 @@ func (p plainStorage) CheckWait() error {
 }
 
 func (p plainStorage) SetObserver(fn Observer) {
-	if o, ok := p.Storage.(interface{ SetObserver(Observer) }); ok {
+	if o, ok := p.Storage.(Observable); ok {
 		o.SetObserver(fn)
 	}
 }

@@ -16,6 +16,13 @@ const DefaultAlignment = 32
 // call made for a recording stream invalidates the capture.
 type Observer func(op string)
 
+// Observable is a storage that reports its calls to an Observer (Host, Sim
+// and the wrappers around them); a device installs its queue's watcher
+// through it. SetObserver(nil) removes the observer.
+type Observable interface {
+	SetObserver(Observer)
+}
+
 // table is the bookkeeping Host and Sim share: live allocations by ID, their
 // total, the budget and the observer.
 type table[E any] struct {
@@ -250,3 +257,8 @@ func (s *Sim) Resolve(r Region) (Resource, error) {
 
 // BytesAllocated implements Storage.
 func (s *Sim) BytesAllocated() uint64 { return s.t.allocated.Load() }
+
+var (
+	_ Observable = (*Host)(nil)
+	_ Observable = (*Sim)(nil)
+)

@@ -256,7 +256,7 @@ func TestHostRefusesAnAllocationTooBigToAddressWithoutPanicking(t *testing.T) {
 func TestObserverIsToldOfEveryAllocAndDealloc(t *testing.T) {
 	for _, s := range []interface {
 		storage.Storage
-		SetObserver(storage.Observer)
+		storage.Observable
 	}{storage.NewHost(32, nil), storage.NewSim(32, nil)} {
 		var ops []string
 		s.SetObserver(func(op string) { ops = append(ops, op) })
