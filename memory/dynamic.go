@@ -314,7 +314,6 @@ func (e *ExclusivePools) Report() []pool.Report {
 	return out
 }
 
-
 var (
 	_ Relocating      = (*AdaptiveMemory)(nil)
 	_ GranuleUnmapper = (*AdaptiveMemory)(nil)
