@@ -134,12 +134,12 @@ type Manager struct {
 // New builds a stream's memory on st. g is the device-wide error graph
 // (nil: a private one); log may be nil.
 func New(st storage.Storage, p Properties, c Config, log *slog.Logger, name string, g *handle.ErrorGraph) (*Manager, error) {
-	return NewWithLimits(st, p, c, log, name, g, pool.Limits{})
+	return newWithLimits(st, p, c, log, name, g, pool.Limits{})
 }
 
-// NewWithLimits is New with page-count limits on every pool (tests reach
+// newWithLimits is New with page-count limits on every pool (tests reach
 // the index bound cheaply).
-func NewWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger, name string, g *handle.ErrorGraph, lim pool.Limits) (*Manager, error) {
+func newWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger, name string, g *handle.ErrorGraph, lim pool.Limits) (*Manager, error) {
 	if err := c.Validate(p); err != nil {
 		return nil, err
 	}

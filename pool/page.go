@@ -79,13 +79,6 @@ func (p *page) relocate(from int) {
 	}
 }
 
-// tryReserve is tryReserveFrom(st, 0, size), nil when the storage refuses
-// to map.
-func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
-	h, _ := p.tryReserveFrom(st, 0, size)
-	return h
-}
-
 // tryReserveFrom carves size bytes from the first free slice at or after
 // index from whose effective size holds size plus its padding, and returns a
 // clone of its handle; nil when nothing fits. On a granular page the

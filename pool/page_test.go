@@ -313,3 +313,10 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 		})
 	}
 }
+
+// tryReserve is tryReserveFrom(st, 0, size), nil when the storage refuses
+// to map.
+func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
+	h, _ := p.tryReserveFrom(st, 0, size)
+	return h
+}

@@ -165,8 +165,7 @@ func (q *Host) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f
 func (q *Host) TakeFailures() []OpFailure { return q.t.takeFailures() }
 
 // BeginCapture starts recording for owner o (not 0). On a recording queue it
-// returns ErrCaptureState; after FailNextBeginCapture it returns the cued
-// error once and stays usable.
+// returns ErrCaptureState.
 func (q *Host) BeginCapture(o Owner) error { return q.t.beginCapture(o) }
 
 // EndCapture stops recording and returns the recorded [*OpList]. The capture
@@ -182,11 +181,6 @@ func (q *Host) Recording() bool { return q.t.recording() }
 // Dealloc. While recording it invalidates the capture: the driver cannot
 // capture an allocation, so the graph would not represent the run.
 func (q *Host) ObserveStorage(op string) { q.t.observeStorage(op) }
-
-// FailNextBeginCapture is a test hook: the next BeginCapture that would
-// succeed returns err instead (wrapped) and leaves the queue as it was. A
-// nil err clears the cue.
-func (q *Host) FailNextBeginCapture(err error) { q.t.failNextBeginCapture(err) }
 
 // RunsOpsOn reports whether g is the worker goroutine.
 func (q *Host) RunsOpsOn(g Goroutine) bool { return g != 0 && uint64(g) == q.worker.Load() }

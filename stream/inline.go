@@ -250,8 +250,7 @@ func (q *Inline) Wait(ctx context.Context, f Fence) error {
 func (q *Inline) TakeFailures() []OpFailure { return q.t.takeFailures() }
 
 // BeginCapture starts recording for owner o (not 0). On a recording queue it
-// returns ErrCaptureState; after FailNextBeginCapture it returns the cued
-// error once and stays usable.
+// returns ErrCaptureState.
 func (q *Inline) BeginCapture(o Owner) error { return q.t.beginCapture(o) }
 
 // EndCapture stops recording and returns the recorded [*OpList]. The capture
@@ -268,7 +267,3 @@ func (q *Inline) Recording() bool { return q.t.recording() }
 // capture an allocation, so the graph would not represent the run.
 func (q *Inline) ObserveStorage(op string) { q.t.observeStorage(op) }
 
-// FailNextBeginCapture is a test hook: the next BeginCapture that would
-// succeed returns err instead (wrapped) and leaves the queue as it was. A
-// nil err clears the cue.
-func (q *Inline) FailNextBeginCapture(err error) { q.t.failNextBeginCapture(err) }
