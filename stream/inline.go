@@ -266,4 +266,3 @@ func (q *Inline) Recording() bool { return q.t.recording() }
 // Dealloc. While recording it invalidates the capture: the driver cannot
 // capture an allocation, so the graph would not represent the run.
 func (q *Inline) ObserveStorage(op string) { q.t.observeStorage(op) }
-
