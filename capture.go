@@ -1,4 +1,4 @@
-// Graph capture on a stream (SPEC §10).
+// Graph capture on a stream (design §10).
 //
 // Lifecycle: PrepareCapture → warmup (the caller runs the work once) →
 // BeginCapture → record (work is recorded, not run) → EndCapture → Graph

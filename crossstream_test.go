@@ -31,7 +31,7 @@ func twoStreams(t *testing.T, opts ...Option) (*Device, *Stream, *Stream) {
 	return d, d.DefaultStream(), b
 }
 
-// SPEC §12.7 scenario 64: a buffer of A used by an op on B and freed at
+// design §12.7 scenario 64: a buffer of A used by an op on B and freed at
 // once stays non-free until B's fence passes; Cleanup drains it.
 func TestBufferFreedWhileAnotherStreamUsesItStaysReservedUntilCleanupDrains(t *testing.T) {
 	d, a, b := twoStreams(t)

@@ -44,7 +44,7 @@ func (h *logRecords) count(level slog.Level, sub string) int {
 	return n
 }
 
-// SPEC §12.7 scenario 54, first half.
+// design §12.7 scenario 54, first half.
 func TestGrowthRefusedByCapacitySucceedsAfterCleanupReleasesCachedPage(t *testing.T) {
 	logs := &logRecords{}
 	d := openHost(t,
@@ -74,7 +74,7 @@ func TestGrowthRefusedByCapacitySucceedsAfterCleanupReleasesCachedPage(t *testin
 	wantBytes(t, b, want)
 }
 
-// SPEC §12.7 scenario 54, second half.
+// design §12.7 scenario 54, second half.
 func TestAllocationAboveCapacityFailsOutOfMemoryAfterOneRetry(t *testing.T) {
 	logs := &logRecords{}
 	d := openHost(t,
@@ -117,7 +117,7 @@ func TestBufferTooBigIsNotRetried(t *testing.T) {
 	}
 }
 
-// SPEC §12.7 scenario 65.
+// design §12.7 scenario 65.
 func TestFreeTwiceReturnsErrAlreadyFreed(t *testing.T) {
 	d := openHost(t)
 	b := mustAlloc(t, d.DefaultStream(), 100)
@@ -159,7 +159,7 @@ func TestCloneIsAnOwnerOfItsOwnThatOutlivesTheOriginal(t *testing.T) {
 	}
 }
 
-// SPEC §12.7 scenario 65.
+// design §12.7 scenario 65.
 func TestCloseIsIdempotentAndLaterCallsReturnErrClosed(t *testing.T) {
 	d, err := Open()
 	if err != nil {
@@ -195,7 +195,7 @@ func TestCloseIsIdempotentAndLaterCallsReturnErrClosed(t *testing.T) {
 }
 
 // An op returning an error marks what it declared written: reads return
-// ErrUnwritten wrapping the op's error, never stale bytes (SPEC §11).
+// ErrUnwritten wrapping the op's error, never stale bytes (design §11).
 func TestFailedOpMarksItsOutputsUnwrittenUntilAWriteCoversThem(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()

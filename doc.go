@@ -3,6 +3,9 @@
 // asynchronous streams, relocation of live allocations off outdated pages so
 // those pages go back to the device, and graph-capture safety.
 //
+// The design reference is docs/design.md in the repository; comments across
+// the module cite its sections as "design §N".
+//
 // # Owns
 //
 // [Device], [Stream], [Buffer], [Mapping], [Backend], the options, [Stats],

@@ -13,7 +13,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// SPEC §12.7 scenario 51.
+// design §12.7 scenario 51.
 func TestCleanupRelocatesLiveBufferOffOutdatedPageIntoRoomTheLargeBufferLeft(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
@@ -45,7 +45,7 @@ func TestCleanupRelocatesLiveBufferOffOutdatedPageIntoRoomTheLargeBufferLeft(t *
 	wantBytes(t, b, want)
 }
 
-// SPEC §12.7 scenario 52.
+// design §12.7 scenario 52.
 func TestMappedBufferKeepsItsPageUntilReleasedThenCleanupMovesIt(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
@@ -131,7 +131,7 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 	}
 }
 
-// SPEC §12.7 scenario 53: the retry logic against a scripted memory.
+// design §12.7 scenario 53: the retry logic against a scripted memory.
 func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
 	exhausted := fmt.Errorf("arena: %w", pool.ErrPageSizesExhausted)
@@ -216,7 +216,7 @@ func indexOf(s, sub string) int {
 	return -1
 }
 
-// SPEC §9.4 step 4: page sizes exhausted makes room by Relocate(ArenaFull);
+// design §9.4 step 4: page sizes exhausted makes room by Relocate(ArenaFull);
 // any other error by an explicit cleanup of every stream.
 func TestMakeRoomRelocatesArenaFullForExhaustedPageSizesAndCleansUpOtherwise(t *testing.T) {
 	d := openHost(t)
@@ -335,7 +335,7 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 	wantBytes(t, b, want)
 }
 
-// SPEC §8.4 example 2 with the copy refused: the pressure relocation an
+// design §8.4 example 2 with the copy refused: the pressure relocation an
 // allocation triggers is abandoned, and the trigger stalls on the unchanged
 // shape instead of retrying on every allocation.
 func TestRefusedPressureRelocationStallsTheTriggerUntilTheShapeChanges(t *testing.T) {
@@ -377,7 +377,7 @@ func TestRefusedPressureRelocationStallsTheTriggerUntilTheShapeChanges(t *testin
 	mustFree(t, big)
 }
 
-// SPEC §7.5: a failed final wait on a device that is not poisoned leaks the
+// design §7.5: a failed final wait on a device that is not poisoned leaks the
 // relocation: bytes stay intact where they were, and neither source nor
 // target is reused.
 func TestFailedRelocationWaitLeaksSourceAndTargetButKeepsTheBytes(t *testing.T) {

@@ -2275,7 +2275,7 @@ func (w *smWorker) injectFault() {
 		f.RefuseAllocAbove(0)
 	default:
 		// A refused wait may leak a relocation's source and target for
-		// good (SPEC §7.5): rare, or the capacity fills with leaks.
+		// good (design §7.5): rare, or the capacity fills with leaks.
 		if run.waitFaults.Load() >= 2 {
 			return
 		}

@@ -105,7 +105,7 @@ func (s *Stream) pageUpdateLocked() memory.PageUpdate {
 }
 
 // Alloc reserves size bytes in the stream's memory. When memory is short it
-// first relocates or cleans up and retries once (SPEC §9.4). A relocation
+// first relocates or cleans up and retries once (design §9.4). A relocation
 // waits for every stream's work without holding the device lock (other
 // calls, Stats included, go on meanwhile) and gives up when ctx ends,
 // returning ctx's error with nothing moved.
@@ -504,7 +504,7 @@ func (s *Stream) waitDeferredLocked() {
 	if err := s.q.Wait(context.Background(), stream.Fence{Q: s.q, Seq: last}); err != nil {
 		if !storage.IsDevicePoisoned(err) {
 			// Unknown whether the work completed: leak the bindings so the
-			// slices are never reused under it (SPEC §7.5).
+			// slices are never reused under it (design §7.5).
 			s.d.log.Error("gpumem: waiting for cross-stream uses failed; leaking their buffers", "stream", s.name, "err", err)
 			s.deferred = nil
 			return

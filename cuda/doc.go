@@ -30,7 +30,7 @@
 //     ErrCaptureUnsupported (900), ErrCaptureUnjoined (904),
 //     ErrCapturedEvent (907) and ErrWrongOwner (908).
 //   - Threading: Executor, one goroutine locked to one OS thread.
-//   - The backend (SPEC §9.6): Properties (alignment 256, MaxMemory the
+//   - The backend (design §9.6): Properties (alignment 256, MaxMemory the
 //     device's total, MaxPageSize a quarter of it); Storage on
 //     cuMemAlloc_v2 whose frees wait for Flush and, while any queue of the
 //     backend records, for a later Flush; where the driver manages virtual

@@ -8,7 +8,7 @@
 // [Descriptor] with its two explicit counters, [Handle] (an owner) and
 // [Binding] (a holder of the address, not an owner), the predicates IsFree,
 // CanMut and IsBound, [ErrNotFound], and failure bookkeeping: [FailureID],
-// [ErrorGraph] and [Taint] (SPEC §11).
+// [ErrorGraph] and [Taint] (design §11).
 //
 // # Invariants
 //

@@ -1,4 +1,4 @@
-// Failure bookkeeping (SPEC §11): which failure left which bytes unwritten,
+// Failure bookkeeping (design §11): which failure left which bytes unwritten,
 // and what a read of those bytes reports.
 //
 // A failure belongs to the memory it left unwritten. The device-wide

@@ -11,7 +11,7 @@ import (
 
 // TestErrorGraphKeepsAFailureWhileCarriedAndReportsItsSkipChain: a failure
 // lives exactly as long as a Taint or an unplaced buffer carries it, and its
-// report walks the skip chain to the root (SPEC §12.2 scenario 7, one subtest
+// report walks the skip chain to the root (design §12.2 scenario 7, one subtest
 // per clause).
 func TestErrorGraphKeepsAFailureWhileCarriedAndReportsItsSkipChain(t *testing.T) {
 	t.Run("a node lives while something carries it and no longer", func(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"github.com/gpumem/gpumem/handle"
 )
 
-// SPEC §12.2 scenario 4.
+// design §12.2 scenario 4.
 func TestLocationUpdateIsVisibleThroughEveryHandleAndBindingClone(t *testing.T) {
 	h := handle.New(handle.Uninit)
 	hc := h.Clone()
@@ -39,7 +39,7 @@ func TestLocationUpdateIsVisibleThroughEveryHandleAndBindingClone(t *testing.T) 
 	}
 }
 
-// SPEC §12.2 scenario 5: counters.
+// design §12.2 scenario 5: counters.
 func TestCountersFollowHandlesAndBindings(t *testing.T) {
 	slice := handle.New(handle.MustLocation(0, 0, 0)) // the pool's own handle
 	if !slice.IsFree() || !slice.CanMut() || slice.IsBound() {
@@ -76,7 +76,7 @@ func TestCountersFollowHandlesAndBindings(t *testing.T) {
 	slice.Release()
 }
 
-// SPEC §12.2 scenario 5: identity.
+// design §12.2 scenario 5: identity.
 func TestAllocationIDsIncreaseAndNeverRepeat(t *testing.T) {
 	seen := map[handle.ID]bool{}
 	var prev handle.ID
@@ -96,7 +96,7 @@ func TestAllocationIDsIncreaseAndNeverRepeat(t *testing.T) {
 	}
 }
 
-// SPEC §12.2 scenario 5: a second Release of one object panics.
+// design §12.2 scenario 5: a second Release of one object panics.
 func TestSecondReleasePanics(t *testing.T) {
 	mustPanic := func(t *testing.T, name string, f func()) {
 		t.Helper()

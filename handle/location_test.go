@@ -7,7 +7,7 @@ import (
 	"github.com/gpumem/gpumem/handle"
 )
 
-// SPEC §12.2 scenario 6.
+// design §12.2 scenario 6.
 func TestNewLocationRoundTripsEveryField(t *testing.T) {
 	cases := []struct {
 		pool        uint8

@@ -1,4 +1,4 @@
-// Taint: which bytes of one slice carry which failure (SPEC §11).
+// Taint: which bytes of one slice carry which failure (design §11).
 //
 // Data structure. A Taint is one slice of spans sorted by offset. Spans are
 // half-open, [off, end) with off inclusive and end exclusive, relative to the

@@ -29,7 +29,7 @@ func wantRanges(t *testing.T, tt *handle.Taint, f handle.FailureID, want [][2]ui
 
 // TestTaintTracksWhichBytesCarryWhichFailure: marking, releasing and
 // clearing byte ranges keeps each failure on exactly the bytes it claims and
-// counts each Taint once as its carrier (SPEC §12.2 scenario 8, one subtest
+// counts each Taint once as its carrier (design §12.2 scenario 8, one subtest
 // per clause).
 func TestTaintTracksWhichBytesCarryWhichFailure(t *testing.T) {
 	t.Run("partial write releases only the bytes it covers", func(t *testing.T) {

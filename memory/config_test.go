@@ -117,7 +117,7 @@ func TestMaySucceedAfterReclaimOnlyForOutOfMemoryAndExhaustedPageSizes(t *testin
 }
 
 // A storage refusal surfaces as a retryable ErrOutOfMemory and changes
-// nothing (SPEC §5.5, M2).
+// nothing (design §5.5, M2).
 func TestRefusedPageIsRetryableOutOfMemoryAndChangesNothing(t *testing.T) {
 	m := newManagerOn(t, storage.NewSim(32, storage.NewBudget(8*mib)), memory.Properties{MaxPageSize: 16 * mib, Alignment: 32}, memory.Config{})
 	first := alloc(t, m, 1*mib, memory.Allow)

@@ -58,7 +58,7 @@ type GranuleUnmapper interface {
 	UnmapFree(st storage.Storage) uint64
 }
 
-// Adaptive-memory constants (SPEC §6.6).
+// Adaptive-memory constants (design §6.6).
 const (
 	// SmallPage is the small pool's page: kernel-metadata churn (shapes,
 	// strides, scalars) stays off the arena, so it neither fragments the
@@ -217,7 +217,7 @@ func (a *AdaptiveMemory) Growths() uint64 { return a.arena.Growths() }
 // RelocationStats implements Dynamic.
 func (a *AdaptiveMemory) RelocationStats() relocation.Stats { return a.stats }
 
-// Exclusive-pages constants (SPEC §6.6).
+// Exclusive-pages constants (design §6.6).
 const (
 	MaxBuckets        = 24
 	MinBucketSize     = 32 << 10

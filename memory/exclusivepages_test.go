@@ -13,7 +13,7 @@ import (
 
 var exclusivePages = memory.Config{Dynamic: memory.ExclusivePages}
 
-// SPEC §5.1 example.
+// design §5.1 example.
 func TestBucketSizesFor128MiBMaxPageAtAlignment32(t *testing.T) {
 	got := memory.BucketSizes(128*mib, 32)
 	if len(got) != memory.MaxBuckets {
@@ -153,7 +153,7 @@ func TestAlignmentFiftyPadsFortyBytesByTenOnExclusivePages(t *testing.T) {
 	}
 }
 
-// Scenario 42 on exclusive pages (SPEC §12.4 #20).
+// Scenario 42 on exclusive pages (design §12.4 #20).
 func TestTwo512ByteExclusivePagesHold16256And16096Bytes(t *testing.T) {
 	m := newHostManager(t, props128(), exclusivePages, 0)
 	a := alloc(t, m, 512, memory.Allow)

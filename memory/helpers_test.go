@@ -17,7 +17,7 @@ const (
 	gib = uint64(1) << 30
 )
 
-// adaptivePreset is SPEC §12's "adaptive preset": max page 1 GiB, floor
+// adaptivePreset is design §12's "adaptive preset": max page 1 GiB, floor
 // 2 MiB, alignment 32, with the device figure maxMemory (0: none).
 func adaptivePreset(maxMemory uint64) memory.Properties {
 	return memory.Properties{MaxPageSize: gib, Alignment: 32, MaxMemory: maxMemory}

@@ -1,6 +1,6 @@
 // The per-stream memory manager.
 //
-// Reserve paths, in order (SPEC §6.3):
+// Reserve paths, in order (design §6.3):
 //
 //	Allow     → Cleanup(Periodic), then reserveAdding
 //	AddOnly   → reserveAdding (never releases or renumbers)
@@ -40,7 +40,7 @@ var (
 	ErrAlreadyPlaced = errors.New("memory: handle already placed")
 )
 
-// Pool sentinels (SPEC §3.2).
+// Pool sentinels (design §3.2).
 const (
 	PersistentIndex = 255
 	DedicatedIndex  = 254
@@ -434,7 +434,7 @@ func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) rel
 	return out
 }
 
-// Cleanup gives back what each pool's policy allows (SPEC §6.4): persistent,
+// Cleanup gives back what each pool's policy allows (design §6.4): persistent,
 // then dedicated (every free dedicated buffer goes back at once), then the
 // dynamic memory; Explicit flushes the storage. Renumbering rewrites
 // descriptors, so held handles and bindings survive it.
@@ -469,7 +469,7 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 	}
 }
 
-// underPressure applies the trigger's High rule (SPEC §8.2) to this
+// underPressure applies the trigger's High rule (design §8.2) to this
 // memory's mapped bytes: the next page of the current size would leave the
 // device too little room, so a periodic cleanup unmaps free granules. A
 // memory without a MaxMemory figure is never under pressure. The rule

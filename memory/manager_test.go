@@ -156,7 +156,7 @@ func TestLookupIsIdentityChecked(t *testing.T) {
 	wantErrIs(t, m.Bind(r2, assigned, 0), memory.ErrAlreadyPlaced)
 }
 
-// Held bindings survive a renumbering explicit cleanup (SPEC §6.4).
+// Held bindings survive a renumbering explicit cleanup (design §6.4).
 func TestExplicitCleanupRenumbersSmallPagesUnderHeldBinding(t *testing.T) {
 	m := newHostManager(t, props128(), memory.Config{}, 0)
 	var hs []*handle.Handle
@@ -183,7 +183,7 @@ func TestExplicitCleanupRenumbersSmallPagesUnderHeldBinding(t *testing.T) {
 	last.Release()
 }
 
-// SPEC §6.2: under SizeMatch an Auto allocation whose effective size
+// design §6.2: under SizeMatch an Auto allocation whose effective size
 // matches a persistent bucket is served from it; another size is dynamic.
 func TestSizeMatchServesAutoAllocationFromMatchingPersistentBucket(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(0), memory.Config{Persistent: memory.SizeMatch}, 0)
@@ -209,7 +209,7 @@ func TestSizeMatchServesAutoAllocationFromMatchingPersistentBucket(t *testing.T)
 	}
 }
 
-// SPEC §6.1: Disabled ignores Persistent windows; Enforced makes Persistent
+// design §6.1: Disabled ignores Persistent windows; Enforced makes Persistent
 // the base mode.
 func TestPersistentMemorySettingsChooseTheMode(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(0), memory.Config{Persistent: memory.Disabled}, 0)

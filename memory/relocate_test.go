@@ -13,7 +13,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Scenario 26 and SPEC §8.4 example 2.
+// Scenario 26 and design §8.4 example 2.
 func TestRelocationMovesOneMiBIntoElevenMiBPageUnderPressureOn24MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
 	a := arena(t, m)
@@ -90,7 +90,7 @@ func TestFourMiBDeviceWithNothingOutdatedWantsNoRelocation(t *testing.T) {
 	wantNoRelocation(t, m)
 }
 
-// SPEC §8.4 example 3.
+// design §8.4 example 3.
 func TestOutdatedPageWaitsForItsAllocationOn48MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(48*mib), memory.Config{}, 48*mib)
 	a := arena(t, m)
@@ -139,7 +139,7 @@ func releaseAll(hs ...*handle.Handle) {
 	}
 }
 
-// Scenario 27 and SPEC §8.4 example 5.
+// Scenario 27 and design §8.4 example 5.
 func TestGuardedOutdatedPageStallsRelocationUntilGuardReleased(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
 	live, large := growWithLive(t, m, 512*kib, 256*kib)
@@ -320,7 +320,7 @@ func (r *recorder) has(level slog.Level, substr string) bool {
 	return false
 }
 
-// SPEC §6.5: an abandoned relocation always warns, even with logging
+// design §6.5: an abandoned relocation always warns, even with logging
 // disabled, while Info lines stay silent.
 func TestAbandonedRelocationWarnsEvenWithLoggingDisabled(t *testing.T) {
 	rec := &recorder{}
@@ -345,7 +345,7 @@ func TestAbandonedRelocationWarnsEvenWithLoggingDisabled(t *testing.T) {
 	}
 }
 
-// SPEC §7.5: a failed non-poison wait leaks source and target; neither is
+// design §7.5: a failed non-poison wait leaks source and target; neither is
 // reused.
 func TestFailedCopyWaitLeaksSourceAndTarget(t *testing.T) {
 	st := storage.NewFaulty(storage.NewHost(32, nil))

@@ -9,7 +9,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Arena constants (SPEC §6.6).
+// Arena constants (design §6.6).
 const (
 	// ArenaSlots is the number of page sizes an arena holds at once.
 	ArenaSlots = 64

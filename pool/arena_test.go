@@ -35,7 +35,7 @@ func arenaSlice(t tb, a *Arena, ref handle.Ref) *Slice {
 	return ownSlice(t, p, ref)
 }
 
-// SPEC §12.4 scenario 24, plus the padding and floor cases of §5.3.
+// design §12.4 scenario 24, plus the padding and floor cases of §5.3.
 func TestFitAnswersFitsGrowOrTooLargeOnTheEffectiveSize(t *testing.T) {
 	preset := NewPageSizing(GiB, 32)
 	max16 := NewPageSizing(16*MiB, 32)
@@ -133,7 +133,7 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 	}
 }
 
-// SPEC §12.4 scenario 22.
+// design §12.4 scenario 22.
 func TestRefusedGrowthKeepsThePageSizeAndOutdatesNothing(t *testing.T) {
 	st := storage.NewSim(32, storage.NewBudget(8*MiB))
 	a := NewArena(NewPageSizing(16*MiB, 32), Limits{}, nil)
@@ -299,7 +299,7 @@ func TestArenaReportListsTheCurrentPoolThenOutdatedPoolsInGrowthOrder(t *testing
 	}
 }
 
-// SPEC §12.4 scenario 23.
+// design §12.4 scenario 23.
 func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	g := handle.NewErrorGraph()

@@ -10,7 +10,7 @@ import (
 // DedicatedIndex is the pool index of the manager's dedicated (direct) pool.
 const DedicatedIndex uint8 = 254
 
-// Direct is a pool of dedicated allocations (SPEC §4.4): one storage
+// Direct is a pool of dedicated allocations (design §4.4): one storage
 // allocation per buffer, exact-size reuse only, released as soon as a
 // watermark asks (PL16–PL20 in the package doc).
 //

@@ -21,7 +21,7 @@ type exclusivePage struct {
 	freeCount uint32 // PL13, PL14
 }
 
-// Exclusive is a pool of one allocation per page (SPEC §4.3, §5.1), sized
+// Exclusive is a pool of one allocation per page (design §4.3, §5.1), sized
 // by a running average of the sizes asked (PL11–PL15 in the package doc).
 // The exclusive-pages dynamic memory is 24 of them; the adaptive memory's
 // tiny pool is one with maxAlloc 0.

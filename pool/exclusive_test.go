@@ -30,7 +30,7 @@ func singleReserve(t *testing.T, p Pool, st storage.Storage, size uint64) *handl
 
 // singleSlice returns the slice ref resolves to in p, failing the test when
 // there is none or it belongs to another allocation (the identity check of
-// SPEC §3.4).
+// design §3.4).
 func singleSlice(t *testing.T, p Pool, ref handle.Ref) *Slice {
 	t.Helper()
 	loc := ref.Descriptor().Location()
@@ -324,7 +324,7 @@ func TestExclusivePeriodicCleanupReleasesAPageAtTheFirstCheckAfterItsFree(t *tes
 	c.Release()
 }
 
-// SPEC §12.5 #39, pool level: three 1 KiB pages, two freed; an Explicit
+// design §12.5 #39, pool level: three 1 KiB pages, two freed; an Explicit
 // cleanup releases both at once and renumbers the survivor, whose held
 // binding still resolves to its bytes.
 func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t *testing.T) {
@@ -376,7 +376,7 @@ func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t 
 	}
 }
 
-// SPEC §12.5 #40, pool level: a guarded freed allocation's page is neither
+// design §12.5 #40, pool level: a guarded freed allocation's page is neither
 // reused nor released, and a guard never makes CanMut false.
 func TestExclusiveGuardedPageIsNeitherReusedNorReleased(t *testing.T) {
 	st := storage.NewHost(32, nil)
@@ -457,7 +457,7 @@ func TestExclusiveTinyPoolReleasesOnlyOnExplicitCleanup(t *testing.T) {
 	}
 }
 
-// SPEC §12.4 #25, regression: page indices must not wrap. 70,000 live pages
+// design §12.4 #25, regression: page indices must not wrap. 70,000 live pages
 // is more than a 16-bit index holds; page 65,536 must not alias page 0.
 func TestExclusivePageIndicesDoNotWrapPast65536(t *testing.T) {
 	const n = 70_000

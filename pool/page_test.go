@@ -35,7 +35,7 @@ func drawPage(pg *page, unit uint64) string {
 }
 
 // expectOwnSlice fails the test unless ref's location names a slice of pg
-// carrying ref's own descriptor (SPEC §3.4: a location must never resolve
+// carrying ref's own descriptor (design §3.4: a location must never resolve
 // to another allocation).
 func expectOwnSlice(t *testing.T, pg *page, ref handle.Ref) *Slice {
 	t.Helper()
@@ -130,7 +130,7 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	}
 }
 
-// SPEC §12.4 scenario 15.
+// design §12.4 scenario 15.
 func TestFreedHalfOfAPageLeavesTwoFreeSlicesUntilCoalesce(t *testing.T) {
 	runPageScript(t, 32*MiB, 32, MiB, []pageStep{
 		{"reserve a 16", "16 (16)"},
@@ -140,7 +140,7 @@ func TestFreedHalfOfAPageLeavesTwoFreeSlicesUntilCoalesce(t *testing.T) {
 	})
 }
 
-// SPEC §12.4 scenario 16: first fit, splitting, and coalescing at exact
+// design §12.4 scenario 16: first fit, splitting, and coalescing at exact
 // offsets.
 func TestFirstFitReusesFreedSlicesAtExactOffsets(t *testing.T) {
 	runPageScript(t, 32*MiB, 32, MiB, []pageStep{
@@ -170,7 +170,7 @@ func TestFirstFitReusesFreedSlicesAtExactOffsets(t *testing.T) {
 	})
 }
 
-// SPEC §12.4 scenario 17: a freed slice is reused by its effective size
+// design §12.4 scenario 17: a freed slice is reused by its effective size
 // (size + padding), so its padding bytes are never lost from the page.
 func TestReservationFitsTheEffectiveSizeOfAFreedSlice(t *testing.T) {
 	runPageScript(t, 256, 32, 1, []pageStep{

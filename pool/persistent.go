@@ -10,7 +10,7 @@ import (
 // PersistentIndex is the pool index of the persistent pool.
 const PersistentIndex uint8 = 255
 
-// Persistent is the exact-fit pool for weights and caches (SPEC §4.5;
+// Persistent is the exact-fit pool for weights and caches (design §4.5;
 // PL21–PL24 in the package doc).
 //
 // Data that is likely never freed (model weights, long-lived caches) gets

@@ -83,7 +83,7 @@ func ids(hs ...*handle.Handle) []handle.ID {
 	return out
 }
 
-// SPEC §12.3 scenario 14 (which pages enter a plan).
+// design §12.3 scenario 14 (which pages enter a plan).
 func TestPlanTakesOnlyUnguardedUnboundPagesWithALiveSlice(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
@@ -107,7 +107,7 @@ func TestPlanTakesOnlyUnguardedUnboundPagesWithALiveSlice(t *testing.T) {
 	}
 }
 
-// SPEC §12.3 scenario 14 (order).
+// design §12.3 scenario 14 (order).
 func TestPlanMovesCheapestPagesFirst(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
@@ -132,7 +132,7 @@ func TestPlanMovesCheapestPagesFirst(t *testing.T) {
 	}
 }
 
-// SPEC §12.3 scenario 14 (commit).
+// design §12.3 scenario 14 (commit).
 func TestCommitOfALandedNotFromCopyPanics(t *testing.T) {
 	for name, l := range map[string]*relocation.Landed{"Zero": {}, "Nil": nil} {
 		t.Run(name, func(t *testing.T) {

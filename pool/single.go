@@ -6,7 +6,7 @@ import (
 )
 
 // slot is one storage allocation holding one slice: what the exclusive,
-// direct and persistent pools share (SPEC §4.3–§4.5). In these pools a
+// direct and persistent pools share (design §4.3–§4.5). In these pools a
 // "page" is one storage allocation holding exactly one slice, so a location
 // is (pool, index, 0) (PL8–PL10 in the package doc).
 //

@@ -74,7 +74,7 @@ func expectPattern(t tb, st storage.Storage, r storage.Region, seed byte) {
 	}
 }
 
-// SPEC §12.4 scenario 19 (accept).
+// design §12.4 scenario 19 (accept).
 func TestSlicedAcceptsUpToMaxSliceOrANearPageSize(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -129,7 +129,7 @@ func TestSlicedTryReserveCoalescesEachPageItVisits(t *testing.T) {
 	p.Check()
 }
 
-// SPEC §12.4 scenario 19 (guards).
+// design §12.4 scenario 19 (guards).
 func TestGuardedPageServesNoReservation(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	p := NewSliced(8*MiB, 8*MiB, false, 32, 1, Limits{})
@@ -154,7 +154,7 @@ func TestGuardedPageServesNoReservation(t *testing.T) {
 	p.Check()
 }
 
-// SPEC §12.4 scenario 19 (guards, renumbering).
+// design §12.4 scenario 19 (guards, renumbering).
 func TestGuardedPageIsNeverReleasedAndRenumberedSurvivorsStillResolve(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
@@ -288,7 +288,7 @@ func TestSlicedReportCountsLiveSlicesPaddingAndPeak(t *testing.T) {
 	c.Release()
 }
 
-// SPEC §12.4 scenario 18: after any sequence of reserve, free, coalesce,
+// design §12.4 scenario 18: after any sequence of reserve, free, coalesce,
 // guard and release-empty, each page's slices are contiguous and sum to its
 // size, every live descriptor's location names its own slice, and every
 // live allocation still holds its bytes.

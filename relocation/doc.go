@@ -12,20 +12,20 @@
 // outdated pages go back to the device now rather than when their
 // longest-lived allocation ends.
 //
-//  1. Plan (pool.Arena.Plan, SPEC §7.2). The arena picks whole pages, cheapest
+//  1. Plan (pool.Arena.Plan, design §7.2). The arena picks whole pages, cheapest
 //     first, and for each live allocation on them reserves a target slice on
 //     the current pool. Each pairing is a [Move]: a clone of the allocation's
 //     handle (sharing the owners' descriptor), the reserved target handle, and
 //     the [StorageCopy] of the allocation's requested bytes. The plan is a
 //     [Relocation]; a [TargetRoom] says whether targets may take new pages.
-//  2. Copy ([Relocation.Copy], SPEC §7.3). Through a [CopyQueue]: wait until
+//  2. Copy ([Relocation.Copy], design §7.3). Through a [CopyQueue]: wait until
 //     every stream's work is done, enqueue each copy in plan order, and always
 //     wait for what was enqueued to land. Only a successful Copy returns a
 //     [Landed].
 //  3. Land. A [Landed] is the proof that every byte is where it moves to; no
 //     exported constructor exists, so an allocation cannot be re-pointed at
 //     bytes that never arrived.
-//  4. Commit (pool.Arena.Commit, SPEC §7.4). From the Landed value the arena
+//  4. Commit (pool.Arena.Commit, design §7.4). From the Landed value the arena
 //     rewrites each allocation's location to its target, frees each source
 //     slice and drains the emptied pages.
 //

@@ -1,4 +1,4 @@
-// The copy queue: how a relocation's bytes travel (SPEC §7.1, §9.3). The
+// The copy queue: how a relocation's bytes travel (design §7.1, §9.3). The
 // protocol around it is described in doc.go.
 
 package relocation
@@ -18,7 +18,7 @@ var ErrSizeMismatch = errors.New("relocation: copy source and target sizes diffe
 
 // CopyQueue carries a relocation's copies. Relocation.Copy calls WaitDevice
 // once, then Copy for each move, then WaitCopies once, even after a refused
-// Copy (SPEC §7.3).
+// Copy (design §7.3).
 type CopyQueue interface {
 	// WaitDevice returns once every stream's work and driver work outside
 	// streams is done, so no byte moves under a reader or writer (R1). On

@@ -1,4 +1,4 @@
-// Relocation values and the copy step (SPEC §7.1, §7.3, §7.5); the protocol
+// Relocation values and the copy step (design §7.1, §7.3, §7.5); the protocol
 // as a whole is described in doc.go.
 //
 // A Relocation is used once. Its life is a small state machine:
@@ -164,7 +164,7 @@ func (r *Relocation) Abandon() {
 	}
 }
 
-// Copy copies every move's bytes through q, in exactly this order (SPEC
+// Copy copies every move's bytes through q, in exactly this order (design
 // §7.3):
 //
 //  1. q.WaitDevice(): nothing moves until every stream's work is done (R1).
@@ -217,7 +217,7 @@ func (r *Relocation) Copy(st storage.Storage, q CopyQueue) (*Landed, error) {
 	return &Landed{moves: r.moves, landed: true}, nil
 }
 
-// releaseOrLeak ends a relocation whose copy wait failed (SPEC §7.5). On a
+// releaseOrLeak ends a relocation whose copy wait failed (design §7.5). On a
 // poisoned device nothing will use the memory again, so the handles are
 // released as in Abandon. Otherwise a copy may still be writing: the handles
 // are dropped without release, so neither source nor target ever becomes

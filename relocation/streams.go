@@ -1,4 +1,4 @@
-// The Streams interface and the five provided steps (SPEC §9.1, §9.2). The
+// The Streams interface and the five provided steps (design §9.1, §9.2). The
 // protocol they start is described in doc.go.
 //
 // A relocation moves memory any stream may still read or write, so every

@@ -1,4 +1,4 @@
-// When to relocate (SPEC §8): reasons, the need an arena reports, and the
+// When to relocate (design §8): reasons, the need an arena reports, and the
 // trigger that stalls a relocation which moved nothing. The protocol a reason
 // starts is described in doc.go.
 //
@@ -25,7 +25,7 @@ import (
 )
 
 // Reason says what asked for a relocation, and so which TargetRoom its plan
-// may use (SPEC §8.1).
+// may use (design §8.1).
 type Reason uint8
 
 const (
@@ -116,7 +116,7 @@ type Need struct {
 // Reason judges n against the device: NeedNothing gives none; NeedArenaFull
 // gives ArenaFull whatever the device holds; NeedUnderPressure gives
 // MemoryPressure iff satAdd(allocated(), PageSize) > satSub(Capacity,
-// PageSize), else none (SPEC §8.2).
+// PageSize), else none (design §8.2).
 //
 // allocated is the sum of BytesAllocated over every stream of the device,
 // which costs a walk over the streams: Reason calls it at most once, and only
@@ -174,7 +174,7 @@ func NewTrigger(capacity uint64) Trigger { return Trigger{capacity: capacity} }
 // Capacity returns the device capacity the trigger judges against.
 func (t *Trigger) Capacity() uint64 { return t.capacity }
 
-// Need returns what s wants (SPEC §8.3): nothing outdated, or the stalled
+// Need returns what s wants (design §8.3): nothing outdated, or the stalled
 // shape equal to s.Shape (all four counters) → NeedNothing; else s.Full →
 // NeedArenaFull; else a known capacity → NeedUnderPressure{capacity,
 // s.PageSize}; else NeedNothing.

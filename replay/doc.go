@@ -1,5 +1,5 @@
 // Package replay applies a trace's events, in order, to a gpumem device and
-// reports what the device did with them (SPEC §13.4).
+// reports what the device did with them (design §13.4).
 //
 // # Owns
 //

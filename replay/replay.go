@@ -56,7 +56,7 @@ type Point struct {
 	Device uint64 `json:"device_bytes"`
 }
 
-// Report is what a replay measured (SPEC §13.4).
+// Report is what a replay measured (design §13.4).
 type Report struct {
 	Backend      string         `json:"backend"`
 	Events       int            `json:"events"`
@@ -65,7 +65,7 @@ type Report struct {
 	Frees        int            `json:"frees"`
 	IgnoredFrees int            `json:"ignored_frees"`
 	// ImpliedFrees counts allocs of an ID still live: the old allocation
-	// is freed first (SPEC §13.4).
+	// is freed first (design §13.4).
 	ImpliedFrees int `json:"implied_frees"`
 	Cleanups     int `json:"explicit_cleanups"`
 	Skipped      int `json:"skipped_events"`

@@ -7,7 +7,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// SPEC §12.1 scenario 3: Faulty refuses exactly on cue and forwards
+// design §12.1 scenario 3: Faulty refuses exactly on cue and forwards
 // otherwise. Each subtest checks the refusal, the count, and that a refusal
 // changed nothing in the inner storage.
 func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {

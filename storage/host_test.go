@@ -25,7 +25,7 @@ func base(t *testing.T, s storage.Storage, r storage.Region) uintptr {
 	return uintptr(unsafe.Pointer(unsafe.SliceData(res.Bytes)))
 }
 
-// SPEC §12.1 scenario 1: alloc then dealloc.
+// design §12.1 scenario 1: alloc then dealloc.
 func TestHostDeallocReturnsBytesAndForgetsTheID(t *testing.T) {
 	h := storage.NewHost(0, nil)
 	if h.Alignment() != storage.DefaultAlignment || storage.DefaultAlignment != 32 {
@@ -65,7 +65,7 @@ func TestHostDeallocReturnsBytesAndForgetsTheID(t *testing.T) {
 	}
 }
 
-// SPEC §12.1 scenario 1: placement of live allocations.
+// design §12.1 scenario 1: placement of live allocations.
 func TestHostLiveAllocationsNeverOverlapAndBasesAreAligned(t *testing.T) {
 	for _, align := range []uint64{32, 256, 50} {
 		h := storage.NewHost(align, nil)
@@ -102,7 +102,7 @@ func TestHostLiveAllocationsNeverOverlapAndBasesAreAligned(t *testing.T) {
 	}
 }
 
-// SPEC §12.1 scenario 2.
+// design §12.1 scenario 2.
 func TestHostWindowAtOffset24Size8ReadsExactlyBytes24To31(t *testing.T) {
 	h := storage.NewHost(32, nil)
 	r, err := h.Alloc(64)
@@ -136,7 +136,7 @@ func TestHostWindowAtOffset24Size8ReadsExactlyBytes24To31(t *testing.T) {
 	}
 }
 
-// SPEC §12.1 scenario 2: zero-size allocations.
+// design §12.1 scenario 2: zero-size allocations.
 func TestHostZeroSizeAllocationTakesNoBudgetAndResolvesToEmptySlice(t *testing.T) {
 	b := storage.NewBudget(1024)
 	h := storage.NewHost(32, b)
@@ -160,7 +160,7 @@ func TestHostZeroSizeAllocationTakesNoBudgetAndResolvesToEmptySlice(t *testing.T
 	}
 }
 
-// SPEC §12.1 scenario 3: the budget refuses and changes nothing.
+// design §12.1 scenario 3: the budget refuses and changes nothing.
 func TestBudgetRefusesA9MiBAllocationOn8MiBChangingNothing(t *testing.T) {
 	b := storage.NewBudget(8 * mib)
 	h := storage.NewHost(32, b)
@@ -187,7 +187,7 @@ func TestBudgetRefusesA9MiBAllocationOn8MiBChangingNothing(t *testing.T) {
 	}
 }
 
-// SPEC §12.1 scenario 3: storages on one budget share it.
+// design §12.1 scenario 3: storages on one budget share it.
 func TestStoragesOnOneBudgetShareIt(t *testing.T) {
 	b := storage.NewBudget(8 * mib)
 	h := storage.NewHost(32, b)
@@ -211,7 +211,7 @@ func TestStoragesOnOneBudgetShareIt(t *testing.T) {
 	}
 }
 
-// SPEC §12.1 scenario 3: Sim is accounting only.
+// design §12.1 scenario 3: Sim is accounting only.
 func TestSimHolds100000AllocationsOf1MiBWithNoBytes(t *testing.T) {
 	s := storage.NewSim(0, nil)
 	regions := make([]storage.Region, 100_000)

@@ -1,4 +1,4 @@
-// Capture is the device's record of one stream's capture window (SPEC §10.1),
+// Capture is the device's record of one stream's capture window (design §10.1),
 // kept apart from any queue so the root can check the order of calls before it
 // touches a queue: a fenced wait on a queue that already records would
 // invalidate that recording, so Begin must refuse first.
@@ -39,7 +39,7 @@ const (
 	Recording
 )
 
-// String returns the phase's name as the SPEC spells it.
+// String returns the phase's name as the design document (docs/design.md) spells it.
 func (p Phase) String() string {
 	switch p {
 	case NoCapture:
@@ -165,7 +165,7 @@ func (c *Capture) Abort(o Owner) error {
 
 // Fail records err as the window's failure if it is the first one; it dooms
 // the recording. Outside a window, or with a nil err, it does nothing: a
-// failure outside a capture is the op's own business (SPEC §11).
+// failure outside a capture is the op's own business (design §11).
 func (c *Capture) Fail(err error) {
 	if err == nil || c.phase == NoCapture || c.failure != nil {
 		return

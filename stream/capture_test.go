@@ -24,7 +24,7 @@ func captureIn(t *testing.T, p stream.Phase) *stream.Capture {
 	return c
 }
 
-// SPEC §12.6 #49: out-of-order calls return ErrCaptureState and change
+// design §12.6 #49: out-of-order calls return ErrCaptureState and change
 // nothing; abort returns Prepared to NoCapture; end by another owner closes
 // the window with ErrWrongOwner.
 func TestCaptureRefusesOutOfOrderCallsAndEndByAnotherOwnerClosesWindow(t *testing.T) {

@@ -1,6 +1,6 @@
 // Package stream owns ordered asynchronous work: the queues a device's
 // streams submit ops to, the fences that order and synchronise them, the host
-// software graph, and the capture state machine (SPEC §9.3, §10.1, §10.5).
+// software graph, and the capture state machine (design §9.3, §10.1, §10.5).
 //
 // # Owns
 //

@@ -51,7 +51,7 @@ func assertTornDown(t *testing.T, q stream.Queue, e stream.Exec, log *[]string) 
 	}
 }
 
-// SPEC §12.6 #50: recorded ops do not run while recording; three replays run
+// design §12.6 #50: recorded ops do not run while recording; three replays run
 // them three times in order.
 func TestRecordedOpsDoNotRunAndEachReplayRunsThemInOrder(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {
@@ -91,7 +91,7 @@ func TestRecordedOpsDoNotRunAndEachReplayRunsThemInOrder(t *testing.T) {
 	})
 }
 
-// SPEC §12.6 #50: a wait on a recording queue invalidates the capture.
+// design §12.6 #50: a wait on a recording queue invalidates the capture.
 func TestWaitOnRecordingQueueInvalidatesCapture(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {
 		q := newQueue()
@@ -108,7 +108,7 @@ func TestWaitOnRecordingQueueInvalidatesCapture(t *testing.T) {
 	})
 }
 
-// SPEC §12.6 #50: a storage dealloc reported for the recording stream
+// design §12.6 #50: a storage dealloc reported for the recording stream
 // invalidates the capture.
 func TestStorageDeallocWhileRecordingInvalidatesCapture(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {
@@ -173,7 +173,7 @@ func TestHostWaitOnFenceOfAnotherRecordingQueueInvalidatesIt(t *testing.T) {
 	}
 }
 
-// SPEC §12.6 #50: a cued BeginCapture refusal leaves the queue usable and a
+// design §12.6 #50: a cued BeginCapture refusal leaves the queue usable and a
 // retry succeeds.
 func TestCuedBeginCaptureRefusalLeavesQueueUsableAndRetrySucceeds(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {

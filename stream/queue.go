@@ -19,7 +19,7 @@ type Fence struct {
 }
 
 // OpFailure reports an op whose Run failed. The device collects them with
-// TakeFailures and marks the op's outputs (SPEC §11).
+// TakeFailures and marks the op's outputs (design §11).
 type OpFailure struct {
 	Seq  uint64 // the op's sequence number
 	Name string // the op's Name
@@ -34,7 +34,7 @@ type Exec interface {
 	Len() int
 }
 
-// Queue is an ordered asynchronous work queue (SPEC §9.3): the executor of
+// Queue is an ordered asynchronous work queue (design §9.3): the executor of
 // one stream. Ops run one at a time in the order Enqueue returned their
 // sequence numbers; two queues may overlap unless a WaitFence orders them.
 //

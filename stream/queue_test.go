@@ -70,7 +70,7 @@ func appendOp(log *[]string, name string) func() error {
 	return func() error { *log = append(*log, name); return nil }
 }
 
-// SPEC §12.6 #48: ops on one queue run in order, and a fence completes only
+// design §12.6 #48: ops on one queue run in order, and a fence completes only
 // after every op enqueued before it.
 func TestOpsRunInOrderAndFencePassesAfterEveryEarlierOp(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {
@@ -133,7 +133,7 @@ func TestHostFenceDoesNotPassWhileAnEarlierOpRuns(t *testing.T) {
 	})
 }
 
-// SPEC §12.6 #48: WaitFence orders a second queue after the first.
+// design §12.6 #48: WaitFence orders a second queue after the first.
 func TestWaitFenceOrdersSecondHostQueueAfterFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a, b := stream.NewHost(), stream.NewHost()

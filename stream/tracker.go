@@ -1,6 +1,6 @@
 // The tracker is the state both host queues share: sequence numbers, the
 // completion counter and its broadcast, failures, and the software graph's
-// recording (SPEC §10.5). Host and Inline differ only in who runs a step:
+// recording (design §10.5). Host and Inline differ only in who runs a step:
 // Host hands it to a worker goroutine, Inline runs it inside the call that
 // enqueued it.
 //

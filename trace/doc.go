@@ -1,20 +1,20 @@
 // Package trace owns gpumem's trace formats: the native event model and its
 // JSONL codec, the PyTorch memory-snapshot reader and the synthetic
-// workloads (SPEC §13). It holds events, codecs and readers only: replaying
+// workloads (design §13). It holds events, codecs and readers only: replaying
 // a trace on a device is package replay's job, comparing policies package
 // trace/compare's.
 //
 // # Owns
 //
 // [Event] and [Op] (alloc, free, cleanup, window, capture) with [Header];
-// the JSONL codec [Decode] and [Encoder] (SPEC §13.1, keys in the listed
+// the JSONL codec [Decode] and [Encoder] (design §13.1, keys in the listed
 // order); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
 // pickle (its own unpickler, plain data only, no globals), JSON or gzip — and
 // converts one device's trace to native events with a prelude rebuilding the
 // allocations made before the ring buffer's window, PyTorch's reserved-bytes
-// timeline and the segments held when the window began (SPEC §13.2; the rules
+// timeline and the segments held when the window began (design §13.2; the rules
 // are in snapshot.go's header); [Synth], the deterministic synthetic
-// workloads (SPEC §13.3) listed by [Workloads]; and [Default], a small
+// workloads (design §13.3) listed by [Workloads]; and [Default], a small
 // embedded trace. The sub-package trace/torch models PyTorch's caching
 // allocator for comparison; like trace, it imports no device package.
 //
@@ -38,7 +38,7 @@
 //
 // Devices, streams, pools or placement: events carry logical IDs, not
 // addresses, and replaying them against a gpumem.Device is package
-// replay's job (SPEC §13.4). It imports no device package: not the root
+// replay's job (design §13.4). It imports no device package: not the root
 // package, cuda, storage, handle, relocation, pool, memory or stream.
 //
 // # Concurrency

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Op is the kind of a native trace event (SPEC §13.1).
+// Op is the kind of a native trace event (design §13.1).
 type Op uint8
 
 // The native operations. The zero Op is invalid so a forgotten field is
@@ -160,7 +160,7 @@ var (
 	// only; the reader never instantiates anything.
 	ErrPickleGlobal = errors.New("trace: pickle refers to a global or constructs an object")
 	// ErrSnapshot is returned by ReadSnapshot for input that decodes but does
-	// not follow the snapshot schema of SPEC §13.2 (a missing action, an
+	// not follow the snapshot schema of design §13.2 (a missing action, an
 	// impossible size, a missing device).
 	ErrSnapshot = errors.New("trace: bad snapshot")
 	// ErrUnknownWorkload is returned by Synth for a name it does not know.

@@ -30,7 +30,7 @@ type wireEvent struct {
 	Version *int    `json:"version"`
 }
 
-// Decode streams the events of a JSONL trace (SPEC §13.1). An optional header
+// Decode streams the events of a JSONL trace (design §13.1). An optional header
 // line is checked (format gpumem-trace, version 1) and skipped; blank lines
 // are skipped; unknown fields are ignored. The first malformed line ends the
 // sequence with an error naming its 1-based line number and wrapping
@@ -151,7 +151,7 @@ func errorsJoinFirst(errs ...error) error {
 	return nil
 }
 
-// Encoder writes native events as JSONL, keys in the order of SPEC §13.1
+// Encoder writes native events as JSONL, keys in the order of design §13.1
 // ("op" first, then the op's fields as listed there). It is not safe for
 // concurrent use.
 type Encoder struct {

@@ -1,7 +1,7 @@
 // The unpickler: a decoder for the plain-data subset of Python's pickle
 // format, protocols 2–5 (and the binary opcodes of protocol 1, plus the text
 // INT, LONG, FLOAT, PUT and GET), written for PyTorch memory snapshots
-// (SPEC §13.2). Protocol-0 text strings (STRING, UNICODE) are not supported.
+// (design §13.2). Protocol-0 text strings (STRING, UNICODE) are not supported.
 //
 // Design. A pickle is a program for a small stack machine. This file runs
 // that program over an in-memory byte slice with an explicit value stack, a

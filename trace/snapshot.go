@@ -1,4 +1,4 @@
-// The PyTorch snapshot reader (SPEC §13.2): from the dict that
+// The PyTorch snapshot reader (design §13.2): from the dict that
 // torch.cuda.memory._dump_snapshot pickles to native events.
 //
 // Conversion, in three steps over the chosen device's trace:

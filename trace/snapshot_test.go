@@ -41,7 +41,7 @@ func mustSnapshot(t testing.TB, data []byte, opts SnapshotOptions) *Snapshot {
 
 var syntheticFixtures = []string{"synthetic-p2.pickle", "synthetic-p4.pickle", "synthetic-p5.pickle", "synthetic.json", "synthetic-p4.pickle.gz"}
 
-// TestSnapshotReaderConvertsSyntheticSnapshot pins SPEC §12.8 #67 on the
+// TestSnapshotReaderConvertsSyntheticSnapshot pins design §12.8 #67 on the
 // fixture written by testdata/synthetic_snapshot.py (see the comments
 // there for what each entry exercises).
 func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {

@@ -1,4 +1,4 @@
-// Synthetic workloads (SPEC §13.3): deterministic generators of native
+// Synthetic workloads (design §13.3): deterministic generators of native
 // events for tests, benchmarks and the CLI.
 //
 // Every workload draws from one math/rand/v2 PCG seeded with (seed, 0), so a
