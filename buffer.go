@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -20,8 +20,12 @@ type Buffer struct {
 	freed bool
 }
 
+// BufferID identifies an allocation for its whole life: relocation moves its
+// bytes, never its identity.
+type BufferID = handle.ID
+
 // ID returns the allocation's identity (0 for a nil or zero Buffer).
-func (b *Buffer) ID() handle.ID {
+func (b *Buffer) ID() BufferID {
 	if b.valid() != nil {
 		return 0
 	}

@@ -33,8 +33,8 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gpumem/gpumem/handle"
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/stream"
 )

@@ -10,7 +10,7 @@
 package gpumem
 
 import (
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/stream"
 )
 

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"

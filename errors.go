@@ -3,9 +3,9 @@ package gpumem
 import (
 	"errors"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"

@@ -3,7 +3,7 @@
 //
 // Pages map what they hold when the memory config allows it (the default)
 // and the stream's storage is granular (storage.Granular, design in
-// storage/granular.go; pool/granules.go for pages). The host and sim
+// storage/granular.go; internal/pool/granules.go for pages). The host and sim
 // backends build plain storages unless WithPageGranular(true) asks for
 // granular ones; WithPageGranular(false) hides any backend's granules, so
 // pages are backed whole.

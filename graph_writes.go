@@ -15,7 +15,7 @@ package gpumem
 import (
 	"sync"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 )
 
 // launchEntry is what one replayed op needs of the launch it runs in.

@@ -5,7 +5,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // Shared fixtures of the root package's tests.

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/relocation"
 )
 
@@ -22,8 +22,12 @@ type StreamReport struct {
 	Pools memory.PoolsReport
 }
 
+// Usage is what a pool, a stream or the device holds: bytes reserved, in
+// use and lost to padding, and the number of allocations.
+type Usage = pool.Usage
+
 // Usage sums every stream.
-func (r Report) Usage() pool.Usage {
+func (r Report) Usage() Usage {
 	var u pool.Usage
 	for _, s := range r.Streams {
 		u = u.Combine(s.Pools.Usage())

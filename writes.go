@@ -34,7 +34,7 @@ import (
 	"slices"
 	"sync/atomic"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/stream"
 )
 

@@ -1,5 +1,5 @@
 // Granular storage on the driver's virtual memory management (design in
-// storage/granular.go; pages in pool/granules.go).
+// storage/granular.go; pages in internal/pool/granules.go).
 //
 // A reservation is one cuMemAddressReserve of whole granules, aligned to the
 // granule. Each granule mapped is its own physical allocation: cuMemCreate

@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/storage"
 )
 

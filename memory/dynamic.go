@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"math"
 
-	"github.com/gpumem/gpumem/handle"
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
 )

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/storage"
 )
 

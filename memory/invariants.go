@@ -5,7 +5,7 @@ package memory
 import (
 	"fmt"
 
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // Built with -tags invariants, the memory checks its pools after every

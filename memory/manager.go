@@ -23,8 +23,8 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/gpumem/gpumem/handle"
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -94,13 +94,20 @@ type Stats struct {
 
 // PoolsReport describes every pool of a manager.
 type PoolsReport struct {
-	Dynamic    []pool.Report
-	Persistent pool.Report
-	Dedicated  pool.Report
+	Dynamic    []PoolReport
+	Persistent PoolReport
+	Dedicated  PoolReport
 }
 
+// PoolReport describes one pool: its kind, pages, peak and usage.
+type PoolReport = pool.Report
+
+// Usage is what a pool holds: bytes reserved, in use and lost to padding,
+// and the number of allocations.
+type Usage = pool.Usage
+
 // Usage sums every pool.
-func (r PoolsReport) Usage() pool.Usage {
+func (r PoolsReport) Usage() Usage {
 	u := r.Persistent.Usage.Combine(r.Dedicated.Usage)
 	for _, d := range r.Dynamic {
 		u = u.Combine(d.Usage)

@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
 )
 

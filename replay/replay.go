@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/trace"
 )

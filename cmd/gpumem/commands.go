@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/cuda"
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )

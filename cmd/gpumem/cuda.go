@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpumem/gpumem/cuda"
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // cudaInfo says whether the cuda backend can run here: the driver's

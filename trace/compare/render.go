@@ -9,7 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/gpumem/gpumem/pool"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/replay"
 )
 

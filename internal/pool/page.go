@@ -3,7 +3,7 @@ package pool
 import (
 	"fmt"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -1,7 +1,7 @@
 package pool
 
 import (
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
 )
 

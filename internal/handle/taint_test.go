@@ -8,7 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 )
 
 // ranges is shorthand for a want list of half-open {start, end} pairs.

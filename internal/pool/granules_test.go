@@ -6,7 +6,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
 )

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 )
 
 // design §12.2 scenario 6.

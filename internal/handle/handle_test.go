@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/gpumem/gpumem/handle"
+	"github.com/gpumem/gpumem/internal/handle"
 )
 
 // design §12.2 scenario 4.

@@ -1,6 +1,6 @@
 package pool
 
-import "github.com/gpumem/gpumem/handle"
+import "github.com/gpumem/gpumem/internal/handle"
 
 // PageGuard freezes one page (sliced pools) or one allocation (exclusive,
 // direct and persistent pools): nothing new is carved from it, it is never
