@@ -184,6 +184,9 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
+	if s.rec == nil {
+		return nil, fmt.Errorf("%w: the %s backend's queues cannot record graphs", ErrNotSupported, d.backend.Name())
+	}
 	d.nextTok++
 	tok := &CaptureToken{s: s, owner: d.nextTok}
 	if err := s.capture.Prepare(tok.owner); err != nil {
@@ -232,7 +235,7 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	}
 	s.waitDeferredLocked() // the queue does not record yet
 	s.cap.releasePrimedLocked()
-	if err := s.q.BeginCapture(tok.owner); err != nil {
+	if err := s.rec.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
 		_ = s.capture.TakeFailure()
 		s.cap.discardLocked()
@@ -299,7 +302,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	}
 	_ = owner
 	doomed := s.capture.TakeFailure()
-	exec, qerr := s.q.EndCapture(tok.owner, doomed)
+	exec, qerr := s.rec.EndCapture(tok.owner, doomed)
 	c := s.cap
 	s.cap = nil
 
@@ -507,7 +510,7 @@ func (g *Graph) Launch(ctx context.Context) error {
 	if g.slots != nil {
 		undo = g.prepareLaunchLocked(before.Seq)
 	}
-	if err := s.q.Replay(g.exec); err != nil {
+	if err := s.rec.Replay(g.exec); err != nil {
 		undo()
 		g.markWrittenLocked(fmt.Errorf("gpumem: graph launch on %s: %w", s.name, err))
 		return err

@@ -921,3 +921,35 @@ func TestPanicInCaptureFunctionClosesTheWindow(t *testing.T) {
 		t.Fatalf("after a recovered panic in the recorded fn, Close = %v", err)
 	}
 }
+
+// nonRecordingBackend is the host backend with queues that offer only
+// stream.Queue: they cannot record graphs.
+type nonRecordingBackend struct{ hostBackend }
+
+func (b *nonRecordingBackend) NewQueue(int) (stream.Queue, error) {
+	return struct{ stream.Queue }{stream.NewHost()}, nil
+}
+
+// A backend whose queues are no stream.Recorder runs everything but
+// captures, which it refuses with ErrNotSupported before anything changes.
+func TestCaptureOnQueuesThatCannotRecordIsNotSupported(t *testing.T) {
+	d, err := OpenBackend(&nonRecordingBackend{hostBackend{props: HostProperties(0)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	s := d.DefaultStream()
+	b := mustAlloc(t, s, 64)
+	mustWrite(t, b, pattern(64, 1))
+	wantBytes(t, b, pattern(64, 1))
+	if _, err := s.PrepareCapture(); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("PrepareCapture on queues that cannot record = %v, want ErrNotSupported", err)
+	}
+	if _, err := s.Capture(bg, func(context.Context, *Stream) error { return nil }); !errors.Is(err, ErrNotSupported) {
+		t.Fatalf("Capture on queues that cannot record = %v, want ErrNotSupported", err)
+	}
+	mustFree(t, b)
+	if err := d.Cleanup(bg); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -166,7 +166,9 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 		return nil, err
 	}
 	counted.q = q
-	s := &Stream{d: d, index: index, name: name, q: q, mem: mem, st: counted}
+	rec, _ := q.(stream.Recorder) // nil: the backend's queues cannot record graphs
+	counted.rec = rec
+	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
 	s.self = streamsOf{d, s, nil}
 	if w, ok := q.(stream.StorageWatcher); ok {
 		if o, ok := st.(storage.Observable); ok {
@@ -367,7 +369,8 @@ func (d *Device) Close() error {
 type countedStorage struct {
 	storage.Storage
 	allocs, deallocs atomic.Uint64
-	q                stream.Queue // the owning stream's queue, set once it exists
+	q                stream.Queue    // the owning stream's queue, set once it exists
+	rec              stream.Recorder // q, when it can record graphs
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
 }
@@ -379,6 +382,9 @@ type heldRelease struct {
 	id       storage.ID
 	first, n uint64
 }
+
+// recording reports whether the stream's queue records a graph.
+func (c *countedStorage) recording() bool { return c.rec != nil && c.rec.Recording() }
 
 // busyUntil returns the sequence number the stream's queued work ends at,
 // or 0 when nothing is pending.
@@ -397,7 +403,7 @@ func (c *countedStorage) busyUntil() uint64 {
 // while the stream records: a storage call inside a recording invalidates
 // it (the driver cannot capture one), so they wait for the recording's end.
 func (c *countedStorage) releasePassed() {
-	if len(c.held) == 0 || c.q.Recording() {
+	if len(c.held) == 0 || c.recording() {
 		return
 	}
 	n := len(c.held)

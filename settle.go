@@ -63,7 +63,7 @@ func (d *Device) pendingFencesLocked() []stream.Fence {
 	}
 	var fences []stream.Fence
 	for _, s := range d.streams {
-		if s.q.Recording() {
+		if s.rec != nil && s.rec.Recording() {
 			continue
 		}
 		f, err := s.q.Fence()

@@ -20,6 +20,7 @@ type Stream struct {
 	index int
 	name  string
 	q     stream.Queue
+	rec   stream.Recorder // q as a recorder; nil when the backend's queues cannot record
 	mem   *memory.Manager
 	st    *countedStorage
 	// self is streamsOf{d, s} as a relocation.Streams, made once so the

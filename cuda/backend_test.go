@@ -499,10 +499,11 @@ func TestDeallocationsWaitWhileAQueueRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := b.NewQueue(0)
+	nq, err := b.NewQueue(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := nq.(stream.Recorder)
 	r, err := st.Alloc(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -723,7 +724,8 @@ func TestRecordingQueueRefusesHostWaitsAndUnmetFences(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	q, _ := b.NewQueue(0)
+	nq, _ := b.NewQueue(0)
+	q := nq.(stream.Recorder)
 	if err := q.BeginCapture(7); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
 )
 
 // fakeGranule is the fake's recommended granularity (twice its 2 MiB
@@ -236,10 +237,11 @@ func TestGranularUnmapsWaitForFlushAndRemapCancelsThem(t *testing.T) {
 	}
 
 	// While a queue records, Flush keeps the unmap.
-	q, err := b.NewQueue(0)
+	nq, err := b.NewQueue(0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	q := nq.(stream.Recorder)
 	if err := q.BeginCapture(1); err != nil {
 		t.Fatal(err)
 	}

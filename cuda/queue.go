@@ -111,7 +111,7 @@ type recording struct {
 	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
 }
 
-var _ stream.Queue = (*Queue)(nil)
+var _ stream.Recorder = (*Queue)(nil)
 
 // newQueue creates the stream (with its executor) and starts the watcher.
 func newQueue(b *Backend, index int) (*Queue, error) {

@@ -10,7 +10,7 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-func mustBegin(t *testing.T, q stream.Queue, o stream.Owner) {
+func mustBegin(t *testing.T, q stream.Recorder, o stream.Owner) {
 	t.Helper()
 	if err := q.BeginCapture(o); err != nil {
 		t.Fatalf("BeginCapture(%d): %v", o, err)
@@ -33,7 +33,7 @@ func recordInto(t *testing.T, q stream.Queue, log *[]string, names ...string) {
 
 // assertTornDown checks that a refused EndCapture left no executable and no
 // recording, and that the queue runs ops again.
-func assertTornDown(t *testing.T, q stream.Queue, e stream.Exec, log *[]string) {
+func assertTornDown(t *testing.T, q stream.Recorder, e stream.Exec, log *[]string) {
 	t.Helper()
 	if e != nil {
 		t.Fatalf("EndCapture returned executable %v with its error", e)
@@ -124,7 +124,7 @@ func TestStorageDeallocWhileRecordingInvalidatesCapture(t *testing.T) {
 
 // assertInvalidated checks the rest of scenario 50's invalidation: later ops
 // and replays fail, EndCapture gives no executable, and nothing recorded ran.
-func assertInvalidated(t *testing.T, q stream.Queue, owner stream.Owner, log *[]string) {
+func assertInvalidated(t *testing.T, q stream.Recorder, owner stream.Owner, log *[]string) {
 	t.Helper()
 	if seq, err := q.Enqueue(stream.Op{Name: "later", Run: appendOp(log, "later")}); !errors.Is(err, stream.ErrCaptureInvalidated) || seq != 0 {
 		t.Fatalf("Enqueue after invalidation = %d, %v; want 0, ErrCaptureInvalidated", seq, err)

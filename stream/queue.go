@@ -73,6 +73,18 @@ type Queue interface {
 	// sequence order, and forgets them.
 	TakeFailures() []OpFailure
 
+	// Close runs the ops already enqueued, then stops the executor. It is
+	// idempotent; see ErrClosed for what works afterwards.
+	Close() error
+}
+
+// Recorder is a queue that can record its work into a graph and replay it
+// (design §10): the capability graph capture needs. A backend whose queues
+// cannot record implements Queue alone, and a device refuses captures on
+// it (ErrNotSupported).
+type Recorder interface {
+	Queue
+
 	// BeginCapture starts recording for owner o: later ops are recorded, not
 	// run, until EndCapture.
 	BeginCapture(o Owner) error
@@ -87,10 +99,6 @@ type Queue interface {
 
 	// Recording reports whether a capture is open on the queue.
 	Recording() bool
-
-	// Close runs the ops already enqueued, then stops the executor. It is
-	// idempotent; see ErrClosed for what works afterwards.
-	Close() error
 }
 
 // StorageWatcher is implemented by queues that want to hear about storage
@@ -115,8 +123,8 @@ func (l *OpList) Len() int { return len(l.ops) }
 func (l *OpList) Ops() []Op { return append([]Op(nil), l.ops...) }
 
 var (
-	_ Queue          = (*Host)(nil)
-	_ Queue          = (*Inline)(nil)
+	_ Recorder       = (*Host)(nil)
+	_ Recorder       = (*Inline)(nil)
 	_ StorageWatcher = (*Host)(nil)
 	_ StorageWatcher = (*Inline)(nil)
 	_ Exec           = (*OpList)(nil)

@@ -15,7 +15,7 @@ import (
 
 // testQueue is what both host queues offer.
 type testQueue interface {
-	stream.Queue
+	stream.Recorder
 	stream.StorageWatcher
 	FailNextBeginCapture(err error)
 }
