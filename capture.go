@@ -35,6 +35,7 @@ import (
 
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -52,6 +53,9 @@ type captureState struct {
 	s        *Stream
 	prepared map[*handle.Descriptor]bool // allocated on s while Prepared
 	primed   []*handle.Binding           // freed while Prepared, kept until Begin
+	// primedSizes are the requested sizes of the primed buffers: Begin
+	// makes sure held room fits each of them again (ensurePrimedRoomLocked).
+	primedSizes []uint64
 	touched  []touch                     // resolved by recorded ops
 	written  []writtenRange              // declared Write/ReadWrite by recorded ops
 	// opWritten[i] is the range of written that recorded op i declared, so
@@ -104,6 +108,7 @@ func (c *captureState) freedLocked(b *Buffer) {
 	desc := b.h.Descriptor()
 	if c.s.capture.Phase() == stream.Prepared && c.prepared[desc] {
 		c.primed = append(c.primed, b.h.Binding())
+		c.primedSizes = append(c.primedSizes, b.size)
 		delete(c.prepared, desc)
 	}
 }
@@ -235,6 +240,7 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	}
 	s.waitDeferredLocked() // the queue does not record yet
 	s.cap.releasePrimedLocked()
+	s.ensurePrimedRoomLocked()
 	if err := s.rec.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
 		_ = s.capture.TakeFailure()
@@ -244,6 +250,30 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
 	}
 	return nil
+}
+
+// ensurePrimedRoomLocked makes sure, before the queue records, that held
+// room fits every primed buffer again: a page a primed slot lies on may have
+// been guarded since (another stream's graph sealed over a buffer on it),
+// and a guarded page serves nothing new. Each size is reserved from held
+// room; one that does not fit is reserved with page updates allowed (the
+// queue does not record yet); then all are released, leaving the room free.
+func (s *Stream) ensurePrimedRoomLocked() {
+	sizes := s.cap.primedSizes
+	s.cap.primedSizes = nil
+	var held []*handle.Handle
+	for _, size := range sizes {
+		h, err := s.mem.Reserve(size, memory.Forbidden)
+		if err != nil {
+			if h, err = s.mem.Reserve(size, memory.Allow); err != nil {
+				continue // the recording will say so, if it needs the room
+			}
+		}
+		held = append(held, h)
+	}
+	for _, h := range held {
+		h.Release()
+	}
 }
 
 // checkToken refuses a nil token or one of another stream.

@@ -953,3 +953,43 @@ func TestCaptureOnQueuesThatCannotRecordIsNotSupported(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A graph sealed on another stream between a capture's warmup and its
+// recording guards the page a primed slot lies on; Begin finds room for the
+// primed sizes again, so the recording's allocation still fits (found by the
+// shadow model).
+func TestAnotherGraphsGuardDoesNotTakeTheWarmupsRoom(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	o, _ := d.NewStream()
+	x := mustAlloc(t, s, 1000) // on s's small-pool page
+	mustWrite(t, x, pattern(1000, 3))
+	_ = s.Synchronize(bg)
+	tok, err := s.PrepareCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustFree(t, mustAlloc(t, s, 1000)) // warmup: same page, primed when freed
+	g, err := o.Capture(bg, func(ctx context.Context, o *Stream) error {
+		return o.Enqueue("read-x", []Use{{Buffer: x, Access: Read}}, func([]storage.Resource) error { return nil })
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := s.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	tmp, aerr := s.Alloc(bg, 1000) // the recording: held room only
+	if aerr == nil {
+		_ = tmp.Free()
+	}
+	g2, eerr := s.EndCapture(tok)
+	if g2 != nil {
+		defer g2.Close()
+	}
+	if aerr != nil || eerr != nil {
+		t.Fatalf("the recording found no room the warmup held: Alloc %v; EndCapture %v", aerr, eerr)
+	}
+	wantBytes(t, x, pattern(1000, 3))
+}
