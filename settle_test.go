@@ -269,3 +269,50 @@ func TestCleanupAndAllocHonourTheirContextWhileStreamsAreBusy(t *testing.T) {
 	}
 	wantBytes(t, small, pattern(mib, 1))
 }
+
+// A relocating Cleanup is not starved by another goroutine that keeps
+// enqueueing work: after a few rounds the settle holds new work back until
+// it has relocated (the enqueuer then goes on).
+func TestCleanupIsNotStarvedByAContinuousFlowOfWork(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	busy, _ := d.NewStream()
+	keep := mustAlloc(t, s, 4*mib+3)
+	mustWrite(t, keep, pattern(4*mib+3, 9))
+	mustFree(t, mustAlloc(t, s, 7*mib)) // keep sits on an outdated page
+	stop := make(chan struct{})
+	enqueued := make(chan int)
+	go func() {
+		n := 0
+		defer func() { enqueued <- n }()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := busy.Enqueue("tick", nil, func([]storage.Resource) error { time.Sleep(200 * time.Microsecond); return nil }); err != nil {
+				return
+			}
+			n++
+			if n%2 == 0 { // one op in flight at most, one queued: the stream is never idle for long
+				_ = busy.Synchronize(bg)
+			}
+		}
+	}()
+	time.Sleep(5 * time.Millisecond) // the flow is running
+	before := d.Stats().Relocation.Moves
+	within(t, "a relocating Cleanup under a continuous flow of work", func() {
+		if err := d.Cleanup(bg); err != nil {
+			t.Errorf("Cleanup: %v", err)
+		}
+	})
+	close(stop)
+	if n := <-enqueued; n == 0 {
+		t.Fatal("the flow of work never ran")
+	}
+	if after := d.Stats().Relocation.Moves; after == before {
+		t.Fatal("the Cleanup relocated nothing")
+	}
+	wantBytes(t, keep, pattern(4*mib+3, 9))
+}
