@@ -56,8 +56,8 @@ type captureState struct {
 	// primedSizes are the requested sizes of the primed buffers: Begin
 	// makes sure held room fits each of them again (ensurePrimedRoomLocked).
 	primedSizes []uint64
-	touched  []touch                     // resolved by recorded ops
-	written  []writtenRange              // declared Write/ReadWrite by recorded ops
+	touched     []touch        // resolved by recorded ops
+	written     []writtenRange // declared Write/ReadWrite by recorded ops
 	// opWritten[i] is the range of written that recorded op i declared, so
 	// a replayed op that fails marks only its own outputs.
 	opWritten [][2]int
