@@ -44,6 +44,10 @@ type hostBackend struct {
 
 	machineOnce sync.Once
 	machine     *storage.Budget
+
+	// runners is shared by the sim backend's held inline queues.
+	runnersOnce sync.Once
+	runners     *stream.RunnerGroup
 }
 
 // HostProperties returns the host and sim backends' default properties for
@@ -80,7 +84,8 @@ func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 
 func (h *hostBackend) NewQueue(int) (stream.Queue, error) {
 	if h.sim {
-		return stream.NewInlineHeld(), nil
+		h.runnersOnce.Do(func() { h.runners = stream.NewRunnerGroup() })
+		return stream.NewInlineHeld(h.runners), nil
 	}
 	return stream.NewHost(), nil
 }

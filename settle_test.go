@@ -316,3 +316,110 @@ func TestCleanupIsNotStarvedByAContinuousFlowOfWork(t *testing.T) {
 	}
 	wantBytes(t, keep, pattern(4*mib+3, 9))
 }
+
+// On Sim, two goroutines each run one stream's held ops, and each op
+// enqueues on the other's stream (allowed from an op): neither flush waits
+// for the other runner (found in review).
+func TestSimOpsEnqueueingOnEachOthersStreams(t *testing.T) {
+	d, err := Open(WithSim())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := d.DefaultStream()
+	b, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	started1, started2 := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 2)
+	noop := func([]storage.Resource) error { return nil }
+	go func() {
+		done <- a.Enqueue("op1", nil, func([]storage.Resource) error {
+			close(started1)
+			<-started2
+			return b.Enqueue("op1-inner", nil, noop)
+		})
+	}()
+	go func() {
+		done <- b.Enqueue("op2", nil, func([]storage.Resource) error {
+			close(started2)
+			<-started1
+			return a.Enqueue("op2-inner", nil, noop)
+		})
+	}()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(deadlockTimeout):
+			t.Fatal("deadlock: each op's Enqueue waits for the other queue's runner")
+		}
+	}
+	_ = d.Close()
+}
+
+// Plain cross-stream use on Sim from several goroutines: A's wait step needs
+// only B@1 and B's only A@1; a runner waits for the other queue only up to
+// the step it needs, not behind the other's own wait step (found in
+// review).
+func TestSimCrossStreamWaitsOfTwoRunners(t *testing.T) {
+	d, err := Open(WithSim())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := d.DefaultStream()
+	b, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufA := mustAlloc(t, a, 4096)
+	bufB := mustAlloc(t, b, 4096)
+	ch1, ch2 := make(chan struct{}), make(chan struct{})
+	in1, in2 := make(chan struct{}), make(chan struct{})
+	errs := make(chan error, 4)
+	// G2: B's runner, blocked in b1 (writes bufB).
+	go func() {
+		errs <- b.Enqueue("b1", []Use{{Buffer: bufB, Access: Write}}, func([]storage.Resource) error { close(in2); <-ch2; return nil })
+	}()
+	<-in2
+	// G1: A's runner, blocked in a1 (writes bufA).
+	go func() {
+		errs <- a.Enqueue("a1", []Use{{Buffer: bufA, Access: Write}}, func([]storage.Resource) error { close(in1); <-ch1; return nil })
+	}()
+	<-in1
+	// a2 on A reads bufB: A waits on B@1. b2 on B reads bufA: B waits on A@1.
+	go func() {
+		errs <- a.Enqueue("a2", []Use{{Buffer: bufB, Access: Read}}, func([]storage.Resource) error { return nil })
+	}()
+	go func() {
+		errs <- b.Enqueue("b2", []Use{{Buffer: bufA, Access: Read}}, func([]storage.Resource) error { return nil })
+	}()
+	// Let both enqueues issue their steps.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		fa, _ := a.Queue().Fence()
+		fb, _ := b.Queue().Fence()
+		if fa.Seq >= 3 && fb.Seq >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("steps not issued: A %d, B %d", fa.Seq, fb.Seq)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(ch1)
+	close(ch2)
+	for i := 0; i < 4; i++ {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(deadlockTimeout):
+			t.Fatalf("deadlock: A completed %d, B completed %d", a.Queue().Completed(), b.Queue().Completed())
+		}
+	}
+	_ = d.Close()
+}

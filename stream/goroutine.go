@@ -68,7 +68,7 @@ func (q *Host) WaitCompleted(ctx context.Context, seq uint64) error { return q.t
 // WaitCompleted implements Completer; a held queue first runs its steps.
 func (q *Inline) WaitCompleted(ctx context.Context, seq uint64) error {
 	if q.held {
-		q.runHeld()
+		q.runHeld(seq)
 	}
 	return q.t.waitSeq(ctx, seq)
 }

@@ -36,6 +36,43 @@ type Inline struct {
 	pending []step
 	running bool
 	runner  Goroutine
+	// group is shared by the held queues of one device: it knows which
+	// goroutines are running ops of any of them (RunnerGroup).
+	group *RunnerGroup
+}
+
+// RunnerGroup knows which goroutines are running the ops of a group of held
+// Inline queues (one device's). An op of one queue that enqueues on another
+// flushes it; if another goroutine is running that queue, waiting for it
+// could deadlock (that runner may be inside an op enqueueing back), so a
+// runner's flush leaves the steps to the running goroutine instead.
+type RunnerGroup struct {
+	mu      sync.Mutex
+	running map[Goroutine]int // runners, with how many queues each runs (nested)
+}
+
+// NewRunnerGroup returns an empty group.
+func NewRunnerGroup() *RunnerGroup { return &RunnerGroup{running: make(map[Goroutine]int)} }
+
+func (r *RunnerGroup) enter(g Goroutine) {
+	r.mu.Lock()
+	r.running[g]++
+	r.mu.Unlock()
+}
+
+func (r *RunnerGroup) leave(g Goroutine) {
+	r.mu.Lock()
+	if r.running[g]--; r.running[g] <= 0 {
+		delete(r.running, g)
+	}
+	r.mu.Unlock()
+}
+
+// runs reports whether g runs ops of a queue of the group now.
+func (r *RunnerGroup) runs(g Goroutine) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.running[g] > 0
 }
 
 // NewInline returns an Inline queue. It starts no goroutine; Close only
@@ -48,17 +85,29 @@ func NewInline() *Inline {
 
 // NewInlineHeld returns an Inline queue that holds its steps until Flush, a
 // Wait that needs them, or Close, which run them on the calling goroutine.
-func NewInlineHeld() *Inline {
+// The queues of one device share group (nil: a group of its own).
+func NewInlineHeld(group *RunnerGroup) *Inline {
 	q := NewInline()
 	q.held = true
+	if group == nil {
+		group = NewRunnerGroup()
+	}
+	q.group = group
 	return q
 }
 
 // runHeld runs the held steps in order on the calling goroutine, until none
-// is left. While another goroutine runs them it waits until they have run
-// (that runner takes the new steps too); called by an op the runner runs
-// (nested), it returns at once: its steps run after the op.
-func (q *Inline) runHeld() {
+// is left, or, while another goroutine runs them (that runner takes the new
+// steps too), waits until step need has run (0: every step issued now).
+//
+// A flush (need 0) by a goroutine that is itself running ops of the group
+// (an op enqueueing) does neither: it leaves the steps held, for the next
+// flush or wait. Waiting could deadlock (the other runner may be inside an
+// op enqueueing back), and so could running them (one may wait for the very
+// op that enqueued it). A wait for a step (need > 0) runs or waits: fence
+// waits between these queues form no cycle (Q3). A call by this queue's own
+// runner returns at once: its steps run after the running op.
+func (q *Inline) runHeld(need uint64) {
 	q.t.mu.Lock()
 	if !q.running && len(q.pending) == 0 {
 		q.t.mu.Unlock()
@@ -66,17 +115,25 @@ func (q *Inline) runHeld() {
 	}
 	q.t.mu.Unlock()
 	me := CurrentGoroutine()
+	if need == 0 && q.group.runs(me) {
+		return
+	}
 	q.t.mu.Lock()
 	if q.running {
-		runner, target := q.runner, q.t.issued.Load()
-		q.t.mu.Unlock()
-		if runner != me {
-			_ = q.t.waitSeq(context.Background(), target)
+		runner, target := q.runner, need
+		if target == 0 {
+			target = q.t.issued.Load()
 		}
+		q.t.mu.Unlock()
+		if runner == me {
+			return
+		}
+		_ = q.t.waitSeq(context.Background(), target)
 		return
 	}
 	q.running = true
 	q.runner = me
+	q.group.enter(me)
 	for len(q.pending) > 0 {
 		batch := q.pending
 		q.pending = nil
@@ -94,6 +151,7 @@ func (q *Inline) runHeld() {
 	q.running = false
 	q.runner = 0
 	q.t.mu.Unlock()
+	q.group.leave(me)
 }
 
 // RunsOpsOn reports whether g is running this queue's ops now.
@@ -206,7 +264,7 @@ func (q *Inline) WaitFence(f Fence) error {
 // Later calls return nil.
 func (q *Inline) Close() error {
 	if q.held {
-		q.runHeld()
+		q.runHeld(0)
 	}
 	q.run.Lock()
 	defer q.run.Unlock()
@@ -221,7 +279,7 @@ func (q *Inline) Close() error {
 // NewInline holds nothing. After Close it returns ErrClosed.
 func (q *Inline) Flush() error {
 	if q.held {
-		q.runHeld()
+		q.runHeld(0)
 	}
 	return q.t.flush()
 }
@@ -240,7 +298,7 @@ func (q *Inline) Completed() uint64 { return q.t.completed.Load() }
 // invalidates that capture.
 func (q *Inline) Wait(ctx context.Context, f Fence) error {
 	if q.held && f.Q == Queue(q) && !q.t.recording() {
-		q.runHeld()
+		q.runHeld(f.Seq)
 	}
 	return q.t.wait(ctx, f)
 }

@@ -177,7 +177,7 @@ func runOp(op Op) (err error) {
 // fence was taken.
 func waitPassed(f Fence) error {
 	if in, ok := f.Q.(*Inline); ok && in.held {
-		in.runHeld() // its steps run only when someone runs them
+		in.runHeld(f.Seq) // its steps run only when someone runs them
 	}
 	if target := trackerOf(f.Q); target != nil {
 		return target.waitSeq(context.Background(), f.Seq)
