@@ -362,11 +362,14 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 			u.b.Release()
 		}
 		f := d.g.Fail(fmt.Errorf("gpumem: capture on %s could not seal: %w", s.name, err), "capture")
+		outs := make([]output, 0, len(c.written))
 		for _, w := range c.written {
 			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+			outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 			w.b.Release()
 		}
 		c.written = nil
+		d.markedLocked(s, "capture", outs, f)
 		d.g.Prune()
 		d.counters.captures.Doomed++
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
@@ -594,9 +597,12 @@ func (g *Graph) recordLaunchLocked(before, after uint64) {
 func (g *Graph) markWrittenLocked(err error) {
 	d := g.s.d
 	f := d.g.Fail(err, "launch")
+	outs := make([]output, 0, len(g.written))
 	for _, w := range g.written {
 		_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 	}
+	d.markedLocked(g.s, "launch", outs, f)
 	d.g.Prune()
 }
 

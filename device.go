@@ -39,9 +39,10 @@ type Device struct {
 	// writers indexes, per allocation and in enqueue order, the records of
 	// ops that write it and are not yet known complete; epoch numbers them
 	// (writes.go).
-	writers  map[*handle.Descriptor][]*writeRecord
-	epoch    uint64
-	counters counters
+	writers      map[*handle.Descriptor][]*writeRecord
+	placeholders []*writeRecord // marks placed without a running op (writes.go)
+	epoch        uint64
+	counters     counters
 
 	// gated counts settles holding new work back; admit (on mu) wakes the
 	// held callers when one ends (settle.go).

@@ -275,6 +275,7 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 			}
 		}
 		d.g.Skip(f, rec)
+		d.markedLocked(s, name, outputsOf(rs), f)
 		if s.capture.Recording() {
 			// A graph cannot represent a skipped op: it would replay
 			// without it forever. The recording is doomed.
@@ -330,6 +331,7 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 				_ = r.owner.mem.MarkFailure(r.use.Buffer.h, f, r.use.Offset, r.use.Size)
 			}
 		}
+		d.markedLocked(s, name, outputsOf(rs), f)
 		d.g.Prune()
 		if s.capture.Recording() {
 			s.capture.Fail(err)

@@ -54,6 +54,9 @@ type writeRecord struct {
 	// fail is the failure the op's outputs were marked with, set when its
 	// failure was collected (under the device lock); 0 before.
 	fail handle.FailureID
+	// placeholder: marks placed without a running op (markedLocked); not in
+	// any stream's pending list, dropped once no earlier writer is pending.
+	placeholder bool
 }
 
 // dependency is a pending writer of bytes an op reads.
@@ -131,6 +134,59 @@ func (d *Device) registerLocked(w *writeRecord) {
 			d.writers[o.d] = append(d.writers[o.d], w)
 		}
 	}
+}
+
+// markedLocked enters marks just placed without a running op (an op
+// skipped at its Enqueue, one the queue refused, a recording that could not
+// seal, a refused launch) in the enqueue order, as a placeholder writer
+// failed with f: an earlier writer's failure collected later then leaves
+// these bytes to it (W1), and an op depending on them skips with f (W2).
+func (d *Device) markedLocked(s *Stream, name string, outs []output, f handle.FailureID) {
+	if len(outs) == 0 {
+		return
+	}
+	w := &writeRecord{s: s, name: name, outs: outs, fail: f, placeholder: true}
+	w.failed.Store(true)
+	d.epoch++
+	w.epoch = d.epoch
+	seen := make(map[*handle.Descriptor]bool, len(outs))
+	for _, o := range outs {
+		if !seen[o.d] {
+			seen[o.d] = true
+			d.writers[o.d] = append(d.writers[o.d], w)
+		}
+	}
+	d.placeholders = append(d.placeholders, w)
+}
+
+// dropPlaceholdersLocked forgets the placeholders no earlier pending writer
+// of their allocations can still fail under.
+func (d *Device) dropPlaceholdersLocked() {
+	if len(d.placeholders) == 0 {
+		return
+	}
+	d.placeholders = slices.DeleteFunc(d.placeholders, func(w *writeRecord) bool {
+		for _, o := range w.outs {
+			for _, x := range d.writers[o.d] {
+				if !x.placeholder && x.epoch < w.epoch {
+					return false
+				}
+			}
+		}
+		d.unregisterLocked(w)
+		return true
+	})
+}
+
+// outputsOf returns the written ranges of resolved uses.
+func outputsOf(rs []resolved) []output {
+	var outs []output
+	for _, r := range rs {
+		if r.use.Access.writes() {
+			outs = append(outs, output{d: r.use.Buffer.h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
+		}
+	}
+	return outs
 }
 
 // unregisterLocked removes a completed record from the writers index.
@@ -250,6 +306,7 @@ func (d *Device) collectFailuresLocked() {
 	for i, s := range d.streams {
 		s.pending = dropPassed(s.pending, done[i], func(w *writeRecord) uint64 { return w.seq }, d.unregisterLocked)
 	}
+	d.dropPlaceholdersLocked()
 }
 
 func epochOf(w *writeRecord) uint64 {

@@ -168,3 +168,54 @@ func TestSpanSubtract(t *testing.T) {
 		}
 	}
 }
+
+// W1 for marks placed without a running op: the latest writer of x in
+// enqueue order is C, skipped at its Enqueue because its input y carries
+// failure F; an earlier op A that wrote x and failed, collected only
+// afterwards, leaves x to C (found in review).
+func TestAnOpSkippedAtEnqueueKeepsItsPlaceInTheWriteOrder(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	u, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := mustAlloc(t, s, 64)
+	y := mustAlloc(t, u, 64)
+	errA := errors.New("A failed")
+	errF := errors.New("F failed")
+	release := make(chan struct{})
+	// A writes x and fails, but only once released: not yet collected.
+	if err := s.Enqueue("A", []Use{{Buffer: x, Access: Write}}, func([]storage.Resource) error {
+		<-release
+		return errA
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// F writes y on another stream and fails; collected by u's Synchronize.
+	if err := u.Enqueue("F", []Use{{Buffer: y, Access: Write}}, func([]storage.Resource) error { return errF }); err != nil {
+		t.Fatal(err)
+	}
+	if err := u.Synchronize(bg); err != nil {
+		t.Fatal(err)
+	}
+	// C reads y (collected failure F) and writes x: skipped at enqueue, x
+	// marked with F. C is x's latest writer in enqueue order.
+	if err := s.Enqueue("C", []Use{{Buffer: y, Access: Read}, {Buffer: x, Access: Write}}, func([]storage.Resource) error {
+		t.Error("C ran")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := s.Synchronize(bg); err != nil {
+		t.Fatal(err)
+	}
+	_, err = x.Read(bg)
+	if !errors.Is(err, ErrUnwritten) {
+		t.Fatalf("Read(x) = %v, want ErrUnwritten", err)
+	}
+	if !errors.Is(err, errF) || errors.Is(err, errA) {
+		t.Fatalf("Read(x) = %v: want F's failure (C, skipped for F, is x's latest writer), not A's", err)
+	}
+}
