@@ -349,6 +349,7 @@ func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, erro
 	if err := d.lockUnlessBorrowed("Buffer.Read"); err != nil {
 		return nil, err
 	}
+	d.admitWorkLocked() // before the checks: it may release the lock (settle.go)
 	if err := b.usableLocked(); err != nil {
 		d.mu.Unlock()
 		return nil, err

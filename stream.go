@@ -200,7 +200,8 @@ func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 // now, under the device lock, and run receives the resolved windows in the
 // order of uses; it runs later on the stream's executor and must not keep
 // them (on WithSim it runs before Enqueue returns, after the lock is
-// released).
+// released; an Enqueue made from inside an op leaves it held until the
+// stream's next flush or wait).
 //
 // Failures follow stream order. An op whose run fails (or panics) leaves the
 // ranges it declared Write or ReadWrite unwritten, except bytes a later
