@@ -138,15 +138,15 @@ func (d *Device) registerLocked(w *writeRecord) {
 
 // markedLocked enters marks just placed without a running op (an op
 // skipped at its Enqueue, one the queue refused, a recording that could not
-// seal, a refused launch) in the enqueue order, as a placeholder writer
-// failed with f: an earlier writer's failure collected later then leaves
-// these bytes to it (W1), and an op depending on them skips with f (W2).
+// seal, a refused launch) in the enqueue order, as a placeholder writer: an
+// earlier writer's failure collected later then leaves these bytes to it
+// (W1). It is no dependency of later readers (W2): they find its marks at
+// their Enqueue, unless a later write released them.
 func (d *Device) markedLocked(s *Stream, name string, outs []output, f handle.FailureID) {
 	if len(outs) == 0 {
 		return
 	}
 	w := &writeRecord{s: s, name: name, outs: outs, fail: f, placeholder: true}
-	w.failed.Store(true)
 	d.epoch++
 	w.epoch = d.epoch
 	seen := make(map[*handle.Descriptor]bool, len(outs))
@@ -218,6 +218,12 @@ func (d *Device) dependenciesLocked(desc *handle.Descriptor, input handle.ID, of
 	read := span{off, off + size}
 	for i := len(list) - 1; i >= 0; i-- {
 		w := list[i]
+		if w.placeholder {
+			// Its marks are placed already (a reader finds them at its
+			// Enqueue), and a later write that released them may have
+			// completed and gone from the index: it is no dependency.
+			continue
+		}
 		contributes := false
 		for _, ws := range w.spansOf(desc) {
 			ov := span{max(ws.off, read.off), min(ws.end, read.end)}

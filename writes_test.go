@@ -219,3 +219,34 @@ func TestAnOpSkippedAtEnqueueKeepsItsPlaceInTheWriteOrder(t *testing.T) {
 		t.Fatalf("Read(x) = %v: want F's failure (C, skipped for F, is x's latest writer), not A's", err)
 	}
 }
+
+// A placeholder writer (an op skipped at its Enqueue) is no dependency: once
+// a later successful write replaced its bytes and completed, a reader of
+// them runs, even while an earlier writer of another of its outputs keeps the
+// placeholder in the index (found by the shadow model).
+func TestAReaderOfBytesRewrittenAfterASkippedOpRuns(t *testing.T) {
+	d := openHost(t)
+	s := d.DefaultStream()
+	u, _ := d.NewStream()
+	x := mustAlloc(t, s, 64)
+	y := mustAlloc(t, s, 64)
+	z := mustAlloc(t, u, 64)
+	_ = s.Enqueue("F", []Use{{Buffer: y, Access: Write}}, func([]storage.Resource) error { return errors.New("F failed") })
+	_ = s.Synchronize(bg) // F's failure is collected: y is marked
+	release := make(chan struct{})
+	defer close(release)
+	_ = u.Enqueue("A", []Use{{Buffer: z, Access: Write}}, func([]storage.Resource) error { <-release; return nil }) // an earlier writer of z, pending
+	_ = s.Enqueue("C", []Use{{Buffer: y, Access: Read}, {Buffer: x, Access: Write}, {Buffer: z, Access: Write}},
+		func([]storage.Resource) error { t.Error("C ran on bytes F left unwritten"); return nil })
+	mustWrite(t, x, pattern(64, 5)) // replaces C's marks on x
+	_ = s.Synchronize(bg)
+	out := mustAlloc(t, s, 64)
+	ran := false
+	_ = s.Enqueue("reads-x", []Use{{Buffer: x, Access: Read}, {Buffer: out, Access: Write}},
+		func(r []storage.Resource) error { ran = true; copy(r[1].Bytes, r[0].Bytes); return nil })
+	_ = s.Synchronize(bg)
+	if !ran {
+		t.Fatal("a reader of bytes a completed write replaced was skipped")
+	}
+	wantBytes(t, out, pattern(64, 5))
+}
