@@ -1998,10 +1998,11 @@ func (w *smWorker) capture() {
 	case !rec.ran && errors.Is(err, gpumem.ErrOutOfMemory) && run.oomOK:
 		run.ooms.Add(1) // the warmup's scratch allocation found no memory
 	case rec.ran && !rec.attempted[0] && errors.Is(err, gpumem.ErrPageUpdateForbidden) && concurrent:
-		// Another graph sealed meanwhile guarded the primed room's page;
-		// BeginCapture finds the room again, so this is a violation now.
+		// Another graph sealed during the recording guarded the page of
+		// the held room (BeginCapture re-finds room a guard took between
+		// warmup and recording; one taken after Begin cannot be, since
+		// the recording may not add pages): allowed, counted.
 		run.guardDoomed.Add(1)
-		w.fail("Capture on stream %d: the recording found no room the warmup held (another graph's guard took it): %v", s, err)
 	case errors.Is(err, gpumem.ErrCaptureInvalidated) && strings.Contains(err.Error(), "storage"):
 		w.fail("Capture on stream %d: %v (a storage call inside the recording: cf. defect 3)", s, err)
 	default:
