@@ -362,10 +362,9 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 			u.b.Release()
 		}
 		f := d.g.Fail(fmt.Errorf("gpumem: capture on %s could not seal: %w", s.name, err), "capture")
-		outs := make([]output, 0, len(c.written))
+		outs := outputsOfWritten(c.written)
 		for _, w := range c.written {
 			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
-			outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 			w.b.Release()
 		}
 		c.written = nil
@@ -578,14 +577,7 @@ func (g *Graph) recordLaunchLocked(before, after uint64) {
 	if len(g.written) == 0 || g.slots != nil {
 		return // nothing written, or registered per op before the replay
 	}
-	outsOf := func(ws []writtenRange) []output {
-		outs := make([]output, 0, len(ws))
-		for _, w := range ws {
-			outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
-		}
-		return outs
-	}
-	all := outsOf(g.written)
+	all := outputsOfWritten(g.written)
 	for seq := before + 1; seq <= after; seq++ {
 		w := d.newWriteRecordLocked(s, "graph launch", all)
 		w.seq = seq
@@ -597,12 +589,10 @@ func (g *Graph) recordLaunchLocked(before, after uint64) {
 func (g *Graph) markWrittenLocked(err error) {
 	d := g.s.d
 	f := d.g.Fail(err, "launch")
-	outs := make([]output, 0, len(g.written))
 	for _, w := range g.written {
 		_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
-		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 	}
-	d.markedLocked(g.s, "launch", outs, f)
+	d.markedLocked(g.s, "launch", outputsOfWritten(g.written), f)
 	d.g.Prune()
 }
 

@@ -106,11 +106,7 @@ func (g *Graph) prepareLaunchLocked(before uint64) (undo func()) {
 			e.deps = d.dependenciesLocked(r.d, r.id, r.off, r.len, e.deps)
 		}
 		if ws := g.written[g.opWritten[i][0]:g.opWritten[i][1]]; len(ws) > 0 {
-			outs := make([]output, 0, len(ws))
-			for _, w := range ws {
-				outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
-			}
-			e.w = d.newWriteRecordLocked(s, "graph launch", outs)
+			e.w = d.newWriteRecordLocked(s, "graph launch", outputsOfWritten(ws))
 			e.w.seq = before + 1 + uint64(i)
 			d.registerLocked(e.w)
 			registered = append(registered, e.w)

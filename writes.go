@@ -124,9 +124,15 @@ func (d *Device) registerLocked(w *writeRecord) {
 	if invariantsOn {
 		d.assertLocked("registerLocked")
 	}
+	w.s.pending = append(w.s.pending, w)
+	d.indexLocked(w)
+}
+
+// indexLocked gives w its place in the enqueue order and enters it in the
+// writers index, once per allocation it writes.
+func (d *Device) indexLocked(w *writeRecord) {
 	d.epoch++
 	w.epoch = d.epoch
-	w.s.pending = append(w.s.pending, w)
 	seen := make(map[*handle.Descriptor]bool, len(w.outs))
 	for _, o := range w.outs {
 		if !seen[o.d] {
@@ -147,15 +153,7 @@ func (d *Device) markedLocked(s *Stream, name string, outs []output, f handle.Fa
 		return
 	}
 	w := &writeRecord{s: s, name: name, outs: outs, fail: f, placeholder: true}
-	d.epoch++
-	w.epoch = d.epoch
-	seen := make(map[*handle.Descriptor]bool, len(outs))
-	for _, o := range outs {
-		if !seen[o.d] {
-			seen[o.d] = true
-			d.writers[o.d] = append(d.writers[o.d], w)
-		}
-	}
+	d.indexLocked(w)
 	d.placeholders = append(d.placeholders, w)
 }
 
@@ -185,6 +183,16 @@ func outputsOf(rs []resolved) []output {
 		if r.use.Access.writes() {
 			outs = append(outs, output{d: r.use.Buffer.h.Descriptor(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
 		}
+	}
+	return outs
+}
+
+// outputsOfWritten returns the ranges a graph's recorded ops declared
+// written, as outputs.
+func outputsOfWritten(ws []writtenRange) []output {
+	outs := make([]output, 0, len(ws))
+	for _, w := range ws {
+		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
 	}
 	return outs
 }
