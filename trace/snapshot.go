@@ -147,6 +147,33 @@ type Snapshot struct {
 	// over Events (requested sizes, prelude included).
 	PeakLive  uint64
 	FinalLive uint64
+
+	// The window a replay uses begins at the trace's first alloc entry: a
+	// trace may open with a run of segment_free entries (an empty_cache
+	// between experiments) whose reserve belonged to the previous
+	// experiment, and a replay cannot be compared with that.
+	//
+	// FirstAlloc is the index of the first alloc entry, −1 when there is
+	// none (the window then begins at the dump). ReservedAtFirstAlloc is
+	// PyTorch's reserved bytes just before it (segment entries before it
+	// included), WindowPeakReserved the highest reserve from there on — the
+	// figure to compare a replay with — and LiveAtFirstAlloc the live bytes
+	// then (the prelude less the frees before it).
+	FirstAlloc int
+	// FirstAllocEvent is the index in Events of the first alloc entry's
+	// event (after the prelude and any frees before it), −1 when none.
+	FirstAllocEvent      int
+	ReservedAtFirstAlloc uint64
+	WindowPeakReserved   uint64
+	LiveAtFirstAlloc     uint64
+	// UnexplainedReserved is the bytes of the UnexplainedSegments segments
+	// PyTorch held when the window began in which no allocation live then
+	// and no alloc entry of the window lies: cached before the window and
+	// never used in it, so neither the trace nor the live blocks explain
+	// them, and a replay (which starts without them) cannot reproduce
+	// them.
+	UnexplainedReserved uint64
+	UnexplainedSegments int
 }
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
@@ -500,6 +527,13 @@ func parseEntry(v any, idx int) (entry, error) {
 	return e, nil
 }
 
+// rawSegment is a segment as the snapshot records it, raw stream handle
+// included.
+type rawSegment struct {
+	addr, size, stream uint64
+	small              bool
+}
+
 // preludeAlloc is one allocation rebuilt from before the trace's window.
 type preludeAlloc struct {
 	addr   uint64
@@ -620,10 +654,6 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 
 	// Segments of the chosen device: reserved bytes and active blocks.
 	var active []preludeAlloc
-	type rawSegment struct {
-		addr, size, stream uint64
-		small              bool
-	}
 	var endSegments []rawSegment
 	if segV, ok := top.get("segments"); ok && segV != nil {
 		segs, ok := asList(segV)
@@ -771,6 +801,10 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	lastT := t0
 	var net, maxNet int64
 	maxNetEntry := -1 // the entry where net reached maxNet (> 0)
+	// The window (see Snapshot.FirstAlloc): the net before its first alloc
+	// entry, and the highest net from there on.
+	s.FirstAlloc, s.FirstAllocEvent = -1, -1
+	var netAtWindow, maxNetWindow int64
 	for i, e := range entries {
 		t := e.t
 		if t < lastT {
@@ -780,6 +814,14 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		lastT = t
 		switch e.kind {
 		case actAlloc:
+			if s.FirstAlloc < 0 {
+				s.FirstAlloc, netAtWindow, maxNetWindow = i, net, net
+				s.LiveAtFirstAlloc = c.liveSum
+				s.FirstAllocEvent = len(s.Events)
+				if _, live := c.live[e.addr]; live {
+					s.FirstAllocEvent++ // after the implied free
+				}
+			}
 			if c.free(t, e.addr) {
 				s.Counts.ImpliedFrees++
 			}
@@ -812,6 +854,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			net += d
 			if net > maxNet {
 				maxNet, maxNetEntry = net, i
+			}
+			if s.FirstAlloc >= 0 {
+				maxNetWindow = max(maxNetWindow, net)
 			}
 			s.Reserved = append(s.Reserved, ReservedPoint{Entry: i, Event: len(s.Events), T: t})
 			s.Reserved[len(s.Reserved)-1].Bytes = uint64(net) // fixed up below
@@ -903,5 +948,65 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		s.Reserved[i].Bytes = uint64(v)
 	}
+	// Every net lies between the lowest and the highest, so start + net is
+	// in [0, PeakReserved] once clamped at 0.
+	level := func(n int64) uint64 { return uint64(max(start+n, 0)) }
+	if s.FirstAlloc < 0 {
+		// No alloc entry: the window is the dump, and the live blocks are
+		// all a replay sees.
+		s.LiveAtFirstAlloc = c.liveSum
+		netAtWindow, maxNetWindow = net, net
+	}
+	s.ReservedAtFirstAlloc = level(netAtWindow)
+	s.WindowPeakReserved = level(maxNetWindow)
+	s.UnexplainedSegments, s.UnexplainedReserved = unexplainedSegments(entries, startSegs, prelude, s.FirstAlloc)
 	return s, nil
+}
+
+// unexplainedSegments counts the segments held when the window began (at
+// entry first, or at the end when first < 0) in which no prelude
+// allocation and no alloc entry of the window lies (Snapshot.
+// UnexplainedReserved). held are the segments held before the trace, in
+// address order.
+func unexplainedSegments(entries []entry, before []rawSegment, prelude []preludeAlloc, first int) (int, uint64) {
+	window := len(entries)
+	if first >= 0 {
+		window = first
+	}
+	type span struct{ addr, size uint64 }
+	held := map[uint64]span{}
+	for _, rs := range before {
+		held[rs.addr] = span{rs.addr, rs.size}
+	}
+	for _, e := range entries[:window] {
+		switch e.action {
+		case "segment_alloc":
+			held[e.addr] = span{e.addr, e.rawSize}
+		case "segment_free":
+			delete(held, e.addr)
+		}
+	}
+	if len(held) == 0 {
+		return 0, 0
+	}
+	var used []uint64
+	for _, a := range prelude {
+		used = append(used, a.addr)
+	}
+	for _, e := range entries[window:] {
+		if e.kind == actAlloc {
+			used = append(used, e.addr)
+		}
+	}
+	slices.Sort(used)
+	n, bytes := 0, uint64(0)
+	for _, sp := range held {
+		i, _ := slices.BinarySearch(used, sp.addr)
+		if i < len(used) && used[i]-sp.addr < sp.size {
+			continue
+		}
+		n++
+		bytes += min(sp.size, math.MaxUint64-bytes)
+	}
+	return n, bytes
 }

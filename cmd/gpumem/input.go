@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )
@@ -34,19 +33,9 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	if err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
-	src := compare.Source{Name: filepath.Base(path), Events: snap.Events, Recorded: snap.PeakReserved, Warnings: map[string]int{}}
-	for _, p := range snap.Reserved {
-		src.RecordedTimeline = append(src.RecordedTimeline, replay.Point{Event: p.Event, Device: p.Bytes})
-	}
-	c := snap.Counts
-	for k, v := range map[string]int{
-		"ignored_frees": c.IgnoredFrees, "implied_frees": c.ImpliedFrees, "prelude_allocs": c.Prelude,
-		"pending_frees_at_end": c.PendingAtEnd, "oom_entries": c.OOMs, "skipped_actions": c.SkippedTotal,
-		"unmatched_free_requests": c.UnmatchedFreeRequests, "missing_times": c.MissingTimes,
-	} {
-		if v > 0 {
-			src.Warnings[k] = v
-		}
+	src := compare.FromSnapshot(filepath.Base(path), snap)
+	if len(src.Events) == 0 {
+		return compare.Source{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to replay", compare.ErrEmptyTrace, path)
 	}
 	return src, nil
 }
@@ -58,6 +47,9 @@ func decodeJSONL(name string, r io.Reader) (compare.Source, error) {
 			return compare.Source{}, fmt.Errorf("reading %s: %w", name, err)
 		}
 		events = append(events, e)
+	}
+	if len(events) == 0 {
+		return compare.Source{}, fmt.Errorf("%w: %s has no events", compare.ErrEmptyTrace, name)
 	}
 	return compare.Source{Name: name, Events: slices.Clip(events)}, nil
 }

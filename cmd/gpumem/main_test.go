@@ -341,8 +341,8 @@ func TestReplayOnCudaWithoutDriverFailsClearly(t *testing.T) {
 	}
 }
 
-// compare.Options.Open opens every policy device, the capacity search's
-// included, with the policy's options and the Alignment asked for.
+// compare.Options.Open opens every policy device, the breakdown's and the
+// capacity search's included, with the policy's options and the Alignment asked for.
 func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
 	src, err := loadSource("", 0)
 	if err != nil {
@@ -361,8 +361,9 @@ func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Policies[0]; opened != 1+p.CapacityProbes || p.CapacityProbes == 0 {
-		t.Fatalf("Open called %d times for one replay and %d capacity probes", opened, p.CapacityProbes)
+	// One replay, one replay to its peak for the breakdown, the probes.
+	if p := c.Policies[0]; opened != 2+p.CapacityProbes || p.CapacityProbes == 0 {
+		t.Fatalf("Open called %d times for one replay, one breakdown replay and %d capacity probes", opened, p.CapacityProbes)
 	}
 }
 

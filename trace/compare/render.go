@@ -5,60 +5,11 @@ import (
 	"fmt"
 	"html/template"
 	"io"
-	"sort"
 	"strings"
-	"text/tabwriter"
 
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/replay"
 )
-
-// WriteText writes the comparison as a table.
-func (c *Comparison) WriteText(w io.Writer) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "trace %s: %d events, peak live %s", c.Trace, c.Events, pool.Bytes(c.PeakLive))
-	if c.Recorded != nil {
-		fmt.Fprintf(&b, ", PyTorch reserved %s (%.3f× peak live)", pool.Bytes(*c.Recorded), ratio(*c.Recorded, c.PeakLive))
-	}
-	fmt.Fprintf(&b, "\nmax page %s; copy time at %.2g B/s\n\n", pool.Bytes(c.MaxPage), c.Bandwidth)
-	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "policy\tpeak reserved\t÷ peak live\tmin capacity\t÷ peak live\trelocations\tbytes moved\tcopy time\treplay\t")
-	for _, p := range c.Policies {
-		minCap, minOver := "-", "-"
-		if p.MinCapacity > 0 {
-			minCap = pool.Bytes(p.MinCapacity).String()
-			minOver = fmt.Sprintf("%.3f", p.MinCapacityOver)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.3f\t%s\t%s\t%d\t%s\t%s\t%s\t\n", p.Name, pool.Bytes(p.PeakReserved), p.ReservedOverLive,
-			minCap, minOver, p.Relocations, pool.Bytes(p.BytesMoved), seconds(p.CopySeconds), seconds(p.ReplaySeconds))
-	}
-	tw.Flush()
-	for _, p := range c.Policies {
-		if p.FailedAllocs > 0 {
-			fmt.Fprintf(&b, "warning: %s failed %d allocations even with unlimited capacity (first at event %d)\n", p.Name, p.FailedAllocs, p.Report.FirstFailure)
-		}
-	}
-	if len(c.Warnings) > 0 {
-		keys := make([]string, 0, len(c.Warnings))
-		for k := range c.Warnings {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		b.WriteString("input warnings:")
-		for _, k := range keys {
-			fmt.Fprintf(&b, " %s=%d", k, c.Warnings[k])
-		}
-		b.WriteString("\n")
-	}
-	if len(c.Policies) > 0 && c.Policies[0].Report != nil {
-		r := c.Policies[0].Report
-		fmt.Fprintf(&b, "\n%s replay: %d allocs, %d frees, %d ignored frees, %d growths (final page %s), %d storage allocations and %d deallocations; outdated pages gave back %s, relocation moved %s (%.3f bytes moved per byte given back)\n",
-			c.Policies[0].Name, r.Allocs, r.Frees, r.IgnoredFrees, r.Growths, pool.Bytes(r.FinalPageSize), r.StorageAllocs, r.StorageDeallocs,
-			pool.Bytes(r.BytesReleased), pool.Bytes(r.BytesMoved), r.MovedPerReleased)
-	}
-	_, err := io.WriteString(w, b.String())
-	return err
-}
 
 func ratio(a, b uint64) float64 {
 	if b == 0 {

@@ -34,8 +34,12 @@ type Result struct {
 	PeakReserved  uint64 // highest reserved bytes
 	FinalReserved uint64
 	PeakAllocated uint64 // highest allocated block bytes
-	PeakLive      uint64 // highest requested bytes live
-	Stats         Stats  // the allocator's counters at the end
+	// FinalAllocated and FinalLargestFree are the allocated block bytes
+	// and the largest free cached block at the end.
+	FinalAllocated   uint64
+	FinalLargestFree uint64
+	PeakLive         uint64 // highest requested bytes live
+	Stats            Stats  // the allocator's counters at the end
 	// Segments lists every segment allocation and release in order, so a
 	// caller can rebuild the reserved-bytes timeline or compare segment
 	// sizes with PyTorch's segment_alloc entries.
@@ -65,6 +69,8 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		res.FinalReserved = a.Reserved()
 		res.Stats = a.Stats()
 		res.PeakAllocated = res.Stats.PeakAllocated
+		res.FinalAllocated = a.Allocated()
+		res.FinalLargestFree = a.LargestFree()
 		res.PeakLive = res.Stats.PeakRequested
 	}
 	for e := range events {
