@@ -14,7 +14,8 @@
 //
 // Exit status: 0 success; 1 a replay error (no CUDA driver for -backend
 // cuda included), or failed allocations under -fail-on-oom; 2 a usage error
-// (only errors wrapping errUsage; see exitCode). main recovers nothing: a
+// (only errors wrapping errUsage; see exitCode); 3 -require-fit's policy
+// does not fit -capacity. main recovers nothing: a
 // Go panic is a bug, and the runtime reports it with its stack.
 package main
 
@@ -30,6 +31,10 @@ import (
 
 // errUsage marks a usage error (exit status 2).
 var errUsage = errors.New("usage")
+
+// errNoFit marks -require-fit's policy not fitting -capacity (exit
+// status 3), so a script can tell it from an error.
+var errNoFit = errors.New("does not fit")
 
 func main() {
 	// A panic is a bug in gpumem, not a usage error: report it with its
@@ -54,13 +59,15 @@ func main() {
 }
 
 // exitCode is the exit status for run's error: 0 none, 2 an error wrapping
-// errUsage and nothing else, 1 any other.
+// errUsage, 3 one wrapping errNoFit, 1 any other.
 func exitCode(err error) int {
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, errUsage):
 		return 2
+	case errors.Is(err, errNoFit):
+		return 3
 	default:
 		return 1
 	}
@@ -72,7 +79,7 @@ const usageText = `usage:
   gpumem convert SNAPSHOT -o TRACE.jsonl
   gpumem synth -workload NAME [-seed N] -o TRACE.jsonl
   gpumem info                       available backends and their properties
-run "gpumem COMMAND -h" for a command's flags`
+run "gpumem help COMMAND" (or "gpumem COMMAND -h") for a command's flags`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
@@ -87,7 +94,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return synthCmd(args[1:], stdout, stderr)
 	case "info":
 		return infoCmd(args[1:], stdout, stderr)
-	case "-h", "-help", "--help", "help":
+	case "help":
+		return helpCmd(ctx, args[1:], stdout)
+	case "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usageText)
 		return nil
 	}
