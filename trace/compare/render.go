@@ -31,4 +31,3 @@ func (c *Comparison) WriteJSON(w io.Writer) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(c)
 }
-
