@@ -145,6 +145,10 @@ type replayer struct {
 	capOwner map[int]int // graph → stream
 	live     uint64
 	rep      *Report
+	// byOp counts events per op (index Op; the last slot for any other),
+	// turned into Report.EventsByOp at the end: a map update per event
+	// cost more than the rest of the replay's own bookkeeping.
+	byOp [8]int
 }
 
 // Run applies events to dev in order and reports what it measured. It
@@ -234,7 +238,7 @@ func (r *replayer) stream(n int) (*gpumem.Stream, error) {
 
 func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 	rep := r.rep
-	rep.EventsByOp[e.Op.String()]++
+	r.byOp[min(int(e.Op), len(r.byOp)-1)]++
 	switch e.Op {
 	case trace.OpAlloc:
 		s, err := r.stream(e.Stream)
@@ -374,6 +378,11 @@ func (r *replayer) capture(ctx context.Context, e trace.Event) error {
 // finish fills the report from the device's counters.
 func (r *replayer) finish(start time.Time) {
 	rep := r.rep
+	for op, n := range r.byOp {
+		if n > 0 {
+			rep.EventsByOp[trace.Op(op).String()] += n
+		}
+	}
 	st := r.dev.Stats()
 	rep.FinalLive = r.live
 	rep.FinalDevice = st.BytesAllocated
