@@ -3,9 +3,9 @@ package compare
 import (
 	"context"
 	"maps"
-	"slices"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
