@@ -499,3 +499,78 @@ func TestCachedSegmentsServeRequestsBeforeNewSegments(t *testing.T) {
 		t.Fatalf("after EmptyCache reserved %d: the unused cached segment should go", a.Reserved())
 	}
 }
+
+// max_non_split_rounding_mb widens the reuse margin of oversize blocks
+// (get_free_block: an oversize block serves a request at or above
+// max_split_size only if less than this much larger; default kLargeBuffer,
+// 20 MiB): with 40 MiB, 34 MiB takes the cached 60 MiB block whole.
+func TestMaxNonSplitRoundingWidensTheOversizeReuseMargin(t *testing.T) {
+	for _, c := range []struct {
+		margin   uint64
+		reserved uint64
+	}{{0, 94 * MiB}, {40, 60 * MiB}} {
+		a := NewWithConfig(Config{Settings: Settings{MaxSplitSizeMB: 32, MaxNonSplitRoundingMB: c.margin}})
+		a.Free(mustMalloc(t, a, 60*MiB, 0))
+		b := mustMalloc(t, a, 34*MiB, 0)
+		if a.Reserved() != c.reserved || (c.margin != 0 && b.Size != 60*MiB) {
+			t.Fatalf("margin %d MiB: reserved %d MiB, block %d", c.margin, a.Reserved()/MiB, b.Size)
+		}
+	}
+}
+
+// The invariants hold under every modelled setting, alone and combined,
+// through random traffic on two streams with out-of-memory and cache
+// flushes.
+func TestRandomOperationsKeepInvariantsUnderEverySetting(t *testing.T) {
+	for _, conf := range []string{
+		"expandable_segments:True",
+		"expandable_segments:True,max_split_size_mb:64",
+		"roundup_power2_divisions:[1:4,64:8,>:2]",
+		"garbage_collection_threshold:0.5",
+		"expandable_segments:True,max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.7",
+		"max_split_size_mb:64,max_non_split_rounding_mb:64,garbage_collection_threshold:0.6",
+	} {
+		t.Run(conf, func(t *testing.T) {
+			s, err := ParseConf(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 0))
+			a := NewWithConfig(Config{Capacity: 512 * MiB, Settings: s})
+			var live []Block
+			for i := range 3000 {
+				if len(live) > 0 && rng.IntN(5) < 2 {
+					j := rng.IntN(len(live))
+					a.Free(live[j])
+					live = slices.Delete(live, j, j+1)
+				} else {
+					size := uint64(1) << rng.IntN(28)
+					size += rng.Uint64N(size)
+					b, err := a.Malloc(size, rng.IntN(2))
+					if err == nil {
+						live = append(live, b)
+					} else if !errors.Is(err, ErrOutOfMemory) {
+						t.Fatal(err)
+					}
+				}
+				if i%25 == 0 {
+					checkInvariants(t, a)
+				}
+				if i%700 == 0 {
+					a.EmptyCache()
+				}
+				if a.Reserved() > 512*MiB {
+					t.Fatalf("reserved %d above capacity", a.Reserved())
+				}
+			}
+			for _, b := range live {
+				a.Free(b)
+			}
+			a.EmptyCache()
+			checkInvariants(t, a)
+			if a.Reserved() != 0 || a.Allocated() != 0 {
+				t.Fatalf("after freeing everything and emptying the cache: reserved %d, allocated %d", a.Reserved(), a.Allocated())
+			}
+		})
+	}
+}
