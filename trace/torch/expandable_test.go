@@ -151,3 +151,29 @@ func TestEmptyCacheReleasesFullyUnmappedExpandableRange(t *testing.T) {
 		t.Fatalf("reserved %d, unmapped %d, peak %d", a.Reserved(), len(a.pool(0, true).unmapped), a.PeakReserved())
 	}
 }
+
+// find_expandable_block starts from the free block just before the
+// unmapped space, so only the pages the request still lacks are mapped:
+// 4 MiB free at the end of page 0 plus one page holds 24 MiB (40 MiB
+// mapped), where mapping for the whole request would take two pages.
+func TestExpandableSegmentsGrowFromTheFreeBlockAtTheEnd(t *testing.T) {
+	a := NewWithConfig(expandable)
+	first := mustMalloc(t, a, 16*MiB, 0)
+	b := mustMalloc(t, a, 24*MiB, 0)
+	if a.Reserved() != 40*MiB || b.Addr != first.Addr+16*MiB {
+		t.Fatalf("reserved %d MiB, block at +%d MiB", a.Reserved()/MiB, (b.Addr-first.Addr)/MiB)
+	}
+}
+
+// should_split with expandable segments: every pool splits down to 512 B,
+// so a 19.5 MiB block leaves 0.5 MiB free in its page, where a plain large
+// segment keeps remainders of 1 MiB or less inside the block.
+func TestExpandableSegmentsSplitLargeBlocksDownTo512Bytes(t *testing.T) {
+	a := NewWithConfig(expandable)
+	if b := mustMalloc(t, a, 19*MiB+512*KiB, 0); b.Size != 19*MiB+512*KiB {
+		t.Fatalf("block %d: the 512 KiB remainder was not split off", b.Size)
+	}
+	if b := mustMalloc(t, New(0), 19*MiB+512*KiB, 0); b.Size != 20*MiB {
+		t.Fatalf("plain segment: block %d, want the whole 20 MiB", b.Size)
+	}
+}
