@@ -174,6 +174,13 @@ type Snapshot struct {
 	// them.
 	UnexplainedReserved uint64
 	UnexplainedSegments int
+
+	// AllocatorSettings is the snapshot's "allocator_settings" dict, the
+	// settings PyTorch's allocator ran with (package trace/torch reads
+	// them), nil when the snapshot has none (older PyTorch). String keys
+	// only; values are strings, bools, int64 or *big.Int, float64, or
+	// nested dicts of the same as map[string]any.
+	AllocatorSettings map[string]any
 }
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
@@ -615,6 +622,15 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
 	}
 	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
+	if v, ok := top.get("allocator_settings"); ok {
+		d, ok := v.(*pyDict)
+		if !ok && v != nil {
+			return nil, fmt.Errorf("%w: allocator_settings is %s, not a dict", ErrSnapshot, describe(v))
+		}
+		if ok {
+			s.AllocatorSettings = plainDict(d, 2)
+		}
+	}
 	var raw []any
 	if opts.ChooseDevice {
 		if opts.Device < 0 || opts.Device >= len(traces) {
@@ -1009,4 +1025,26 @@ func unexplainedSegments(entries []entry, before []rawSegment, prelude []prelude
 		bytes += min(sp.size, math.MaxUint64-bytes)
 	}
 	return n, bytes
+}
+
+// plainDict copies a decoded dict's string-keyed scalar entries, and its
+// nested dicts down to depth levels, into Go maps; other entries (lists,
+// non-string keys, deeper dicts) are left out.
+func plainDict(d *pyDict, depth int) map[string]any {
+	m := make(map[string]any, len(d.keys))
+	for i, k := range d.keys {
+		key, ok := k.(string)
+		if !ok {
+			continue
+		}
+		switch v := d.vals[i].(type) {
+		case nil, bool, int64, float64, string, *big.Int:
+			m[key] = v
+		case *pyDict:
+			if depth > 1 {
+				m[key] = plainDict(v, depth-1)
+			}
+		}
+	}
+	return m
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
+	"github.com/gpumem/gpumem/trace/torch"
 )
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -54,7 +55,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
-	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run")
+	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run; torch:CONF runs PyTorch's model with CONF in PYTORCH_CUDA_ALLOC_CONF syntax (torch:defaults for its defaults)")
+	torchConf := fs.String("torch-conf", "", "settings of the torch policy, in PYTORCH_CUDA_ALLOC_CONF syntax such as `CONF` expandable_segments:True,max_split_size_mb:128 (default: the settings the snapshot recorded, else PyTorch's defaults)")
 	bandwidth := rateFlag{v: compare.DefaultBandwidth}
 	fs.Var(&bandwidth, "bandwidth", "device copy bandwidth for the relocation time estimate, `RATE` such as 2TB/s, 900GB/s or 2e12 (B/s)")
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
@@ -93,7 +95,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if !capacity.set {
 			return fmt.Errorf("%w: -require-fit needs -capacity (the device to fit)", errUsage)
 		}
-		if !slices.Contains(strings.Split(*policies, ","), *requireFit) {
+		if !slices.Contains(compare.ParsePolicies(*policies), *requireFit) {
 			return fmt.Errorf("%w: -require-fit %q is not among -policies %s", errUsage, *requireFit, *policies)
 		}
 	}
@@ -118,7 +120,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	opts := compare.Options{
-		Policies:     strings.Split(*policies, ","),
+		Policies:     compare.ParsePolicies(*policies),
 		Bandwidth:    bandwidth.v,
 		SkipCapacity: *noSearch,
 		Host:         *backend == "host",
@@ -129,6 +131,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
+	}
+	if *torchConf != "" {
+		s, err := torch.ParseConf(*torchConf)
+		if err != nil {
+			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
+		}
+		opts.TorchSettings = &s
 	}
 	if !*quiet && isTerminal(os.Stderr) {
 		bar := newProgressBar(stderr)

@@ -33,7 +33,10 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	if err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
-	src := compare.FromSnapshot(filepath.Base(path), snap)
+	src, err := compare.FromSnapshot(filepath.Base(path), snap)
+	if err != nil {
+		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
+	}
 	if len(src.Events) == 0 {
 		return compare.Source{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to replay", compare.ErrEmptyTrace, path)
 	}

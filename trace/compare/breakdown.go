@@ -67,8 +67,12 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 		return nil, nil
 	}
 	prefix := events[:at+1]
-	if name == Torch {
-		res, err := torch.Replay(slices.Values(prefix), torch.Config{})
+	if isTorch(name) {
+		settings, err := torchSettings(name, how.torchBase)
+		if err != nil {
+			return nil, err
+		}
+		res, err := torch.Replay(slices.Values(prefix), torch.Config{Settings: settings})
 		if err != nil {
 			return nil, err
 		}

@@ -44,7 +44,7 @@ const (
 
 // Policies lists every policy, in report order.
 func Policies() []string {
-	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch}
+	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch, TorchExpandable}
 }
 
 // DefaultBandwidth is the device copy bandwidth relocation time is
@@ -60,6 +60,10 @@ type Source struct {
 	PyTorch *PyTorch
 	// RecordedTimeline is PyTorch's reserved bytes after given events.
 	RecordedTimeline []replay.Point
+	// TorchSettings are the settings PyTorch recorded in the snapshot
+	// (FromSnapshot), the torch policy's base unless Options.TorchSettings
+	// is set; nil means PyTorch's defaults.
+	TorchSettings *torch.Settings
 	// Warnings are counted oddities of the input (ignored frees, …).
 	Warnings map[string]int
 }
@@ -95,6 +99,9 @@ type Options struct {
 	// devices get (0 = storage.DefaultAlignment). A backend whose storage
 	// aligns allocations more coarsely needs its own (cuda: 256).
 	Alignment uint64
+	// TorchSettings, when set, are the torch policy's settings in place of
+	// the snapshot's recorded ones (the CLI's -torch-conf).
+	TorchSettings *torch.Settings
 }
 
 // deviceOptions are the Options fields that choose how a policy's device
@@ -103,6 +110,8 @@ type deviceOptions struct {
 	host      bool
 	open      func(opts ...gpumem.Option) (*gpumem.Device, error)
 	alignment uint64
+	// torchBase is the torch policy's settings (see torchSettings).
+	torchBase torch.Settings
 }
 
 func (o Options) device() deviceOptions {
@@ -140,6 +149,9 @@ type PolicyResult struct {
 	CopySeconds            float64 `json:"copy_seconds"`
 	ReplaySeconds          float64 `json:"replay_seconds"`
 	FailedAllocs           int     `json:"failed_allocs"`
+	// TorchConf is a PyTorch policy's settings as a PYTORCH_CUDA_ALLOC_CONF
+	// line ("" for PyTorch's defaults); absent for gpumem's policies.
+	TorchConf *string `json:"pytorch_alloc_conf,omitempty"`
 	// PeakEvent is the first event after which PeakReserved was held.
 	PeakEvent int `json:"peak_event"`
 	// Breakdown says where the reserved bytes that were not live sat at
@@ -162,13 +174,17 @@ type Comparison struct {
 	PyTorch  *PyTorch `json:"pytorch,omitempty"`
 	// Capacity and Overhead are Options'; 0 Capacity means none was
 	// given (no verdict).
-	Capacity  uint64         `json:"capacity_bytes"`
-	Overhead  uint64         `json:"overhead_bytes"`
-	Bandwidth float64        `json:"bandwidth_bytes_per_second"`
-	MaxPage   uint64         `json:"max_page_bytes"`
-	Warnings  map[string]int `json:"warnings,omitempty"`
-	Policies  []PolicyResult `json:"policies"`
-	Recording []replay.Point `json:"-"`
+	Capacity uint64 `json:"capacity_bytes"`
+	Overhead uint64 `json:"overhead_bytes"`
+	// TorchSettingsFrom says where the torch policy's settings came from:
+	// "-torch-conf", "the snapshot's allocator_settings" or "PyTorch's
+	// defaults".
+	TorchSettingsFrom string         `json:"torch_settings_from"`
+	Bandwidth         float64        `json:"bandwidth_bytes_per_second"`
+	MaxPage           uint64         `json:"max_page_bytes"`
+	Warnings          map[string]int `json:"warnings,omitempty"`
+	Policies          []PolicyResult `json:"policies"`
+	Recording         []replay.Point `json:"-"`
 	// firstT and lastT are the first and last events' trace times.
 	firstT, lastT int64
 }
@@ -180,9 +196,17 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		names = Policies()
 	}
 	for _, n := range names {
-		if !slices.Contains(Policies(), n) {
-			return nil, fmt.Errorf("%w %q: want one of %v", ErrUnknownPolicy, n, Policies())
+		if err := checkPolicy(n); err != nil {
+			return nil, err
 		}
+	}
+	how := opts.device()
+	settingsFrom := "PyTorch's defaults"
+	switch {
+	case opts.TorchSettings != nil:
+		how.torchBase, settingsFrom = *opts.TorchSettings, "-torch-conf"
+	case src.TorchSettings != nil:
+		how.torchBase, settingsFrom = *src.TorchSettings, "the snapshot's allocator_settings"
 	}
 	bw := opts.Bandwidth
 	if bw <= 0 {
@@ -199,25 +223,26 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	c := &Comparison{
-		Trace:     src.Name,
-		Events:    len(src.Events),
-		PeakLive:  peak,
-		Bandwidth: bw,
-		MaxPage:   maxPageFor(src.Events),
-		Warnings:  src.Warnings,
-		Recording: src.RecordedTimeline,
-		PyTorch:   src.PyTorch,
-		Capacity:  opts.Capacity,
-		Overhead:  opts.Overhead,
-		firstT:    src.Events[0].T,
-		lastT:     src.Events[len(src.Events)-1].T,
+		Trace:             src.Name,
+		Events:            len(src.Events),
+		PeakLive:          peak,
+		Bandwidth:         bw,
+		MaxPage:           maxPageFor(src.Events),
+		Warnings:          src.Warnings,
+		Recording:         src.RecordedTimeline,
+		PyTorch:           src.PyTorch,
+		Capacity:          opts.Capacity,
+		Overhead:          opts.Overhead,
+		firstT:            src.Events[0].T,
+		TorchSettingsFrom: settingsFrom,
+		lastT:             src.Events[len(src.Events)-1].T,
 	}
 	if src.PyTorch != nil {
 		r := src.PyTorch.PeakReserved
 		c.Recorded = &r
 	}
 	for _, name := range names {
-		res, err := runPolicy(ctx, name, src.Events, c, opts)
+		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
 		if err != nil {
 			return nil, fmt.Errorf("compare: policy %s: %w", name, err)
 		}
@@ -316,8 +341,12 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 // replayOnce replays events under a policy at capacity and returns the
 // figures that matter for the search and the report.
 func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
-	if name == Torch {
-		return replayTorch(events, capacity, timeline)
+	if isTorch(name) {
+		settings, err := torchSettings(name, how.torchBase)
+		if err != nil {
+			return nil, err
+		}
+		return replayTorch(events, capacity, settings, timeline)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -333,9 +362,9 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, timeline int) (*replay.Report, error) {
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, timeline int) (*replay.Report, error) {
 	start := time.Now()
-	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity})
+	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings})
 	if err != nil {
 		return nil, err
 	}
@@ -370,7 +399,7 @@ func replayTorch(events []trace.Event, capacity uint64, timeline int) (*replay.R
 		// The model's state just before the failed request, with the
 		// request refused (the model is unchanged by it but for the cache
 		// it released trying).
-		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity})
+		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity, Settings: settings})
 		if err != nil {
 			return nil, err
 		}
@@ -423,14 +452,14 @@ func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, peak uint64,
 	return peakEvent
 }
 
-func runPolicy(ctx context.Context, name string, events []trace.Event, c *Comparison, opts Options) (PolicyResult, error) {
+func runPolicy(ctx context.Context, name string, events []trace.Event, c *Comparison, opts Options, how deviceOptions) (PolicyResult, error) {
 	progress := func(step string) func(done, total int) {
 		if opts.Progress == nil {
 			return nil
 		}
 		return func(done, total int) { opts.Progress(name, step, done, total) }
 	}
-	rep, err := replayOnce(ctx, name, events, 0, c.MaxPage, opts.device(), false, opts.Timeline, progress("replay"))
+	rep, err := replayOnce(ctx, name, events, 0, c.MaxPage, how, false, opts.Timeline, progress("replay"))
 	if err != nil {
 		return PolicyResult{}, err
 	}
@@ -445,18 +474,26 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		Report:        rep,
 		Timeline:      rep.Timeline,
 	}
-	if res.Breakdown, err = breakdownAt(ctx, name, events, rep.PeakDeviceEvent, c.MaxPage, opts.device()); err != nil {
+	if isTorch(name) {
+		settings, err := torchSettings(name, how.torchBase)
+		if err != nil {
+			return PolicyResult{}, err
+		}
+		conf := settings.String()
+		res.TorchConf = &conf
+	}
+	if res.Breakdown, err = breakdownAt(ctx, name, events, rep.PeakDeviceEvent, c.MaxPage, how); err != nil {
 		return PolicyResult{}, err
 	}
 	if opts.Capacity > 0 {
-		if res.Verdict, err = verdictAt(ctx, name, events, opts.Capacity-opts.Overhead, c.MaxPage, opts.device(), progress("at capacity")); err != nil {
+		if res.Verdict, err = verdictAt(ctx, name, events, opts.Capacity-opts.Overhead, c.MaxPage, how, progress("at capacity")); err != nil {
 			return PolicyResult{}, err
 		}
 	}
 	if opts.SkipCapacity || rep.FailedAllocs > 0 {
 		return res, nil
 	}
-	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, opts.device(), progress)
+	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, how, progress)
 	if err != nil {
 		return PolicyResult{}, err
 	}

@@ -1,8 +1,11 @@
 package compare
 
 import (
+	"fmt"
+
 	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/trace/torch"
 )
 
 // PyTorch is what PyTorch itself recorded in a snapshot, over the window a
@@ -34,9 +37,11 @@ type PyTorch struct {
 }
 
 // FromSnapshot is the Source for a converted PyTorch snapshot: its events,
-// PyTorch's own figures, its reserve timeline from the window on, and its
-// counted oddities as warnings.
-func FromSnapshot(name string, s *trace.Snapshot) Source {
+// PyTorch's own figures, its reserve timeline from the window on, the
+// allocator settings it recorded, and its counted oddities as warnings. A
+// recorded setting the torch model cannot read is an error naming the
+// allocator_settings field.
+func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 	p := &PyTorch{
 		PeakReserved:         s.WindowPeakReserved,
 		TracePeakReserved:    s.PeakReserved,
@@ -50,6 +55,13 @@ func FromSnapshot(name string, s *trace.Snapshot) Source {
 		Inconsistent:         s.ReservedInconsistent,
 	}
 	src := Source{Name: name, Events: s.Events, PyTorch: p, Warnings: map[string]int{}}
+	if s.AllocatorSettings != nil {
+		settings, err := torch.SettingsFromSnapshot(s.AllocatorSettings)
+		if err != nil {
+			return Source{}, fmt.Errorf("%s: %w", name, err)
+		}
+		src.TorchSettings = &settings
+	}
 	// The reserve timeline from the window on: its level when the window
 	// began, then every segment entry after it.
 	from := s.FirstAllocEvent
@@ -76,5 +88,5 @@ func FromSnapshot(name string, s *trace.Snapshot) Source {
 			src.Warnings[k] = v
 		}
 	}
-	return src
+	return src, nil
 }

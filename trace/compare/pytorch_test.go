@@ -45,7 +45,11 @@ func TestPyTorchFigureIsTheWindowsOwnAfterAnEmptyCache(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Run(context.Background(), FromSnapshot("emptied", snap), Options{Policies: []string{Torch}, SkipCapacity: true})
+	src, err := FromSnapshot("emptied", snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Run(context.Background(), src, Options{Policies: []string{Torch}, SkipCapacity: true})
 	if err != nil {
 		t.Fatal(err)
 	}

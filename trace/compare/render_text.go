@@ -64,12 +64,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		t.add(row...)
 	}
 	t.write(&b)
-	for _, p := range c.Policies {
-		if p.Name == Torch {
-			b.WriteString("torch is the model of PyTorch's caching allocator (default settings): what PyTorch itself would need for this trace.\n")
-			break
-		}
-	}
+	c.writeTorchNote(&b)
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {
 			o := p.Verdict.OutOfMemory
@@ -131,9 +126,9 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
 	}
 	for _, r := range c.Policies {
-		if r.Name == Torch && p.PeakReserved > 0 {
-			fmt.Fprintf(b, "  the torch model reserves %s at its peak: %+.1f %% against PyTorch's recorded peak\n",
-				pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved))
+		if isTorch(r.Name) && p.PeakReserved > 0 {
+			fmt.Fprintf(b, "  the %s model reserves %s at its peak: %+.1f %% against PyTorch's recorded peak\n",
+				r.Name, pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved))
 		}
 	}
 }
@@ -212,4 +207,26 @@ func rate(bps float64) string {
 		}
 	}
 	return fmt.Sprintf("%.3g B/s", bps)
+}
+
+// writeTorchNote says what the PyTorch rows are and which settings they
+// ran with.
+func (c *Comparison) writeTorchNote(b *strings.Builder) {
+	for _, p := range c.Policies {
+		if p.TorchConf == nil {
+			continue
+		}
+		conf := "PyTorch's defaults"
+		if *p.TorchConf != "" {
+			conf = "PYTORCH_CUDA_ALLOC_CONF=" + *p.TorchConf
+		}
+		from := ""
+		switch {
+		case p.Name == Torch:
+			from = " (settings from " + c.TorchSettingsFrom + ")"
+		case p.Name == TorchExpandable:
+			from = " (torch's settings with expandable segments)"
+		}
+		fmt.Fprintf(b, "%s is the model of PyTorch's caching allocator with %s%s: what PyTorch itself would need for this trace.\n", p.Name, conf, from)
+	}
 }

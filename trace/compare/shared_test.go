@@ -23,7 +23,11 @@ func sharedSource(t *testing.T, name string) Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return FromSnapshot(name, snap)
+	src, err := FromSnapshot(name, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // The figures the replay tool exists to show: on every shared snapshot the
