@@ -343,3 +343,73 @@ func capacityString(n uint64) string {
 	}
 	return pool.Bytes(n).String()
 }
+
+func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem advise", stderr)
+	setUsage(fs, adviseUsage)
+	var capacity, overhead sizeFlag
+	fs.Var(&capacity, "capacity", "say which settings fit a device of `SIZE` and the PYTORCH_CUDA_ALLOC_CONF line to use: "+sizeHelp)
+	fs.Var(&overhead, "overhead", "device memory outside the allocator, `SIZE`; the allocator gets -capacity less this")
+	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
+	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	format := fs.String("format", "text", "output: text or json")
+	jsonOut := fs.Bool("json", false, "same as -format json")
+	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: gpumem advise SNAPSHOT [-capacity SIZE]", errUsage)
+	}
+	if *jsonOut {
+		*format = "json"
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
+	}
+	if capacity.set && capacity.v < 1<<20 {
+		return fmt.Errorf("%w: -capacity %d B is below 1 MiB", errUsage, capacity.v)
+	}
+	if overhead.set && (!capacity.set || overhead.v >= capacity.v) {
+		return fmt.Errorf("%w: -overhead needs a -capacity larger than it", errUsage)
+	}
+	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+		return err
+	}
+	src, err := loadSource(pos[0], int64(maxSnapshot.v))
+	if err != nil {
+		return err
+	}
+	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v}
+	if *htmlOut != "" {
+		opts.Timeline = 1500
+	}
+	if !*quiet && isTerminal(os.Stderr) {
+		bar := newProgressBar(stderr)
+		defer bar.done()
+		opts.Progress = bar.update
+	}
+	a, err := compare.Advise(ctx, src, opts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *htmlOut == "-":
+	case *format == "json":
+		err = a.WriteJSON(stdout)
+	default:
+		err = a.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		return writeOutput(*htmlOut, stdout, a.WriteHTML)
+	}
+	return nil
+}

@@ -4,6 +4,7 @@
 // synthetic workloads; and lists backends.
 //
 //	gpumem replay [flags] [FILE]     compare policies on a trace (default: the embedded one)
+//	gpumem advise SNAPSHOT [-capacity SIZE]
 //	gpumem convert SNAPSHOT -o TRACE.jsonl
 //	gpumem synth -workload NAME -seed N -o TRACE.jsonl
 //	gpumem info
@@ -76,6 +77,8 @@ func exitCode(err error) int {
 const usageText = `usage:
   gpumem replay [flags] [FILE]      replay a trace under every policy, side by side
                                     (FILE: .pickle/.json snapshot or .jsonl trace; default: embedded)
+  gpumem advise SNAPSHOT [-capacity SIZE]
+                                    which PyTorch allocator settings the workload needs
   gpumem convert SNAPSHOT -o TRACE.jsonl
   gpumem synth -workload NAME [-seed N] -o TRACE.jsonl
   gpumem info                       available backends and their properties
@@ -88,6 +91,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch args[0] {
 	case "replay":
 		return replayCmd(ctx, args[1:], stdout, stderr)
+	case "advise":
+		return adviseCmd(ctx, args[1:], stdout, stderr)
 	case "convert":
 		return convertCmd(args[1:], stdout, stderr)
 	case "synth":

@@ -36,6 +36,17 @@ first (unless -no-prelude), then every trace entry in order.`
 Writes a synthetic workload as a gpumem JSONL trace; the same seed gives
 the same bytes.`
 
+	adviseUsage = `usage: gpumem advise [flags] SNAPSHOT
+
+Replays a trace (a PyTorch snapshot or a gpumem .jsonl trace) through the
+model of PyTorch's caching allocator under a grid of settings (the
+defaults, expandable segments, max_split_size_mb 64–512,
+roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
+0.8, and the combinations that matter) beside gpumem's adaptive policy:
+each setting's peak reserved and smallest capacity, the best marked, and,
+with -capacity, which fit and the PYTORCH_CUDA_ALLOC_CONF line to use.
+Settings run in parallel.`
+
 	infoUsage = `usage: gpumem info
 
 Lists the backends gpumem can run on here (host, sim and, when a CUDA
@@ -65,10 +76,10 @@ func helpCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	switch args[0] {
-	case "replay", "convert", "synth", "info":
+	case "replay", "advise", "convert", "synth", "info":
 		return run(ctx, []string{args[0], "-h"}, stdout, stdout)
 	}
-	return fmt.Errorf("%w: no command %q; the commands are replay, convert, synth and info", errUsage, args[0])
+	return fmt.Errorf("%w: no command %q; the commands are replay, advise, convert, synth and info", errUsage, args[0])
 }
 
 // messages is where a command's closing message goes: stdout, unless the

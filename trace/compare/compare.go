@@ -187,6 +187,10 @@ type Comparison struct {
 	Recording         []replay.Point `json:"-"`
 	// firstT and lastT are the first and last events' trace times.
 	firstT, lastT int64
+	// preface is text the HTML report shows first (gpumem advise's).
+	preface string
+	// baseConf is the torch policy's settings as a conf line.
+	baseConf string
 }
 
 // Run replays src under each policy.
@@ -235,6 +239,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		Overhead:          opts.Overhead,
 		firstT:            src.Events[0].T,
 		TorchSettingsFrom: settingsFrom,
+		baseConf:          how.torchBase.String(),
 		lastT:             src.Events[len(src.Events)-1].T,
 	}
 	if src.PyTorch != nil {

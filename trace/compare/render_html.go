@@ -38,7 +38,8 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		HasRec  bool
 		HasCap  bool
 		Summary []string
-	}{C: c, Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0}
+		Preface string
+	}{C: c, Preface: c.preface, Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0}
 	for _, p := range c.Policies {
 		if len(p.Timeline) > 0 {
 			data.Charts = append(data.Charts, c.newChart(p, sc))
@@ -352,6 +353,7 @@ pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
 .key span{display:inline-block;margin-right:1.5em}
 </style></head><body>
 <h1>gpumem replay: {{.C.Trace}}</h1>
+{{if .Preface}}<h2>Advice</h2><pre id="advice">{{.Preface}}</pre>{{end}}
 {{range .Summary}}<p class="summary">{{.}}</p>
 {{end}}
 <p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ PyTorch's recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>

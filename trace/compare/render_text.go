@@ -125,10 +125,13 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 	if p.Inconsistent {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
 	}
+	// The model with the settings PyTorch ran (the torch policy's, or the
+	// first PyTorch row with the same settings) against the recording.
 	for _, r := range c.Policies {
-		if isTorch(r.Name) && p.PeakReserved > 0 {
-			fmt.Fprintf(b, "  the %s model reserves %s at its peak: %+.1f %% against PyTorch's recorded peak\n",
-				r.Name, pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved))
+		if r.TorchConf != nil && *r.TorchConf == c.baseConf && p.PeakReserved > 0 {
+			fmt.Fprintf(b, "  the %s model (%s) reserves %s at its peak: %+.1f %% against PyTorch's recorded peak\n",
+				r.Name, confName(*r.TorchConf), pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved))
+			break
 		}
 	}
 }
@@ -216,10 +219,7 @@ func (c *Comparison) writeTorchNote(b *strings.Builder) {
 		if p.TorchConf == nil {
 			continue
 		}
-		conf := "PyTorch's defaults"
-		if *p.TorchConf != "" {
-			conf = "PYTORCH_CUDA_ALLOC_CONF=" + *p.TorchConf
-		}
+		conf := confName(*p.TorchConf)
 		from := ""
 		switch {
 		case p.Name == Torch:
@@ -229,4 +229,12 @@ func (c *Comparison) writeTorchNote(b *strings.Builder) {
 		}
 		fmt.Fprintf(b, "%s is the model of PyTorch's caching allocator with %s%s: what PyTorch itself would need for this trace.\n", p.Name, conf, from)
 	}
+}
+
+// confName names PyTorch settings in a sentence.
+func confName(conf string) string {
+	if conf == "" {
+		return "PyTorch's defaults"
+	}
+	return "PYTORCH_CUDA_ALLOC_CONF=" + conf
 }

@@ -6,11 +6,12 @@ import (
 )
 
 // table is a text table whose columns are gathered under group headings,
-// so every figure says which run it comes from. The first column is left
-// aligned, the rest right aligned.
+// so every figure says which run it comes from. The first column (the
+// first left columns, when set) is left aligned, the rest right aligned.
 type table struct {
 	groups []tableGroup
 	rows   [][]string
+	left   int
 }
 
 // tableGroup heads Columns consecutive columns (Title "" for none).
@@ -99,7 +100,7 @@ func (t *table) write(b *strings.Builder) {
 			if i > 0 {
 				l.WriteString(strings.Repeat(" ", gap))
 			}
-			l.WriteString(pad(c, width[i], i == 0))
+			l.WriteString(pad(c, width[i], i < max(t.left, 1)))
 		}
 		b.WriteString(strings.TrimRight(l.String(), " ") + "\n")
 	}
