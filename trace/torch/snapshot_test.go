@@ -17,7 +17,8 @@ var sharedTraces = filepath.Join("..", "..", "..", "shared", "traces")
 
 // TestModelReproducesPyTorchReservedBytesOnSharedTraces replays every shared
 // snapshot's converted events (prelude included) through the model and
-// compares with what PyTorch recorded. From an empty allocator (ReplayTorch),
+// compares with what PyTorch recorded, under the settings the snapshot
+// recorded (allocator_settings). From an empty allocator,
 // the peak reserved bytes must be within 2 % (the notes' bar). Starting from
 // the segments PyTorch held when the window began (Config.Cached, the notes'
 // protocol), the reserved bytes before the window and at every segment entry
@@ -37,7 +38,16 @@ func TestModelReproducesPyTorchReservedBytesOnSharedTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			empty, err := ReplayTorch(slices.Values(s.Events), 0)
+			// The settings PyTorch recorded (all defaults on these
+			// snapshots, which the reader must confirm).
+			if s.AllocatorSettings == nil {
+				t.Fatal("the snapshot's allocator_settings were not read")
+			}
+			settings, err := SettingsFromSnapshot(s.AllocatorSettings)
+			if err != nil {
+				t.Fatal(err)
+			}
+			empty, err := Replay(slices.Values(s.Events), Config{Settings: settings})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +57,7 @@ func TestModelReproducesPyTorchReservedBytesOnSharedTraces(t *testing.T) {
 				cached = append(cached, CachedSegment{Size: seg.Size, Stream: seg.Stream, Small: seg.Small})
 				cachedBytes += seg.Size
 			}
-			r, err := Replay(slices.Values(s.Events), Config{Cached: cached})
+			r, err := Replay(slices.Values(s.Events), Config{Cached: cached, Settings: settings})
 			if err != nil {
 				t.Fatal(err)
 			}
