@@ -28,9 +28,10 @@ type Breakdown struct {
 	// FreeInOutdatedPages is free room in pages of an outdated size.
 	FreeInOutdatedPages uint64 `json:"free_in_outdated_pages_bytes"`
 	// GranuleRounding is free room in mapped granules of current pages on
-	// granular storage: a granule is mapped whole once a live slice
-	// touches it.
-	GranuleRounding uint64 `json:"granule_rounding_bytes"`
+	// granular storage: the rounding of live slices up to whole granules (a
+	// granule is mapped whole once a live slice touches it) and free
+	// granules still mapped, which a cleanup gives back.
+	GranuleRounding uint64 `json:"free_in_mapped_granules_bytes"`
 	// FreeInSegments is free blocks in PyTorch segments that also hold
 	// live blocks; CachedSegments whole segments with no live block.
 	FreeInSegments uint64 `json:"free_in_segments_bytes"`
@@ -45,7 +46,7 @@ func (b *Breakdown) Parts() []BreakdownPart {
 	return []BreakdownPart{
 		{"alignment and rounding", b.Rounding},
 		{"free room in current pages", b.FreeInCurrentPages},
-		{"granule rounding", b.GranuleRounding},
+		{"free in mapped granules", b.GranuleRounding},
 		{"outdated pages", b.FreeInOutdatedPages},
 		{"free blocks in used segments", b.FreeInSegments},
 		{"cached segments", b.CachedSegments},

@@ -222,7 +222,7 @@ func (c *Comparison) writeTorchNote(b *strings.Builder) {
 		conf := confName(*p.TorchConf)
 		from := ""
 		switch {
-		case p.Name == Torch:
+		case p.Name == Torch && c.TorchSettingsFrom != "PyTorch's defaults":
 			from = " (settings from " + c.TorchSettingsFrom + ")"
 		case p.Name == TorchExpandable:
 			from = " (torch's settings with expandable segments)"
