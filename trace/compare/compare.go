@@ -351,7 +351,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(events, capacity, settings, timeline)
+		return replayTorch(events, capacity, settings, failFast, timeline)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -367,9 +367,9 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, timeline int) (*replay.Report, error) {
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, failFast bool, timeline int) (*replay.Report, error) {
 	start := time.Now()
-	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings})
+	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast})
 	if err != nil {
 		return nil, err
 	}

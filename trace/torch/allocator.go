@@ -93,6 +93,9 @@ var (
 
 // Config configures an Allocator.
 type Config struct {
+	// FailFast makes Replay stop at the first failed allocation: a
+	// capacity search needs to know only whether one fails.
+	FailFast bool
 	// Capacity is the device memory available for segments; 0 = unlimited.
 	// It plays both of PyTorch's limits: the device's memory (cudaMalloc
 	// and page mapping fail beyond it) and the per-process memory fraction

@@ -106,6 +106,11 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 				if res.FirstFailure < 0 {
 					res.FirstFailure = idx
 				}
+				if cfg.FailFast {
+					res.Events++
+					finish()
+					return res, nil
+				}
 				failed[e.ID] = true
 				break
 			}
