@@ -472,12 +472,12 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cl := f.last(t, "cuModuleLoadData"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
-		t.Errorf("cuModuleLoadData = %v, want the whole %d-byte image", cl, len(KernelsPTX))
+	if cl := f.last(t, "cuLibraryLoadData"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
+		t.Errorf("cuLibraryLoadData = %v, want the whole %d-byte image", cl, len(KernelsPTX))
 	}
 	fill, err := m.Function(KernelFillU8)
 	if err != nil {
@@ -532,7 +532,7 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	if n := f.liveCount(t, "modules"); n != 0 {
 		t.Fatalf("live modules after Unload = %d", n)
 	}
-	if _, err := c.LoadModule("not ptx"); !errors.As(err, &de) || de.Code != 200 {
+	if _, err := c.LoadModule([]byte("not ptx")); !errors.As(err, &de) || de.Code != 200 {
 		t.Fatalf("LoadModule(garbage) = %v; want CUDA_ERROR_INVALID_IMAGE", err)
 	}
 }
@@ -541,7 +541,7 @@ func TestKernelFaultPoisonsTheDevice(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, _ := c.LoadModule(KernelsPTX)
+	m, _ := c.LoadModule([]byte(KernelsPTX))
 	add, _ := m.Function(KernelAddOne)
 	p, _ := c.Alloc(16)
 	err := s.Launch(add, LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 64}}, p, uint64(64))
