@@ -24,6 +24,14 @@ type Features struct {
 	VirtualMemory bool
 	// AsyncMemset: cuMemsetD8Async is present.
 	AsyncMemset bool
+	// Library: the library API (cuLibraryLoadData, cuLibraryGetKernel,
+	// cuKernelGetFunction, cuLibraryUnload; CUDA 12.0+) is present and
+	// LoadModule uses it; without it, cuModuleLoadDataEx.
+	Library bool
+	// ParamInfo: cuFuncGetParamInfo (CUDA 12.4+) is present, so every
+	// kernel's parameters are known; without it, only PTX modules' are
+	// (from their .param lists).
+	ParamInfo bool
 }
 
 // DeviceAttribute is a CUdevice_attribute value.
@@ -141,6 +149,8 @@ func (c *Context) init() error {
 	}
 	c.totalMem = uint64(total)
 	c.features.AsyncMemset = d.cuMemsetD8Async != nil
+	c.features.Library = d.library != nil
+	c.features.ParamInfo = d.cuFuncGetParamInfo != nil
 	if d.vmm != nil {
 		var ok int32
 		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&ok, int32(AttrVirtualMemoryManagementSupported), c.dev)); err != nil {
