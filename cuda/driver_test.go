@@ -85,8 +85,8 @@ func TestOptionalSymbolsMissingLeaveFeaturesOff(t *testing.T) {
 func TestVirtualMemoryNeedsTheDeviceAttributeToo(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
-	if got := c.Features(); got != (Features{VirtualMemory: true, AsyncMemset: true}) {
-		t.Fatalf("Features() on the full fake = %+v, want both on", got)
+	if got := c.Features(); got != (Features{VirtualMemory: true, AsyncMemset: true, Library: true, ParamInfo: true}) {
+		t.Fatalf("Features() on the full fake = %+v, want all on", got)
 	}
 	if a := f.last(t, "cuDeviceGetAttribute"); a.args["attr"] != "102" || a.args["dev"] != "0" {
 		t.Errorf("VMM probe = %v, want attribute 102 of device 0", a)
@@ -658,5 +658,25 @@ func TestInjectedErrorsCarryTheDriverName(t *testing.T) {
 		if tc.is != nil && !errors.Is(err, tc.is) {
 			t.Errorf("%s cued with %d: %v does not match %v", tc.fn, tc.code, err, tc.is)
 		}
+	}
+}
+
+// Without the library API and cuFuncGetParamInfo their features are off,
+// and modules still load (through cuModuleLoadDataEx).
+func TestOptionalModuleFeaturesFollowTheSymbols(t *testing.T) {
+	f := buildFake(t, "FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO")
+	c := f.open(t)
+	if got := c.Features(); got.Library || got.ParamInfo {
+		t.Fatalf("Features() without the library API and cuFuncGetParamInfo = %+v; want both off", got)
+	}
+	m, err := c.LoadModule([]byte(KernelsPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.named(t, "cuModuleLoadDataEx")) != 1 {
+		t.Fatal("the module did not load through cuModuleLoadDataEx")
+	}
+	if err := m.Unload(); err != nil {
+		t.Fatal(err)
 	}
 }
