@@ -47,7 +47,7 @@ func TestMissingRequiredSymbolIsErrNoDriverNamingIt(t *testing.T) {
 }
 
 func TestOptionalSymbolsMissingLeaveFeaturesOff(t *testing.T) {
-	f := buildFake(t, "FAKE_NO_VMM", "FAKE_NO_MEMSET")
+	f := buildFake(t, "FAKE_NO_VMM", "FAKE_NO_MEMSET", "FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO")
 	c := f.open(t)
 	if got := c.Features(); got != (Features{}) {
 		t.Fatalf("Features() = %+v, want all off", got)
