@@ -470,3 +470,20 @@ func TestMaxSnapshotAndCountedCaptureErrors(t *testing.T) {
 		t.Fatalf("replay %+v, want %d events and 1 capture error", rp, len(lines))
 	}
 }
+
+// 200 runs of info without a driver all give the reason the load failed
+// (dlopen and dlerror on one OS thread): never an empty one after
+// "load <path>:".
+func TestInfoWithoutDriverAlwaysSaysWhy(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
+	t.Setenv(cuda.EnvLibrary, missing)
+	prefix := "load " + missing + ": "
+	for i := range 200 {
+		out := mustRun(t, "info")
+		_, rest, ok := strings.Cut(out, prefix)
+		reason, _, _ := strings.Cut(rest, "\n")
+		if !ok || strings.TrimSpace(reason) == "" {
+			t.Fatalf("run %d: info without a driver gives no reason after %q:\n%s", i, prefix, out)
+		}
+	}
+}
