@@ -4,14 +4,28 @@
 // (design §13.2). Protocol-0 text strings (STRING, UNICODE) are not supported.
 //
 // Design. A pickle is a program for a small stack machine. This file runs
-// that program over an in-memory byte slice with an explicit value stack, a
-// mark stack and a memo; nothing recurses, so nesting depth costs heap, not
-// goroutine stack. Values are:
+// that program over its input with an explicit value stack, a mark stack and
+// a memo; nothing recurses, so nesting depth costs heap, not goroutine stack.
+// The input streams through a refilled window (see fill), so reading holds
+// the decoded values and one window, not the whole file. Values are:
 //
 //	None → nil          bool → bool          int → int64 or *big.Int
 //	float → float64     str → string         bytes/bytearray → []byte
 //	list, set → *pyList (shared by the memo, so later APPENDs are seen)
 //	tuple → pyTuple     dict → *pyDict (insertion order kept)
+//
+// Stack frames are not kept. A real snapshot spends most of its bytes, and
+// a decoder most of its time and memory, on the "frames" list of every trace
+// entry, segment and block (some 60 frame references each), which gpumem
+// never reads. A list that is the value of a "frames" key (see
+// atFramesKey) is built elided: it counts its items and keeps their nesting
+// depth, nothing else. The frame dicts themselves are still decoded and
+// memoized where the pickle first builds them, so every later memo
+// reference resolves; only the per-entry lists of references are dropped,
+// and memory while reading is proportional to the trace, not to its stack
+// depth. An elided list is never mistaken for an empty one: asList refuses
+// it and describe names it, so a converter that reads a list where a
+// "frames" value stands fails with a message instead of reading nothing.
 //
 // Refused: every opcode that names a global or builds an object (GLOBAL,
 // STACK_GLOBAL, INST, OBJ, NEWOBJ, NEWOBJ_EX, REDUCE, BUILD, EXT1/2/4,
@@ -20,20 +34,28 @@
 // (NEXT_BUFFER, READONLY_BUFFER) and unknown opcodes fail with ErrPickle.
 //
 // Invariants.
-//   - (U1) Every length read from the input is checked against the bytes
-//     left before anything is allocated, so a corrupt length cannot make the
-//     decoder allocate more than the input's size.
+//   - (U1) Every length read from the input is checked against the bytes the
+//     input may still hold (its size in memory, the size limit when
+//     streaming) before anything is allocated, and the window grows only by
+//     doubling once it is full of bytes that actually arrived, so a corrupt
+//     length cannot make the decoder allocate more than about twice the
+//     input it was given.
 //   - (U2) Every pop checks the stack (and the mark stack) first; an empty
 //     stack is an ErrPickle naming the opcode and its offset, never a panic.
-//   - (U3) The memo is a map, so a huge memo index costs one entry.
+//     A cut input is an ErrPickle saying "truncated at byte N", N the
+//     input's length.
+//   - (U3) The memo is a dense slice for the sequential indices that
+//     MEMOIZE and real pickles use, with a map beside it for any index past
+//     the slice's end, so a huge memo index costs one entry.
 //   - (U4) Nesting is bounded: every tuple, list and dict records its depth
 //     (1 + the deepest item it was built or extended with), and one deeper
-//     than MaxNesting is an ErrPickle. Lists and dicts are shared through
-//     the memo and may be extended after being placed in another container
-//     (even in themselves), so the recorded depth bounds how the pickle
-//     built the value, not every path through it: no code in this package
-//     walks decoded values recursively (errors describe a value by its type
-//     and length, see describe), so a cycle or a stale depth costs nothing.
+//     than MaxNesting is an ErrPickle; an elided frames list records it the
+//     same way. Lists and dicts are shared through the memo and may be
+//     extended after being placed in another container (even in
+//     themselves), so the recorded depth bounds how the pickle built the
+//     value, not every path through it: no code in this package walks
+//     decoded values recursively (errors describe a value by its type and
+//     length, see describe), so a cycle or a stale depth costs nothing.
 //   - (U5) A text INT or LONG argument longer than maxIntDigits digits is
 //     refused: decimal conversion is quadratic, and no snapshot field needs
 //     more than 20 digits.
@@ -41,10 +63,14 @@
 package trace
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"math/big"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -60,9 +86,15 @@ const maxIntDigits = 40
 
 // pyList is a Python list (or set). It is a pointer so that the memo and the
 // stack share it, as Python does. depth is its nesting depth as built (U4).
+//
+// An elided list (a "frames" value, see the file comment) keeps no items:
+// frames counts the items it was built with, and items stays nil. Only
+// describe and asList look at it, and asList refuses it.
 type pyList struct {
-	items []any
-	depth int
+	items  []any
+	depth  int
+	elided bool
+	frames int
 }
 
 // pyTuple is a Python tuple.
@@ -79,6 +111,27 @@ type pyDict struct {
 }
 
 const dictIndexAt = 16
+
+// newPyDict returns an empty dict with room for n items in one allocation:
+// a snapshot holds tens of thousands of small dicts (one per trace entry),
+// each built by one SETITEMS, and growing keys and vals by append cost
+// three allocations each.
+func newPyDict(n, depth int) *pyDict {
+	d := &pyDict{depth: depth}
+	d.reserve(n)
+	return d
+}
+
+// reserve gives an empty dict room for n items. keys and vals share one
+// backing array with capped capacities, so an append past n reallocates
+// instead of overwriting the other half.
+func (d *pyDict) reserve(n int) {
+	if len(d.keys) != 0 || n <= 0 {
+		return
+	}
+	kv := make([]any, 2*n)
+	d.keys, d.vals = kv[:0:n], kv[n:n:2*n]
+}
 
 // get returns the value under the string key k.
 func (d *pyDict) get(k string) (any, bool) {
@@ -131,22 +184,72 @@ func (d *pyDict) set(k, v any) {
 	}
 }
 
-// unpickler is the stack machine's state. Marks are kept as stack heights.
+// window is the unpickler's read size: large enough that refills are rare
+// next to the opcodes between them, small next to a real snapshot.
+const window = 256 << 10
+
+// unpickler is the stack machine's state.
+//
+// Input: buf[pos:] are the bytes read but not yet decoded, and base is the
+// input offset of buf[0]. When r is nil, buf is the whole input. Otherwise
+// fill slides and refills buf from r; limit is the most input bytes (counted
+// from the input's start, base's origin) that may be read.
 type unpickler struct {
-	data  []byte
+	r     io.Reader
+	buf   []byte
 	pos   int
+	base  int64
+	limit int64
+	eof   bool  // r returned io.EOF
+	rerr  error // r's first other error, returned as is (the caller names the source)
+
 	stack []any
-	marks []int
-	memo  map[uint64]any
+	marks []int // stack heights of the open marks
+	floor int   // height of the innermost mark, 0 with none: pops stop there (U2)
+	memo  []any // memo indices 0..len-1 (U3)
+	far   map[uint64]any
 	op    byte // current opcode, for messages
-	opPos int
+	opPos int64
 }
 
-// unpickle decodes one pickle from data and returns its value.
+// unpickle decodes one pickle held in memory and returns its value.
 func unpickle(data []byte) (any, error) {
-	u := &unpickler{data: data, memo: make(map[uint64]any)}
+	u := &unpickler{buf: data, limit: int64(len(data))}
 	return u.run()
 }
+
+// unpickleFrom decodes one pickle streamed from r, whose first byte is at
+// input offset base; at most limit bytes of input (from offset 0) are read,
+// beyond that the error is tooLarge. After STOP the rest of r is read and
+// discarded, still within limit, so a compressed stream's checksum is
+// verified and the bound covers the whole input, as when it was read whole.
+func unpickleFrom(r io.Reader, base, limit int64, tooLarge error) (any, error) {
+	u := &unpickler{r: r, base: base, limit: limit, buf: make([]byte, 0, window)}
+	v, err := u.run()
+	if errors.Is(err, errInputLimit) {
+		return nil, tooLarge
+	}
+	if err != nil {
+		return nil, err
+	}
+	for !u.eof && u.rerr == nil {
+		u.pos = len(u.buf)
+		if err := u.fill(1); err != nil && !errors.Is(err, ErrPickle) {
+			if errors.Is(err, errInputLimit) {
+				return nil, tooLarge
+			}
+			return nil, err
+		}
+	}
+	if u.rerr != nil {
+		return nil, u.rerr
+	}
+	return v, nil
+}
+
+// errInputLimit is fill's report that the input ran past limit; the caller
+// turns it into its own message (it knows which option set the limit).
+var errInputLimit = errors.New("input larger than the limit")
 
 // depthTuple is how a tuple travels on the stack and in the memo while the
 // pickle runs: with its nesting depth. run unwraps every one before
@@ -191,8 +294,15 @@ func unwrap(v any) any {
 func (u *unpickler) itemsDepth(items []any) (int, error) {
 	d := 0
 	for i, it := range items {
-		d = max(d, depthOf(it))
-		items[i] = unwrap(it)
+		switch x := it.(type) {
+		case *pyList:
+			d = max(d, x.depth)
+		case *pyDict:
+			d = max(d, x.depth)
+		case *depthTuple:
+			d = max(d, x.depth)
+			items[i] = x.t
+		}
 	}
 	if err := u.checkDepth(d + 1); err != nil {
 		return 0, err
@@ -200,7 +310,7 @@ func (u *unpickler) itemsDepth(items []any) (int, error) {
 	return d + 1, nil
 }
 
-// newTuple builds a tuple from stack items.
+// newTuple builds a tuple from items it may keep.
 func (u *unpickler) newTuple(items []any) (*depthTuple, error) {
 	d, err := u.itemsDepth(items)
 	if err != nil {
@@ -213,17 +323,83 @@ func (u *unpickler) errf(format string, args ...any) error {
 	return fmt.Errorf("%w: opcode 0x%02x at offset %d: %s", ErrPickle, u.op, u.opPos, fmt.Sprintf(format, args...))
 }
 
-func (u *unpickler) need(n uint64) ([]byte, error) {
-	if n > uint64(len(u.data)-u.pos) {
-		return nil, u.errf("truncated: need %d bytes, %d left", n, len(u.data)-u.pos)
+// end is the input offset just past the bytes read so far: the input's
+// length once r is exhausted.
+func (u *unpickler) end() int64 { return u.base + int64(len(u.buf)) }
+
+// fill makes at least n undecoded bytes available in buf[pos:], sliding the
+// window and reading more. A read past limit is errInputLimit; the input
+// ending first is "truncated at byte N" (U2); another read error is returned
+// as is.
+func (u *unpickler) fill(n int) error {
+	if u.r == nil || u.eof || u.rerr != nil {
+		if u.rerr != nil {
+			return u.rerr
+		}
+		return u.errf("truncated at byte %d (%d more bytes needed)", u.end(), n-(len(u.buf)-u.pos))
 	}
-	b := u.data[u.pos : u.pos+int(n)]
-	u.pos += int(n)
+	if u.pos > 0 {
+		k := copy(u.buf[:cap(u.buf)], u.buf[u.pos:])
+		u.base += int64(u.pos)
+		u.buf, u.pos = u.buf[:k], 0
+	}
+	for len(u.buf) < n {
+		if len(u.buf) == cap(u.buf) {
+			// Doubling a full buffer: it never outgrows what arrived (U1).
+			nb := make([]byte, len(u.buf), max(2*cap(u.buf), window))
+			copy(nb, u.buf)
+			u.buf = nb
+		}
+		k, err := u.r.Read(u.buf[len(u.buf):cap(u.buf)])
+		u.buf = u.buf[:len(u.buf)+k]
+		if u.end() > u.limit {
+			return errInputLimit
+		}
+		if err == io.EOF {
+			u.eof = true
+			if len(u.buf) < n {
+				return u.errf("truncated at byte %d (%d more bytes needed)", u.end(), n-len(u.buf))
+			}
+		} else if err != nil {
+			u.rerr = err
+			return err
+		}
+	}
+	return nil
+}
+
+// next consumes the next n bytes of input. The slice is valid until the
+// next read: everything kept from it is copied.
+func (u *unpickler) next(n int) ([]byte, error) {
+	if len(u.buf)-u.pos < n {
+		if err := u.fill(n); err != nil {
+			return nil, err
+		}
+	}
+	b := u.buf[u.pos : u.pos+n]
+	u.pos += n
 	return b, nil
 }
 
+// nextLen consumes a length-prefixed argument of n bytes, refusing a length
+// the input cannot hold before reading or allocating anything for it (U1).
+func (u *unpickler) nextLen(n uint64) ([]byte, error) {
+	if left := u.limit - (u.base + int64(u.pos)); n > uint64(left) {
+		if u.r == nil {
+			return nil, u.errf("truncated at byte %d (%d bytes needed, %d left)", u.end(), n, left)
+		}
+		return nil, u.errf("argument of %d bytes, longer than the %d bytes the input may still hold", n, left)
+	}
+	return u.next(int(n))
+}
+
 func (u *unpickler) u8() (uint64, error) {
-	b, err := u.need(1)
+	if u.pos < len(u.buf) {
+		b := u.buf[u.pos]
+		u.pos++
+		return uint64(b), nil
+	}
+	b, err := u.next(1)
 	if err != nil {
 		return 0, err
 	}
@@ -231,7 +407,7 @@ func (u *unpickler) u8() (uint64, error) {
 }
 
 func (u *unpickler) u16() (uint64, error) {
-	b, err := u.need(2)
+	b, err := u.next(2)
 	if err != nil {
 		return 0, err
 	}
@@ -239,7 +415,12 @@ func (u *unpickler) u16() (uint64, error) {
 }
 
 func (u *unpickler) u32() (uint64, error) {
-	b, err := u.need(4)
+	if len(u.buf)-u.pos >= 4 {
+		v := binary.LittleEndian.Uint32(u.buf[u.pos:])
+		u.pos += 4
+		return uint64(v), nil
+	}
+	b, err := u.next(4)
 	if err != nil {
 		return 0, err
 	}
@@ -247,7 +428,7 @@ func (u *unpickler) u32() (uint64, error) {
 }
 
 func (u *unpickler) u64() (uint64, error) {
-	b, err := u.need(8)
+	b, err := u.next(8)
 	if err != nil {
 		return 0, err
 	}
@@ -256,20 +437,26 @@ func (u *unpickler) u64() (uint64, error) {
 
 // line reads up to and excluding the next '\n' (text protocol arguments).
 func (u *unpickler) line() (string, error) {
-	for i := u.pos; i < len(u.data); i++ {
-		if u.data[i] == '\n' {
-			s := string(u.data[u.pos:i])
-			u.pos = i + 1
+	for from := 0; ; {
+		if i := bytes.IndexByte(u.buf[u.pos+from:], '\n'); i >= 0 {
+			s := string(u.buf[u.pos : u.pos+from+i])
+			u.pos += from + i + 1
 			return s, nil
 		}
+		from = len(u.buf) - u.pos
+		if err := u.fill(from + 1); err != nil {
+			if errors.Is(err, ErrPickle) {
+				return "", u.errf("truncated at byte %d: no end of line", u.end())
+			}
+			return "", err
+		}
 	}
-	return "", u.errf("truncated: no end of line")
 }
 
 func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
 
 func (u *unpickler) pop() (any, error) {
-	if len(u.stack) == 0 || (len(u.marks) > 0 && len(u.stack) <= u.marks[len(u.marks)-1]) {
+	if len(u.stack) <= u.floor {
 		return nil, u.errf("stack underflow")
 	}
 	v := u.stack[len(u.stack)-1]
@@ -278,33 +465,43 @@ func (u *unpickler) pop() (any, error) {
 }
 
 func (u *unpickler) top() (any, error) {
-	if len(u.stack) == 0 || (len(u.marks) > 0 && len(u.stack) <= u.marks[len(u.marks)-1]) {
+	if len(u.stack) <= u.floor {
 		return nil, u.errf("stack underflow")
 	}
 	return u.stack[len(u.stack)-1], nil
 }
 
-// popMark pops everything above the innermost mark and the mark itself.
+// mark opens a mark at the current stack height.
+func (u *unpickler) mark() {
+	u.marks = append(u.marks, len(u.stack))
+	u.floor = len(u.stack)
+}
+
+// popMark pops everything above the innermost mark and the mark itself. The
+// items are a view of the stack, valid until the next push: a caller that
+// keeps them copies them (LIST, TUPLE, DICT), one that consumes them at once
+// (APPENDS, SETITEMS, POP_MARK) does not.
 func (u *unpickler) popMark() ([]any, error) {
 	if len(u.marks) == 0 {
 		return nil, u.errf("no mark")
 	}
-	m := u.marks[len(u.marks)-1]
+	m := u.floor
 	u.marks = u.marks[:len(u.marks)-1]
-	items := append([]any(nil), u.stack[m:]...)
+	u.floor = 0
+	if len(u.marks) > 0 {
+		u.floor = u.marks[len(u.marks)-1]
+	}
+	items := u.stack[m:]
 	u.stack = u.stack[:m]
 	return items, nil
 }
 
+// popN pops n items as a copy (TUPLE1..3, SETITEM).
 func (u *unpickler) popN(n int) ([]any, error) {
-	floor := 0
-	if len(u.marks) > 0 {
-		floor = u.marks[len(u.marks)-1]
-	}
-	if len(u.stack)-floor < n {
+	if len(u.stack)-u.floor < n {
 		return nil, u.errf("stack underflow")
 	}
-	items := append([]any(nil), u.stack[len(u.stack)-n:]...)
+	items := slices.Clone(u.stack[len(u.stack)-n:])
 	u.stack = u.stack[:len(u.stack)-n]
 	return items, nil
 }
@@ -340,17 +537,40 @@ func decodeLong(b []byte) any {
 	return n
 }
 
+// memoLen is the number of memo entries, which MEMOIZE uses as its index
+// (as Python's len(memo)): the dense slice and the far map never share an
+// index (memoize moves an index from far to the slice when the slice
+// reaches it).
+func (u *unpickler) memoLen() uint64 { return uint64(len(u.memo) + len(u.far)) }
+
 func (u *unpickler) memoize(idx uint64) error {
 	v, err := u.top()
 	if err != nil {
 		return err
 	}
-	u.memo[idx] = v
+	switch n := uint64(len(u.memo)); {
+	case idx < n:
+		u.memo[idx] = v
+	case idx == n:
+		u.memo = append(u.memo, v)
+		if u.far != nil {
+			delete(u.far, idx)
+		}
+	default:
+		if u.far == nil {
+			u.far = make(map[uint64]any)
+		}
+		u.far[idx] = v
+	}
 	return nil
 }
 
 func (u *unpickler) get(idx uint64) error {
-	v, ok := u.memo[idx]
+	if idx < uint64(len(u.memo)) {
+		u.stack = append(u.stack, u.memo[idx])
+		return nil
+	}
+	v, ok := u.far[idx]
 	if !ok {
 		return u.errf("memo key %d not found", idx)
 	}
@@ -365,26 +585,70 @@ func (u *unpickler) str(b []byte) (string, error) {
 	return string(b), nil
 }
 
+// atFramesKey reports whether a list about to be pushed is the value of a
+// "frames" key: the stack's top (above the innermost mark) is the string
+// "frames" and stands where a key stands, an even number of items above the
+// innermost mark (SETITEMS, DICT) or right above a dict (SETITEM). A list
+// elided by mistake elsewhere is refused where it is read (asList), never
+// read as empty.
+func (u *unpickler) atFramesKey() bool {
+	n := len(u.stack)
+	if n <= u.floor {
+		return false
+	}
+	if s, ok := u.stack[n-1].(string); !ok || s != "frames" {
+		return false
+	}
+	if len(u.marks) > 0 && (n-1-u.floor)%2 == 0 {
+		return true
+	}
+	if n-2 >= u.floor {
+		_, ok := u.stack[n-2].(*pyDict)
+		return ok
+	}
+	return false
+}
+
 // run executes the pickle program until STOP.
 func (u *unpickler) run() (any, error) {
 	for {
-		if u.pos >= len(u.data) {
-			return nil, fmt.Errorf("%w: truncated at offset %d: no STOP", ErrPickle, u.pos)
+		if u.pos >= len(u.buf) {
+			u.op, u.opPos = 0, u.base+int64(u.pos)
+			if err := u.fill(1); err != nil {
+				if errors.Is(err, ErrPickle) {
+					return nil, fmt.Errorf("%w: truncated at byte %d: no STOP", ErrPickle, u.end())
+				}
+				return nil, err
+			}
 		}
-		u.opPos = u.pos
-		u.op = u.data[u.pos]
+		u.opPos = u.base + int64(u.pos)
+		u.op = u.buf[u.pos]
 		u.pos++
 		var err error
 		switch u.op {
+		case 'h', 'j': // BINGET, LONG_BINGET: most of a snapshot's opcodes
+			var idx uint64
+			if u.op == 'h' {
+				idx, err = u.u8()
+			} else {
+				idx, err = u.u32()
+			}
+			if err == nil {
+				err = u.get(idx)
+			}
 		case 0x80: // PROTO
 			var p uint64
 			if p, err = u.u8(); err == nil && p > 5 {
 				err = u.errf("unsupported protocol %d", p)
 			}
-		case 0x95: // FRAME: framing is advisory; the length must still fit.
+		case 0x95: // FRAME: framing is advisory, but the frame must be there.
 			var n uint64
-			if n, err = u.u64(); err == nil && n > uint64(len(u.data)-u.pos) {
-				err = u.errf("frame of %d bytes, %d left", n, len(u.data)-u.pos)
+			if n, err = u.u64(); err == nil {
+				if left := u.limit - (u.base + int64(u.pos)); n > uint64(left) {
+					err = u.errf("frame of %d bytes, %d left", n, left)
+				} else if len(u.buf)-u.pos < int(n) {
+					err = u.fill(int(n))
+				}
 			}
 		case '.': // STOP
 			v, err := u.pop()
@@ -393,10 +657,10 @@ func (u *unpickler) run() (any, error) {
 			}
 			return unwrap(v), nil
 		case '(': // MARK
-			u.marks = append(u.marks, len(u.stack))
+			u.mark()
 		case '0': // POP
-			if _, err = u.pop(); err != nil && len(u.marks) > 0 && len(u.stack) == u.marks[len(u.marks)-1] {
-				u.marks, err = u.marks[:len(u.marks)-1], nil // POP of a mark
+			if _, err = u.pop(); err != nil && len(u.marks) > 0 && len(u.stack) == u.floor {
+				_, err = u.popMark() // POP of a mark
 			}
 		case '1': // POP_MARK
 			_, err = u.popMark()
@@ -438,7 +702,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			var b []byte
 			if err == nil {
-				if b, err = u.need(n); err == nil {
+				if b, err = u.nextLen(n); err == nil {
 					u.push(decodeLong(b))
 				}
 			}
@@ -459,7 +723,7 @@ func (u *unpickler) run() (any, error) {
 			}
 		case 'G': // BINFLOAT, big-endian
 			var b []byte
-			if b, err = u.need(8); err == nil {
+			if b, err = u.next(8); err == nil {
 				u.push(math.Float64frombits(binary.BigEndian.Uint64(b)))
 			}
 		case 'X', 0x8c, 0x8d, 'T', 'U': // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8, BINSTRING, SHORT_BINSTRING
@@ -474,7 +738,7 @@ func (u *unpickler) run() (any, error) {
 			}
 			var b []byte
 			if err == nil {
-				b, err = u.need(n)
+				b, err = u.nextLen(n)
 			}
 			var s string
 			if err == nil {
@@ -494,13 +758,15 @@ func (u *unpickler) run() (any, error) {
 			}
 			var b []byte
 			if err == nil {
-				if b, err = u.need(n); err == nil {
+				if b, err = u.nextLen(n); err == nil {
 					u.push(append([]byte(nil), b...))
 				}
 			}
 		case '}':
 			u.push(&pyDict{depth: 1})
-		case ']', 0x8f: // EMPTY_LIST, EMPTY_SET
+		case ']': // EMPTY_LIST
+			u.push(&pyList{depth: 1, elided: u.atFramesKey()})
+		case 0x8f: // EMPTY_SET
 			u.push(&pyList{depth: 1})
 		case ')':
 			u.push(&depthTuple{t: pyTuple{}, depth: 1})
@@ -509,13 +775,19 @@ func (u *unpickler) run() (any, error) {
 			if items, err = u.popMark(); err == nil {
 				var d int
 				if d, err = u.itemsDepth(items); err == nil {
-					u.push(&pyList{items: items, depth: d})
+					if u.op == 'l' && u.atFramesKey() {
+						u.push(&pyList{depth: d, elided: true, frames: len(items)})
+					} else {
+						u.push(&pyList{items: slices.Clone(items), depth: d})
+					}
 				}
 			}
 		case 't', 0x85, 0x86, 0x87: // TUPLE, TUPLE1..3
 			var items []any
 			if u.op == 't' {
-				items, err = u.popMark()
+				if items, err = u.popMark(); err == nil {
+					items = slices.Clone(items)
+				}
 			} else {
 				items, err = u.popN(int(u.op - 0x84))
 			}
@@ -533,7 +805,7 @@ func (u *unpickler) run() (any, error) {
 				} else {
 					var depth int
 					if depth, err = u.itemsDepth(items); err == nil {
-						d := &pyDict{depth: depth}
+						d := newPyDict(len(items)/2, depth)
 						for i := 0; i < len(items); i += 2 {
 							d.set(items[i], items[i+1])
 						}
@@ -545,7 +817,7 @@ func (u *unpickler) run() (any, error) {
 			var v, l any
 			if v, err = u.pop(); err == nil {
 				if l, err = u.top(); err == nil {
-					err = u.appendTo(l, v)
+					err = u.appendTo(l, []any{v})
 				}
 			}
 		case 'e', 0x90: // APPENDS, ADDITEMS
@@ -553,12 +825,15 @@ func (u *unpickler) run() (any, error) {
 			if items, err = u.popMark(); err == nil {
 				var l any
 				if l, err = u.top(); err == nil {
-					err = u.appendTo(l, items...)
+					err = u.appendTo(l, items)
 				}
 			}
 		case 's': // SETITEM
-			var kv []any
-			if kv, err = u.popN(2); err == nil {
+			if len(u.stack)-u.floor < 2 {
+				err = u.errf("stack underflow")
+			} else {
+				kv := u.stack[len(u.stack)-2:]
+				u.stack = u.stack[:len(u.stack)-2]
 				err = u.setItems(kv)
 			}
 		case 'u': // SETITEMS
@@ -571,7 +846,7 @@ func (u *unpickler) run() (any, error) {
 				}
 			}
 		case 0x94: // MEMOIZE
-			err = u.memoize(uint64(len(u.memo)))
+			err = u.memoize(u.memoLen())
 		case 'q', 'r': // BINPUT, LONG_BINPUT
 			var idx uint64
 			if u.op == 'q' {
@@ -593,16 +868,6 @@ func (u *unpickler) run() (any, error) {
 				} else {
 					err = u.get(idx)
 				}
-			}
-		case 'h', 'j': // BINGET, LONG_BINGET
-			var idx uint64
-			if u.op == 'h' {
-				idx, err = u.u8()
-			} else {
-				idx, err = u.u32()
-			}
-			if err == nil {
-				err = u.get(idx)
 			}
 		case 'c', 0x93, 'i', 'o', 0x81, 0x92, 'R', 'b', 0x82, 0x83, 0x84, 'P', 'Q':
 			return nil, fmt.Errorf("%w: opcode 0x%02x (%s) at offset %d", ErrPickleGlobal, u.op, refusedName[u.op], u.opPos)
@@ -647,7 +912,9 @@ func (u *unpickler) textInt(s string) error {
 	return nil
 }
 
-func (u *unpickler) appendTo(l any, items ...any) error {
+// appendTo appends items (a view of the stack or a fresh slice, not kept)
+// to the list l. An elided list only counts them.
+func (u *unpickler) appendTo(l any, items []any) error {
 	pl, ok := l.(*pyList)
 	if !ok {
 		return u.errf("append to %s, not a list", describe(unwrap(l)))
@@ -657,10 +924,16 @@ func (u *unpickler) appendTo(l any, items ...any) error {
 		return err
 	}
 	pl.depth = max(pl.depth, d)
+	if pl.elided {
+		pl.frames += len(items)
+		return nil
+	}
 	pl.items = append(pl.items, items...)
 	return nil
 }
 
+// setItems stores the key-value pairs kv (a view of the stack, not kept)
+// in the dict on top of the stack.
 func (u *unpickler) setItems(kv []any) error {
 	d, err := u.top()
 	if err != nil {
@@ -675,6 +948,7 @@ func (u *unpickler) setItems(kv []any) error {
 		return err
 	}
 	pd.depth = max(pd.depth, depth)
+	pd.reserve(len(kv) / 2)
 	for i := 0; i < len(kv); i += 2 {
 		pd.set(kv[i], kv[i+1])
 	}
