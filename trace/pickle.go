@@ -49,8 +49,9 @@
 //     the slice's end, so a huge memo index costs one entry.
 //   - (U4) Nesting is bounded: every tuple, list and dict records its depth
 //     (1 + the deepest item it was built or extended with), and one deeper
-//     than MaxNesting is an ErrPickle; an elided frames list records it the
-//     same way. Lists and dicts are shared through the memo and may be
+//     than MaxNesting is an ErrPickle; an elided frames list keeps no items
+//     and has depth 1 (the values it dropped were bounded as they were
+//     built). Lists and dicts are shared through the memo and may be
 //     extended after being placed in another container (even in
 //     themselves), so the recorded depth bounds how the pickle built the
 //     value, not every path through it: no code in this package walks
@@ -86,16 +87,18 @@ const maxIntDigits = 40
 
 // pyList is a Python list (or set). It is a pointer so that the memo and the
 // stack share it, as Python does. depth is its nesting depth as built (U4).
-//
-// An elided list (a "frames" value, see the file comment) keeps no items:
-// frames counts the items it was built with, and items stays nil. Only
-// describe and asList look at it, and asList refuses it.
 type pyList struct {
-	items  []any
-	depth  int
-	elided bool
-	frames int
+	items []any
+	depth int
 }
+
+// framesList is an elided list, the value of a "frames" key (see the file
+// comment): it keeps only the number of items it was built with. It is a
+// pointer, shared through the memo like a pyList, and holds no pointers, so
+// the collector never scans it. Only describe and asList look at it, and
+// asList refuses it. Its depth is 1: the items it dropped are not reachable
+// through it (U4).
+type framesList struct{ n int }
 
 // pyTuple is a Python tuple.
 type pyTuple []any
@@ -112,25 +115,12 @@ type pyDict struct {
 
 const dictIndexAt = 16
 
-// newPyDict returns an empty dict with room for n items in one allocation:
-// a snapshot holds tens of thousands of small dicts (one per trace entry),
-// each built by one SETITEMS, and growing keys and vals by append cost
-// three allocations each.
-func newPyDict(n, depth int) *pyDict {
-	d := &pyDict{depth: depth}
-	d.reserve(n)
-	return d
-}
-
-// reserve gives an empty dict room for n items. keys and vals share one
-// backing array with capped capacities, so an append past n reallocates
-// instead of overwriting the other half.
-func (d *pyDict) reserve(n int) {
-	if len(d.keys) != 0 || n <= 0 {
-		return
-	}
-	kv := make([]any, 2*n)
-	d.keys, d.vals = kv[:0:n], kv[n:n:2*n]
+// sameString is a == b, rejecting most different keys on their length and
+// end bytes before comparing them whole: the small dicts of a snapshot are
+// searched linearly (building and reading every trace entry), and their
+// keys mostly differ there.
+func sameString(a, b string) bool {
+	return len(a) == len(b) && (len(a) == 0 || a[0] == b[0] && a[len(a)-1] == b[len(b)-1] && a == b)
 }
 
 // get returns the value under the string key k.
@@ -143,7 +133,7 @@ func (d *pyDict) get(k string) (any, bool) {
 		return d.vals[i], true
 	}
 	for i, key := range d.keys {
-		if s, ok := key.(string); ok && s == k {
+		if s, ok := key.(string); ok && sameString(s, k) {
 			return d.vals[i], true
 		}
 	}
@@ -162,7 +152,7 @@ func (d *pyDict) set(k, v any) {
 			}
 		} else {
 			for i, key := range d.keys {
-				if ks, ok := key.(string); ok && ks == s {
+				if ks, ok := key.(string); ok && sameString(ks, s) {
 					d.vals[i] = v
 					return
 				}
@@ -203,6 +193,10 @@ type unpickler struct {
 	eof   bool  // r returned io.EOF
 	rerr  error // r's first other error, returned as is (the caller names the source)
 
+	slabs     slabs
+	shapes    [shapes][]any // recent distinct-string key sequences (fillDict)
+	nextShape int
+
 	stack []any
 	marks []int // stack heights of the open marks
 	floor int   // height of the innermost mark, 0 with none: pops stop there (U2)
@@ -224,7 +218,7 @@ func unpickle(data []byte) (any, error) {
 // discarded, still within limit, so a compressed stream's checksum is
 // verified and the bound covers the whole input, as when it was read whole.
 func unpickleFrom(r io.Reader, base, limit int64, tooLarge error) (any, error) {
-	u := &unpickler{r: r, base: base, limit: limit, buf: make([]byte, 0, window)}
+	u := &unpickler{r: r, base: base, limit: limit, buf: make([]byte, 0, window), stack: make([]any, 0, 256)}
 	v, err := u.run()
 	if errors.Is(err, errInputLimit) {
 		return nil, tooLarge
@@ -245,6 +239,80 @@ func unpickleFrom(r io.Reader, base, limit int64, tooLarge error) (any, error) {
 		return nil, u.rerr
 	}
 	return v, nil
+}
+
+// slabs hand out the small values a snapshot holds tens of thousands of
+// (a dict per trace entry, segment, block and distinct frame; a list per
+// frames value) from chunks, a few allocations instead of one or two per
+// value: allocation and the collector's work on it were a third of reading
+// time. A chunk lives as long as any value carved from it, which costs
+// nothing here: the memo keeps every value alive until the pickle ends.
+type slabs struct {
+	dicts  []pyDict
+	lists  []pyList
+	frames []framesList
+	kv     []any
+}
+
+const (
+	slabValues = 256  // dicts or lists per chunk
+	slabKV     = 4096 // dict slots per chunk
+)
+
+func (s *slabs) dict(depth int) *pyDict {
+	if len(s.dicts) == cap(s.dicts) {
+		s.dicts = make([]pyDict, 0, slabValues)
+	}
+	s.dicts = s.dicts[:len(s.dicts)+1]
+	d := &s.dicts[len(s.dicts)-1]
+	d.depth = depth
+	return d
+}
+
+func (s *slabs) list(depth int) *pyList {
+	if len(s.lists) == cap(s.lists) {
+		s.lists = make([]pyList, 0, slabValues)
+	}
+	s.lists = s.lists[:len(s.lists)+1]
+	l := &s.lists[len(s.lists)-1]
+	l.depth = depth
+	return l
+}
+
+func (s *slabs) framesList(n int) *framesList {
+	if len(s.frames) == cap(s.frames) {
+		s.frames = make([]framesList, 0, slabValues)
+	}
+	s.frames = s.frames[:len(s.frames)+1]
+	l := &s.frames[len(s.frames)-1]
+	l.n = n
+	return l
+}
+
+// cut returns n slots cut from a chunk, its capacity capped at n so that
+// an append past n reallocates instead of overwriting a neighbour.
+func (s *slabs) cut(n int) []any {
+	if n > slabKV/16 {
+		return make([]any, 0, n)
+	}
+	if cap(s.kv)-len(s.kv) < n {
+		s.kv = make([]any, 0, slabKV)
+	}
+	at := len(s.kv)
+	s.kv = s.kv[:at+n]
+	return s.kv[at : at : at+n]
+}
+
+// grow returns l with room for n more items, doubling: append's growth of
+// a quarter for large slices made the memo and the trace lists reallocate
+// several times their final size.
+func grow(l []any, n int) []any {
+	if cap(l)-len(l) >= n {
+		return l
+	}
+	nl := make([]any, len(l), max(2*cap(l), len(l)+n, 8))
+	copy(nl, l)
+	return nl
 }
 
 // errInputLimit is fill's report that the input ran past limit; the caller
@@ -268,6 +336,8 @@ func depthOf(v any) int {
 		return x.depth
 	case *depthTuple:
 		return x.depth
+	case *framesList:
+		return 1
 	}
 	return 0
 }
@@ -302,6 +372,8 @@ func (u *unpickler) itemsDepth(items []any) (int, error) {
 		case *depthTuple:
 			d = max(d, x.depth)
 			items[i] = x.t
+		case *framesList:
+			d = max(d, 1)
 		}
 	}
 	if err := u.checkDepth(d + 1); err != nil {
@@ -552,7 +624,7 @@ func (u *unpickler) memoize(idx uint64) error {
 	case idx < n:
 		u.memo[idx] = v
 	case idx == n:
-		u.memo = append(u.memo, v)
+		u.memo = append(grow(u.memo, 1), v)
 		if u.far != nil {
 			delete(u.far, idx)
 		}
@@ -763,22 +835,28 @@ func (u *unpickler) run() (any, error) {
 				}
 			}
 		case '}':
-			u.push(&pyDict{depth: 1})
+			u.push(u.slabs.dict(1))
 		case ']': // EMPTY_LIST
-			u.push(&pyList{depth: 1, elided: u.atFramesKey()})
+			if u.atFramesKey() {
+				u.push(u.slabs.framesList(0))
+			} else {
+				u.push(u.slabs.list(1))
+			}
 		case 0x8f: // EMPTY_SET
-			u.push(&pyList{depth: 1})
+			u.push(u.slabs.list(1))
 		case ')':
 			u.push(&depthTuple{t: pyTuple{}, depth: 1})
 		case 'l', 0x91: // LIST, FROZENSET
 			var items []any
 			if items, err = u.popMark(); err == nil {
-				var d int
-				if d, err = u.itemsDepth(items); err == nil {
-					if u.op == 'l' && u.atFramesKey() {
-						u.push(&pyList{depth: d, elided: true, frames: len(items)})
-					} else {
-						u.push(&pyList{items: slices.Clone(items), depth: d})
+				if u.op == 'l' && u.atFramesKey() {
+					u.push(u.slabs.framesList(len(items)))
+				} else {
+					var d int
+					if d, err = u.itemsDepth(items); err == nil {
+						l := u.slabs.list(d)
+						l.items = slices.Clone(items)
+						u.push(l)
 					}
 				}
 			}
@@ -805,10 +883,8 @@ func (u *unpickler) run() (any, error) {
 				} else {
 					var depth int
 					if depth, err = u.itemsDepth(items); err == nil {
-						d := newPyDict(len(items)/2, depth)
-						for i := 0; i < len(items); i += 2 {
-							d.set(items[i], items[i+1])
-						}
+						d := u.slabs.dict(depth)
+						u.fillDict(d, items)
 						u.push(d)
 					}
 				}
@@ -913,8 +989,14 @@ func (u *unpickler) textInt(s string) error {
 }
 
 // appendTo appends items (a view of the stack or a fresh slice, not kept)
-// to the list l. An elided list only counts them.
+// to the list l. An elided list only counts them: it keeps none, so they
+// add nothing to its depth (U4), and the pass over them is skipped — a
+// snapshot's frames lists hold most of its items.
 func (u *unpickler) appendTo(l any, items []any) error {
+	if fl, ok := l.(*framesList); ok {
+		fl.n += len(items)
+		return nil
+	}
 	pl, ok := l.(*pyList)
 	if !ok {
 		return u.errf("append to %s, not a list", describe(unwrap(l)))
@@ -924,11 +1006,7 @@ func (u *unpickler) appendTo(l any, items []any) error {
 		return err
 	}
 	pl.depth = max(pl.depth, d)
-	if pl.elided {
-		pl.frames += len(items)
-		return nil
-	}
-	pl.items = append(pl.items, items...)
+	pl.items = append(grow(pl.items, len(items)), items...)
 	return nil
 }
 
@@ -948,11 +1026,67 @@ func (u *unpickler) setItems(kv []any) error {
 		return err
 	}
 	pd.depth = max(pd.depth, depth)
-	pd.reserve(len(kv) / 2)
-	for i := 0; i < len(kv); i += 2 {
-		pd.set(kv[i], kv[i+1])
-	}
+	u.fillDict(pd, kv)
 	return nil
+}
+
+// shapes is how many recent key sequences fillDict remembers.
+const shapes = 4
+
+// fillDict stores the key-value pairs kv in d. An empty dict given only
+// string keys, fewer than dictIndexAt, takes its keys slice from a recent
+// dict with the same keys in the same order when there is one: a
+// snapshot's trace entries, segments, blocks and frames each repeat one
+// key sequence thousands of times, so sharing it halves their storage and
+// skips the duplicate check. A shared keys slice is never written: set
+// replaces only vals, and appends past its capped capacity reallocate.
+func (u *unpickler) fillDict(d *pyDict, kv []any) {
+	n := len(kv) / 2
+	if len(d.keys) != 0 || n == 0 || n >= dictIndexAt {
+		for i := 0; i < len(kv); i += 2 {
+			d.set(kv[i], kv[i+1])
+		}
+		return
+	}
+	for _, keys := range u.shapes {
+		if len(keys) == n && sameKeys(keys, kv) {
+			vals := u.slabs.cut(n)[:n]
+			for i := range vals {
+				vals[i] = kv[2*i+1]
+			}
+			d.keys, d.vals = keys, vals
+			return
+		}
+	}
+	d.keys, d.vals = u.slabs.cut(n), u.slabs.cut(n)
+	for i := 0; i < len(kv); i += 2 {
+		d.set(kv[i], kv[i+1])
+	}
+	if len(d.keys) == n && cap(d.keys) == n && allStrings(d.keys) {
+		u.shapes[u.nextShape] = d.keys
+		u.nextShape = (u.nextShape + 1) % shapes
+	}
+}
+
+// sameKeys reports whether the keys of the pairs kv are the string keys
+// keys, in order.
+func sameKeys(keys, kv []any) bool {
+	for i, k := range keys {
+		ks, ok := kv[2*i].(string)
+		if !ok || !sameString(ks, k.(string)) {
+			return false
+		}
+	}
+	return true
+}
+
+func allStrings(keys []any) bool {
+	for _, k := range keys {
+		if _, ok := k.(string); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // pickleOpcodes are the bytes run knows as opcodes (decoded or refused): a

@@ -354,10 +354,9 @@ func describe(v any) string {
 	case *big.Int:
 		return fmt.Sprintf("integer of %d bits", x.BitLen())
 	case *pyList:
-		if x.elided {
-			return fmt.Sprintf("list of %d stack frames, not kept", x.frames)
-		}
 		return fmt.Sprintf("list of %d", len(x.items))
+	case *framesList:
+		return fmt.Sprintf("list of %d stack frames, not kept", x.n)
 	case pyTuple:
 		return fmt.Sprintf("tuple of %d", len(x))
 	case *depthTuple:
@@ -375,9 +374,6 @@ func describe(v any) string {
 func asList(v any) ([]any, bool) {
 	switch x := v.(type) {
 	case *pyList:
-		if x.elided {
-			return nil, false
-		}
 		return x.items, true
 	case pyTuple:
 		return x, true
