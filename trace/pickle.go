@@ -657,6 +657,49 @@ func (u *unpickler) str(b []byte) (string, error) {
 	return string(b), nil
 }
 
+// countFrameRefs runs MARK (just read) GET… APPENDS onto the frames list fl
+// without pushing anything: it counts the memo references up to APPENDS
+// and adds them to fl. That is a snapshot's commonest sequence, some 60
+// references per trace entry, and pushing each only for APPENDS to drop it
+// cost most of reading (a stored pointer is a write barrier while the
+// collector runs). It works within the window and gives up, consuming
+// nothing, at anything else (another opcode, the window's end, a memo
+// index not set), so the ordinary path then runs the same opcodes and
+// reports any error exactly as it would have.
+func (u *unpickler) countFrameRefs(fl *framesList) bool {
+	b, p, n := u.buf, u.pos, 0
+	for p < len(b) {
+		var idx uint64
+		switch b[p] {
+		case 'h': // BINGET
+			if p+2 > len(b) {
+				return false
+			}
+			idx = uint64(b[p+1])
+			p += 2
+		case 'j': // LONG_BINGET
+			if p+5 > len(b) {
+				return false
+			}
+			idx = uint64(binary.LittleEndian.Uint32(b[p+1:]))
+			p += 5
+		case 'e': // APPENDS
+			fl.n += n
+			u.pos = p + 1
+			return true
+		default:
+			return false
+		}
+		if idx >= uint64(len(u.memo)) {
+			if _, ok := u.far[idx]; !ok {
+				return false
+			}
+		}
+		n++
+	}
+	return false
+}
+
 // atFramesKey reports whether a list about to be pushed is the value of a
 // "frames" key: the stack's top (above the innermost mark) is the string
 // "frames" and stands where a key stands, an even number of items above the
@@ -729,6 +772,11 @@ func (u *unpickler) run() (any, error) {
 			}
 			return unwrap(v), nil
 		case '(': // MARK
+			if n := len(u.stack); n > u.floor {
+				if fl, ok := u.stack[n-1].(*framesList); ok && u.countFrameRefs(fl) {
+					continue
+				}
+			}
 			u.mark()
 		case '0': // POP
 			if _, err = u.pop(); err != nil && len(u.marks) > 0 && len(u.stack) == u.floor {
