@@ -198,9 +198,10 @@ type unpickler struct {
 	nextShape int
 
 	stack []any
-	marks []int // stack heights of the open marks
-	floor int   // height of the innermost mark, 0 with none: pops stop there (U2)
-	memo  []any // memo indices 0..len-1 (U3)
+	marks []int   // stack heights of the open marks
+	floor int     // height of the innermost mark, 0 with none: pops stop there (U2)
+	memo  [][]any // memo indices 0..memoN-1 in chunks of memoChunk (U3)
+	memoN uint64
 	far   map[uint64]any
 	op    byte // current opcode, for messages
 	opPos int64
@@ -613,18 +614,28 @@ func decodeLong(b []byte) any {
 // (as Python's len(memo)): the dense slice and the far map never share an
 // index (memoize moves an index from far to the slice when the slice
 // reaches it).
-func (u *unpickler) memoLen() uint64 { return uint64(len(u.memo) + len(u.far)) }
+func (u *unpickler) memoLen() uint64 { return u.memoN + uint64(len(u.far)) }
+
+// memoChunk is the dense memo's chunk size: chunks are never copied as the
+// memo grows (a real snapshot memoizes tens of thousands of values, and
+// growing one slice copied them several times, each copy a write barrier
+// per value while the collector runs).
+const memoChunk = 4096
 
 func (u *unpickler) memoize(idx uint64) error {
 	v, err := u.top()
 	if err != nil {
 		return err
 	}
-	switch n := uint64(len(u.memo)); {
+	switch n := u.memoN; {
 	case idx < n:
-		u.memo[idx] = v
+		u.memo[idx/memoChunk][idx%memoChunk] = v
 	case idx == n:
-		u.memo = append(grow(u.memo, 1), v)
+		if idx%memoChunk == 0 {
+			u.memo = append(u.memo, make([]any, memoChunk))
+		}
+		u.memo[idx/memoChunk][idx%memoChunk] = v
+		u.memoN++
 		if u.far != nil {
 			delete(u.far, idx)
 		}
@@ -638,8 +649,8 @@ func (u *unpickler) memoize(idx uint64) error {
 }
 
 func (u *unpickler) get(idx uint64) error {
-	if idx < uint64(len(u.memo)) {
-		u.stack = append(u.stack, u.memo[idx])
+	if idx < u.memoN {
+		u.stack = append(u.stack, u.memo[idx/memoChunk][idx%memoChunk])
 		return nil
 	}
 	v, ok := u.far[idx]
@@ -690,7 +701,7 @@ func (u *unpickler) countFrameRefs(fl *framesList) bool {
 		default:
 			return false
 		}
-		if idx >= uint64(len(u.memo)) {
+		if idx >= u.memoN {
 			if _, ok := u.far[idx]; !ok {
 				return false
 			}
