@@ -194,7 +194,8 @@ type unpickler struct {
 	rerr  error // r's first other error, returned as is (the caller names the source)
 
 	slabs     slabs
-	shapes    [shapes][]any // recent distinct-string key sequences (fillDict)
+	ints      [intCache]boxedInt // recently boxed integers (pushInt)
+	shapes    [shapes][]any      // recent distinct-string key sequences (fillDict)
 	nextShape int
 
 	stack []any
@@ -579,10 +580,12 @@ func (u *unpickler) popN(n int) ([]any, error) {
 	return items, nil
 }
 
-// decodeLong decodes a little-endian two's-complement integer.
-func decodeLong(b []byte) any {
+// decodeLong decodes a little-endian two's-complement integer: an int64
+// when it fits (big is nil), else big. It returns no interface so that
+// pushInt can reuse a boxed value.
+func decodeLong(b []byte) (int64, *big.Int) {
 	if len(b) == 0 {
-		return int64(0)
+		return 0, nil
 	}
 	if len(b) <= 8 {
 		var v uint64
@@ -593,7 +596,7 @@ func decodeLong(b []byte) any {
 			v |= ^uint64(0) << (8 * len(b)) // sign-extend
 		}
 		if len(b) < 8 || b[7]&0x80 != 0 || v <= math.MaxInt64 {
-			return int64(v)
+			return int64(v), nil
 		}
 	}
 	be := make([]byte, len(b))
@@ -605,9 +608,30 @@ func decodeLong(b []byte) any {
 		n.Sub(n, new(big.Int).Lsh(big.NewInt(1), uint(8*len(b))))
 	}
 	if n.IsInt64() {
-		return n.Int64()
+		return n.Int64(), nil
 	}
-	return n
+	return 0, n
+}
+
+// intCache is how many boxed integers pushInt remembers, a power of 2.
+const intCache = 1024
+
+type boxedInt struct {
+	v   int64
+	box any // v as an interface, or nil
+}
+
+// pushInt pushes v, reusing its interface value when v was pushed recently.
+// Boxing an int64 in an interface allocates it (below 256 excepted), and a
+// snapshot's addresses and sizes recur (an allocation's address in its
+// alloc, free_requested and free_completed entries); a boxed value is
+// immutable, so sharing it is safe.
+func (u *unpickler) pushInt(v int64) {
+	c := &u.ints[uint64(v)*0x9e3779b97f4a7c15>>(64-10)]
+	if c.box == nil || c.v != v {
+		c.v, c.box = v, v
+	}
+	u.stack = append(u.stack, c.box)
 }
 
 // memoLen is the number of memo entries, which MEMOIZE uses as its index
@@ -809,7 +833,7 @@ func (u *unpickler) run() (any, error) {
 		case 'J': // BININT
 			var v uint64
 			if v, err = u.u32(); err == nil {
-				u.push(int64(int32(uint32(v))))
+				u.pushInt(int64(int32(uint32(v))))
 			}
 		case 'K': // BININT1
 			var v uint64
@@ -819,7 +843,7 @@ func (u *unpickler) run() (any, error) {
 		case 'M': // BININT2
 			var v uint64
 			if v, err = u.u16(); err == nil {
-				u.push(int64(v))
+				u.pushInt(int64(v))
 			}
 		case 0x8a, 0x8b: // LONG1, LONG4
 			var n uint64
@@ -834,7 +858,11 @@ func (u *unpickler) run() (any, error) {
 			var b []byte
 			if err == nil {
 				if b, err = u.nextLen(n); err == nil {
-					u.push(decodeLong(b))
+					if v, big := decodeLong(b); big != nil {
+						u.push(big)
+					} else {
+						u.pushInt(v)
+					}
 				}
 			}
 		case 'I', 'L': // INT, LONG (text)
