@@ -794,8 +794,10 @@ func (u *unpickler) run() (any, error) {
 		case 0x95: // FRAME: framing is advisory, but the frame must be there.
 			var n uint64
 			if n, err = u.u64(); err == nil {
-				if left := u.limit - (u.base + int64(u.pos)); n > uint64(left) {
-					err = u.errf("frame of %d bytes, %d left", n, left)
+				if left := u.limit - (u.base + int64(u.pos)); n > uint64(left) && u.r == nil {
+					err = u.errf("truncated at byte %d (frame of %d bytes, %d left)", u.end(), n, left)
+				} else if n > uint64(left) {
+					err = u.errf("frame of %d bytes, longer than the %d bytes the input may still hold", n, left)
 				} else if len(u.buf)-u.pos < int(n) {
 					err = u.fill(int(n))
 				}
