@@ -970,10 +970,8 @@ func (u *unpickler) run() (any, error) {
 				if len(items)%2 != 0 {
 					err = u.errf("odd number of dict items")
 				} else {
-					var depth int
-					if depth, err = u.itemsDepth(items); err == nil {
-						d := u.slabs.dict(depth)
-						u.fillDict(d, items)
+					d := u.slabs.dict(1)
+					if err = u.fillDict(d, items); err == nil {
 						u.push(d)
 					}
 				}
@@ -1110,13 +1108,7 @@ func (u *unpickler) setItems(kv []any) error {
 	if !ok {
 		return u.errf("setitem on %s, not a dict", describe(unwrap(d)))
 	}
-	depth, err := u.itemsDepth(kv)
-	if err != nil {
-		return err
-	}
-	pd.depth = max(pd.depth, depth)
-	u.fillDict(pd, kv)
-	return nil
+	return u.fillDict(pd, kv)
 }
 
 // shapes is how many recent key sequences fillDict remembers.
@@ -1129,23 +1121,25 @@ const shapes = 4
 // key sequence thousands of times, so sharing it halves their storage and
 // skips the duplicate check. A shared keys slice is never written: set
 // replaces only vals, and appends past its capped capacity reallocate.
-func (u *unpickler) fillDict(d *pyDict, kv []any) {
+func (u *unpickler) fillDict(d *pyDict, kv []any) error {
 	n := len(kv) / 2
+	if len(d.keys) == 0 && n > 0 && n < dictIndexAt {
+		for _, keys := range u.shapes {
+			if len(keys) == n && sameKeys(keys, kv) {
+				return u.fillShaped(d, keys, kv)
+			}
+		}
+	}
+	depth, err := u.itemsDepth(kv)
+	if err != nil {
+		return err
+	}
+	d.depth = max(d.depth, depth)
 	if len(d.keys) != 0 || n == 0 || n >= dictIndexAt {
 		for i := 0; i < len(kv); i += 2 {
 			d.set(kv[i], kv[i+1])
 		}
-		return
-	}
-	for _, keys := range u.shapes {
-		if len(keys) == n && sameKeys(keys, kv) {
-			vals := u.slabs.cut(n)[:n]
-			for i := range vals {
-				vals[i] = kv[2*i+1]
-			}
-			d.keys, d.vals = keys, vals
-			return
-		}
+		return nil
 	}
 	d.keys, d.vals = u.slabs.cut(n), u.slabs.cut(n)
 	for i := 0; i < len(kv); i += 2 {
@@ -1155,6 +1149,36 @@ func (u *unpickler) fillDict(d *pyDict, kv []any) {
 		u.shapes[u.nextShape] = d.keys
 		u.nextShape = (u.nextShape + 1) % shapes
 	}
+	return nil
+}
+
+// fillShaped fills the empty dict d from the pairs kv, whose keys are the
+// strings keys: the values are copied, unwrapped and their depth taken in
+// one pass (the keys, strings, add no depth).
+func (u *unpickler) fillShaped(d *pyDict, keys, kv []any) error {
+	vals := u.slabs.cut(len(keys))[:len(keys)]
+	depth := 0
+	for i := range vals {
+		v := kv[2*i+1]
+		switch x := v.(type) {
+		case *pyDict:
+			depth = max(depth, x.depth)
+		case *framesList:
+			depth = max(depth, 1)
+		case *pyList:
+			depth = max(depth, x.depth)
+		case *depthTuple:
+			depth = max(depth, x.depth)
+			v = x.t
+		}
+		vals[i] = v
+	}
+	if err := u.checkDepth(depth + 1); err != nil {
+		return err
+	}
+	d.depth = max(d.depth, depth+1)
+	d.keys, d.vals = keys, vals
+	return nil
 }
 
 // sameKeys reports whether the keys of the pairs kv are the string keys
