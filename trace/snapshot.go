@@ -51,9 +51,10 @@ import (
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
-// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0:
-// 1 GiB, several times the largest real snapshot seen (under 100 MiB).
-// Decoding costs a few times the input in memory, so the bound keeps a
+// ReadSnapshot will read when SnapshotOptions.MaxBytes is 0: 1 GiB, several
+// times the largest real snapshot seen (under 100 MiB). A pickle streams
+// through the unpickler, but its decoded values can still cost about the
+// input's size (a JSON snapshot is held whole), so the bound keeps a
 // hostile input (a gzip bomb) from taking the machine; a larger snapshot
 // needs MaxBytes (the CLI's -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
