@@ -306,8 +306,8 @@ func (s *slabs) cut(n int) []any {
 }
 
 // grow returns l with room for n more items, doubling: append's growth of
-// a quarter for large slices made the memo and the trace lists reallocate
-// several times their final size.
+// a quarter for large slices made a trace's list of entries reallocate
+// several times its final size.
 func grow(l []any, n int) []any {
 	if cap(l)-len(l) >= n {
 		return l
