@@ -51,9 +51,10 @@ import (
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
-// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0:
-// 1 GiB, several times the largest real snapshot seen (under 100 MiB).
-// Decoding costs a few times the input in memory, so the bound keeps a
+// ReadSnapshot will read when SnapshotOptions.MaxBytes is 0: 1 GiB, several
+// times the largest real snapshot seen (under 100 MiB). A pickle streams
+// through the unpickler, but its decoded values can still cost about the
+// input's size (a JSON snapshot is held whole), so the bound keeps a
 // hostile input (a gzip bomb) from taking the machine; a larger snapshot
 // needs MaxBytes (the CLI's -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
@@ -212,23 +213,29 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		src, gzipped = zr, true
 	}
-	data, err := readSnapshotBytes(src, limit)
+	root, err := decodeSnapshot(src, limit)
 	if err != nil {
-		if gzipped && !errors.Is(err, ErrSnapshot) {
+		if gzipped && !errors.Is(err, ErrSnapshot) && !errors.Is(err, ErrPickle) && !errors.Is(err, ErrPickleGlobal) {
 			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
 		}
-		return nil, err
-	}
-	root, err := decodeSnapshotValue(data)
-	if err != nil {
 		return nil, err
 	}
 	return convertSnapshot(root, opts)
 }
 
-// readSnapshotBytes reads at most limit bytes, skipping leading JSON white
-// space, after checking that the first other byte can start a snapshot.
-func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
+// inputTooLarge is the error for an input past limit bytes.
+func inputTooLarge(limit int64) error {
+	return fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+}
+
+// decodeSnapshot reads at most limit bytes, skipping leading JSON white
+// space, after checking that the first other byte can start a snapshot,
+// and decodes them into the unpickler's value types. JSON (leading '{') is
+// read whole, as encoding/json needs it; a pickle streams through the
+// unpickler's window, so reading holds the decoded values, not the file.
+// Errors from r itself are returned as they are (ReadSnapshot names a
+// gzip stream's).
+func decodeSnapshot(r io.Reader, limit int64) (any, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var skipped int64
 	for {
@@ -241,7 +248,7 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		}
 		if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
 			if skipped++; skipped > limit {
-				return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+				return nil, inputTooLarge(limit)
 			}
 			continue
 		}
@@ -251,6 +258,9 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		if err := br.UnreadByte(); err != nil {
 			return nil, err
 		}
+		if b != '{' {
+			return unpickleFrom(br, skipped, limit, inputTooLarge(limit))
+		}
 		break
 	}
 	data, err := io.ReadAll(io.LimitReader(br, limit-skipped+1))
@@ -258,27 +268,23 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit-skipped {
-		return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+		return nil, inputTooLarge(limit)
 	}
-	return data, nil
+	return decodeJSONValue(data)
 }
 
-// decodeSnapshotValue decodes JSON (leading '{') or a pickle into the
-// unpickler's value types.
-func decodeSnapshotValue(data []byte) (any, error) {
-	if len(data) > 0 && data[0] == '{' {
-		if err := checkJSONShape(data); err != nil {
-			return nil, err
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%w: json: %w", ErrSnapshot, err)
-		}
-		return fromJSON(v), nil
+// decodeJSONValue decodes a JSON snapshot into the unpickler's value types.
+func decodeJSONValue(data []byte) (any, error) {
+	if err := checkJSONShape(data); err != nil {
+		return nil, err
 	}
-	return unpickle(data)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: json: %w", ErrSnapshot, err)
+	}
+	return fromJSON(v), nil
 }
 
 // checkJSONShape refuses, naming the byte offset, JSON that nests objects
@@ -384,6 +390,8 @@ func describe(v any) string {
 		return fmt.Sprintf("integer of %d bits", x.BitLen())
 	case *pyList:
 		return fmt.Sprintf("list of %d", len(x.items))
+	case *framesList:
+		return fmt.Sprintf("list of %d stack frames, not kept", x.n)
 	case pyTuple:
 		return fmt.Sprintf("tuple of %d", len(x))
 	case *depthTuple:
@@ -396,6 +404,8 @@ func describe(v any) string {
 
 // Accessors over decoded values.
 
+// asList returns a list's or tuple's items. An elided frames list (see
+// pickle.go) has none kept, so it is refused rather than read as empty.
 func asList(v any) ([]any, bool) {
 	switch x := v.(type) {
 	case *pyList:

@@ -406,26 +406,6 @@ func TestFullstepPeakLiveAgreesWithDirectCount(t *testing.T) {
 	}
 }
 
-func BenchmarkReadSnapshot(b *testing.B) {
-	data, err := os.ReadFile(filepath.Join(sharedTraces, "transformer-ctx128-fullstep.pickle"))
-	if err != nil {
-		data = readFixture(b, "synthetic-p4.pickle")
-	}
-	var events, entries int
-	b.SetBytes(int64(len(data)))
-	for b.Loop() {
-		s, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		events += len(s.Events)
-		entries += s.Counts.Entries
-	}
-	sec := b.Elapsed().Seconds()
-	b.ReportMetric(float64(events)/sec, "events/s")
-	b.ReportMetric(float64(entries)/sec, "entries/s")
-}
-
 // entryWithAddr is a protocol-4 pickle of {device_traces: [[{action:
 // alloc, size: 512, addr: <addr>}]]} where addr is the given opcodes.
 func entryWithAddr(addr []byte) []byte {
