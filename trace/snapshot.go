@@ -223,10 +223,22 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	return convertSnapshot(root, opts)
 }
 
-// inputTooLarge is the error for an input past limit bytes.
-func inputTooLarge(limit int64) error {
-	return fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+// TooLargeError is the error for a snapshot past the size limit
+// (SnapshotOptions.MaxBytes): the caller names its own way to raise it
+// (the CLI's -max-snapshot). It matches ErrSnapshot.
+type TooLargeError struct {
+	Limit int64 // the limit, in bytes
 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
+}
+
+// Unwrap makes a TooLargeError match ErrSnapshot.
+func (e *TooLargeError) Unwrap() error { return ErrSnapshot }
+
+// inputTooLarge is the error for an input past limit bytes.
+func inputTooLarge(limit int64) error { return &TooLargeError{Limit: limit} }
 
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
 // space, after checking that the first other byte can start a snapshot,

@@ -602,7 +602,7 @@ func TestGzipBombIsRefusedAtTheFirstByte(t *testing.T) {
 	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{}); err != nil {
 		t.Fatalf("JSON after white space: %v", err)
 	}
-	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{MaxBytes: 50}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "larger than 50") {
+	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{MaxBytes: 50}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "larger than the limit of 50 bytes") {
 		t.Fatalf("JSON above MaxBytes: %v", err)
 	}
 	if _, err := ReadSnapshot(strings.NewReader(j), SnapshotOptions{MaxBytes: int64(len(j))}); err != nil {

@@ -240,7 +240,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	defer f.Close()
 	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading snapshot %s: %w", pos[0], snapshotHint(err))
 	}
 	if len(snap.Events) == 0 {
 		return fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to convert", compare.ErrEmptyTrace, pos[0])

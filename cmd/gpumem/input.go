@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -31,7 +32,7 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	}
 	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{MaxBytes: maxSnapshot})
 	if err != nil {
-		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
+		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, snapshotHint(err))
 	}
 	src, err := compare.FromSnapshot(filepath.Base(path), snap)
 	if err != nil {
@@ -55,4 +56,13 @@ func decodeJSONL(name string, r io.Reader) (compare.Source, error) {
 		return compare.Source{}, fmt.Errorf("%w: %s has no events", compare.ErrEmptyTrace, name)
 	}
 	return compare.Source{Name: name, Events: slices.Clip(events)}, nil
+}
+
+// snapshotHint adds to a snapshot error the flag that changes it.
+func snapshotHint(err error) error {
+	var tooLarge *trace.TooLargeError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w (raise -max-snapshot to read it)", err)
+	}
+	return err
 }

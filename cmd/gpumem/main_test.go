@@ -433,11 +433,11 @@ func TestMaxSnapshotAndCountedCaptureErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, _, err := runCmd(t, "replay", "-quiet", "-no-search", "-max-snapshot", "10B", snap)
-	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "larger than 10 bytes") {
+	if err == nil || exitCode(err) != 1 || !strings.Contains(err.Error(), "larger than the limit of 10 bytes (raise -max-snapshot") {
 		t.Fatalf("-max-snapshot 10B: %v", err)
 	}
 	mustRun(t, "replay", "-quiet", "-no-search", "-max-snapshot", "1KiB", snap)
-	if _, _, err := runCmd(t, "convert", snap, "-o", filepath.Join(dir, "o.jsonl"), "-max-snapshot", "10"); err == nil || !strings.Contains(err.Error(), "larger than 10 bytes") {
+	if _, _, err := runCmd(t, "convert", snap, "-o", filepath.Join(dir, "o.jsonl"), "-max-snapshot", "10"); err == nil || !strings.Contains(err.Error(), "larger than the limit of 10 bytes (raise -max-snapshot") {
 		t.Fatalf("convert -max-snapshot 10: %v", err)
 	}
 
