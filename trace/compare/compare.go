@@ -38,13 +38,16 @@ const (
 	AdaptivePages = "adaptive-pages"
 	// AdaptiveNoRelocate is Adaptive (granular) without relocation.
 	AdaptiveNoRelocate = "adaptive-norelocate"
-	Exclusive          = "exclusive"
-	Torch              = "torch"
+	// AdaptivePagesNoRelocate is AdaptivePages without relocation: what
+	// relocation buys where there is no virtual memory.
+	AdaptivePagesNoRelocate = "adaptive-pages-norelocate"
+	Exclusive               = "exclusive"
+	Torch                   = "torch"
 )
 
 // Policies lists every policy, in report order.
 func Policies() []string {
-	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch, TorchExpandable}
+	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, AdaptivePagesNoRelocate, Exclusive, Torch, TorchExpandable}
 }
 
 // DefaultBandwidth is the device copy bandwidth relocation time is
@@ -334,6 +337,8 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 		opts = append(opts, gpumem.WithPageGranular(false))
 	case AdaptiveNoRelocate:
 		opts = append(opts, gpumem.WithPageGranular(true), gpumem.WithoutRelocation())
+	case AdaptivePagesNoRelocate:
+		opts = append(opts, gpumem.WithPageGranular(false), gpumem.WithoutRelocation())
 	case Exclusive:
 		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
 	}
