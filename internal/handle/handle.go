@@ -33,6 +33,9 @@ type Descriptor struct {
 	// spare is an unused Handle allocated with the descriptor, handed out
 	// by the first Clone (see New).
 	spare unsafe.Pointer // *Handle; atomic
+	// cell is the Recycler cell holding the descriptor, nil when it was not
+	// made by a Recycler: the last release returns the cell to it (H6).
+	cell *recycled
 }
 
 // Signal is a flag raised when an allocation becomes free, forwarding to an
@@ -73,6 +76,9 @@ func (d *Descriptor) FreeSignal() *Signal { return d.signal.Load() }
 func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
 		d.signal.Load().Raise()
+	}
+	if refs == 0 && d.cell != nil {
+		d.cell.home.put(d.cell) // H6: the device lock serialises the Recycler
 	}
 }
 

@@ -33,6 +33,9 @@ type page struct {
 	// whole; mapped[i] says granule i of the page is mapped (granules.go).
 	granule uint64
 	mapped  []bool
+	// spares recycles the descriptors of the page's free slices (the
+	// pool's; nil: every free slice gets a new one).
+	spares *handle.Recycler
 
 	// changed is raised (through the descriptors' free signal) whenever a
 	// slice of the page may have become free since the last scan; while it
@@ -54,14 +57,14 @@ func (p *page) attach(h *handle.Handle) *handle.Handle {
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
 // granule > 0 the region is a reservation with nothing mapped yet.
-func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal) *page {
-	p := &page{region: r, align: align, pool: pool, index: index, granule: granule}
+func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal, spares *handle.Recycler) *page {
+	p := &page{region: r, align: align, pool: pool, index: index, granule: granule, spares: spares}
 	p.changed.Forward(parent)
 	if granule > 0 {
 		_, n := storage.Granules(0, r.Size, granule)
 		p.mapped = make([]bool, n)
 	}
-	p.slices = []Slice{{Region: r, h: p.attach(handle.New(handle.MustLocation(pool, index, 0)))}}
+	p.slices = []Slice{{Region: r, h: p.attach(p.spares.New(handle.MustLocation(pool, index, 0)))}}
 	p.maxFree, p.empty, p.firstFree = r.Size, true, 0
 	return p
 }
@@ -139,7 +142,7 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if eff > need {
 		rest := Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: s.Region.Offset + need, Size: eff - need},
-			h:      p.attach(handle.New(p.loc(i + 1))),
+			h:      p.attach(p.spares.New(p.loc(i + 1))),
 		}
 		p.slices = append(p.slices, Slice{})
 		copy(p.slices[i+2:], p.slices[i+1:])
@@ -199,7 +202,7 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		}
 		p.slices[out] = Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: p.slices[i].Region.Offset, Size: total},
-			h:      p.attach(handle.New(p.loc(out))),
+			h:      p.attach(p.spares.New(p.loc(out))),
 		}
 		largest = max(largest, total)
 		out++

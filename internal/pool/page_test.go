@@ -78,7 +78,7 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := newPage(r, align, 7, 3, 0, nil)
+	pg := newPage(r, align, 7, 3, 0, nil, nil)
 	g := handle.NewErrorGraph()
 	live := map[string]*handle.Handle{}
 	num := func(s string) uint64 {
@@ -198,7 +198,7 @@ func TestPagePaddingHonoursAnAlignmentThatIsNotAPowerOfTwo(t *testing.T) {
 func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0, 0, nil)
+	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	a := pg.tryReserve(nil, 2*MiB)
 	b := pg.tryReserve(nil, 2*MiB)
 	a.Release()
@@ -216,7 +216,7 @@ func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0, 0, nil)
+	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	g := handle.NewErrorGraph()
 	a := pg.tryReserve(nil, 1*MiB)
 	b := pg.tryReserve(nil, 1*MiB)
@@ -253,7 +253,7 @@ func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 5, 0, nil)
+	pg := newPage(r, 32, 2, 5, 0, nil, nil)
 	hs := make([]*handle.Handle, 4)
 	for i := range hs {
 		hs[i] = pg.tryReserve(nil, 1*MiB)
@@ -299,7 +299,7 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := storage.NewSim(32, nil)
 			r, _ := st.Alloc(1024)
-			pg := newPage(r, 32, 2, 0, 0, nil)
+			pg := newPage(r, 32, 2, 0, 0, nil, nil)
 			pg.tryReserve(nil, 100)
 			pg.tryReserve(nil, 100)
 			pg.tryReserve(nil, 40)

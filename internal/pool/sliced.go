@@ -20,7 +20,9 @@ type Sliced struct {
 	// changed is raised when a slice of any page may have become free (the
 	// pages' signals forward to it), so ReleaseEmpty skips a pool on which
 	// nothing was freed since it last looked.
-	changed   handle.Signal
+	changed handle.Signal
+	// spares recycles the descriptors of free slices on every page (H6).
+	spares    handle.Recycler
 	pagesPeak uint64
 	largest   uint64
 	busy      []bool // scratch for unmapFree
@@ -129,7 +131,7 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(r, p.align, p.index, n, granule, &p.changed)
+	pg := newPage(r, p.align, p.index, n, granule, &p.changed, &p.spares)
 	p.pages = append(p.pages, pg)
 	return pg, nil
 }

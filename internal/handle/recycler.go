@@ -1,0 +1,84 @@
+package handle
+
+import "unsafe"
+
+// Recycler keeps the cells of dead free-slice descriptors so the next New
+// reuses one instead of allocating: a steady reserve-and-free on a page
+// (coalesce makes one free slice, carve splits another off) then feeds the
+// garbage collector nothing. Each sliced pool owns one; there is no global
+// free list.
+//
+// What makes reuse safe is who can see such a descriptor (H6): it only ever
+// names a free slice, never a buffer's allocation, because binding a buffer
+// gives the slice the buffer's own descriptor (Rebind). So no Buffer, writer
+// record or cross-stream note keys on it, and its outside holders are the
+// short-lived clones of a reservation or a relocation move, all released
+// under the lock that serialises the pool. Once refs reaches 0 every Handle
+// and Binding of the cell is released, and the cell comes back with a fresh
+// ID (H3), so a released handle kept by mistake names a new allocation, not
+// the old one; it must not be used (H1 already forbids it).
+//
+// The zero value is ready; a nil *Recycler recycles nothing (New allocates).
+// Not safe for concurrent use: the device lock serialises New and every
+// release of a recycled descriptor's handles.
+type Recycler struct {
+	free []*recycled // every cell here has refs == 0 and handles == 0
+}
+
+// maxSpare bounds the cells a Recycler keeps. A steady pair needs two (the
+// slice coalesce makes and the rest carve splits off); a burst of frees
+// coalescing at once may return thousands, which a later burst of splits
+// reuses. 256 cells of 96 B keep at most 24 KiB per pool off the collector's
+// list; beyond that a dead cell is simply garbage.
+const maxSpare = 256
+
+// recycled is New's cell (descriptor, first handle, spare handle) plus the
+// Recycler it returns to when its last reference is released.
+type recycled struct {
+	d     Descriptor
+	h     Handle
+	spare Handle
+	home  *Recycler
+}
+
+// New returns a fresh descriptor at loc with one Handle, like the package
+// function New, reusing a dead cell when one is kept. The caller must
+// release the descriptor's handles only under the lock that serialises r.
+func (r *Recycler) New(loc Location) *Handle {
+	if r == nil {
+		return New(loc)
+	}
+	var c *recycled
+	if n := len(r.free); n > 0 {
+		c = r.free[n-1]
+		r.free[n-1] = nil
+		r.free = r.free[:n-1]
+		*c = recycled{} // plain stores: no live reference reaches the cell
+	} else {
+		c = &recycled{}
+	}
+	c.home = r
+	c.d.id = ID(nextID.Add(1))
+	c.d.loc = uint64(loc)
+	c.d.refs = 1
+	c.d.handles = 1
+	c.d.spare = unsafe.Pointer(&c.spare)
+	c.d.cell = c
+	c.h.d = &c.d
+	return &c.h
+}
+
+// Spare reports how many dead cells r keeps (tests).
+func (r *Recycler) Spare() int {
+	if r == nil {
+		return 0
+	}
+	return len(r.free)
+}
+
+// put takes back a cell whose last reference was just released.
+func (r *Recycler) put(c *recycled) {
+	if len(r.free) < maxSpare {
+		r.free = append(r.free, c)
+	}
+}
