@@ -1,7 +1,5 @@
 package handle
 
-import "unsafe"
-
 // Recycler keeps the cells of dead free-slice descriptors so the next New
 // reuses one instead of allocating: a steady reserve-and-free on a page
 // (coalesce makes one free slice, carve splits another off) then feeds the
@@ -59,10 +57,10 @@ func (r *Recycler) New(loc Location) *Handle {
 	}
 	c.home = r
 	c.d.id = ID(nextID.Add(1))
-	c.d.loc = uint64(loc)
+	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
-	c.d.spare = unsafe.Pointer(&c.spare)
+	c.d.spare = &c.spare
 	c.d.cell = c
 	c.h.d = &c.d
 	return &c.h

@@ -160,7 +160,18 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 // slice with a fresh handle. A lone free slice is left alone. It also
 // refreshes maxFree and empty (PL4); a page on which nothing became free
 // since its last scan has nothing to merge and is skipped.
-func (p *page) coalesce(g *handle.ErrorGraph) {
+func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0) }
+
+// coalesceFor is coalesce ahead of a reservation of need bytes (effective
+// size; 0: none). The first run whose bytes hold need is where first fit
+// will carve, and when its first slice alone has exactly need bytes that
+// slice is kept apart and only the rest of the run is merged: the layout is
+// the one merging and carving would give ([need][the rest, free]), without
+// the merge, the split and the renumbering they cost. A free-then-alloc of
+// one size, the steady state, thus moves no slice. The kept slice gets a
+// descriptor of the page's own (renew), so the reservation's clone costs no
+// heap object.
+func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64) {
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return
 	}
@@ -171,9 +182,12 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 	var largest uint64
 	empty := true
 	firstFree := -1
+	claim := need > 0 // the reservation's run is not found yet
 	for i := 0; i < n; {
 		if !p.slices[i].h.IsFree() {
-			p.slices[out] = p.slices[i]
+			if out != i {
+				p.slices[out] = p.slices[i]
+			}
 			empty = false
 			out++
 			i++
@@ -186,9 +200,33 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		for j < n && p.slices[j].h.IsFree() {
 			j++
 		}
+		if claim {
+			total := uint64(0)
+			for k := i; k < j && total < need; k++ {
+				total += p.slices[k].EffectiveSize()
+			}
+			if total >= need {
+				claim = false
+				if p.slices[i].EffectiveSize() == need {
+					if out != i {
+						p.slices[out] = p.slices[i]
+						p.slices[i] = Slice{}
+					}
+					p.renew(out, g)
+					largest = max(largest, need)
+					out++
+					i++
+					if i == j {
+						continue
+					}
+				}
+			}
+		}
 		if j-i == 1 {
 			largest = max(largest, p.slices[i].EffectiveSize())
-			p.slices[out] = p.slices[i]
+			if out != i {
+				p.slices[out] = p.slices[i]
+			}
 			out++
 			i++
 			continue
@@ -219,6 +257,25 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 	clear(p.slices[out:])
 	p.slices = p.slices[:out]
 	p.relocate(0)
+}
+
+// renew gives free slice i a descriptor made by the page's recycler, unless
+// it already has one: a freed buffer's descriptor, which its stale owners
+// still name, leaves the slice as merging would drop it (marks cleared,
+// handle released). Reserving the slice then clones the fresh descriptor's
+// spare handle instead of allocating one.
+//
+// The slice keeps its place: a slice moved down by an earlier merge is
+// renumbered with the others once the scan ends (relocate).
+func (p *page) renew(i int, g *handle.ErrorGraph) {
+	s := &p.slices[i]
+	if p.spares == nil || s.h.Descriptor().Recycled() {
+		return
+	}
+	s.clearTaint(g)
+	s.h.Descriptor().SignalFree(nil)
+	s.h.Release()
+	s.h = p.attach(p.spares.New(p.loc(i)))
 }
 
 // isEmpty reports whether every slice is free.

@@ -69,10 +69,16 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 		if pg.guarded() {
 			continue
 		}
-		pg.coalesce(g)
-		if h, err := pg.tryReserveFrom(st, 0, size); h != nil && err == nil {
+		pg.coalesceFor(g, storage.SatAdd(size, storage.Padding(size, pg.align)))
+		h, err := pg.tryReserveFrom(st, 0, size)
+		if h != nil && err == nil {
 			p.served(size)
 			return h
+		}
+		if err != nil {
+			// The run coalesceFor kept apart for this reservation stays
+			// split: the next visit merges it (PL4's bound counts slices).
+			pg.changed.Raise()
 		}
 	}
 	return nil
