@@ -162,10 +162,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	// (slices are reused in stream order, and coalescing zeroes cursors), so
 	// the new buffer's last use is everything enqueued so far: another
 	// stream's first op on it then waits for that work (X1).
-	var cursor uint64
-	if f, err := s.q.Fence(); err == nil && f.Seq > s.q.Completed() {
-		cursor = f.Seq
-	}
+	cursor := s.st.busyUntil()
 	if err := s.mem.Bind(reserved, h, cursor); err != nil {
 		reserved.Release()
 		h.Release()

@@ -40,29 +40,44 @@ type recycled struct {
 }
 
 // New returns a fresh descriptor at loc with one Handle, like the package
-// function New, reusing a dead cell when one is kept. The caller must
-// release the descriptor's handles only under the lock that serialises r.
-func (r *Recycler) New(loc Location) *Handle {
+// function New, whose releases raise free (SignalFree), reusing a dead cell
+// when one is kept. The caller must release the descriptor's handles only
+// under the lock that serialises r.
+func (r *Recycler) New(loc Location, free *Signal) *Handle {
 	if r == nil {
-		return New(loc)
+		h := New(loc)
+		h.d.signal = free
+		return h
 	}
-	var c *recycled
-	if n := len(r.free); n > 0 {
-		c = r.free[n-1]
-		r.free[n-1] = nil
-		r.free = r.free[:n-1]
-		*c = recycled{} // plain stores: no live reference reaches the cell
-	} else {
-		c = &recycled{}
+	n := len(r.free)
+	if n == 0 {
+		c := &recycled{home: r}
+		c.d.cell = c
+		c.h.d = &c.d
+		return c.init(loc, free)
 	}
-	c.home = r
+	c := r.free[n-1]
+	r.free[n-1] = nil
+	r.free = r.free[:n-1]
+	return c.init(loc, free)
+}
+
+// init makes c a fresh descriptor with one Handle. A recycled cell keeps
+// its home and its internal pointers, so only what a life changed is
+// written: pointer stores cost a write barrier while the collector marks.
+func (c *recycled) init(loc Location, free *Signal) *Handle {
 	c.d.id = ID(nextID.Add(1))
 	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
-	c.d.spare = &c.spare
-	c.d.cell = c
-	c.h.d = &c.d
+	if c.d.signal != free {
+		c.d.signal = free
+	}
+	if c.d.spare == nil {
+		c.d.spare = &c.spare
+	}
+	c.h.released = false
+	c.spare.released = false
 	return &c.h
 }
 

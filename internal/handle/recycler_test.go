@@ -12,7 +12,7 @@ import (
 func TestRecyclerReusesADeadCellWithAFreshID(t *testing.T) {
 	var r handle.Recycler
 	loc := handle.MustLocation(2, 0, 0)
-	h := r.New(loc)
+	h := r.New(loc, nil)
 	c := h.Clone()
 	first := h.ID()
 	c.Release()
@@ -23,7 +23,7 @@ func TestRecyclerReusesADeadCellWithAFreshID(t *testing.T) {
 	if r.Spare() != 1 {
 		t.Fatalf("%d spare cells after the last release, want 1", r.Spare())
 	}
-	again := r.New(loc.WithSlice(3))
+	again := r.New(loc.WithSlice(3), nil)
 	if again != h {
 		t.Fatal("New allocated although a dead cell was kept")
 	}
@@ -35,7 +35,7 @@ func TestRecyclerReusesADeadCellWithAFreshID(t *testing.T) {
 		t.Fatalf("recycled descriptor not fresh: refs %d handles %d released %v at %v", d.Refs(), d.Handles(), again.Released(), again.Location())
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		h := r.New(loc)
+		h := r.New(loc, nil)
 		c := h.Clone()
 		c.Release()
 		h.Release()
@@ -49,7 +49,7 @@ func TestRecyclerReusesADeadCellWithAFreshID(t *testing.T) {
 // counts both), and a nil Recycler simply allocates.
 func TestRecyclerWaitsForBindingsAndNilRecyclesNothing(t *testing.T) {
 	var r handle.Recycler
-	h := r.New(handle.Uninit)
+	h := r.New(handle.Uninit, nil)
 	b := h.Binding()
 	h.Release()
 	if r.Spare() != 0 {
@@ -60,7 +60,7 @@ func TestRecyclerWaitsForBindingsAndNilRecyclesNothing(t *testing.T) {
 		t.Fatalf("%d spare cells after the binding went, want 1", r.Spare())
 	}
 	var none *handle.Recycler
-	x := none.New(handle.Uninit)
+	x := none.New(handle.Uninit, nil)
 	x.Release()
 	if none.Spare() != 0 {
 		t.Fatal("a nil Recycler kept a cell")
@@ -77,7 +77,7 @@ func TestNewWithDescriptorsAreNeverRecycled(t *testing.T) {
 	if r.Spare() != 0 {
 		t.Fatal("a NewWith descriptor reached a Recycler")
 	}
-	if n := r.New(handle.Uninit); n == h || n.ID() == id {
+	if n := r.New(handle.Uninit, nil); n == h || n.ID() == id {
 		t.Fatal("New reused a buffer's descriptor")
 	}
 }

@@ -48,13 +48,6 @@ type page struct {
 	firstFree int // no slice below this index is free (while changed is down)
 }
 
-// attach makes h's allocation raise the page's changed flag when it
-// becomes free.
-func (p *page) attach(h *handle.Handle) *handle.Handle {
-	h.Descriptor().SignalFree(&p.changed)
-	return h
-}
-
 // newPage wraps a fresh storage region as one free slice spanning it. With
 // granule > 0 the region is a reservation with nothing mapped yet.
 func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal, spares *handle.Recycler) *page {
@@ -64,7 +57,7 @@ func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint
 		_, n := storage.Granules(0, r.Size, granule)
 		p.mapped = make([]bool, n)
 	}
-	p.slices = []Slice{{Region: r, h: p.attach(p.spares.New(handle.MustLocation(pool, index, 0)))}}
+	p.slices = []Slice{{Region: r, h: p.spares.New(handle.MustLocation(pool, index, 0), &p.changed)}}
 	p.maxFree, p.empty, p.firstFree = r.Size, true, 0
 	return p
 }
@@ -142,7 +135,7 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if eff > need {
 		rest := Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: s.Region.Offset + need, Size: eff - need},
-			h:      p.attach(p.spares.New(p.loc(i + 1))),
+			h:      p.spares.New(p.loc(i+1), &p.changed),
 		}
 		p.slices = append(p.slices, Slice{})
 		copy(p.slices[i+2:], p.slices[i+1:])
@@ -240,7 +233,7 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64) {
 		}
 		p.slices[out] = Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: p.slices[i].Region.Offset, Size: total},
-			h:      p.attach(p.spares.New(p.loc(out))),
+			h:      p.spares.New(p.loc(out), &p.changed),
 		}
 		largest = max(largest, total)
 		out++
@@ -275,7 +268,7 @@ func (p *page) renew(i int, g *handle.ErrorGraph) {
 	s.clearTaint(g)
 	s.h.Descriptor().SignalFree(nil)
 	s.h.Release()
-	s.h = p.attach(p.spares.New(p.loc(i)))
+	s.h = p.spares.New(p.loc(i), &p.changed)
 }
 
 // isEmpty reports whether every slice is free.

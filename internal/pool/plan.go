@@ -261,8 +261,7 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		to.h.Descriptor().SetLocation(dst)
 		to.h.Descriptor().SignalFree(sigTo)
 		from.taint = nil
-		from.h = a.Current().spares.New(src)
-		from.h.Descriptor().SignalFree(sigFrom)
+		from.h = a.Current().spares.New(src, sigFrom)
 		from.Cursor = 0
 		sigFrom.Raise() // the source slice is free now
 	}
