@@ -21,6 +21,13 @@ package handle
 // release of a recycled descriptor's handles.
 type Recycler struct {
 	free []*recycled // every cell here has refs == 0 and handles == 0
+	// fresh holds cells allocated together and not yet handed out. A chunk
+	// is allocated when free runs dry; its size doubles (up to maxChunk)
+	// while New outruns the releases, as a relocation plan carving 10⁵
+	// targets does, and drops to one after a release, so steady use
+	// allocates single cells.
+	fresh []recycled
+	chunk int
 }
 
 // maxSpare bounds the cells a Recycler keeps. A steady pair needs two (the
@@ -29,6 +36,12 @@ type Recycler struct {
 // reuses. 256 cells of 96 B keep at most 24 KiB per pool off the collector's
 // list; beyond that a dead cell is simply garbage.
 const maxSpare = 256
+
+// maxChunk bounds a chunk of fresh cells: 64 × 96 B = 6 KiB, allocated
+// once per 64 targets of a large plan instead of 64 times. A chunk lives
+// while any of its cells does, so a long-lived free slice can hold at most
+// 6 KiB, and only cells made in a burst share one.
+const maxChunk = 64
 
 // recycled is New's cell (descriptor, first handle, spare handle) plus the
 // Recycler it returns to when its last reference is released.
@@ -51,7 +64,13 @@ func (r *Recycler) New(loc Location, free *Signal) *Handle {
 	}
 	n := len(r.free)
 	if n == 0 {
-		c := &recycled{home: r}
+		if len(r.fresh) == 0 {
+			r.chunk = min(max(1, 2*r.chunk), maxChunk)
+			r.fresh = make([]recycled, r.chunk)
+		}
+		c := &r.fresh[0]
+		r.fresh = r.fresh[1:]
+		c.home = r
 		c.d.cell = c
 		c.h.d = &c.d
 		return c.init(loc, free)
@@ -91,6 +110,7 @@ func (r *Recycler) Spare() int {
 
 // put takes back a cell whose last reference was just released.
 func (r *Recycler) put(c *recycled) {
+	r.chunk = 0 // releases keep up: the next chunk is one cell
 	if len(r.free) < maxSpare {
 		r.free = append(r.free, c)
 	}

@@ -320,3 +320,79 @@ func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
 	h, _ := p.tryReserveFrom(st, 0, size)
 	return h
 }
+
+// coalesceFor gives first fit the layout coalesce would: when the run that
+// holds the reservation starts with a slice of exactly its size, that slice
+// is kept apart and only the rest of the run merges, so carving it moves no
+// slice; otherwise the run merges as usual. Each case builds two identical
+// pages (buffers bound as Stream.Alloc binds them, then freed), reserves on
+// one after coalesce and on the other after coalesceFor, and wants the same
+// drawing; kept says whether the slice after the reserved one must keep
+// its descriptor (nothing merged, split or renumbered there).
+func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
+	cases := []struct {
+		name    string
+		sizes   []uint64 // MiB reserved in order on an 8 MiB page
+		free    []int    // indices of sizes freed
+		reserve uint64   // MiB
+		want    string
+		kept    bool
+	}{
+		{"exact head, lone rest", []uint64{1}, []int{0}, 1, "1 (7)", true},
+		{"exact head, live neighbour", []uint64{1, 2}, []int{0}, 1, "1 2 (5)", false},
+		{"exact head after a live slice, run of three", []uint64{1, 2, 1, 1}, []int{1, 2}, 2, "1 2 (1) 1 (3)", false},
+		{"exact head, merged rest", []uint64{1, 1, 1}, []int{0, 1, 2}, 1, "1 (7)", false},
+		{"head too small", []uint64{1, 1}, []int{0, 1}, 2, "2 (6)", false},
+		{"head too large", []uint64{2}, []int{0}, 1, "1 (7)", false},
+		{"first run too small, second exact", []uint64{1, 1, 2, 1}, []int{0, 2}, 2, "(1) 1 2 1 (3)", false},
+	}
+	build := func(t *testing.T) (*page, *handle.ErrorGraph) {
+		st := storage.NewHost(32, nil)
+		r, err := st.Alloc(8 * MiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPage(r, 32, 2, 0, 0, nil, &handle.Recycler{}), handle.NewErrorGraph()
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var got [2]string
+			for k, claim := range []bool{false, true} {
+				pg, g := build(t)
+				var bufs []*handle.Handle
+				for _, mib := range c.sizes {
+					reserved := pg.tryReserve(nil, mib*MiB)
+					buf := handle.New(handle.Uninit)
+					pg.slices[reserved.Location().Slice()].Rebind(buf, 0, g)
+					reserved.Release()
+					bufs = append(bufs, buf)
+				}
+				for _, i := range c.free {
+					bufs[i].Release()
+				}
+				last := pg.slices[len(pg.slices)-1].h.ID()
+				if claim {
+					pg.coalesceFor(g, c.reserve*MiB)
+				} else {
+					pg.coalesce(g)
+				}
+				h := pg.tryReserve(nil, c.reserve*MiB)
+				if h == nil {
+					t.Fatalf("claim %v: reservation of %d MiB refused on %q", claim, c.reserve, drawPage(pg, MiB))
+				}
+				if i := int(h.Location().Slice()) + 1; claim && c.kept && (i >= len(pg.slices) || pg.slices[i].h.ID() != last) {
+					t.Fatalf("the free slice after the kept head was merged or split: %q", drawPage(pg, MiB))
+				}
+				if claim && !h.Descriptor().Recycled() {
+					t.Fatal("the reserved slice carries a freed buffer's descriptor, not one of the page's own")
+				}
+				pg.check()
+				got[k] = drawPage(pg, MiB)
+				h.Release()
+			}
+			if got[0] != c.want || got[1] != c.want {
+				t.Fatalf("merge then carve drew %q, coalesceFor then carve %q; want %q", got[0], got[1], c.want)
+			}
+		})
+	}
+}

@@ -23,6 +23,11 @@ type targetSearch struct {
 	cur   *Sliced
 	hints []pageHint // one per current page, by page index
 	open  int        // pages [0, open) are guarded or hold no free slice
+	// left counts the moves not yet given a target: a page whose slice
+	// list is full grows it once for as many as its free slice holds, not
+	// by doubling, 512 targets on a 2 MiB page would copy the list nine
+	// times.
+	left int
 }
 
 // pageHint is what a plan knows about one current page.
@@ -107,6 +112,7 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 	for _, c := range candidates {
 		total += len(c.allocs)
 	}
+	search.left = total
 	moves := make([]relocation.Move, 0, total)
 	for _, c := range candidates {
 		mark := len(moves)
@@ -118,6 +124,7 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 				break
 			}
 			target := search.reserve(src.Region.Size, room, st, g)
+			search.left--
 			if target == nil {
 				ok = false
 				break
@@ -189,6 +196,10 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 					// nothing was carved; a later page may have mapped
 					// room, as TryReserve would find.
 					continue
+				}
+				if len(pg.slices) == cap(pg.slices) {
+					room := pg.slices[at].EffectiveSize() / max(need, 1)
+					pg.slices = slices.Grow(pg.slices, int(min(room, uint64(max(s.left, 1)))))
 				}
 				h := pg.carve(at, size, storage.Padding(size, cur.align))
 				if first == at {
