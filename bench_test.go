@@ -241,3 +241,70 @@ func benchRelocation(b *testing.B, each uint64) {
 	b.ReportMetric(rate(elapsed)/rate(chunked), "x-floor")
 	b.ReportMetric(rate(elapsed)/rate(whole), "x-copy")
 }
+
+// allocFreeRate runs pairs Alloc+Free pairs of size bytes on each of
+// streams, one goroutine per stream, all at once, and returns the pairs per
+// second they made together.
+func allocFreeRate(tb testing.TB, streams []*Stream, size uint64, pairs int) float64 {
+	ctx := context.Background()
+	var wg sync.WaitGroup
+	errs := make([]error, len(streams))
+	start := time.Now()
+	for i, s := range streams {
+		wg.Go(func() {
+			for range pairs {
+				buf, err := s.Alloc(ctx, size)
+				if err == nil {
+					err = buf.Free()
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	for _, err := range errs {
+		if err != nil {
+			tb.Fatal(err)
+		}
+	}
+	return float64(pairs*len(streams)) / elapsed.Seconds()
+}
+
+// BenchmarkAllocFreeGoroutines runs the steady 4 KiB Alloc + Free pair from
+// 1, 2 and 4 goroutines at once, each on its own stream of one device, and
+// reports their combined throughput against one goroutine's, measured on
+// the same device in the same run (x-one). Every pair takes the device
+// lock, so x-one above 1 is what the cores gain around the lock, and below
+// 1 what handing the lock between cores costs (README, "Many goroutines").
+// ns/op is wall time per pair, all goroutines together.
+func BenchmarkAllocFreeGoroutines(b *testing.B) {
+	const size = 4 * kib
+	for _, n := range []int{1, 2, 4} {
+		b.Run(fmt.Sprintf("%d", n), func(b *testing.B) {
+			d := openHost(b)
+			streams := []*Stream{d.DefaultStream()}
+			for len(streams) < n {
+				s, err := d.NewStream()
+				if err != nil {
+					b.Fatal(err)
+				}
+				streams = append(streams, s)
+			}
+			for _, s := range streams { // warm: every stream has its page
+				mustFree(b, mustAlloc(b, s, size))
+			}
+			one := allocFreeRate(b, streams[:1], size, 1<<17)
+			pairs := max(b.N/n, 1)
+			b.ResetTimer()
+			rate := allocFreeRate(b, streams, size, pairs)
+			b.StopTimer()
+			b.ReportMetric(rate/1e6, "Mpairs/s")
+			b.ReportMetric(one/1e6, "one-Mpairs/s")
+			b.ReportMetric(rate/one, "x-one")
+		})
+	}
+}

@@ -349,7 +349,7 @@ func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
 	if b.s.d != s.d {
 		return resolved{}, ErrForeignBuffer
 	}
-	if b.freed {
+	if b.h.Released() {
 		return resolved{}, fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
 	}
 	if u.Offset > b.size || (u.Size != 0 && u.Size > b.size-u.Offset) {

@@ -3,6 +3,7 @@ package handle
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 )
 
 // ID is an allocation's identity: from 1, monotonic, never reused (H3).
@@ -29,12 +30,21 @@ type Descriptor struct {
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
 	signal *Signal
-	// spare is an unused Handle allocated with the descriptor, handed out
-	// by the first Clone (see New); nil once used.
-	spare *Handle
-	// cell is the Recycler cell holding the descriptor, nil when it was not
-	// made by a Recycler: the last release returns the cell to it (H6).
-	cell *recycled
+	// home is the Recycler whose cell holds the descriptor, nil when New or
+	// NewWith made it: the last release returns the cell there (H6).
+	home *Recycler
+}
+
+// Every descriptor is the first field of a cell (New, NewWith, Recycler),
+// followed by its first handle and a spare one that the first Clone hands
+// out: the spare is found at a fixed offset instead of through a pointer,
+// which keeps a buffer's cell in the 96-byte size class. The spare is unused
+// while its d is nil.
+const spareOffset = unsafe.Offsetof(cell[struct{}]{}.spare)
+
+// spare returns the spare handle of d's cell.
+func (d *Descriptor) spare() *Handle {
+	return (*Handle)(unsafe.Add(unsafe.Pointer(d), spareOffset))
 }
 
 // Signal is a flag raised when an allocation becomes free, forwarding to an
@@ -76,8 +86,8 @@ func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
 		d.signal.Raise()
 	}
-	if refs == 0 && d.cell != nil {
-		d.cell.home.put(d.cell) // H6: the device lock serialises the Recycler
+	if refs == 0 && d.home != nil {
+		d.home.put((*cell[struct{}])(unsafe.Pointer(d))) // H6: d heads a Recycler cell
 	}
 }
 
@@ -86,7 +96,7 @@ func (d *Descriptor) ID() ID { return d.id }
 
 // Recycled reports whether a Recycler made the descriptor (H6): it names a
 // free slice, never a buffer's allocation.
-func (d *Descriptor) Recycled() bool { return d.cell != nil }
+func (d *Descriptor) Recycled() bool { return d.home != nil }
 
 // Location returns the current location.
 func (d *Descriptor) Location() Location { return d.loc }
@@ -150,7 +160,6 @@ func NewWith[T any](loc Location) (*Handle, *T) {
 	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
-	c.d.spare = &c.spare
 	c.h.d = &c.d
 	return &c.h, &c.v
 }
@@ -169,8 +178,7 @@ func (h *Handle) Clone() *Handle {
 	h.check("Clone")
 	h.d.refs++
 	h.d.handles++
-	if s := h.d.spare; s != nil {
-		h.d.spare = nil
+	if s := h.d.spare(); s.d == nil {
 		s.d = h.d // the spare beside the descriptor, used once
 		return s
 	}
