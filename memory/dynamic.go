@@ -198,8 +198,16 @@ func (a *AdaptiveMemory) Relocate(st storage.Storage, q relocation.CopyQueue, re
 }
 
 // Cleanup implements Dynamic.
+//
+// Every Allow reservation runs the periodic one, so what it would find
+// nothing to do in is skipped: the small pool (a sliced pool keeps its
+// pages until an explicit cleanup) and an arena with no outdated pool to
+// drain.
 func (a *AdaptiveMemory) Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind) {
 	a.tiny.Cleanup(st, allocNr, kind, a.g)
+	if kind != pool.Explicit && !a.arena.HasOutdated() {
+		return
+	}
 	a.small.Cleanup(st, allocNr, kind, a.g)
 	pages, bytes := a.arena.Cleanup(st, allocNr, kind, a.g)
 	a.stats.PagesReleased += uint64(pages)

@@ -456,7 +456,9 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 	if kind == pool.Explicit && m.cfg.LogLevel >= LogBasic {
 		m.log.Info("gpumem: explicit cleanup", "stream", m.name)
 	}
-	m.persistent.Cleanup(m.st, m.allocNr, kind, m.g)
+	if kind == pool.Explicit { // a periodic one gives nothing back (PL23): skipped on every Allow reservation
+		m.persistent.Cleanup(m.st, m.allocNr, kind, m.g)
+	}
 	if m.dedicated.Reclaim(m.st, m.g) {
 		m.st.Flush()
 	}
