@@ -185,6 +185,19 @@ func (h *Handle) Clone() *Handle {
 	return &Handle{d: h.d}
 }
 
+// CloneInto is Clone into a Handle the caller provides (an element of an
+// array of clones made at once, as a relocation plan makes one per live
+// allocation of a page), so that many clones cost one allocation. dst must
+// not be in use: a zero Handle, or one whose Release has been called and
+// that nothing refers to any longer.
+func (h *Handle) CloneInto(dst *Handle) *Handle {
+	h.check("Clone")
+	h.d.refs++
+	h.d.handles++
+	*dst = Handle{d: h.d}
+	return dst
+}
+
 // Binding returns a new Binding on the same descriptor (refs+1).
 func (h *Handle) Binding() *Binding {
 	h.check("Binding")

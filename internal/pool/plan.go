@@ -22,7 +22,13 @@ type planPage struct {
 type targetSearch struct {
 	cur   *Sliced
 	hints []pageHint // one per current page, by page index
-	open  int        // pages [0, open) are guarded or hold no free slice
+	// Pages [0, open) are guarded or hold no free slice of openBelow bytes
+	// or more, so a search for at least that many starts at open. A page
+	// left with a remnant smaller than the moves' size (the growth page, a
+	// page the targets did not tile exactly) thus stops no search: without
+	// the bound every later move would walk every full page from it.
+	open      int
+	openBelow uint64
 	// left counts the moves not yet given a target: a page whose slice
 	// list is full grows it once for as many as its free slice holds, not
 	// by doubling, 512 targets on a 2 MiB page would copy the list nine
@@ -38,7 +44,7 @@ type pageHint struct {
 }
 
 func newTargetSearch(cur *Sliced) *targetSearch {
-	s := &targetSearch{cur: cur, hints: make([]pageHint, len(cur.pages))}
+	s := &targetSearch{cur: cur, hints: make([]pageHint, len(cur.pages)), openBelow: 1}
 	for i, pg := range cur.pages {
 		if !pg.guarded() {
 			s.hints[i] = pageHint{dirty: true, maxFree: ^uint64(0)}
@@ -171,8 +177,9 @@ func analyse(pg *page) (planPage, bool) {
 	if len(c.allocs) == 0 {
 		return planPage{}, false
 	}
+	clones := make([]handle.Handle, len(c.allocs)) // one allocation per page, not per move
 	for i, h := range c.allocs {
-		c.allocs[i] = h.Clone()
+		c.allocs[i] = h.CloneInto(&clones[i])
 	}
 	return c, true
 }
@@ -182,7 +189,11 @@ func analyse(pg *page) (planPage, bool) {
 func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
 	cur := s.cur
 	need := storage.SatAdd(size, storage.Padding(size, cur.align))
-	for i := s.open; i < len(cur.pages); i++ {
+	start := 0
+	if need >= s.openBelow {
+		start = s.open
+	}
+	for i := start; i < len(cur.pages); i++ {
 		pg, hint := cur.pages[i], &s.hints[i]
 		if hint.dirty {
 			pg.coalesce(g)
@@ -211,8 +222,9 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 			}
 			hint.first, hint.maxFree = first, largest
 		}
-		if i == s.open && hint.maxFree == 0 {
+		if i == s.open && hint.maxFree < need {
 			s.open++
+			s.openBelow = max(s.openBelow, hint.maxFree+1)
 		}
 	}
 	if room != relocation.MayAllocate {
