@@ -166,3 +166,30 @@ func TestClonesAndReleasesSerialisedByALockKeepCountersExact(t *testing.T) {
 	}
 	h.Release()
 }
+
+// CloneInto counts like Clone and fills the caller's Handle: clones made
+// into one array cost no allocation each.
+func TestCloneIntoCountsLikeCloneWithoutAllocating(t *testing.T) {
+	h := handle.New(handle.Uninit)
+	clones := make([]handle.Handle, 3)
+	if n := testing.AllocsPerRun(10, func() {
+		for i := range clones {
+			h.CloneInto(&clones[i]).Release()
+		}
+	}); n != 0 {
+		t.Fatalf("CloneInto allocated %v objects", n)
+	}
+	for i := range clones {
+		h.CloneInto(&clones[i])
+	}
+	if d := h.Descriptor(); d.Refs() != 4 || d.Handles() != 4 || clones[2].Descriptor() != d {
+		t.Fatalf("after 3 clones into an array: refs %d handles %d", d.Refs(), d.Handles())
+	}
+	for i := range clones {
+		clones[i].Release()
+	}
+	if d := h.Descriptor(); d.Refs() != 1 || d.Handles() != 1 {
+		t.Fatalf("after releasing them: refs %d handles %d, want 1 and 1", d.Refs(), d.Handles())
+	}
+	h.Release()
+}
