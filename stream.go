@@ -129,7 +129,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		s.st.releasePassed()
 	}
 	u := s.pageUpdateLocked()
-	if u == memory.Allow {
+	// Nothing outdated, nothing to relocate: the trigger is consulted only
+	// after a growth left pages behind, not on every allocation.
+	if u == memory.Allow && s.mem.HasOutdated() {
 		if _, wanted := relocation.Wanted(s.self); wanted {
 			// The relocation may wait for the streams, with the lock released
 			// (settle.go): the context bounds that wait, and an op, which

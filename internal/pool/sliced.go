@@ -65,11 +65,12 @@ func (p *Sliced) Accept(size uint64) bool {
 // storage refuses to map is passed over (a later page may fit on granules
 // already mapped), so a refusal everywhere returns nil with nothing changed.
 func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
+	need := storage.SatAdd(size, storage.Padding(size, p.align)) // every page has the pool's alignment
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
 		}
-		pg.coalesceFor(g, storage.SatAdd(size, storage.Padding(size, pg.align)))
+		pg.coalesceFor(g, need)
 		h, err := pg.tryReserveFrom(st, 0, size)
 		if h != nil && err == nil {
 			p.served(size)
