@@ -145,32 +145,40 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 			u = s.pageUpdateLocked()
 		}
 	}
-	reserved, retried, err := reserveWithRetry(s.mem, size, u,
+	// The buffer is allocated with its descriptor (one allocation), before
+	// the reservation, so that a slice found in held room takes it at once
+	// (memory.ReserveFor: no reserved clone, no lookup).
+	h, b := handle.NewWith[Buffer](handle.Uninit)
+	// The slice may be one a freed buffer's ops still use on this stream
+	// (slices are reused in stream order, and coalescing zeroes cursors), so
+	// the new buffer's last use is everything enqueued so far: another
+	// stream's first op on it then waits for that work (X1). Read at each
+	// attempt: a retry follows a wait with the lock released.
+	reserve := func(u memory.PageUpdate) (*handle.Handle, error) {
+		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
+	}
+	reserved, retried, err := reserveWithRetry(reserve, size, u,
 		func(err error) (memory.PageUpdate, error) { return d.makeRoomLocked(ctx, s, err) },
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {
 		d.counters.reserveRetries++
 	}
 	if err != nil {
+		h.Release()
 		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
 			s.capture.Fail(err)
 		}
 		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
 	}
-	// The buffer is allocated with its descriptor (one allocation).
-	h, b := handle.NewWith[Buffer](handle.Uninit)
-	// The slice may be one a freed buffer's ops still use on this stream
-	// (slices are reused in stream order, and coalescing zeroes cursors), so
-	// the new buffer's last use is everything enqueued so far: another
-	// stream's first op on it then waits for that work (X1).
-	cursor := s.st.busyUntil()
-	if err := s.mem.Bind(reserved, h, cursor); err != nil {
+	if reserved != nil { // not bound in the reservation: bind it now
+		if err := s.mem.Bind(reserved, h, s.st.busyUntil()); err != nil {
+			reserved.Release()
+			h.Release()
+			return nil, err
+		}
 		reserved.Release()
-		h.Release()
-		return nil, err
 	}
-	reserved.Release()
 	*b = Buffer{s: s, h: h, size: size}
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)

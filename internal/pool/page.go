@@ -82,11 +82,36 @@ func (p *page) relocate(from int) {
 // nothing changed and the error is returned. The caller has checked the page
 // is not guarded.
 func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
+	at, err := p.reserveAt(st, from, size)
+	if at < 0 {
+		return nil, err
+	}
+	return p.slices[at].h.Clone(), nil
+}
+
+// tryReserveFor is tryReserveFrom(st, 0, size) for a buffer known at
+// reservation time: the carved slice takes assigned's allocation at once
+// (Slice.Rebind, with cursor), so no clone is made for a later Bind to
+// find the slice by. false: nothing fits (or the storage refused to map,
+// err), nothing changed.
+func (p *page) tryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64, g *handle.ErrorGraph) (bool, error) {
+	at, err := p.reserveAt(st, 0, size)
+	if at < 0 {
+		return false, err
+	}
+	p.slices[at].Rebind(assigned, cursor, g)
+	return true, nil
+}
+
+// reserveAt is the reservation both share: it carves size bytes from the
+// first fitting free slice at or after index from and returns that slice's
+// index, or -1 (with the storage's error when it refused to map).
+func (p *page) reserveAt(st storage.Storage, from int, size uint64) (int, error) {
 	pad := storage.Padding(size, p.align)
 	need := storage.SatAdd(size, pad)
 	if !p.changed.Raised() {
 		if p.maxFree < need {
-			return nil, nil // PL4: no free slice that large
+			return -1, nil // PL4: no free slice that large
 		}
 		from = max(from, p.firstFree) // PL4: nothing free before it
 	}
@@ -95,12 +120,13 @@ func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handl
 		if from <= p.firstFree && !p.changed.Raised() {
 			p.maxFree = largest // the scan saw every free slice
 		}
-		return nil, nil
+		return -1, nil
 	}
 	if err := p.back(st, p.slices[at].Region.Offset, need); err != nil {
-		return nil, err
+		return -1, err
 	}
-	return p.carve(at, size, pad), nil
+	p.carve(at, size, pad)
+	return at, nil
 }
 
 // fitFrom finds the first free slice at or after index from whose effective
@@ -126,7 +152,8 @@ func (p *page) fitFrom(from int, need uint64) (at, first int, largest uint64) {
 
 // carve gives slice i (free, effective size ≥ size+pad) the window size with
 // padding pad, splitting the rest off as a new free slice right after it.
-func (p *page) carve(i int, size, pad uint64) *handle.Handle {
+// The caller takes the slice: a clone of its handle, or a Rebind.
+func (p *page) carve(i int, size, pad uint64) {
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	need := size + pad
@@ -146,14 +173,13 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if i == p.firstFree {
 		p.firstFree = i + 1 // the slice taken was the first free one
 	}
-	return p.slices[i].h.Clone()
 }
 
 // coalesce merges each maximal run of ≥ 2 adjacent free slices into one free
 // slice with a fresh handle. A lone free slice is left alone. It also
 // refreshes maxFree and empty (PL4); a page on which nothing became free
 // since its last scan has nothing to merge and is skipped.
-func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0) }
+func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0, false) }
 
 // coalesceFor is coalesce ahead of a reservation of need bytes (effective
 // size; 0: none). The first run whose bytes hold need is where first fit
@@ -161,10 +187,11 @@ func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0) }
 // slice is kept apart and only the rest of the run is merged: the layout is
 // the one merging and carving would give ([need][the rest, free]), without
 // the merge, the split and the renumbering they cost. A free-then-alloc of
-// one size, the steady state, thus moves no slice. The kept slice gets a
-// descriptor of the page's own (renew), so the reservation's clone costs no
-// heap object.
-func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64) {
+// one size, the steady state, thus moves no slice. With renew the kept slice
+// gets a descriptor of the page's own, so that a reservation's clone costs
+// no heap object; a reservation that binds the buffer at once
+// (tryReserveFor) needs no clone and leaves it as it is.
+func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return
 	}
@@ -205,7 +232,9 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64) {
 						p.slices[out] = p.slices[i]
 						p.slices[i] = Slice{}
 					}
-					p.renew(out, g)
+					if renew {
+						p.renew(out, g)
+					}
 					largest = max(largest, need)
 					out++
 					i++

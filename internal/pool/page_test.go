@@ -356,8 +356,12 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var got [2]string
-			for k, claim := range []bool{false, true} {
+			// way 0: coalesce, then a reservation's clone; 1: coalesceFor
+			// with renew, then a clone; 2: coalesceFor, then tryReserveFor
+			// binding a new buffer at once.
+			var got [3]string
+			for way := range got {
+				claim := way > 0
 				pg, g := build(t)
 				var bufs []*handle.Handle
 				for _, mib := range c.sizes {
@@ -372,26 +376,34 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 				}
 				last := pg.slices[len(pg.slices)-1].h.ID()
 				if claim {
-					pg.coalesceFor(g, c.reserve*MiB)
+					pg.coalesceFor(g, c.reserve*MiB, way == 1)
 				} else {
 					pg.coalesce(g)
 				}
-				h := pg.tryReserve(nil, c.reserve*MiB)
-				if h == nil {
-					t.Fatalf("claim %v: reservation of %d MiB refused on %q", claim, c.reserve, drawPage(pg, MiB))
+				var h *handle.Handle
+				if way == 2 {
+					h = handle.New(handle.Uninit)
+					if ok, err := pg.tryReserveFor(nil, c.reserve*MiB, h, 7, g); !ok || err != nil {
+						t.Fatalf("tryReserveFor of %d MiB refused on %q: %v", c.reserve, drawPage(pg, MiB), err)
+					}
+					if s := expectOwnSlice(t, pg, h); s.Cursor != 7 || s.Handle() == h {
+						t.Fatalf("bound slice: cursor %d, want 7, holding a clone of the buffer's handle", s.Cursor)
+					}
+				} else if h = pg.tryReserve(nil, c.reserve*MiB); h == nil {
+					t.Fatalf("way %d: reservation of %d MiB refused on %q", way, c.reserve, drawPage(pg, MiB))
 				}
 				if i := int(h.Location().Slice()) + 1; claim && c.kept && (i >= len(pg.slices) || pg.slices[i].h.ID() != last) {
-					t.Fatalf("the free slice after the kept head was merged or split: %q", drawPage(pg, MiB))
+					t.Fatalf("way %d: the free slice after the kept head was merged or split: %q", way, drawPage(pg, MiB))
 				}
-				if claim && !h.Descriptor().Recycled() {
+				if way == 1 && !h.Descriptor().Recycled() {
 					t.Fatal("the reserved slice carries a freed buffer's descriptor, not one of the page's own")
 				}
 				pg.check()
-				got[k] = drawPage(pg, MiB)
+				got[way] = drawPage(pg, MiB)
 				h.Release()
 			}
-			if got[0] != c.want || got[1] != c.want {
-				t.Fatalf("merge then carve drew %q, coalesceFor then carve %q; want %q", got[0], got[1], c.want)
+			if got[0] != c.want || got[1] != c.want || got[2] != c.want {
+				t.Fatalf("merge then carve drew %q, coalesceFor then carve %q, then a bound carve %q; want %q", got[0], got[1], got[2], c.want)
 			}
 		})
 	}

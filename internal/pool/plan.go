@@ -212,7 +212,8 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 					room := pg.slices[at].EffectiveSize() / max(need, 1)
 					pg.slices = slices.Grow(pg.slices, int(min(room, uint64(max(s.left, 1)))))
 				}
-				h := pg.carve(at, size, storage.Padding(size, cur.align))
+				pg.carve(at, size, storage.Padding(size, cur.align))
+				h := pg.slices[at].h.Clone()
 				if first == at {
 					first = at + 1 // the carved slice is live now
 				}

@@ -70,7 +70,7 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 		if pg.guarded() {
 			continue
 		}
-		pg.coalesceFor(g, need)
+		pg.coalesceFor(g, need, true)
 		h, err := pg.tryReserveFrom(st, 0, size)
 		if h != nil && err == nil {
 			p.served(size)
@@ -83,6 +83,29 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 		}
 	}
 	return nil
+}
+
+// TryReserveFor is TryReserve for a buffer known at reservation time: the
+// slice first fit finds takes assigned's allocation at once (Slice.Rebind,
+// with cursor), which saves the reservation's clone and Bind's lookup. It
+// reports whether it found one; false: nothing changed.
+func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
+	need := storage.SatAdd(size, storage.Padding(size, p.align))
+	for _, pg := range p.pages {
+		if pg.guarded() {
+			continue
+		}
+		pg.coalesceFor(g, need, false)
+		ok, err := pg.tryReserveFor(st, size, assigned, cursor, g)
+		if ok {
+			p.served(size)
+			return true
+		}
+		if err != nil {
+			pg.changed.Raise() // as TryReserve: the next visit merges the kept run
+		}
+	}
+	return false
 }
 
 func (p *Sliced) served(size uint64) {
