@@ -14,7 +14,9 @@
 // Reserve-then-bind: the root creates the buffer's handle first, reserves a
 // slice (getting a clone of the slice's own handle), then Bind hands the
 // slice to the buffer's descriptor. The reserved descriptor is stale from
-// then on, so lookups are identity-checked (M3).
+// then on, so lookups are identity-checked (M3). ReserveFor does both in one
+// step when the dynamic memory's held room serves the size (HeldBinder):
+// the steady allocation makes no clone and no lookup.
 
 package memory
 
