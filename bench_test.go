@@ -277,7 +277,7 @@ func allocFreeRate(tb testing.TB, streams []*Stream, size uint64, pairs int) flo
 // BenchmarkAllocFreeGoroutines runs the steady 4 KiB Alloc + Free pair from
 // 1, 2 and 4 goroutines at once, each on its own stream of one device, and
 // reports their combined throughput against one goroutine's, measured on
-// the same device in the same run (x-one). Every pair takes the device
+// the same device in the same run, just before and just after (x-one). Every pair takes the device
 // lock, so x-one above 1 is what the cores gain around the lock, and below
 // 1 what handing the lock between cores costs (README, "Many goroutines").
 // ns/op is wall time per pair, all goroutines together.
@@ -297,11 +297,14 @@ func BenchmarkAllocFreeGoroutines(b *testing.B) {
 			for _, s := range streams { // warm: every stream has its page
 				mustFree(b, mustAlloc(b, s, size))
 			}
-			one := allocFreeRate(b, streams[:1], size, 1<<17)
+			// The baseline is measured just before and just after, and
+			// averaged, so a neighbour's load during the run weighs on both.
+			before := allocFreeRate(b, streams[:1], size, 1<<19)
 			pairs := max(b.N/n, 1)
 			b.ResetTimer()
 			rate := allocFreeRate(b, streams, size, pairs)
 			b.StopTimer()
+			one := (before + allocFreeRate(b, streams[:1], size, 1<<19)) / 2
 			b.ReportMetric(rate/1e6, "Mpairs/s")
 			b.ReportMetric(one/1e6, "one-Mpairs/s")
 			b.ReportMetric(rate/one, "x-one")

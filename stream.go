@@ -115,6 +115,12 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, err
 	}
 	d := s.d
+	// The buffer is allocated with its descriptor (one allocation) before
+	// the lock is taken: nobody else sees it until it is bound, and the
+	// allocator's work then overlaps other goroutines' calls instead of
+	// lengthening the device's critical section. A slice found in held room
+	// takes it at once (memory.ReserveFor: no reserved clone, no lookup).
+	h, b := handle.NewWith[Buffer](handle.Uninit)
 	if err := d.lockUnlessBorrowed("Stream.Alloc"); err != nil {
 		return nil, err
 	}
@@ -145,10 +151,6 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 			u = s.pageUpdateLocked()
 		}
 	}
-	// The buffer is allocated with its descriptor (one allocation), before
-	// the reservation, so that a slice found in held room takes it at once
-	// (memory.ReserveFor: no reserved clone, no lookup).
-	h, b := handle.NewWith[Buffer](handle.Uninit)
 	// The slice may be one a freed buffer's ops still use on this stream
 	// (slices are reused in stream order, and coalescing zeroes cursors), so
 	// the new buffer's last use is everything enqueued so far: another
