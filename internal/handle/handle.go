@@ -53,18 +53,40 @@ func (d *Descriptor) spare() *Handle {
 // zero value is lowered and has no parent.
 type Signal struct {
 	raised bool
+	// low is, while raised, an index no release below which raised the
+	// signal: the lowest slice index passed to RaiseAt since the signal
+	// was last lowered, 0 after a Raise. A page rescans from there.
+	low    uint32
 	parent *Signal
 }
 
 // Forward sets the parent; call it before the signal is shared.
 func (s *Signal) Forward(parent *Signal) { s.parent = parent }
 
-// Raise raises the signal and its ancestors.
+// Raise raises the signal and its ancestors, saying nothing of where.
 func (s *Signal) Raise() {
 	for ; s != nil; s = s.parent {
 		s.raised = true
+		s.low = 0
 	}
 }
+
+// RaiseAt raises the signal for the slice at index i (and raises its
+// ancestors): Lowest then stays at or below i until the signal is lowered.
+func (s *Signal) RaiseAt(i uint32) {
+	if s == nil {
+		return
+	}
+	if !s.raised || i < s.low {
+		s.low = i
+	}
+	s.raised = true
+	s.parent.Raise()
+}
+
+// Lowest returns, while the signal is raised, an index below which no
+// RaiseAt came since it was last lowered (0 after a Raise).
+func (s *Signal) Lowest() uint32 { return s.low }
 
 // Raised reports whether the signal was raised since it was last lowered.
 func (s *Signal) Raised() bool { return s.raised }
@@ -84,7 +106,7 @@ func (d *Descriptor) FreeSignal() *Signal { return d.signal }
 // when only the slice's own reference is left.
 func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
-		d.signal.Raise()
+		d.signal.RaiseAt(d.loc.Slice()) // a slice's descriptor carries its index (PL3)
 	}
 	if refs == 0 && d.home != nil {
 		d.home.put((*cell[struct{}])(unsafe.Pointer(d))) // H6: d heads a Recycler cell

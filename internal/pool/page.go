@@ -195,15 +195,34 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return
 	}
-	p.changed.Lower()
 	n := len(p.slices)
-	out := 0
+	// Only slices from the lowest index a release named (Signal.Lowest)
+	// can have become free since the last scan, and none of them merges
+	// with anything before the run it starts: the scan starts at that run,
+	// and what it knew of the slices before (PL4) still holds, since a carve
+	// only shrinks free room. A page with many live slices before the
+	// freed one is thus not rescanned at every reservation.
+	start := min(int(p.changed.Lowest()), n)
+	for start > 0 && p.slices[start-1].h.IsFree() {
+		start--
+	}
+	p.changed.Lower()
+	out := start
 	merged := false
 	var largest uint64
 	empty := true
 	firstFree := -1
 	claim := need > 0 // the reservation's run is not found yet
-	for i := 0; i < n; {
+	if start > 0 {
+		empty = false // slice start-1 is live
+		if p.firstFree < start {
+			// A free slice before start, no larger than maxFree, may hold
+			// the reservation: first fit finds it, and no run is claimed.
+			firstFree, largest = p.firstFree, p.maxFree
+			claim = claim && p.maxFree < need
+		}
+	}
+	for i := start; i < n; {
 		if !p.slices[i].h.IsFree() {
 			if out != i {
 				p.slices[out] = p.slices[i]
@@ -278,7 +297,7 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	}
 	clear(p.slices[out:])
 	p.slices = p.slices[:out]
-	p.relocate(0)
+	p.relocate(start)
 }
 
 // renew gives free slice i a descriptor made by the page's recycler, unless

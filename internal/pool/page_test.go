@@ -408,3 +408,45 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 		})
 	}
 }
+
+// A rescan starts at the run holding the lowest slice a release named
+// (Signal.Lowest), not at slice 0, and still merges that run whole: a free
+// slice just before the freed one joins it; free room before the run still
+// wins first fit; hints stay exact (check).
+func TestCoalesceRescansFromTheLowestFreedSlice(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	r, err := st.Alloc(8 * MiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := newPage(r, 32, 2, 0, 0, nil, &handle.Recycler{})
+	g := handle.NewErrorGraph()
+	var hs []*handle.Handle
+	for range 6 {
+		hs = append(hs, pg.tryReserve(nil, 1*MiB))
+	}
+	hs[1].Release()
+	hs[4].Release()
+	pg.coalesce(g)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 1 (1) 1 (2)" {
+		t.Fatalf("page %q", got)
+	}
+	hs[3].Release() // slice 3, between live 2 and free 4
+	if low := pg.changed.Lowest(); low != 3 {
+		t.Fatalf("lowest freed index %d, want 3", low)
+	}
+	pg.coalesce(g)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 (2) 1 (2)" {
+		t.Fatalf("after freeing slice 3: %q, want its run merged with slice 4", got)
+	}
+	pg.check()
+	hs[5].Release() // slice 4 now, merging with the tail
+	pg.coalesceFor(g, 2*MiB, true)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 (5)" {
+		t.Fatalf("after freeing the last live slice but one: %q", got)
+	}
+	if h := pg.tryReserve(nil, 1*MiB); h.Location().Slice() != 1 {
+		t.Fatalf("1 MiB went to slice %d, want the hole at slice 1 (first fit)", h.Location().Slice())
+	}
+	pg.check()
+}

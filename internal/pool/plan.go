@@ -287,7 +287,7 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		from.taint = nil
 		from.h = a.Current().spares.New(src, sigFrom)
 		from.Cursor = 0
-		sigFrom.Raise() // the source slice is free now
+		sigFrom.RaiseAt(src.Slice()) // the source slice is free now
 	}
 	return a.Drain(st, g)
 }
