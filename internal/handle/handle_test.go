@@ -193,3 +193,30 @@ func TestCloneIntoCountsLikeCloneWithoutAllocating(t *testing.T) {
 	}
 	h.Release()
 }
+
+// RaiseAt keeps the lowest index named since the signal was lowered and
+// raises the parent; Raise names none (0); a lowered signal forgets.
+func TestSignalRaiseAtKeepsTheLowestIndex(t *testing.T) {
+	var pool, page handle.Signal
+	page.Forward(&pool)
+	page.RaiseAt(7)
+	page.RaiseAt(9)
+	if !page.Raised() || !pool.Raised() || page.Lowest() != 7 {
+		t.Fatalf("after RaiseAt(7), RaiseAt(9): raised %v, parent %v, lowest %d; want true, true, 7", page.Raised(), pool.Raised(), page.Lowest())
+	}
+	page.RaiseAt(3)
+	if page.Lowest() != 3 {
+		t.Fatalf("lowest %d after RaiseAt(3), want 3", page.Lowest())
+	}
+	page.Lower()
+	page.RaiseAt(5)
+	if page.Lowest() != 5 {
+		t.Fatalf("lowest %d after Lower and RaiseAt(5), want 5", page.Lowest())
+	}
+	page.Raise()
+	if page.Lowest() != 0 {
+		t.Fatalf("lowest %d after Raise, want 0", page.Lowest())
+	}
+	var none *handle.Signal
+	none.RaiseAt(1) // nobody listens: nothing happens
+}
