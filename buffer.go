@@ -14,10 +14,8 @@ import (
 // Its location may change (relocation, renumbering); the Buffer follows.
 type Buffer struct {
 	s    *Stream
-	h    *handle.Handle
+	h    *handle.Handle // released ⇔ the buffer was freed (under the device lock)
 	size uint64
-	// freed is guarded by the device lock.
-	freed bool
 }
 
 // BufferID identifies an allocation for its whole life: relocation moves its
@@ -56,9 +54,8 @@ func (b *Buffer) CanMut() bool {
 		return false
 	}
 	borrowed := b.s.d.lockOrBorrow()
-	freed := b.freed
-	b.s.d.unlock(borrowed)
-	return !freed && b.h.CanMut()
+	defer b.s.d.unlock(borrowed)
+	return !b.h.Released() && b.h.CanMut()
 }
 
 // Clone returns another owning reference to the same allocation; free both.
@@ -70,7 +67,7 @@ func (b *Buffer) Clone() *Buffer {
 	d := b.s.d
 	borrowed := d.lockOrBorrow()
 	defer d.unlock(borrowed)
-	if b.freed {
+	if b.h.Released() {
 		return nil
 	}
 	return &Buffer{s: b.s, h: b.h.Clone(), size: b.size}
@@ -85,10 +82,9 @@ func (b *Buffer) Free() error {
 	d := b.s.d
 	borrowed := d.lockOrBorrow()
 	defer d.unlock(borrowed)
-	if b.freed {
+	if b.h.Released() {
 		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
 	}
-	b.freed = true
 	if b.s.cap != nil {
 		b.s.cap.freedLocked(b)
 	}
@@ -245,7 +241,7 @@ func (b *Buffer) usableLocked() error {
 	if b.s.d.closed {
 		return ErrClosed
 	}
-	if b.freed {
+	if b.h.Released() {
 		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
 	}
 	return nil

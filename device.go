@@ -169,6 +169,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	counted.q = q
 	rec, _ := q.(stream.Recorder) // nil: the backend's queues cannot record graphs
 	counted.rec = rec
+	counted.issuer, _ = q.(stream.Issuer)
 	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
 	s.self = streamsOf{d, s, nil}
 	if w, ok := q.(stream.StorageWatcher); ok {
@@ -372,6 +373,7 @@ type countedStorage struct {
 	allocs, deallocs atomic.Uint64
 	q                stream.Queue    // the owning stream's queue, set once it exists
 	rec              stream.Recorder // q, when it can record graphs
+	issuer           stream.Issuer   // q, when it reports its last step without locking
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
 }
@@ -391,6 +393,12 @@ func (c *countedStorage) recording() bool { return c.rec != nil && c.rec.Recordi
 // or 0 when nothing is pending.
 func (c *countedStorage) busyUntil() uint64 {
 	if c.q == nil {
+		return 0
+	}
+	if c.issuer != nil { // every Alloc asks: no fence lock
+		if seq := c.issuer.Issued(); seq > c.q.Completed() {
+			return seq
+		}
 		return 0
 	}
 	f, err := c.q.Fence()

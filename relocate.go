@@ -144,20 +144,17 @@ func (c *deviceCopies) WaitCopies() error {
 	return c.s.waitAllLocked()
 }
 
-// reserver is what the reserve path needs of a stream's memory; the retry
-// logic is tested against a scripted one.
-type reserver interface {
-	Reserve(size uint64, u memory.PageUpdate) (*handle.Handle, error)
-}
-
-// reserveWithRetry runs one reservation under u; a failure a reclaim may
-// cure (and only under Allow) makes room and retries once, with the page
-// update makeRoom returns, and only the second failure is reported. When
-// makeRoom cannot (the caller's context ended, or it is an op, which cannot
-// wait), its error is returned with nothing retried, wrapping the first
-// failure unless it is the context's.
-func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom func(error) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
-	h, err = r.Reserve(size, u)
+// reserveWithRetry runs one reservation of size bytes under u (reserve);
+// a failure a reclaim may cure (and only under Allow) makes room and
+// retries once, with the page update makeRoom returns, and only the second
+// failure is reported. When makeRoom cannot (the caller's context ended, or
+// it is an op, which cannot wait), its error is returned with nothing
+// retried, wrapping the first failure unless it is the context's. reserve
+// is a function, not an interface, so that a caller's closure over its
+// locals stays on its stack; the retry logic is tested against a scripted
+// one.
+func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(error) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+	h, err = reserve(u)
 	if err == nil {
 		return h, false, nil
 	}
@@ -172,7 +169,7 @@ func reserveWithRetry(r reserver, size uint64, u memory.PageUpdate, makeRoom fun
 		}
 		return nil, false, fmt.Errorf("%w (no reclaim: %w)", err, roomErr)
 	}
-	h, err = r.Reserve(size, retry)
+	h, err = reserve(retry)
 	return h, true, err
 }
 

@@ -91,6 +91,12 @@ type scriptedReserver struct {
 	asked  []memory.PageUpdate
 }
 
+// at is the reservation reserveWithRetry runs: size bytes, under the page
+// update it is given.
+func (r *scriptedReserver) at(size uint64) func(memory.PageUpdate) (*handle.Handle, error) {
+	return func(u memory.PageUpdate) (*handle.Handle, error) { return r.Reserve(size, u) }
+}
+
 func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Handle, error) {
 	r.asked = append(r.asked, u)
 	if len(r.script) == 0 {
@@ -117,7 +123,7 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 		{ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}},
 	} {
 		r := &scriptedReserver{script: []error{oom}}
-		_, retried, err := reserveWithRetry(r, 4096, memory.Allow,
+		_, retried, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
 			func(error) (memory.PageUpdate, error) { return 0, c.room },
 			func(string) {})
 		if retried || err == nil {
@@ -162,7 +168,7 @@ func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T)
 			r := &scriptedReserver{script: c.script}
 			var rooms []error
 			var warns []string
-			h, retried, err := reserveWithRetry(r, 4096, c.u,
+			h, retried, err := reserveWithRetry(r.at(4096), 4096, c.u,
 				func(err error) (memory.PageUpdate, error) { rooms = append(rooms, err); return memory.Allow, nil },
 				func(msg string) { warns = append(warns, msg) })
 			if err != c.wantErr {

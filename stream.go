@@ -115,6 +115,12 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return nil, err
 	}
 	d := s.d
+	// The buffer is allocated with its descriptor (one allocation) before
+	// the lock is taken: nobody else sees it until it is bound, and the
+	// allocator's work then overlaps other goroutines' calls instead of
+	// lengthening the device's critical section. A slice found in held room
+	// takes it at once (memory.ReserveFor: no reserved clone, no lookup).
+	h, b := handle.NewWith[Buffer](handle.Uninit)
 	if err := d.lockUnlessBorrowed("Stream.Alloc"); err != nil {
 		return nil, err
 	}
@@ -129,7 +135,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		s.st.releasePassed()
 	}
 	u := s.pageUpdateLocked()
-	if u == memory.Allow {
+	// Nothing outdated, nothing to relocate: the trigger is consulted only
+	// after a growth left pages behind, not on every allocation.
+	if u == memory.Allow && s.mem.HasOutdated() {
 		if _, wanted := relocation.Wanted(s.self); wanted {
 			// The relocation may wait for the streams, with the lock released
 			// (settle.go): the context bounds that wait, and an op, which
@@ -143,35 +151,36 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 			u = s.pageUpdateLocked()
 		}
 	}
-	reserved, retried, err := reserveWithRetry(s.mem, size, u,
+	// The slice may be one a freed buffer's ops still use on this stream
+	// (slices are reused in stream order, and coalescing zeroes cursors), so
+	// the new buffer's last use is everything enqueued so far: another
+	// stream's first op on it then waits for that work (X1). Read at each
+	// attempt: a retry follows a wait with the lock released.
+	reserve := func(u memory.PageUpdate) (*handle.Handle, error) {
+		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
+	}
+	reserved, retried, err := reserveWithRetry(reserve, size, u,
 		func(err error) (memory.PageUpdate, error) { return d.makeRoomLocked(ctx, s, err) },
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {
 		d.counters.reserveRetries++
 	}
 	if err != nil {
+		h.Release()
 		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
 			s.capture.Fail(err)
 		}
 		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
 	}
-	// The buffer is allocated with its descriptor (one allocation).
-	h, b := handle.NewWith[Buffer](handle.Uninit)
-	// The slice may be one a freed buffer's ops still use on this stream
-	// (slices are reused in stream order, and coalescing zeroes cursors), so
-	// the new buffer's last use is everything enqueued so far: another
-	// stream's first op on it then waits for that work (X1).
-	var cursor uint64
-	if f, err := s.q.Fence(); err == nil && f.Seq > s.q.Completed() {
-		cursor = f.Seq
-	}
-	if err := s.mem.Bind(reserved, h, cursor); err != nil {
+	if reserved != nil { // not bound in the reservation: bind it now
+		if err := s.mem.Bind(reserved, h, s.st.busyUntil()); err != nil {
+			reserved.Release()
+			h.Release()
+			return nil, err
+		}
 		reserved.Release()
-		h.Release()
-		return nil, err
 	}
-	reserved.Release()
 	*b = Buffer{s: s, h: h, size: size}
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)
@@ -352,7 +361,7 @@ func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
 	if b.s.d != s.d {
 		return resolved{}, ErrForeignBuffer
 	}
-	if b.freed {
+	if b.h.Released() {
 		return resolved{}, fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
 	}
 	if u.Offset > b.size || (u.Size != 0 && u.Size > b.size-u.Offset) {

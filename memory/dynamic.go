@@ -49,6 +49,14 @@ type Relocating interface {
 	State() relocation.ArenaState
 }
 
+// HeldBinder is a dynamic memory that can serve a reservation from room it
+// already holds and bind the buffer to the slice in the same step: what
+// Reserve's first attempt would take, without the reserved clone and Bind's
+// lookup. false: nothing changed, and Reserve goes on as before.
+type HeldBinder interface {
+	TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool
+}
+
 // GranuleUnmapper is a dynamic memory with sliced pages that can give back
 // the granules no live slice touches (on granular storage).
 type GranuleUnmapper interface {
@@ -114,6 +122,19 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 		return a.small.Alloc(st, size)
 	}
 	return a.arena.Reserve(st, size, a.g)
+}
+
+// TryReserveFor implements HeldBinder: the small pool's or the arena's
+// held room, bound to assigned at once; zero bytes go the tiny pool's way
+// (Reserve).
+func (a *AdaptiveMemory) TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool {
+	switch {
+	case size == 0:
+		return false
+	case a.small.Accept(size):
+		return a.small.TryReserveFor(st, size, a.g, assigned, cursor)
+	}
+	return a.arena.TryReserveFor(st, size, a.g, assigned, cursor)
 }
 
 // TryReserve implements Dynamic.
@@ -198,8 +219,16 @@ func (a *AdaptiveMemory) Relocate(st storage.Storage, q relocation.CopyQueue, re
 }
 
 // Cleanup implements Dynamic.
+//
+// Every Allow reservation runs the periodic one, so what it would find
+// nothing to do in is skipped: the small pool (a sliced pool keeps its
+// pages until an explicit cleanup) and an arena with no outdated pool to
+// drain.
 func (a *AdaptiveMemory) Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind) {
 	a.tiny.Cleanup(st, allocNr, kind, a.g)
+	if kind != pool.Explicit && !a.arena.HasOutdated() {
+		return
+	}
 	a.small.Cleanup(st, allocNr, kind, a.g)
 	pages, bytes := a.arena.Cleanup(st, allocNr, kind, a.g)
 	a.stats.PagesReleased += uint64(pages)

@@ -14,7 +14,9 @@
 // Reserve-then-bind: the root creates the buffer's handle first, reserves a
 // slice (getting a clone of the slice's own handle), then Bind hands the
 // slice to the buffer's descriptor. The reserved descriptor is stale from
-// then on, so lookups are identity-checked (M3).
+// then on, so lookups are identity-checked (M3). ReserveFor does both in one
+// step when the dynamic memory's held room serves the size (HeldBinder):
+// the steady allocation makes no clone and no lookup.
 
 package memory
 
@@ -239,20 +241,44 @@ func (m *Manager) SetMode(mode Mode) {
 // slice's handle; bind it (Bind) and release it. On error nothing changed
 // (M2).
 func (m *Manager) Reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
-	h, err := m.reserve(size, u)
+	h, err := m.reserve(size, u, nil)
 	if invariantsOn {
 		m.checkInvariants("Reserve")
 	}
 	return h, err
 }
 
-func (m *Manager) reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
+// ReserveFor is Reserve for the allocation of assigned (never placed),
+// whose cursor is known: when the dynamic memory serves size from room it
+// already holds, the slice takes assigned's allocation in the same step
+// (HeldBinder) and reserved is nil; otherwise reserved is Reserve's clone,
+// to Bind and release as after Reserve. The steady allocation takes the
+// first way: no clone, no lookup. On error nothing changed (M2).
+func (m *Manager) ReserveFor(size uint64, u PageUpdate, assigned *handle.Handle, cursor uint64) (reserved *handle.Handle, err error) {
+	if assigned.Location().Placed() {
+		return nil, fmt.Errorf("%w: allocation %d is already at %v", ErrAlreadyPlaced, assigned.ID(), assigned.Location())
+	}
+	h, err := m.reserve(size, u, &bindTo{assigned: assigned, cursor: cursor})
+	if invariantsOn {
+		m.checkInvariants("ReserveFor")
+	}
+	return h, err
+}
+
+// bindTo is the allocation a reservation binds to the slice it finds, when
+// the route allows (ReserveFor); nil: return a clone (Reserve).
+type bindTo struct {
+	assigned *handle.Handle
+	cursor   uint64
+}
+
+func (m *Manager) reserve(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
 	switch u {
 	case Allow:
 		m.Cleanup(pool.Periodic)
-		return m.reserveAdding(size, u)
+		return m.reserveAdding(size, u, to)
 	case AddOnly:
-		return m.reserveAdding(size, u)
+		return m.reserveAdding(size, u, to)
 	}
 	if h := m.reserveHeld(size); h != nil {
 		return h, nil
@@ -260,7 +286,7 @@ func (m *Manager) reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
 	return nil, fmt.Errorf("%w: %d bytes in %s mode, no held room fits (warm up so the pools hold it)", ErrPageUpdateForbidden, size, m.Mode())
 }
 
-func (m *Manager) reserveAdding(size uint64, u PageUpdate) (*handle.Handle, error) {
+func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
 	m.allocNr++
 	mode := m.Mode()
 	if mode == Dedicated {
@@ -281,11 +307,21 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate) (*handle.Handle, erro
 		return m.persistent.Alloc(m.st, size)
 	}
 	m.debug("dynamic", size)
+	if b, ok := m.dynamic.(HeldBinder); ok && to != nil && b.TryReserveFor(m.st, size, to.assigned, to.cursor) {
+		m.logDynamicUsage()
+		return nil, nil
+	}
 	h, err := m.dynamic.Reserve(m.st, size)
-	if err == nil && m.cfg.LogLevel >= LogFull {
-		m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
+	if err == nil {
+		m.logDynamicUsage()
 	}
 	return h, err
+}
+
+func (m *Manager) logDynamicUsage() {
+	if m.cfg.LogLevel >= LogFull {
+		m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
+	}
 }
 
 func (m *Manager) reserveHeld(size uint64) *handle.Handle {
@@ -456,7 +492,9 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 	if kind == pool.Explicit && m.cfg.LogLevel >= LogBasic {
 		m.log.Info("gpumem: explicit cleanup", "stream", m.name)
 	}
-	m.persistent.Cleanup(m.st, m.allocNr, kind, m.g)
+	if kind == pool.Explicit { // a periodic one gives nothing back (PL23): skipped on every Allow reservation
+		m.persistent.Cleanup(m.st, m.allocNr, kind, m.g)
+	}
 	if m.dedicated.Reclaim(m.st, m.g) {
 		m.st.Flush()
 	}

@@ -239,3 +239,42 @@ func TestPersistentMemorySettingsChooseTheMode(t *testing.T) {
 		t.Fatalf("BaseMode override: mode = %v, want dedicated", m.Mode())
 	}
 }
+
+// ReserveFor binds the buffer in the reservation when held room serves it
+// (no reserved clone comes back), and otherwise returns the clone to Bind,
+// as Reserve would; either way the buffer resolves with its cursor, and
+// AllocNr counts one reservation per call.
+func TestReserveForBindsInHeldRoomAndFallsBackToBind(t *testing.T) {
+	m := newHostManager(t, props128(), memory.Config{}, 0)
+	first := handle.New(handle.Uninit)
+	defer first.Release()
+	reserved, err := m.ReserveFor(1*kib, memory.Allow, first, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserved == nil {
+		t.Fatal("the first reservation found held room on a memory with no page")
+	}
+	if err := m.Bind(reserved, first, 5); err != nil {
+		t.Fatal(err)
+	}
+	reserved.Release()
+	second := handle.New(handle.Uninit)
+	defer second.Release()
+	if reserved, err = m.ReserveFor(1*kib, memory.Allow, second, 9); err != nil || reserved != nil {
+		t.Fatalf("held room: reserved %v, err %v; want bound at once", reserved, err)
+	}
+	for h, want := range map[*handle.Handle]uint64{first: 5, second: 9} {
+		if c, err := m.Cursor(h); err != nil || c != want {
+			t.Fatalf("allocation %d: cursor %d, %v; want %d", h.ID(), c, err, want)
+		}
+	}
+	if first.Location() == second.Location() {
+		t.Fatalf("both allocations at %v", first.Location())
+	}
+	if n := m.Stats().AllocNr; n != 2 {
+		t.Fatalf("AllocNr %d after two reservations, want 2", n)
+	}
+	_, err = m.ReserveFor(1*kib, memory.Allow, second, 0)
+	wantErrIs(t, err, memory.ErrAlreadyPlaced)
+}

@@ -154,6 +154,9 @@ func (q *Host) Fence() (Fence, error) { return q.t.fence() }
 // blocking.
 func (q *Host) Completed() uint64 { return q.t.completed.Load() }
 
+// Issued implements Issuer: the last sequence number handed out.
+func (q *Host) Issued() uint64 { return q.t.issued.Load() }
+
 // Wait blocks until f has passed or ctx is done. On a recording queue, or
 // with a fence of a recording queue of this package, it returns at once with
 // ErrCaptureUnsupported and ErrCaptureInvalidated and invalidates that

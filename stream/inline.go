@@ -291,6 +291,9 @@ func (q *Inline) Fence() (Fence, error) { return q.t.fence() }
 // blocking.
 func (q *Inline) Completed() uint64 { return q.t.completed.Load() }
 
+// Issued implements Issuer: the last sequence number handed out.
+func (q *Inline) Issued() uint64 { return q.t.issued.Load() }
+
 // Wait blocks until f has passed or ctx is done; for a fence of this queue
 // that is at most until ops running on other goroutines finish. On a
 // recording queue, or with a fence of a recording queue of this package, it

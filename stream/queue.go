@@ -78,6 +78,14 @@ type Queue interface {
 	Close() error
 }
 
+// Issuer is a queue that reports without locking the sequence number of
+// the last step it issued: Fence's Seq, for a caller that only compares it
+// with Completed on a hot path (an allocation asking whether its stream is
+// busy) and can do without a fence's lock and closed check.
+type Issuer interface {
+	Issued() uint64
+}
+
 // Recorder is a queue that can record its work into a graph and replay it
 // (design §10): the capability graph capture needs. A backend whose queues
 // cannot record implements Queue alone, and a device refuses captures on

@@ -6,7 +6,8 @@
 //
 // [ID], [Location] (packing, bounds, [ErrIndexOverflow]), the shared
 // [Descriptor] with its two explicit counters, [Handle] (an owner) and
-// [Binding] (a holder of the address, not an owner), the predicates IsFree,
+// [Binding] (a holder of the address, not an owner), the [Recycler] of
+// free-slice descriptors, the predicates IsFree,
 // CanMut and IsBound, [ErrNotFound], and failure bookkeeping: [FailureID],
 // [ErrorGraph] and [Taint] (design §11).
 //
@@ -24,6 +25,11 @@
 //     pages renumber; keep a Handle or Binding and read its location.
 //   - (H5) A Location never wraps: NewLocation refuses indices beyond MaxPage
 //     and MaxSlice.
+//   - (H6) A descriptor made by a [Recycler] only ever names a free slice,
+//     never a buffer's allocation; once its refs reach 0 its cell goes back
+//     to the Recycler and the next New hands it out with a fresh ID. Buffers'
+//     descriptors are never recycled, so a stale buffer keeps naming its own,
+//     dead allocation.
 //
 // # Does not know
 //
@@ -32,8 +38,10 @@
 //
 // # Concurrency
 //
-// Counters are atomics, because stream workers and finalizer-free release
-// paths read them. A location is an atomic word written only under the
-// device lock and read anywhere. ErrorGraph and Taint are not safe for
-// concurrent use: the device lock serialises them.
+// Nothing here is safe for concurrent use except the process-wide ID
+// counter: descriptors, handles, bindings, signals, recyclers, ErrorGraph and
+// Taint are plain fields, and the device lock serialises every call on them
+// (stream workers never touch them; an op that frees or clones a buffer
+// takes the lock, or borrows it from its holder). Counters were atomics
+// once; under the lock they only cost the hot path locked instructions.
 package handle

@@ -17,22 +17,34 @@ var nextID atomic.Uint64
 // current location and two explicit counters (H1). Rewriting the location
 // re-points every Handle and Binding at once (H4).
 //
-// The counters and the location are plain fields accessed only through
-// sync/atomic functions, so that New can initialise a fresh, unshared
-// descriptor with plain stores (an atomic store is a locked instruction,
-// and the reserve path creates three descriptors per allocation).
+// Every field is plain: the caller's lock (the device lock) serialises every
+// call on a descriptor and on its handles and bindings, so a locked
+// instruction per counter update would buy nothing (the reserve-and-free
+// pair made some forty of them).
 type Descriptor struct {
 	id      ID
-	loc     uint64 // a Location; atomic; written under the device lock only
-	refs    int32  // atomic: live Handle and Binding objects
-	handles int32  // atomic: live Handle objects
+	loc     Location
+	refs    int32 // live Handle and Binding objects
+	handles int32 // live Handle objects
 	// signal, when set, is raised each time a release leaves the allocation
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
-	signal atomic.Pointer[Signal]
-	// spare is an unused Handle allocated with the descriptor, handed out
-	// by the first Clone (see New).
-	spare unsafe.Pointer // *Handle; atomic
+	signal *Signal
+	// home is the Recycler whose cell holds the descriptor, nil when New or
+	// NewWith made it: the last release returns the cell there (H6).
+	home *Recycler
+}
+
+// Every descriptor is the first field of a cell (New, NewWith, Recycler),
+// followed by its first handle and a spare one that the first Clone hands
+// out: the spare is found at a fixed offset instead of through a pointer,
+// which keeps a buffer's cell in the 96-byte size class. The spare is unused
+// while its d is nil.
+const spareOffset = unsafe.Offsetof(cell[struct{}]{}.spare)
+
+// spare returns the spare handle of d's cell.
+func (d *Descriptor) spare() *Handle {
+	return (*Handle)(unsafe.Add(unsafe.Pointer(d), spareOffset))
 }
 
 // Signal is a flag raised when an allocation becomes free, forwarding to an
@@ -40,68 +52,96 @@ type Descriptor struct {
 // many allocations learns cheaply that one of them may be reusable. The
 // zero value is lowered and has no parent.
 type Signal struct {
-	raised atomic.Bool
+	raised bool
+	// low is, while raised, an index no release below which raised the
+	// signal: the lowest slice index passed to RaiseAt since the signal
+	// was last lowered, 0 after a Raise. A page rescans from there.
+	low    uint32
 	parent *Signal
 }
 
 // Forward sets the parent; call it before the signal is shared.
 func (s *Signal) Forward(parent *Signal) { s.parent = parent }
 
-// Raise raises the signal and its ancestors.
+// Raise raises the signal and its ancestors, saying nothing of where.
 func (s *Signal) Raise() {
 	for ; s != nil; s = s.parent {
-		s.raised.Store(true)
+		s.raised = true
+		s.low = 0
 	}
 }
 
+// RaiseAt raises the signal for the slice at index i (and raises its
+// ancestors): Lowest then stays at or below i until the signal is lowered.
+func (s *Signal) RaiseAt(i uint32) {
+	if s == nil {
+		return
+	}
+	if !s.raised || i < s.low {
+		s.low = i
+	}
+	s.raised = true
+	s.parent.Raise()
+}
+
+// Lowest returns, while the signal is raised, an index below which no
+// RaiseAt came since it was last lowered (0 after a Raise).
+func (s *Signal) Lowest() uint32 { return s.low }
+
 // Raised reports whether the signal was raised since it was last lowered.
-func (s *Signal) Raised() bool { return s.raised.Load() }
+func (s *Signal) Raised() bool { return s.raised }
 
 // Lower lowers this signal (not its parent).
-func (s *Signal) Lower() { s.raised.Store(false) }
+func (s *Signal) Lower() { s.raised = false }
 
 // SignalFree makes every later release that leaves the allocation free
 // raise f (nil: nobody listens). Pools use it to skip pages on which
 // nothing became free since they last looked.
-func (d *Descriptor) SignalFree(f *Signal) { d.signal.Store(f) }
+func (d *Descriptor) SignalFree(f *Signal) { d.signal = f }
 
 // FreeSignal returns the flag set by SignalFree, or nil.
-func (d *Descriptor) FreeSignal() *Signal { return d.signal.Load() }
+func (d *Descriptor) FreeSignal() *Signal { return d.signal }
 
 // released is called after a reference went: it raises the free signal
 // when only the slice's own reference is left.
 func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
-		d.signal.Load().Raise()
+		d.signal.RaiseAt(d.loc.Slice()) // a slice's descriptor carries its index (PL3)
+	}
+	if refs == 0 && d.home != nil {
+		d.home.put((*cell[struct{}])(unsafe.Pointer(d))) // H6: d heads a Recycler cell
 	}
 }
 
 // ID returns the allocation ID.
 func (d *Descriptor) ID() ID { return d.id }
 
-// Location returns the current location.
-func (d *Descriptor) Location() Location { return Location(atomic.LoadUint64(&d.loc)) }
+// Recycled reports whether a Recycler made the descriptor (H6): it names a
+// free slice, never a buffer's allocation.
+func (d *Descriptor) Recycled() bool { return d.home != nil }
 
-// SetLocation rewrites the location for every owner. Call it under the
-// device lock.
-func (d *Descriptor) SetLocation(l Location) { atomic.StoreUint64(&d.loc, uint64(l)) }
+// Location returns the current location.
+func (d *Descriptor) Location() Location { return d.loc }
+
+// SetLocation rewrites the location for every owner.
+func (d *Descriptor) SetLocation(l Location) { d.loc = l }
 
 // Refs returns the live Handle and Binding objects.
-func (d *Descriptor) Refs() int { return int(atomic.LoadInt32(&d.refs)) }
+func (d *Descriptor) Refs() int { return int(d.refs) }
 
 // Handles returns the live Handle objects.
-func (d *Descriptor) Handles() int { return int(atomic.LoadInt32(&d.handles)) }
+func (d *Descriptor) Handles() int { return int(d.handles) }
 
 // IsFree reports refs ≤ 1: only the pool's slice refers to the allocation.
-func (d *Descriptor) IsFree() bool { return atomic.LoadInt32(&d.refs) <= 1 }
+func (d *Descriptor) IsFree() bool { return d.refs <= 1 }
 
 // CanMut reports handles ≤ 2: the slice's handle plus exactly one user
 // handle. Bindings do not count, so guards and pending work never block an
 // in-place update.
-func (d *Descriptor) CanMut() bool { return atomic.LoadInt32(&d.handles) <= 2 }
+func (d *Descriptor) CanMut() bool { return d.handles <= 2 }
 
 // IsBound reports refs > handles: something holds the address.
-func (d *Descriptor) IsBound() bool { return atomic.LoadInt32(&d.refs) > atomic.LoadInt32(&d.handles) }
+func (d *Descriptor) IsBound() bool { return d.refs > d.handles }
 
 // Ref is anything that refers to an allocation: *Handle or *Binding.
 type Ref interface {
@@ -111,7 +151,7 @@ type Ref interface {
 // Handle is an owning reference to an allocation. Release it exactly once.
 type Handle struct {
 	d        *Descriptor
-	released atomic.Bool
+	released bool
 }
 
 // New returns a fresh descriptor at loc with one Handle (refs = 1,
@@ -138,12 +178,10 @@ type cell[T any] struct {
 // keeps one object per allocation (a buffer) saves an allocation.
 func NewWith[T any](loc Location) (*Handle, *T) {
 	c := &cell[T]{}
-	// Plain stores: nobody else can see the cell before New returns.
 	c.d.id = ID(nextID.Add(1))
-	c.d.loc = uint64(loc)
+	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
-	c.d.spare = unsafe.Pointer(&c.spare)
 	c.h.d = &c.d
 	return &c.h, &c.v
 }
@@ -160,31 +198,45 @@ func (h *Handle) Location() Location { return h.d.Location() }
 // Clone returns a new Handle on the same descriptor (refs+1, handles+1).
 func (h *Handle) Clone() *Handle {
 	h.check("Clone")
-	atomic.AddInt32(&h.d.refs, 1)
-	atomic.AddInt32(&h.d.handles, 1)
-	if p := atomic.SwapPointer(&h.d.spare, nil); p != nil {
-		s := (*Handle)(p)
+	h.d.refs++
+	h.d.handles++
+	if s := h.d.spare(); s.d == nil {
 		s.d = h.d // the spare beside the descriptor, used once
 		return s
 	}
 	return &Handle{d: h.d}
 }
 
+// CloneInto is Clone into a Handle the caller provides (an element of an
+// array of clones made at once, as a relocation plan makes one per live
+// allocation of a page), so that many clones cost one allocation. dst must
+// not be in use: a zero Handle, or one whose Release has been called and
+// that nothing refers to any longer.
+func (h *Handle) CloneInto(dst *Handle) *Handle {
+	h.check("Clone")
+	h.d.refs++
+	h.d.handles++
+	*dst = Handle{d: h.d}
+	return dst
+}
+
 // Binding returns a new Binding on the same descriptor (refs+1).
 func (h *Handle) Binding() *Binding {
 	h.check("Binding")
-	atomic.AddInt32(&h.d.refs, 1)
+	h.d.refs++
 	return &Binding{d: h.d}
 }
 
 // Release drops this Handle. A second Release of the same object panics: it
 // is an internal bug that would corrupt the counters.
 func (h *Handle) Release() {
-	if h.released.Swap(true) {
+	if h.released {
 		panic(fmt.Sprintf("handle: Handle of allocation %d released twice", h.d.id))
 	}
-	atomic.AddInt32(&h.d.handles, -1)
-	n := atomic.AddInt32(&h.d.refs, -1)
+	h.released = true
+	h.d.handles--
+	h.d.refs--
+	n := h.d.refs
 	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", h.d.id))
 	}
@@ -192,7 +244,7 @@ func (h *Handle) Release() {
 }
 
 // Released reports whether Release was called on this object.
-func (h *Handle) Released() bool { return h.released.Load() }
+func (h *Handle) Released() bool { return h.released }
 
 // IsFree reports whether only the pool's slice refers to the allocation.
 func (h *Handle) IsFree() bool { return h.d.IsFree() }
@@ -204,7 +256,7 @@ func (h *Handle) CanMut() bool { return h.d.CanMut() }
 func (h *Handle) IsBound() bool { return h.d.IsBound() }
 
 func (h *Handle) check(op string) {
-	if h.released.Load() {
+	if h.released {
 		panic(fmt.Sprintf("handle: %s on a released Handle of allocation %d", op, h.d.id))
 	}
 }
@@ -214,7 +266,7 @@ func (h *Handle) check(op string) {
 // reuse but does not count against CanMut.
 type Binding struct {
 	d        *Descriptor
-	released atomic.Bool
+	released bool
 }
 
 // Descriptor returns the shared descriptor.
@@ -225,19 +277,21 @@ func (b *Binding) Location() Location { return b.d.Location() }
 
 // Clone returns a new Binding (refs+1).
 func (b *Binding) Clone() *Binding {
-	if b.released.Load() {
+	if b.released {
 		panic(fmt.Sprintf("handle: Clone on a released Binding of allocation %d", b.d.id))
 	}
-	atomic.AddInt32(&b.d.refs, 1)
+	b.d.refs++
 	return &Binding{d: b.d}
 }
 
 // Release drops this Binding; a second Release of one object panics.
 func (b *Binding) Release() {
-	if b.released.Swap(true) {
+	if b.released {
 		panic(fmt.Sprintf("handle: Binding of allocation %d released twice", b.d.id))
 	}
-	n := atomic.AddInt32(&b.d.refs, -1)
+	b.released = true
+	b.d.refs--
+	n := b.d.refs
 	if n < 0 {
 		panic(fmt.Sprintf("handle: allocation %d reference count below zero", b.d.id))
 	}

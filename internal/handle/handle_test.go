@@ -141,16 +141,22 @@ func TestSecondReleasePanics(t *testing.T) {
 	})
 }
 
-func TestConcurrentClonesAndReleasesKeepCountersExact(t *testing.T) {
+// The device lock serialises every call on a descriptor: goroutines that
+// take it around their clones and releases leave the counters exact (and
+// the race detector sees every access ordered).
+func TestClonesAndReleasesSerialisedByALockKeepCountersExact(t *testing.T) {
 	h := handle.New(handle.Uninit)
+	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
 			for range 1000 {
+				mu.Lock()
 				c := h.Clone()
 				b := c.Binding()
 				b.Release()
 				c.Release()
+				mu.Unlock()
 			}
 		})
 	}
@@ -159,4 +165,58 @@ func TestConcurrentClonesAndReleasesKeepCountersExact(t *testing.T) {
 		t.Fatalf("refs %d handles %d after balanced clones, want 1 and 1", d.Refs(), d.Handles())
 	}
 	h.Release()
+}
+
+// CloneInto counts like Clone and fills the caller's Handle: clones made
+// into one array cost no allocation each.
+func TestCloneIntoCountsLikeCloneWithoutAllocating(t *testing.T) {
+	h := handle.New(handle.Uninit)
+	clones := make([]handle.Handle, 3)
+	if n := testing.AllocsPerRun(10, func() {
+		for i := range clones {
+			h.CloneInto(&clones[i]).Release()
+		}
+	}); n != 0 {
+		t.Fatalf("CloneInto allocated %v objects", n)
+	}
+	for i := range clones {
+		h.CloneInto(&clones[i])
+	}
+	if d := h.Descriptor(); d.Refs() != 4 || d.Handles() != 4 || clones[2].Descriptor() != d {
+		t.Fatalf("after 3 clones into an array: refs %d handles %d", d.Refs(), d.Handles())
+	}
+	for i := range clones {
+		clones[i].Release()
+	}
+	if d := h.Descriptor(); d.Refs() != 1 || d.Handles() != 1 {
+		t.Fatalf("after releasing them: refs %d handles %d, want 1 and 1", d.Refs(), d.Handles())
+	}
+	h.Release()
+}
+
+// RaiseAt keeps the lowest index named since the signal was lowered and
+// raises the parent; Raise names none (0); a lowered signal forgets.
+func TestSignalRaiseAtKeepsTheLowestIndex(t *testing.T) {
+	var pool, page handle.Signal
+	page.Forward(&pool)
+	page.RaiseAt(7)
+	page.RaiseAt(9)
+	if !page.Raised() || !pool.Raised() || page.Lowest() != 7 {
+		t.Fatalf("after RaiseAt(7), RaiseAt(9): raised %v, parent %v, lowest %d; want true, true, 7", page.Raised(), pool.Raised(), page.Lowest())
+	}
+	page.RaiseAt(3)
+	if page.Lowest() != 3 {
+		t.Fatalf("lowest %d after RaiseAt(3), want 3", page.Lowest())
+	}
+	page.Lower()
+	page.RaiseAt(5)
+	if page.Lowest() != 5 {
+		t.Fatalf("lowest %d after Lower and RaiseAt(5), want 5", page.Lowest())
+	}
+	page.Raise()
+	if page.Lowest() != 0 {
+		t.Fatalf("lowest %d after Raise, want 0", page.Lowest())
+	}
+	var none *handle.Signal
+	none.RaiseAt(1) // nobody listens: nothing happens
 }

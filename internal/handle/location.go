@@ -5,8 +5,8 @@ import (
 	"fmt"
 )
 
-// Location packs where an allocation lives into one word, so it can be read
-// and written atomically:
+// Location packs where an allocation lives into one word, so rewriting it
+// (renumbering, relocation) is one store:
 //
 //	bit 63      placed
 //	bits 55–62  pool  (8 bits)

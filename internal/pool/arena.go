@@ -165,6 +165,15 @@ func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph
 
 // grow builds the next current pool in the lowest empty slot, with its first
 // page holding size, before switching (PL28).
+// TryReserveFor is TryReserve binding assigned's allocation to the slice
+// found (Sliced.TryReserveFor); false: nothing changed.
+func (a *Arena) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
+	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
+		return false
+	}
+	return a.Current().TryReserveFor(st, size, g, assigned, cursor)
+}
+
 func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle, error) {
 	slot := -1
 	for i, p := range a.slots {

@@ -204,10 +204,11 @@
 //
 // Nothing in this package is safe for concurrent use, and it takes no lock
 // of its own: the caller serialises every call, [PageGuard.Release] included
-// (in package gpumem, under the device lock). The state it shares with other
-// goroutines lives in package handle, as atomics: reference counts,
-// locations and free signals. A release raises the page's free signal after
-// its count drops, and coalescing lowers the signal before it reads the
-// slices, so a page whose signal is down has seen no release since its last
-// scan (PL4).
+// (in package gpumem, under the device lock). The state it shares with the
+// rest of the device lives in package handle: reference counts, locations
+// and free signals, plain fields under that same lock. A release raises the
+// page's free signal after its count drops, and coalescing lowers the
+// signal before it reads the slices, so a page whose signal is down has
+// seen no release since its last scan (PL4). Free-slice descriptors are
+// recycled through each sliced pool's handle.Recycler (H6).
 package pool

@@ -42,7 +42,7 @@ type exclusivePage struct {
 //
 // Costs: TryReserve and Cleanup scan every page once (O(pages)); Alloc is
 // O(1). A bucket rarely holds more than a few hundred pages, and the scan
-// reads one atomic counter per page.
+// reads one counter per page.
 type Exclusive struct {
 	maxAlloc      uint64
 	deallocPeriod uint64

@@ -33,6 +33,9 @@ type page struct {
 	// whole; mapped[i] says granule i of the page is mapped (granules.go).
 	granule uint64
 	mapped  []bool
+	// spares recycles the descriptors of the page's free slices (the
+	// pool's; nil: every free slice gets a new one).
+	spares *handle.Recycler
 
 	// changed is raised (through the descriptors' free signal) whenever a
 	// slice of the page may have become free since the last scan; while it
@@ -45,23 +48,16 @@ type page struct {
 	firstFree int // no slice below this index is free (while changed is down)
 }
 
-// attach makes h's allocation raise the page's changed flag when it
-// becomes free.
-func (p *page) attach(h *handle.Handle) *handle.Handle {
-	h.Descriptor().SignalFree(&p.changed)
-	return h
-}
-
 // newPage wraps a fresh storage region as one free slice spanning it. With
 // granule > 0 the region is a reservation with nothing mapped yet.
-func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal) *page {
-	p := &page{region: r, align: align, pool: pool, index: index, granule: granule}
+func newPage(r storage.Region, align uint64, pool uint8, index int, granule uint64, parent *handle.Signal, spares *handle.Recycler) *page {
+	p := &page{region: r, align: align, pool: pool, index: index, granule: granule, spares: spares}
 	p.changed.Forward(parent)
 	if granule > 0 {
 		_, n := storage.Granules(0, r.Size, granule)
 		p.mapped = make([]bool, n)
 	}
-	p.slices = []Slice{{Region: r, h: p.attach(handle.New(handle.MustLocation(pool, index, 0)))}}
+	p.slices = []Slice{{Region: r, h: p.spares.New(handle.MustLocation(pool, index, 0), &p.changed)}}
 	p.maxFree, p.empty, p.firstFree = r.Size, true, 0
 	return p
 }
@@ -86,11 +82,36 @@ func (p *page) relocate(from int) {
 // nothing changed and the error is returned. The caller has checked the page
 // is not guarded.
 func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
+	at, err := p.reserveAt(st, from, size)
+	if at < 0 {
+		return nil, err
+	}
+	return p.slices[at].h.Clone(), nil
+}
+
+// tryReserveFor is tryReserveFrom(st, 0, size) for a buffer known at
+// reservation time: the carved slice takes assigned's allocation at once
+// (Slice.Rebind, with cursor), so no clone is made for a later Bind to
+// find the slice by. false: nothing fits (or the storage refused to map,
+// err), nothing changed.
+func (p *page) tryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64, g *handle.ErrorGraph) (bool, error) {
+	at, err := p.reserveAt(st, 0, size)
+	if at < 0 {
+		return false, err
+	}
+	p.slices[at].Rebind(assigned, cursor, g)
+	return true, nil
+}
+
+// reserveAt is the reservation both share: it carves size bytes from the
+// first fitting free slice at or after index from and returns that slice's
+// index, or -1 (with the storage's error when it refused to map).
+func (p *page) reserveAt(st storage.Storage, from int, size uint64) (int, error) {
 	pad := storage.Padding(size, p.align)
 	need := storage.SatAdd(size, pad)
 	if !p.changed.Raised() {
 		if p.maxFree < need {
-			return nil, nil // PL4: no free slice that large
+			return -1, nil // PL4: no free slice that large
 		}
 		from = max(from, p.firstFree) // PL4: nothing free before it
 	}
@@ -99,12 +120,13 @@ func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handl
 		if from <= p.firstFree && !p.changed.Raised() {
 			p.maxFree = largest // the scan saw every free slice
 		}
-		return nil, nil
+		return -1, nil
 	}
 	if err := p.back(st, p.slices[at].Region.Offset, need); err != nil {
-		return nil, err
+		return -1, err
 	}
-	return p.carve(at, size, pad), nil
+	p.carve(at, size, pad)
+	return at, nil
 }
 
 // fitFrom finds the first free slice at or after index from whose effective
@@ -130,7 +152,8 @@ func (p *page) fitFrom(from int, need uint64) (at, first int, largest uint64) {
 
 // carve gives slice i (free, effective size ≥ size+pad) the window size with
 // padding pad, splitting the rest off as a new free slice right after it.
-func (p *page) carve(i int, size, pad uint64) *handle.Handle {
+// The caller takes the slice: a clone of its handle, or a Rebind.
+func (p *page) carve(i int, size, pad uint64) {
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	need := size + pad
@@ -139,7 +162,7 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if eff > need {
 		rest := Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: s.Region.Offset + need, Size: eff - need},
-			h:      p.attach(handle.New(p.loc(i + 1))),
+			h:      p.spares.New(p.loc(i+1), &p.changed),
 		}
 		p.slices = append(p.slices, Slice{})
 		copy(p.slices[i+2:], p.slices[i+1:])
@@ -150,27 +173,60 @@ func (p *page) carve(i int, size, pad uint64) *handle.Handle {
 	if i == p.firstFree {
 		p.firstFree = i + 1 // the slice taken was the first free one
 	}
-	return p.slices[i].h.Clone()
 }
 
 // coalesce merges each maximal run of ≥ 2 adjacent free slices into one free
 // slice with a fresh handle. A lone free slice is left alone. It also
 // refreshes maxFree and empty (PL4); a page on which nothing became free
 // since its last scan has nothing to merge and is skipped.
-func (p *page) coalesce(g *handle.ErrorGraph) {
+func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0, false) }
+
+// coalesceFor is coalesce ahead of a reservation of need bytes (effective
+// size; 0: none). The first run whose bytes hold need is where first fit
+// will carve, and when its first slice alone has exactly need bytes that
+// slice is kept apart and only the rest of the run is merged: the layout is
+// the one merging and carving would give ([need][the rest, free]), without
+// the merge, the split and the renumbering they cost. A free-then-alloc of
+// one size, the steady state, thus moves no slice. With renew the kept slice
+// gets a descriptor of the page's own, so that a reservation's clone costs
+// no heap object; a reservation that binds the buffer at once
+// (tryReserveFor) needs no clone and leaves it as it is.
+func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return
 	}
-	p.changed.Lower()
 	n := len(p.slices)
-	out := 0
+	// Only slices from the lowest index a release named (Signal.Lowest)
+	// can have become free since the last scan, and none of them merges
+	// with anything before the run it starts: the scan starts at that run,
+	// and what it knew of the slices before (PL4) still holds, since a carve
+	// only shrinks free room. A page with many live slices before the
+	// freed one is thus not rescanned at every reservation.
+	start := min(int(p.changed.Lowest()), n)
+	for start > 0 && p.slices[start-1].h.IsFree() {
+		start--
+	}
+	p.changed.Lower()
+	out := start
 	merged := false
 	var largest uint64
 	empty := true
 	firstFree := -1
-	for i := 0; i < n; {
+	claim := need > 0 // the reservation's run is not found yet
+	if start > 0 {
+		empty = false // slice start-1 is live
+		if p.firstFree < start {
+			// A free slice before start, no larger than maxFree, may hold
+			// the reservation: first fit finds it, and no run is claimed.
+			firstFree, largest = p.firstFree, p.maxFree
+			claim = claim && p.maxFree < need
+		}
+	}
+	for i := start; i < n; {
 		if !p.slices[i].h.IsFree() {
-			p.slices[out] = p.slices[i]
+			if out != i {
+				p.slices[out] = p.slices[i]
+			}
 			empty = false
 			out++
 			i++
@@ -183,9 +239,35 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		for j < n && p.slices[j].h.IsFree() {
 			j++
 		}
+		if claim {
+			total := uint64(0)
+			for k := i; k < j && total < need; k++ {
+				total += p.slices[k].EffectiveSize()
+			}
+			if total >= need {
+				claim = false
+				if p.slices[i].EffectiveSize() == need {
+					if out != i {
+						p.slices[out] = p.slices[i]
+						p.slices[i] = Slice{}
+					}
+					if renew {
+						p.renew(out, g)
+					}
+					largest = max(largest, need)
+					out++
+					i++
+					if i == j {
+						continue
+					}
+				}
+			}
+		}
 		if j-i == 1 {
 			largest = max(largest, p.slices[i].EffectiveSize())
-			p.slices[out] = p.slices[i]
+			if out != i {
+				p.slices[out] = p.slices[i]
+			}
 			out++
 			i++
 			continue
@@ -199,7 +281,7 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 		}
 		p.slices[out] = Slice{
 			Region: storage.Region{ID: p.region.ID, Offset: p.slices[i].Region.Offset, Size: total},
-			h:      p.attach(handle.New(p.loc(out))),
+			h:      p.spares.New(p.loc(out), &p.changed),
 		}
 		largest = max(largest, total)
 		out++
@@ -215,7 +297,26 @@ func (p *page) coalesce(g *handle.ErrorGraph) {
 	}
 	clear(p.slices[out:])
 	p.slices = p.slices[:out]
-	p.relocate(0)
+	p.relocate(start)
+}
+
+// renew gives free slice i a descriptor made by the page's recycler, unless
+// it already has one: a freed buffer's descriptor, which its stale owners
+// still name, leaves the slice as merging would drop it (marks cleared,
+// handle released). Reserving the slice then clones the fresh descriptor's
+// spare handle instead of allocating one.
+//
+// The slice keeps its place: a slice moved down by an earlier merge is
+// renumbered with the others once the scan ends (relocate).
+func (p *page) renew(i int, g *handle.ErrorGraph) {
+	s := &p.slices[i]
+	if p.spares == nil || s.h.Descriptor().Recycled() {
+		return
+	}
+	s.clearTaint(g)
+	s.h.Descriptor().SignalFree(nil)
+	s.h.Release()
+	s.h = p.spares.New(p.loc(i), &p.changed)
 }
 
 // isEmpty reports whether every slice is free.

@@ -78,7 +78,7 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg := newPage(r, align, 7, 3, 0, nil)
+	pg := newPage(r, align, 7, 3, 0, nil, nil)
 	g := handle.NewErrorGraph()
 	live := map[string]*handle.Handle{}
 	num := func(s string) uint64 {
@@ -198,7 +198,7 @@ func TestPagePaddingHonoursAnAlignmentThatIsNotAPowerOfTwo(t *testing.T) {
 func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0, 0, nil)
+	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	a := pg.tryReserve(nil, 2*MiB)
 	b := pg.tryReserve(nil, 2*MiB)
 	a.Release()
@@ -216,7 +216,7 @@ func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 0, 0, nil)
+	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	g := handle.NewErrorGraph()
 	a := pg.tryReserve(nil, 1*MiB)
 	b := pg.tryReserve(nil, 1*MiB)
@@ -253,7 +253,7 @@ func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
 	st := storage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
-	pg := newPage(r, 32, 2, 5, 0, nil)
+	pg := newPage(r, 32, 2, 5, 0, nil, nil)
 	hs := make([]*handle.Handle, 4)
 	for i := range hs {
 		hs[i] = pg.tryReserve(nil, 1*MiB)
@@ -299,7 +299,7 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			st := storage.NewSim(32, nil)
 			r, _ := st.Alloc(1024)
-			pg := newPage(r, 32, 2, 0, 0, nil)
+			pg := newPage(r, 32, 2, 0, 0, nil, nil)
 			pg.tryReserve(nil, 100)
 			pg.tryReserve(nil, 100)
 			pg.tryReserve(nil, 40)
@@ -319,4 +319,134 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
 	h, _ := p.tryReserveFrom(st, 0, size)
 	return h
+}
+
+// coalesceFor gives first fit the layout coalesce would: when the run that
+// holds the reservation starts with a slice of exactly its size, that slice
+// is kept apart and only the rest of the run merges, so carving it moves no
+// slice; otherwise the run merges as usual. Each case builds two identical
+// pages (buffers bound as Stream.Alloc binds them, then freed), reserves on
+// one after coalesce and on the other after coalesceFor, and wants the same
+// drawing; kept says whether the slice after the reserved one must keep
+// its descriptor (nothing merged, split or renumbered there).
+func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
+	cases := []struct {
+		name    string
+		sizes   []uint64 // MiB reserved in order on an 8 MiB page
+		free    []int    // indices of sizes freed
+		reserve uint64   // MiB
+		want    string
+		kept    bool
+	}{
+		{"exact head, lone rest", []uint64{1}, []int{0}, 1, "1 (7)", true},
+		{"exact head, live neighbour", []uint64{1, 2}, []int{0}, 1, "1 2 (5)", false},
+		{"exact head after a live slice, run of three", []uint64{1, 2, 1, 1}, []int{1, 2}, 2, "1 2 (1) 1 (3)", false},
+		{"exact head, merged rest", []uint64{1, 1, 1}, []int{0, 1, 2}, 1, "1 (7)", false},
+		{"head too small", []uint64{1, 1}, []int{0, 1}, 2, "2 (6)", false},
+		{"head too large", []uint64{2}, []int{0}, 1, "1 (7)", false},
+		{"first run too small, second exact", []uint64{1, 1, 2, 1}, []int{0, 2}, 2, "(1) 1 2 1 (3)", false},
+	}
+	build := func(t *testing.T) (*page, *handle.ErrorGraph) {
+		st := storage.NewHost(32, nil)
+		r, err := st.Alloc(8 * MiB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPage(r, 32, 2, 0, 0, nil, &handle.Recycler{}), handle.NewErrorGraph()
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			// way 0: coalesce, then a reservation's clone; 1: coalesceFor
+			// with renew, then a clone; 2: coalesceFor, then tryReserveFor
+			// binding a new buffer at once.
+			var got [3]string
+			for way := range got {
+				claim := way > 0
+				pg, g := build(t)
+				var bufs []*handle.Handle
+				for _, mib := range c.sizes {
+					reserved := pg.tryReserve(nil, mib*MiB)
+					buf := handle.New(handle.Uninit)
+					pg.slices[reserved.Location().Slice()].Rebind(buf, 0, g)
+					reserved.Release()
+					bufs = append(bufs, buf)
+				}
+				for _, i := range c.free {
+					bufs[i].Release()
+				}
+				last := pg.slices[len(pg.slices)-1].h.ID()
+				if claim {
+					pg.coalesceFor(g, c.reserve*MiB, way == 1)
+				} else {
+					pg.coalesce(g)
+				}
+				var h *handle.Handle
+				if way == 2 {
+					h = handle.New(handle.Uninit)
+					if ok, err := pg.tryReserveFor(nil, c.reserve*MiB, h, 7, g); !ok || err != nil {
+						t.Fatalf("tryReserveFor of %d MiB refused on %q: %v", c.reserve, drawPage(pg, MiB), err)
+					}
+					if s := expectOwnSlice(t, pg, h); s.Cursor != 7 || s.Handle() == h {
+						t.Fatalf("bound slice: cursor %d, want 7, holding a clone of the buffer's handle", s.Cursor)
+					}
+				} else if h = pg.tryReserve(nil, c.reserve*MiB); h == nil {
+					t.Fatalf("way %d: reservation of %d MiB refused on %q", way, c.reserve, drawPage(pg, MiB))
+				}
+				if i := int(h.Location().Slice()) + 1; claim && c.kept && (i >= len(pg.slices) || pg.slices[i].h.ID() != last) {
+					t.Fatalf("way %d: the free slice after the kept head was merged or split: %q", way, drawPage(pg, MiB))
+				}
+				if way == 1 && !h.Descriptor().Recycled() {
+					t.Fatal("the reserved slice carries a freed buffer's descriptor, not one of the page's own")
+				}
+				pg.check()
+				got[way] = drawPage(pg, MiB)
+				h.Release()
+			}
+			if got[0] != c.want || got[1] != c.want || got[2] != c.want {
+				t.Fatalf("merge then carve drew %q, coalesceFor then carve %q, then a bound carve %q; want %q", got[0], got[1], got[2], c.want)
+			}
+		})
+	}
+}
+
+// A rescan starts at the run holding the lowest slice a release named
+// (Signal.Lowest), not at slice 0, and still merges that run whole: a free
+// slice just before the freed one joins it; free room before the run still
+// wins first fit; hints stay exact (check).
+func TestCoalesceRescansFromTheLowestFreedSlice(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	r, err := st.Alloc(8 * MiB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg := newPage(r, 32, 2, 0, 0, nil, &handle.Recycler{})
+	g := handle.NewErrorGraph()
+	var hs []*handle.Handle
+	for range 6 {
+		hs = append(hs, pg.tryReserve(nil, 1*MiB))
+	}
+	hs[1].Release()
+	hs[4].Release()
+	pg.coalesce(g)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 1 (1) 1 (2)" {
+		t.Fatalf("page %q", got)
+	}
+	hs[3].Release() // slice 3, between live 2 and free 4
+	if low := pg.changed.Lowest(); low != 3 {
+		t.Fatalf("lowest freed index %d, want 3", low)
+	}
+	pg.coalesce(g)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 (2) 1 (2)" {
+		t.Fatalf("after freeing slice 3: %q, want its run merged with slice 4", got)
+	}
+	pg.check()
+	hs[5].Release() // slice 4 now, merging with the tail
+	pg.coalesceFor(g, 2*MiB, true)
+	if got := drawPage(pg, MiB); got != "1 (1) 1 (5)" {
+		t.Fatalf("after freeing the last live slice but one: %q", got)
+	}
+	if h := pg.tryReserve(nil, 1*MiB); h.Location().Slice() != 1 {
+		t.Fatalf("1 MiB went to slice %d, want the hole at slice 1 (first fit)", h.Location().Slice())
+	}
+	pg.check()
 }

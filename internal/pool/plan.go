@@ -22,7 +22,18 @@ type planPage struct {
 type targetSearch struct {
 	cur   *Sliced
 	hints []pageHint // one per current page, by page index
-	open  int        // pages [0, open) are guarded or hold no free slice
+	// Pages [0, open) are guarded or hold no free slice of openBelow bytes
+	// or more, so a search for at least that many starts at open. A page
+	// left with a remnant smaller than the moves' size (the growth page, a
+	// page the targets did not tile exactly) thus stops no search: without
+	// the bound every later move would walk every full page from it.
+	open      int
+	openBelow uint64
+	// left counts the moves not yet given a target: a page whose slice
+	// list is full grows it once for as many as its free slice holds, not
+	// by doubling, 512 targets on a 2 MiB page would copy the list nine
+	// times.
+	left int
 }
 
 // pageHint is what a plan knows about one current page.
@@ -33,7 +44,7 @@ type pageHint struct {
 }
 
 func newTargetSearch(cur *Sliced) *targetSearch {
-	s := &targetSearch{cur: cur, hints: make([]pageHint, len(cur.pages))}
+	s := &targetSearch{cur: cur, hints: make([]pageHint, len(cur.pages)), openBelow: 1}
 	for i, pg := range cur.pages {
 		if !pg.guarded() {
 			s.hints[i] = pageHint{dirty: true, maxFree: ^uint64(0)}
@@ -107,6 +118,7 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 	for _, c := range candidates {
 		total += len(c.allocs)
 	}
+	search.left = total
 	moves := make([]relocation.Move, 0, total)
 	for _, c := range candidates {
 		mark := len(moves)
@@ -118,6 +130,7 @@ func (a *Arena) Plan(room relocation.TargetRoom, st storage.Storage, g *handle.E
 				break
 			}
 			target := search.reserve(src.Region.Size, room, st, g)
+			search.left--
 			if target == nil {
 				ok = false
 				break
@@ -164,8 +177,9 @@ func analyse(pg *page) (planPage, bool) {
 	if len(c.allocs) == 0 {
 		return planPage{}, false
 	}
+	clones := make([]handle.Handle, len(c.allocs)) // one allocation per page, not per move
 	for i, h := range c.allocs {
-		c.allocs[i] = h.Clone()
+		c.allocs[i] = h.CloneInto(&clones[i])
 	}
 	return c, true
 }
@@ -175,7 +189,11 @@ func analyse(pg *page) (planPage, bool) {
 func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
 	cur := s.cur
 	need := storage.SatAdd(size, storage.Padding(size, cur.align))
-	for i := s.open; i < len(cur.pages); i++ {
+	start := 0
+	if need >= s.openBelow {
+		start = s.open
+	}
+	for i := start; i < len(cur.pages); i++ {
 		pg, hint := cur.pages[i], &s.hints[i]
 		if hint.dirty {
 			pg.coalesce(g)
@@ -190,7 +208,12 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 					// room, as TryReserve would find.
 					continue
 				}
-				h := pg.carve(at, size, storage.Padding(size, cur.align))
+				if len(pg.slices) == cap(pg.slices) {
+					room := pg.slices[at].EffectiveSize() / max(need, 1)
+					pg.slices = slices.Grow(pg.slices, int(min(room, uint64(max(s.left, 1)))))
+				}
+				pg.carve(at, size, storage.Padding(size, cur.align))
+				h := pg.slices[at].h.Clone()
 				if first == at {
 					first = at + 1 // the carved slice is live now
 				}
@@ -200,8 +223,9 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 			}
 			hint.first, hint.maxFree = first, largest
 		}
-		if i == s.open && hint.maxFree == 0 {
+		if i == s.open && hint.maxFree < need {
 			s.open++
+			s.openBelow = max(s.openBelow, hint.maxFree+1)
 		}
 	}
 	if room != relocation.MayAllocate {
@@ -261,10 +285,9 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		to.h.Descriptor().SetLocation(dst)
 		to.h.Descriptor().SignalFree(sigTo)
 		from.taint = nil
-		from.h = handle.New(src)
-		from.h.Descriptor().SignalFree(sigFrom)
+		from.h = a.Current().spares.New(src, sigFrom)
 		from.Cursor = 0
-		sigFrom.Raise() // the source slice is free now
+		sigFrom.RaiseAt(src.Slice()) // the source slice is free now
 	}
 	return a.Drain(st, g)
 }

@@ -402,3 +402,25 @@ func TestAbandonedPlanLeavesEveryAllocationInPlace(t *testing.T) {
 		t.Fatalf("after the abandoned plan and a cleanup: %+v, want %+v", got.Shape, before.Shape)
 	}
 }
+
+// The search skips a current page only for moves its free room cannot hold:
+// once 2 MiB moves passed over a page with a 1 MiB hole, a later 1 MiB move
+// still finds that hole first, as TryReserve would.
+func TestPlanSkipsAPageOnlyForMovesLargerThanItsRoom(t *testing.T) {
+	st := storage.NewSim(32, nil)
+	g := handle.NewErrorGraph()
+	a, live := outdatedPages(t, st, g, []uint64{2}, []uint64{2, 1})
+	growTo10(t, a, st, g, []uint64{1, 9}, []bool{true, false}) // (1) 9
+	plan := a.Plan(relocation.MayAllocate, st, g)
+	defer plan.Abandon()
+	if got, want := moveIDs(plan), ids(live[0][0], live[1][0], live[1][1]); !slices.Equal(got, want) {
+		t.Fatalf("plan moves %v, want %v", got, want)
+	}
+	var pages []uint32
+	for _, m := range plan.Moves() {
+		pages = append(pages, m.Target().Location().Page())
+	}
+	if want := []uint32{1, 1, 0}; !slices.Equal(pages, want) {
+		t.Fatalf("targets on current pages %v, want %v (the 1 MiB move takes page 0's hole)", pages, want)
+	}
+}

@@ -20,7 +20,9 @@ type Sliced struct {
 	// changed is raised when a slice of any page may have become free (the
 	// pages' signals forward to it), so ReleaseEmpty skips a pool on which
 	// nothing was freed since it last looked.
-	changed   handle.Signal
+	changed handle.Signal
+	// spares recycles the descriptors of free slices on every page (H6).
+	spares    handle.Recycler
 	pagesPeak uint64
 	largest   uint64
 	busy      []bool // scratch for unmapFree
@@ -63,17 +65,47 @@ func (p *Sliced) Accept(size uint64) bool {
 // storage refuses to map is passed over (a later page may fit on granules
 // already mapped), so a refusal everywhere returns nil with nothing changed.
 func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
+	need := storage.SatAdd(size, storage.Padding(size, p.align)) // every page has the pool's alignment
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
 		}
-		pg.coalesce(g)
-		if h, err := pg.tryReserveFrom(st, 0, size); h != nil && err == nil {
+		pg.coalesceFor(g, need, true)
+		h, err := pg.tryReserveFrom(st, 0, size)
+		if h != nil && err == nil {
 			p.served(size)
 			return h
 		}
+		if err != nil {
+			// The run coalesceFor kept apart for this reservation stays
+			// split: the next visit merges it (PL4's bound counts slices).
+			pg.changed.Raise()
+		}
 	}
 	return nil
+}
+
+// TryReserveFor is TryReserve for a buffer known at reservation time: the
+// slice first fit finds takes assigned's allocation at once (Slice.Rebind,
+// with cursor), which saves the reservation's clone and Bind's lookup. It
+// reports whether it found one; false: nothing changed.
+func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
+	need := storage.SatAdd(size, storage.Padding(size, p.align))
+	for _, pg := range p.pages {
+		if pg.guarded() {
+			continue
+		}
+		pg.coalesceFor(g, need, false)
+		ok, err := pg.tryReserveFor(st, size, assigned, cursor, g)
+		if ok {
+			p.served(size)
+			return true
+		}
+		if err != nil {
+			pg.changed.Raise() // as TryReserve: the next visit merges the kept run
+		}
+	}
+	return false
 }
 
 func (p *Sliced) served(size uint64) {
@@ -129,7 +161,7 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(r, p.align, p.index, n, granule, &p.changed)
+	pg := newPage(r, p.align, p.index, n, granule, &p.changed, &p.spares)
 	p.pages = append(p.pages, pg)
 	return pg, nil
 }
