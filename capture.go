@@ -198,7 +198,7 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
 	}
 	s.cap = &captureState{s: s, prepared: make(map[*handle.Descriptor]bool), slots: &launchSlots{}}
-	if err := relocation.RelocateDevice(streamsOf{d, s, nil}, relocation.Capture); err != nil {
+	if err := relocation.RelocateDevice(streamsOf{d: d, s: s}, relocation.Capture); err != nil {
 		// The relocation could not wait (an op called, or the device closed
 		// meanwhile): the window closes again.
 		_ = s.capture.Abort(tok.owner)

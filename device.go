@@ -171,7 +171,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	counted.rec = rec
 	counted.issuer, _ = q.(stream.Issuer)
 	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
-	s.self = streamsOf{d, s, nil}
+	s.self = streamsOf{d: d, s: s}
 	if w, ok := q.(stream.StorageWatcher); ok {
 		if o, ok := st.(storage.Observable); ok {
 			o.SetObserver(w.ObserveStorage)
@@ -224,7 +224,7 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 	if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
 		return err
 	}
-	if err := d.reclaimLocked(ctx, of); err != nil {
+	if err := d.reclaimLocked(ctx, of, true, relocation.Explicit); err != nil {
 		return err
 	}
 	d.counters.explicitCleanups++
@@ -236,10 +236,11 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 // lock released when the sequence would wait (settle.go; the caller's
 // context bounds it, and a capture that began meanwhile refuses it), drain
 // every stream's deferred cross-stream uses, then for each stream of of, in
-// order, relocate what its outdated pages hold and give back its empty
-// pages (relocation.Reclaim), and forward its held releases: explicit means
-// now.
-func (d *Device) reclaimLocked(ctx context.Context, of []*Stream) error {
+// order, relocate what its outdated pages hold for reason (only when
+// relocate: the make-room path's first stage cleans up alone) and give back
+// its empty pages (relocation.ReclaimFor), and forward its held releases:
+// explicit means now.
+func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, relocate bool, reason relocation.Reason) error {
 	if invariantsOn {
 		d.assertLocked("reclaimLocked")
 	}
@@ -255,7 +256,7 @@ func (d *Device) reclaimLocked(ctx context.Context, of []*Stream) error {
 		s.drainDeferredLocked()
 	}
 	for _, s := range of {
-		if err := relocation.Reclaim(streamsOf{d, s, ctx}); err != nil {
+		if err := relocation.ReclaimFor(streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !relocate}, reason); err != nil {
 			return err
 		}
 	}

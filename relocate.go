@@ -20,6 +20,10 @@ type streamsOf struct {
 	d   *Device
 	s   *Stream
 	ctx context.Context
+	// cleanOnly makes the streams report nothing outdated, so a Reclaim
+	// through them cleans up without relocating: the make-room path's
+	// first stage.
+	cleanOnly bool
 }
 
 var _ relocation.Streams = streamsOf{}
@@ -28,7 +32,9 @@ var _ relocation.Streams = streamsOf{}
 func (x streamsOf) Recording() bool { return x.d.recordingLocked() != nil }
 
 // HasOutdated: the relocating stream's memory has outdated pages.
-func (x streamsOf) HasOutdated() bool { return !x.d.noRelocate && x.s.mem.HasOutdated() }
+func (x streamsOf) HasOutdated() bool {
+	return !x.d.noRelocate && !x.cleanOnly && x.s.mem.HasOutdated()
+}
 
 // RelocationNeed: the relocating stream's memory's need.
 func (x streamsOf) RelocationNeed() relocation.Need {
@@ -36,15 +42,6 @@ func (x streamsOf) RelocationNeed() relocation.Need {
 		return relocation.Need{}
 	}
 	return x.s.mem.RelocationNeed()
-}
-
-// BytesAllocated: Σ of every stream's storage.
-func (x streamsOf) BytesAllocated() uint64 {
-	var n uint64
-	for _, s := range x.d.streams {
-		n = storage.SatAdd(n, s.mem.BytesAllocated())
-	}
-	return n
 }
 
 // Finish waits, with the device lock released, until every stream's work
@@ -70,7 +67,7 @@ func (x streamsOf) RelocateMemory(r relocation.Reason) {
 
 // DeviceHasOutdated: any stream's memory has outdated pages.
 func (x streamsOf) DeviceHasOutdated() bool {
-	if x.d.noRelocate {
+	if x.d.noRelocate || x.cleanOnly {
 		return false
 	}
 	for _, s := range x.d.streams {
@@ -145,46 +142,64 @@ func (c *deviceCopies) WaitCopies() error {
 }
 
 // reserveWithRetry runs one reservation of size bytes under u (reserve);
-// a failure a reclaim may cure (and only under Allow) makes room and
-// retries once, with the page update makeRoom returns, and only the second
-// failure is reported. When makeRoom cannot (the caller's context ended, or
-// it is an op, which cannot wait), its error is returned with nothing
-// retried, wrapping the first failure unless it is the context's. reserve
-// is a function, not an interface, so that a caller's closure over its
-// locals stays on its stack; the retry logic is tested against a scripted
-// one.
-func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(error) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+// a failure a reclaim may cure (and only under Allow) makes room in two
+// stages, retrying after each with the page update makeRoom returns:
+// first a cleanup without relocation, then, if the reservation still
+// fails, a reclaim that relocates (design §8.1). Up to the second stage a
+// relocating device does exactly what one without relocation does, so
+// relocation can only let a trace run on less memory, never on more: a
+// relocation changes where later allocations land. Only the last failure
+// is reported. When makeRoom cannot (the caller's context ended, or it is
+// an op, which cannot wait), its error is returned with nothing retried,
+// wrapping the first failure unless it is the context's. reserve is a
+// function, not an interface, so that a caller's closure over its locals
+// stays on its stack; the retry logic is tested against a scripted one.
+func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, relocate bool) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
 	h, err = reserve(u)
 	if err == nil {
 		return h, false, nil
 	}
-	if u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
-		return nil, false, err
-	}
-	warn(fmt.Sprintf("gpumem: allocation of %d bytes failed, retrying after reclaim: %v", size, err))
-	retry, roomErr := makeRoom(err)
-	if roomErr != nil {
-		if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
-			return nil, false, roomErr
+	first := err
+	for _, relocate := range [...]bool{false, true} {
+		if u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
+			if retried {
+				return nil, true, err
+			}
+			return nil, false, err
 		}
-		return nil, false, fmt.Errorf("%w (no reclaim: %w)", err, roomErr)
+		if !retried {
+			warn(fmt.Sprintf("gpumem: allocation of %d bytes failed, retrying after reclaim: %v", size, err))
+		}
+		var roomErr error
+		u, roomErr = makeRoom(err, relocate)
+		if roomErr != nil {
+			if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
+				return nil, retried, roomErr
+			}
+			return nil, retried, fmt.Errorf("%w (no reclaim: %w)", first, roomErr)
+		}
+		retried = true
+		if h, err = reserve(u); err == nil {
+			return h, true, nil
+		}
 	}
-	h, err = reserve(retry)
-	return h, true, err
+	return nil, true, err
 }
 
-// makeRoomLocked frees what a failed reservation of s may need: page sizes
-// exhausted → a relocation that may allocate; otherwise the explicit cleanup
-// of every stream, s first (cached pages of other streams count against the
-// same device). It waits for the streams with the lock released first
-// (settle.go) and returns the page update the retry may make, as the state
-// is after that wait.
-func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memory.PageUpdate, error) {
+// makeRoomLocked frees what a failed reservation of s may need, in the
+// stage reserveWithRetry asks for. Without relocate: the cleanup of every
+// stream, s first (cached pages of other streams count against the same
+// device), moving nothing. With relocate: page sizes exhausted → a
+// relocation that may allocate (ArenaFull); otherwise the same cleanup
+// relocating for MemoryPressure. It waits for the streams with the lock
+// released first (settle.go) and returns the page update the retry may
+// make, as the state is after that wait.
+func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, relocate bool) (memory.PageUpdate, error) {
 	if invariantsOn {
 		d.assertLocked("makeRoomLocked")
 	}
-	if errors.Is(err, pool.ErrPageSizesExhausted) {
-		if rerr := relocation.Relocate(streamsOf{d, s, ctx}, relocation.ArenaFull); rerr != nil {
+	if relocate && errors.Is(err, pool.ErrPageSizesExhausted) {
+		if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
 			return 0, rerr
 		}
 		return d.retryUpdateLocked(s)
@@ -198,7 +213,7 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error) (memo
 			order = append(order, t)
 		}
 	}
-	if rerr := d.reclaimLocked(ctx, order); rerr != nil {
+	if rerr := d.reclaimLocked(ctx, order, relocate, relocation.MemoryPressure); rerr != nil {
 		if !errors.Is(rerr, relocation.ErrRecording) {
 			return 0, rerr // the context ended, or an op cannot wait
 		}

@@ -142,7 +142,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 			// The relocation may wait for the streams, with the lock released
 			// (settle.go): the context bounds that wait, and an op, which
 			// cannot wait, allocates without relocating.
-			if err := relocation.RelocateWhenWanted(streamsOf{d, s, ctx}); err != nil && !errors.Is(err, ErrCalledFromOp) {
+			if err := relocation.RelocateWhenWanted(streamsOf{d: d, s: s, ctx: ctx}); err != nil && !errors.Is(err, ErrCalledFromOp) {
 				return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
 			}
 			if d.closed {
@@ -160,7 +160,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
 	}
 	reserved, retried, err := reserveWithRetry(reserve, size, u,
-		func(err error) (memory.PageUpdate, error) { return d.makeRoomLocked(ctx, s, err) },
+		func(err error, relocate bool) (memory.PageUpdate, error) { return d.makeRoomLocked(ctx, s, err, relocate) },
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {
 		d.counters.reserveRetries++

@@ -97,7 +97,6 @@ func NewAdaptive(p Properties, g *handle.ErrorGraph, log *slog.Logger, lim pool.
 		tiny:    pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
 		small:   pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
 		arena:   pool.NewArena(sizing, lim, log),
-		trigger: relocation.NewTrigger(p.MaxMemory),
 		g:       g,
 		log:     log,
 	}

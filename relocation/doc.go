@@ -36,9 +36,12 @@
 //
 // When to relocate is decided from plain data: a [Reason] says what asked and
 // which [TargetRoom] it allows; a [Trigger] turns an [ArenaState] into a
-// [Need], and [Need.Reason] judges it against the device's byte count. The
-// [Streams] interface is the runtime's side (nine required steps), and the
-// six provided functions ([RefuseWhileRecording], [Reclaim], [Wanted],
+// [Need], and [Need.Reason] names the relocation it asks for. Memory
+// pressure is never anticipated: a relocation changes where later
+// allocations land, so it runs only once a reservation has failed and a
+// cleanup alone did not cure it (trigger.go). The [Streams] interface is the
+// runtime's side (eight required steps), and the seven provided functions
+// ([RefuseWhileRecording], [Reclaim], [ReclaimFor], [Wanted],
 // [RelocateWhenWanted], [Relocate], [RelocateDevice]) hold the one order in
 // which those steps run.
 //
@@ -48,7 +51,7 @@
 // [TargetRoom], [CopyQueue] and its host implementation [HostCopies],
 // [Reason], [Need], [Trigger], [ArenaState], [ArenaShape], [Outcome],
 // [Stats], [ErrRecording], [ErrSizeMismatch], the [Streams] interface and the
-// six provided steps.
+// seven provided steps.
 //
 // # Invariants
 //

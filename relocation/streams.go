@@ -1,4 +1,4 @@
-// The Streams interface and the five provided steps (design §9.1, §9.2). The
+// The Streams interface and the seven provided steps (design §9.1, §9.2). The
 // protocol they start is described in doc.go.
 //
 // A relocation moves memory any stream may still read or write, so every
@@ -33,11 +33,8 @@ type Streams interface {
 	// move and waits on nothing.
 	HasOutdated() bool
 	// RelocationNeed reports whether the relocating stream's memory wants a
-	// relocation, before the bytes the device holds are known.
+	// relocation.
 	RelocationNeed() Need
-	// BytesAllocated returns the bytes every stream's memory holds from the
-	// device.
-	BytesAllocated() uint64
 	// Finish gets every stream's queued and submitted work done, or leaves
 	// it to the CopyQueue to wait for before its first copy. It may release
 	// the runtime's lock while it waits. An error (the caller's context
@@ -80,11 +77,17 @@ func RefuseWhileRecording(s Streams) error {
 //
 // Order: RefuseWhileRecording (Recording; error → return it); Relocate(s,
 // Explicit) (error → return it); CleanupMemory.
-func Reclaim(s Streams) error {
+func Reclaim(s Streams) error { return ReclaimFor(s, Explicit) }
+
+// ReclaimFor is Reclaim relocating for r: MemoryPressure when a
+// reservation failed and a cleanup alone did not make room.
+//
+// Order: as Reclaim, with RelocateMemory(r).
+func ReclaimFor(s Streams, r Reason) error {
 	if err := RefuseWhileRecording(s); err != nil {
 		return err
 	}
-	if err := Relocate(s, Explicit); err != nil {
+	if err := Relocate(s, r); err != nil {
 		return err
 	}
 	s.CleanupMemory()
@@ -92,12 +95,12 @@ func Reclaim(s Streams) error {
 }
 
 // Wanted reports whether the relocating stream's memory asks for a
-// relocation now, and for which reason: while the device still has a page to
-// spare (MemoryPressure), or before the arena runs out of page sizes
-// (ArenaFull). It never waits.
+// relocation now, and for which reason: before the arena runs out of page
+// sizes (ArenaFull). Memory pressure is never anticipated (see trigger.go):
+// the device answers it when a reservation fails. It never waits.
 //
 // Order: RelocationNeed (NeedNothing → false); Recording (true → false);
-// Need.Reason, which calls BytesAllocated only for NeedUnderPressure.
+// Need.Reason.
 func Wanted(s Streams) (Reason, bool) {
 	need := s.RelocationNeed()
 	if need.Kind == NeedNothing {
@@ -106,7 +109,7 @@ func Wanted(s Streams) (Reason, bool) {
 	if s.Recording() {
 		return Explicit, false
 	}
-	return need.Reason(s.BytesAllocated)
+	return need.Reason()
 }
 
 // RelocateWhenWanted relocates when the relocating stream's memory asks for

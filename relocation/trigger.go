@@ -2,27 +2,20 @@
 // trigger that stalls a relocation which moved nothing. The protocol a reason
 // starts is described in doc.go.
 //
-// The decision is split in two because the inputs live in two places. A
-// stream's arena knows whether anything is outdated and how big the next page
-// is, but not what the other streams hold; the device knows the total only by
-// asking every stream. So the arena's Trigger produces a Need (plain data,
-// cheap), and only a Need that could lead to a relocation asks the device for
-// its byte count (Need.Reason), once.
-//
-// Pressure is High when allocated + page > capacity − page, that is when the
-// device holds more than capacity − 2·page: the last moment a relocation can
-// still free what the device needs, since once the device refuses a page
-// there is nowhere left to copy to. Both sides saturate, so a page larger
-// than the capacity gives a threshold of 0 (always High), never a wrapped,
-// huge one.
+// Relocation never runs ahead of need. A relocation changes where later
+// allocations land, and placement is path-dependent: moving allocations into
+// the room current pages hold uses up room later allocations would have
+// had, so a relocation made "in time", while the device still had room,
+// could make a later allocation fail that the same trace without it placed
+// (issue 13 measured it on 35 of 50 generated traces). So memory pressure
+// is answered only when a reservation has failed, and only after a cleanup
+// without relocation did not cure it (the device's make-room path, design
+// §8.1): up to that moment a relocating device does exactly what one
+// without relocation does, and it can only need less.
 
 package relocation
 
-import (
-	"fmt"
-
-	"github.com/gpumem/gpumem/storage"
-)
+import "fmt"
 
 // Reason says what asked for a relocation, and so which TargetRoom its plan
 // may use (design §8.1).
@@ -32,12 +25,14 @@ const (
 	// Explicit: an explicit cleanup, which exists to give memory back; raised
 	// by Reclaim. Room Held.
 	Explicit Reason = iota
-	// MemoryPressure: the next page would leave the device too little room;
-	// raised by RelocateWhenWanted. Room Held.
+	// MemoryPressure: a reservation failed for want of device memory and a
+	// cleanup without relocation did not make room; raised by the device's
+	// make-room path through ReclaimFor. Room Held.
 	MemoryPressure
 	// ArenaFull: all 64 page sizes are taken, so the next growth has nowhere
 	// to go; raised by RelocateWhenWanted, and by the make-room path after
-	// pool.ErrPageSizesExhausted. Room MayAllocate.
+	// pool.ErrPageSizesExhausted (after a cleanup without relocation did
+	// not free a slot). Room MayAllocate.
 	ArenaFull
 	// Capture: a capture starts, and every page it touches will be guarded
 	// for the graph's life; raised by capture prepare through RelocateDevice.
@@ -77,19 +72,15 @@ func (r Reason) Room() TargetRoom {
 	panic(fmt.Sprintf("relocation: Room of unknown %v", r))
 }
 
-// NeedKind is what an arena wants before the device's byte count is known.
+// NeedKind is what an arena wants.
 type NeedKind uint8
 
 const (
-	// NeedNothing: no relocation (nothing outdated, stalled, or a device
-	// whose capacity is unknown).
+	// NeedNothing: no relocation (nothing outdated, or stalled).
 	NeedNothing NeedKind = iota
 	// NeedArenaFull: every page size is taken; relocate whatever the device
 	// holds.
 	NeedArenaFull
-	// NeedUnderPressure: relocate if the device's bytes leave too little
-	// room for one more page (Need.Reason decides).
-	NeedUnderPressure
 )
 
 func (k NeedKind) String() string {
@@ -98,40 +89,24 @@ func (k NeedKind) String() string {
 		return "NeedNothing"
 	case NeedArenaFull:
 		return "NeedArenaFull"
-	case NeedUnderPressure:
-		return "NeedUnderPressure"
 	}
 	return fmt.Sprintf("NeedKind(%d)", uint8(k))
 }
 
-// Need is computed from one stream's arena before the device-wide byte count
-// is known. Capacity (the device's, 0 = unknown) and PageSize (the next
-// current page) matter only to NeedUnderPressure.
+// Need is what one stream's arena wants, computed from its ArenaState.
 type Need struct {
-	Kind     NeedKind
-	Capacity uint64
-	PageSize uint64
+	Kind NeedKind
 }
 
-// Reason judges n against the device: NeedNothing gives none; NeedArenaFull
-// gives ArenaFull whatever the device holds; NeedUnderPressure gives
-// MemoryPressure iff satAdd(allocated(), PageSize) > satSub(Capacity,
-// PageSize), else none (design §8.2).
-//
-// allocated is the sum of BytesAllocated over every stream of the device,
-// which costs a walk over the streams: Reason calls it at most once, and only
-// for NeedUnderPressure. An unknown kind is an internal bug and panics.
-func (n Need) Reason(allocated func() uint64) (Reason, bool) {
+// Reason is the relocation n asks for: NeedNothing gives none,
+// NeedArenaFull gives ArenaFull (design §8.2). An unknown kind is an
+// internal bug and panics.
+func (n Need) Reason() (Reason, bool) {
 	switch n.Kind {
 	case NeedNothing:
 		return Explicit, false
 	case NeedArenaFull:
 		return ArenaFull, true
-	case NeedUnderPressure:
-		if storage.SatAdd(allocated(), n.PageSize) > storage.SatSub(n.Capacity, n.PageSize) {
-			return MemoryPressure, true
-		}
-		return Explicit, false
 	}
 	panic(fmt.Sprintf("relocation: Reason of unknown %v", n.Kind))
 }
@@ -151,7 +126,6 @@ type ArenaShape struct {
 
 // ArenaState is what an arena reports to its Trigger.
 type ArenaState struct {
-	PageSize    uint64     // size of the next current page
 	HasOutdated bool       // an outdated pool exists
 	Full        bool       // all 64 slots hold a pool
 	Shape       ArenaShape // see ArenaShape
@@ -159,25 +133,15 @@ type ArenaState struct {
 
 // Trigger decides from an ArenaState whether an arena wants a relocation, and
 // remembers a relocation that moved nothing (the stall) so it is not planned
-// again until the arena's shape changes. The zero value has capacity 0
-// (unknown) and no stall.
+// again until the arena's shape changes. The zero value is ready: no stall.
 type Trigger struct {
-	capacity uint64
-	stalled  bool
-	shape    ArenaShape // the shape at the stall; meaningful while stalled
+	stalled bool
+	shape   ArenaShape // the shape at the stall; meaningful while stalled
 }
-
-// NewTrigger returns a trigger for a device of capacity bytes (0 = unknown:
-// such a device is never judged under pressure).
-func NewTrigger(capacity uint64) Trigger { return Trigger{capacity: capacity} }
-
-// Capacity returns the device capacity the trigger judges against.
-func (t *Trigger) Capacity() uint64 { return t.capacity }
 
 // Need returns what s wants (design §8.3): nothing outdated, or the stalled
 // shape equal to s.Shape (all four counters) → NeedNothing; else s.Full →
-// NeedArenaFull; else a known capacity → NeedUnderPressure{capacity,
-// s.PageSize}; else NeedNothing.
+// NeedArenaFull; else NeedNothing.
 func (t *Trigger) Need(s ArenaState) Need {
 	switch {
 	case !s.HasOutdated:
@@ -186,8 +150,6 @@ func (t *Trigger) Need(s ArenaState) Need {
 		return Need{Kind: NeedNothing}
 	case s.Full:
 		return Need{Kind: NeedArenaFull}
-	case t.capacity > 0:
-		return Need{Kind: NeedUnderPressure, Capacity: t.capacity, PageSize: s.PageSize}
 	}
 	return Need{Kind: NeedNothing}
 }

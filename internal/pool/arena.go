@@ -278,7 +278,6 @@ func (a *Arena) State() relocation.ArenaState {
 		shape.OutdatedGuarded += p.guardedPages()
 	}
 	return relocation.ArenaState{
-		PageSize:    a.PageSize(),
 		HasOutdated: len(a.outdated) > 0,
 		Full:        a.Full(),
 		Shape:       shape,
