@@ -94,11 +94,11 @@ func NewAdaptive(p Properties, g *handle.ErrorGraph, log *slog.Logger, lim pool.
 	sizing := pool.NewPageSizing(p.MaxPageSize, p.Alignment)
 	smallPage := min(storage.RoundUp(SmallPage, p.Alignment), sizing.Max)
 	return &AdaptiveMemory{
-		tiny:    pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
-		small:   pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
-		arena:   pool.NewArena(sizing, lim, log),
-		g:       g,
-		log:     log,
+		tiny:  pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
+		small: pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
+		arena: pool.NewArena(sizing, lim, log),
+		g:     g,
+		log:   log,
 	}
 }
 
