@@ -42,7 +42,8 @@ func WithCapacity(bytes uint64) Option { return optionFunc(func(o *options) { o.
 func WithSim() Option { return optionFunc(func(o *options) { o.sim = true }) }
 
 // WithProperties overrides the backend's memory properties (max page size,
-// alignment, the memory figure the pressure trigger judges against).
+// alignment, the memory figure a periodic cleanup judges granule pressure
+// against).
 func WithProperties(p memory.Properties) Option {
 	return optionFunc(func(o *options) { o.props = &p })
 }

@@ -149,9 +149,11 @@ func (c *deviceCopies) WaitCopies() error {
 // relocating device does exactly what one without relocation does, so
 // relocation can only let a trace run on less memory, never on more: a
 // relocation changes where later allocations land. Only the last failure
-// is reported. When makeRoom cannot (the caller's context ended, or it is
-// an op, which cannot wait), its error is returned with nothing retried,
-// wrapping the first failure unless it is the context's. reserve is a
+// is reported. A second stage with nothing to move (errNothingToRelocate)
+// is skipped: the cleanup's retry failed, and its failure stands. When
+// makeRoom cannot (the caller's context ended, or it is an op, which cannot
+// wait), its error is returned with nothing retried, wrapping the first
+// failure unless it is the context's. reserve is a
 // function, not an interface, so that a caller's closure over its locals
 // stays on its stack; the retry logic is tested against a scripted one.
 func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, relocate bool) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
@@ -173,6 +175,9 @@ func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), s
 		var roomErr error
 		u, roomErr = makeRoom(err, relocate)
 		if roomErr != nil {
+			if errors.Is(roomErr, errNothingToRelocate) {
+				return nil, retried, err
+			}
 			if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
 				return nil, retried, roomErr
 			}
@@ -186,19 +191,31 @@ func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), s
 	return nil, true, err
 }
 
+// errNothingToRelocate is makeRoomLocked's answer to the relocating stage
+// when nothing it would relocate is outdated (or the device never
+// relocates): a second cleanup and retry would repeat the first.
+var errNothingToRelocate = errors.New("gpumem: nothing outdated to relocate")
+
 // makeRoomLocked frees what a failed reservation of s may need, in the
 // stage reserveWithRetry asks for. Without relocate: the cleanup of every
 // stream, s first (cached pages of other streams count against the same
 // device), moving nothing. With relocate: page sizes exhausted → a
-// relocation that may allocate (ArenaFull); otherwise the same cleanup
-// relocating for MemoryPressure. It waits for the streams with the lock
-// released first (settle.go) and returns the page update the retry may
-// make, as the state is after that wait.
+// relocation of s that may allocate (ArenaFull); otherwise the same cleanup
+// relocating every stream for MemoryPressure; errNothingToRelocate when
+// that relocation has nothing outdated to move. It waits for the streams
+// with the lock released first (settle.go) and returns the page update the
+// retry may make, as the state is after that wait.
 func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, relocate bool) (memory.PageUpdate, error) {
 	if invariantsOn {
 		d.assertLocked("makeRoomLocked")
 	}
-	if relocate && errors.Is(err, pool.ErrPageSizesExhausted) {
+	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
+	if relocate {
+		if x := (streamsOf{d: d, s: s}); (exhausted && !x.HasOutdated()) || (!exhausted && !x.DeviceHasOutdated()) {
+			return 0, errNothingToRelocate
+		}
+	}
+	if relocate && exhausted {
 		if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
 			return 0, rerr
 		}

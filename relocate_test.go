@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -111,65 +112,106 @@ func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Ha
 }
 
 // A makeRoom that cannot wait (the caller's context ended, or it is an op)
-// ends the reservation without a retry: the context's error as it is,
-// another error wrapping the first failure.
+// ends the reservation without a further retry: the context's error as it
+// is, another error wrapping the first failure; at either stage.
 func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
 	for _, c := range []struct {
-		room error
-		want []error
+		name      string
+		script    []error // the reservations' answers
+		failAt    bool    // makeRoom fails at the stage that relocates (true) or the first (false)
+		room      error
+		want      []error
+		wantRetry bool
 	}{
-		{context.DeadlineExceeded, []error{context.DeadlineExceeded}},
-		{ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}},
+		{"stage 1, context", []error{oom}, false, context.DeadlineExceeded, []error{context.DeadlineExceeded}, false},
+		{"stage 1, op", []error{oom}, false, ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, false},
+		{"stage 2, context", []error{oom, oom}, true, context.DeadlineExceeded, []error{context.DeadlineExceeded}, true},
+		{"stage 2, op", []error{oom, oom}, true, ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, true},
+		{"stage 2 with nothing to relocate keeps the cleanup retry's failure", []error{oom, oom}, true, errNothingToRelocate, []error{storage.ErrOutOfMemory}, true},
 	} {
-		r := &scriptedReserver{script: []error{oom}}
-		_, retried, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
-			func(error) (memory.PageUpdate, error) { return 0, c.room },
-			func(string) {})
-		if retried || err == nil {
-			t.Fatalf("makeRoom failing with %v: retried=%v err=%v", c.room, retried, err)
-		}
-		for _, w := range c.want {
-			if !errors.Is(err, w) {
-				t.Errorf("makeRoom failing with %v: error %v does not wrap %v", c.room, err, w)
+		t.Run(c.name, func(t *testing.T) {
+			r := &scriptedReserver{script: c.script}
+			_, retried, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
+				func(_ error, relocate bool) (memory.PageUpdate, error) {
+					if relocate == c.failAt {
+						return 0, c.room
+					}
+					return memory.Allow, nil
+				},
+				func(string) {})
+			if retried != c.wantRetry || err == nil {
+				t.Fatalf("retried=%v err=%v, want retried=%v and an error", retried, err, c.wantRetry)
 			}
-		}
+			if len(r.script) != 0 {
+				t.Fatalf("%d scripted answers left unused", len(r.script))
+			}
+			for _, w := range c.want {
+				if !errors.Is(err, w) {
+					t.Errorf("error %v does not wrap %v", err, w)
+				}
+			}
+			if errors.Is(err, errNothingToRelocate) {
+				t.Errorf("error %v leaks the internal errNothingToRelocate", err)
+			}
+		})
 	}
 }
 
-// design §12.7 scenario 53: the retry logic against a scripted memory.
-func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T) {
+// room is one makeRoom call: the failure it answers and its stage.
+type room struct {
+	err      error
+	relocate bool
+}
+
+// design §12.7 scenario 53: the retry logic against a scripted memory. A
+// reclaimable failure makes room without relocating and retries; only if
+// that retry fails reclaimably too does it make room relocating and retry
+// again, so relocation runs only once a cleanup alone did not cure it.
+func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
 	exhausted := fmt.Errorf("arena: %w", pool.ErrPageSizesExhausted)
 	tooBig := fmt.Errorf("arena: %w", pool.ErrBufferTooBig)
 	forbidden := fmt.Errorf("memory: %w", memory.ErrPageUpdateForbidden)
 	poisoned := fmt.Errorf("%w (and %w)", storage.ErrOutOfMemory, storage.ErrDevicePoisoned)
 	secondOOM := fmt.Errorf("second: %w", storage.ErrOutOfMemory)
+	thirdOOM := fmt.Errorf("third: %w", storage.ErrOutOfMemory)
 	cases := []struct {
 		name      string
 		u         memory.PageUpdate
 		script    []error
 		wantErr   error // nil: success
-		wantRetry bool
+		wantRooms []room
 	}{
-		{"success needs no retry", memory.Allow, []error{nil}, nil, false},
-		{"out of memory retries once and succeeds", memory.Allow, []error{oom, nil}, nil, true},
-		{"page sizes exhausted retries once and succeeds", memory.Allow, []error{exhausted, nil}, nil, true},
-		{"buffer too big is not retried", memory.Allow, []error{tooBig}, tooBig, false},
-		{"page update forbidden is not retried", memory.Forbidden, []error{forbidden}, forbidden, false},
-		{"page update forbidden is not retried even under Allow", memory.Allow, []error{forbidden}, forbidden, false},
-		{"out of memory under AddOnly is not retried", memory.AddOnly, []error{oom}, oom, false},
-		{"poisoned device is not retried", memory.Allow, []error{poisoned}, poisoned, false},
-		{"a failed retry returns the retry's error", memory.Allow, []error{oom, secondOOM}, secondOOM, true},
-		{"a retry failing otherwise returns that error", memory.Allow, []error{exhausted, tooBig}, tooBig, true},
+		{"success needs no retry", memory.Allow, []error{nil}, nil, nil},
+		{"out of memory cured by a cleanup never relocates", memory.Allow, []error{oom, nil}, nil,
+			[]room{{oom, false}}},
+		{"page sizes exhausted cured by a cleanup never relocates", memory.Allow, []error{exhausted, nil}, nil,
+			[]room{{exhausted, false}}},
+		{"out of memory a cleanup does not cure relocates, then succeeds", memory.Allow, []error{oom, secondOOM, nil}, nil,
+			[]room{{oom, false}, {secondOOM, true}}},
+		{"the relocating stage answers the cleanup retry's failure", memory.Allow, []error{oom, exhausted, nil}, nil,
+			[]room{{oom, false}, {exhausted, true}}},
+		{"a failed last retry returns its error", memory.Allow, []error{oom, secondOOM, thirdOOM}, thirdOOM,
+			[]room{{oom, false}, {secondOOM, true}}},
+		{"a cleanup retry failing otherwise returns that error without relocating", memory.Allow, []error{exhausted, tooBig}, tooBig,
+			[]room{{exhausted, false}}},
+		{"buffer too big is not retried", memory.Allow, []error{tooBig}, tooBig, nil},
+		{"page update forbidden is not retried", memory.Forbidden, []error{forbidden}, forbidden, nil},
+		{"page update forbidden is not retried even under Allow", memory.Allow, []error{forbidden}, forbidden, nil},
+		{"out of memory under AddOnly is not retried", memory.AddOnly, []error{oom}, oom, nil},
+		{"poisoned device is not retried", memory.Allow, []error{poisoned}, poisoned, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			r := &scriptedReserver{script: c.script}
-			var rooms []error
+			var rooms []room
 			var warns []string
 			h, retried, err := reserveWithRetry(r.at(4096), 4096, c.u,
-				func(err error) (memory.PageUpdate, error) { rooms = append(rooms, err); return memory.Allow, nil },
+				func(err error, relocate bool) (memory.PageUpdate, error) {
+					rooms = append(rooms, room{err, relocate})
+					return memory.Allow, nil
+				},
 				func(msg string) { warns = append(warns, msg) })
 			if err != c.wantErr {
 				t.Fatalf("error = %v, want %v", err, c.wantErr)
@@ -180,23 +222,20 @@ func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T)
 			if h != nil {
 				h.Release()
 			}
-			if retried != c.wantRetry {
-				t.Fatalf("retried = %v, want %v", retried, c.wantRetry)
+			if wantRetry := len(c.wantRooms) > 0; retried != wantRetry {
+				t.Fatalf("retried = %v, want %v", retried, wantRetry)
 			}
 			if len(r.script) != 0 {
 				t.Fatalf("%d scripted answers left unused", len(r.script))
 			}
-			if !c.wantRetry {
-				if len(rooms) != 0 || len(warns) != 0 || len(r.asked) != 1 {
-					t.Fatalf("without a retry: %d makeRoom, %d warns, %d reserves; want 0, 0, 1", len(rooms), len(warns), len(r.asked))
-				}
-				if r.asked[0] != c.u {
-					t.Fatalf("reserved under %v, want %v", r.asked[0], c.u)
+			if !slices.Equal(rooms, c.wantRooms) {
+				t.Fatalf("makeRoom calls = %v, want %v", rooms, c.wantRooms)
+			}
+			if len(c.wantRooms) == 0 {
+				if len(warns) != 0 || len(r.asked) != 1 || r.asked[0] != c.u {
+					t.Fatalf("without a retry: %d warns, reserves under %v; want none and one under %v", len(warns), r.asked, c.u)
 				}
 				return
-			}
-			if len(rooms) != 1 || rooms[0] != c.script[0] {
-				t.Fatalf("makeRoom calls = %v, want one with the first error %v", rooms, c.script[0])
 			}
 			if len(warns) != 1 {
 				t.Fatalf("warns = %q, want exactly one", warns)
@@ -204,8 +243,13 @@ func TestReserveRetriesOnceAfterMakingRoomOnlyForReclaimableErrors(t *testing.T)
 			if want := c.script[0].Error(); !contains(warns[0], "4096") || !contains(warns[0], want) {
 				t.Fatalf("warn %q names neither the size nor the first error %q", warns[0], want)
 			}
-			if len(r.asked) != 2 || r.asked[1] != memory.Allow {
-				t.Fatalf("reserves asked under %v, want [%v %v]", r.asked, c.u, memory.Allow)
+			if len(r.asked) != len(c.wantRooms)+1 {
+				t.Fatalf("%d reserves, want %d", len(r.asked), len(c.wantRooms)+1)
+			}
+			for _, u := range r.asked[1:] {
+				if u != memory.Allow {
+					t.Fatalf("reserves asked under %v, want the retries under %v", r.asked, memory.Allow)
+				}
 			}
 		})
 	}
@@ -222,33 +266,54 @@ func indexOf(s, sub string) int {
 	return -1
 }
 
-// design §9.4 step 4: page sizes exhausted makes room by Relocate(ArenaFull);
-// any other error by an explicit cleanup of every stream.
-func TestMakeRoomRelocatesArenaFullForExhaustedPageSizesAndCleansUpOtherwise(t *testing.T) {
+// design §9.4 step 4: make-room without relocation cleans up every stream
+// and moves nothing; with relocation, page sizes exhausted makes room by
+// Relocate(ArenaFull) on the failing stream, any other error by a cleanup
+// of every stream relocating for MemoryPressure.
+func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	d := openHost(t)
 	a := d.DefaultStream()
 	b, err := d.NewStream()
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each stream: a live buffer on an outdated page and an empty cached page.
+	// Each stream: a live buffer on an outdated page and an 11 MiB current
+	// page; a's is empty and cached, b's holds 10 MiB and so has room held
+	// for b's 1 MiB.
 	var keep []*Buffer
 	for i, s := range []*Stream{a, b} {
 		small := mustAlloc(t, s, 1*mib)
 		mustWrite(t, small, pattern(1*mib, byte(i)))
 		keep = append(keep, small)
-		mustFree(t, mustAlloc(t, s, 10*mib))
+		big := mustAlloc(t, s, 10*mib)
+		if s == a {
+			mustFree(t, big)
+		}
 	}
 	if outdatedPages(d) != 2 {
 		t.Fatalf("outdated pages = %d, want one per stream", outdatedPages(d))
 	}
+	allocatedBefore := d.Stats().BytesAllocated
+
+	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
+		d.mu.Lock()
+		_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), false)
+		d.mu.Unlock()
+		st := d.Stats()
+		if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || outdatedPages(d) != 2 {
+			t.Fatalf("after a cleanup-only make-room for %v: runs %v, %d outdated pages; want no relocation, both outdated pages kept", cause, st.Relocation.Runs, outdatedPages(d))
+		}
+	}
+	if got := d.Stats().BytesAllocated; got >= allocatedBefore {
+		t.Fatalf("BytesAllocated %d → %d: the cleanup released no cached page", allocatedBefore, got)
+	}
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted))
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), true)
 	d.mu.Unlock()
 	st := d.Stats()
-	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
-		t.Fatalf("runs after exhausted = %v, want one ArenaFull, no Explicit", st.Relocation.Runs)
+	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.MemoryPressure] != 0 || st.Relocation.Runs[relocation.Explicit] != 0 {
+		t.Fatalf("runs after exhausted = %v, want one ArenaFull only", st.Relocation.Runs)
 	}
 	if got := streamOutdated(d, 0); got != 0 {
 		t.Fatalf("relocating stream's outdated pages after ArenaFull = %d, want 0", got)
@@ -256,20 +321,28 @@ func TestMakeRoomRelocatesArenaFullForExhaustedPageSizesAndCleansUpOtherwise(t *
 	if got := streamOutdated(d, 1); got != 1 {
 		t.Fatalf("other stream's outdated pages after ArenaFull = %d, want 1 (left alone)", got)
 	}
-	allocatedBefore := st.BytesAllocated
+	allocatedBefore = st.BytesAllocated
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory))
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory), true)
 	d.mu.Unlock()
 	st = d.Stats()
-	if st.Relocation.Runs[relocation.Explicit] != 1 {
-		t.Fatalf("Explicit relocation runs after out of memory = %d, want 1 (the other stream; the first has nothing outdated)", st.Relocation.Runs[relocation.Explicit])
+	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
+		t.Fatalf("runs after out of memory = %v, want one MemoryPressure (the other stream; the first has nothing outdated), no Explicit", st.Relocation.Runs)
 	}
 	if outdatedPages(d) != 0 {
-		t.Fatalf("outdated pages after the explicit cleanup = %d, want 0", outdatedPages(d))
+		t.Fatalf("outdated pages after the relocating cleanup = %d, want 0", outdatedPages(d))
 	}
-	if st.BytesAllocated >= allocatedBefore {
-		t.Fatalf("BytesAllocated %d → %d: the explicit cleanup released nothing", allocatedBefore, st.BytesAllocated)
+	if st.BytesAllocated != allocatedBefore-2*mib {
+		t.Fatalf("BytesAllocated %d → %d, want b's 2 MiB outdated page released", allocatedBefore, st.BytesAllocated)
+	}
+	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
+		d.mu.Lock()
+		_, err := d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), true)
+		d.mu.Unlock()
+		if !errors.Is(err, errNothingToRelocate) {
+			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToRelocate", cause, err)
+		}
 	}
 	for i, k := range keep {
 		wantBytes(t, k, pattern(1*mib, byte(i)))
@@ -341,46 +414,91 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 	wantBytes(t, b, want)
 }
 
-// design §8.4 example 2 with the copy refused: the pressure relocation an
-// allocation triggers is abandoned, and the trigger stalls on the unchanged
-// shape instead of retrying on every allocation.
-func TestRefusedPressureRelocationStallsTheTriggerUntilTheShapeChanges(t *testing.T) {
-	d, faults := faultyDevice(t,
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}),
-		WithCapacity(24*mib))
+// pressureDevice is design §8.4 example 2 on a 23 MiB device: a 1 MiB
+// pattern alone on an outdated 2 MiB page, 10 MiB on the 11 MiB current
+// page (1 MiB free), 13 MiB held. Another 10 MiB needs an 11 MiB page: 24
+// MiB > 23, and no cleanup frees anything; only moving the 1 MiB into the
+// current page's free MiB makes room.
+func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
+	t.Helper()
+	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 23 * mib}),
+		WithCapacity(23*mib))
+	d, faults = faultyDevice(t, opts...)
 	s := d.DefaultStream()
-	small := mustAlloc(t, s, 1*mib)
-	want := pattern(1*mib, 3)
+	small = mustAlloc(t, s, 1*mib)
+	want = pattern(1*mib, 3)
 	mustWrite(t, small, want)
-	big := mustAlloc(t, s, 10*mib) // grows to 11 MiB pages; 13 MiB held: pressure is high
+	_ = mustAlloc(t, s, 10*mib) // grows to 11 MiB pages: small's page is outdated
+	if outdatedPages(d) != 1 || d.Stats().BytesAllocated != 13*mib {
+		t.Fatalf("setup: %d outdated pages, %d bytes held; want 1 and 13 MiB", outdatedPages(d), d.Stats().BytesAllocated)
+	}
+	return d, small, want, faults
+}
+
+// design §8.4 example 2 through the make-room path: a reservation that a
+// cleanup alone cannot cure relocates for MemoryPressure and then succeeds;
+// with the copy refused, the relocation is abandoned, the reservation fails
+// and the pattern stays where it was, intact.
+func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.T) {
+	d, small, want, faults := pressureDevice(t)
+	s := d.DefaultStream()
+	if st := d.Stats().Relocation; st.Runs != ([relocation.NumReasons]uint64{}) {
+		t.Fatalf("relocation runs before any reservation failed: %v, want none", st.Runs)
+	}
 	loc := small.h.Location()
 	(*faults)[0].RefuseCopies(func(int) bool { return true })
-	x := mustAlloc(t, s, 512*kib) // triggers the pressure relocation, which is refused
-	st := d.Stats().Relocation
-	if st.Runs[relocation.MemoryPressure] != 1 || st.Abandoned != 1 {
-		t.Fatalf("relocation stats %+v, want one abandoned MemoryPressure run", st)
+	if _, err := s.Alloc(bg, 10*mib); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("10 MiB with the relocation's copy refused = %v, want ErrOutOfMemory", err)
+	}
+	st := d.Stats()
+	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Abandoned != 1 || st.ReserveRetries != 1 {
+		t.Fatalf("stats %+v, want one abandoned MemoryPressure run after one retried reservation", st)
 	}
 	if got := small.h.Location(); got != loc {
 		t.Fatalf("location %v → %v after an abandoned relocation", loc, got)
 	}
-	y := mustAlloc(t, s, 256*kib) // same arena shape: stalled, no new run
-	if got := d.Stats().Relocation.Runs[relocation.MemoryPressure]; got != 1 {
-		t.Fatalf("MemoryPressure runs = %d after an allocation on the unchanged shape, want 1 (stalled)", got)
-	}
-	if got := (*faults)[0].Refusals(); got != 1 {
-		t.Fatalf("copies refused = %d, want 1", got)
-	}
 	wantBytes(t, small, want)
+
 	(*faults)[0].RefuseCopies(nil)
-	for _, b := range []*Buffer{x, y} {
-		mustFree(t, b)
+	x := mustAlloc(t, s, 10*mib)
+	st = d.Stats()
+	if st.Relocation.Runs[relocation.MemoryPressure] != 2 || st.Relocation.Moves != 1 || outdatedPages(d) != 0 {
+		t.Fatalf("relocation %+v with %d outdated pages, want a second MemoryPressure run moving the pattern off its page", st.Relocation, outdatedPages(d))
 	}
-	mustCleanup(t, d)
-	if outdatedPages(d) != 0 {
-		t.Fatalf("outdated pages after Cleanup with copies allowed = %d, want 0", outdatedPages(d))
+	if st.BytesAllocated != 22*mib {
+		t.Fatalf("%d bytes held, want two 11 MiB pages", st.BytesAllocated)
 	}
 	wantBytes(t, small, want)
-	mustFree(t, big)
+	mustFree(t, x)
+}
+
+// A relocating device whose failed reservation a cleanup alone cures moves
+// nothing: up to that point it does exactly what a device without
+// relocation does (design §8.1), so relocation never changes where later
+// allocations land unless it is what makes room.
+func TestRelocatingDeviceDoesNotRelocateWhileACleanupMakesRoom(t *testing.T) {
+	d := openHost(t, WithCapacity(24*mib),
+		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
+	s := d.DefaultStream()
+	small := mustAlloc(t, s, 1*mib)
+	mustWrite(t, small, pattern(1*mib, 5))
+	mustFree(t, mustAlloc(t, s, 10*mib)) // small's page outdated; an empty cached 11 MiB page
+	loc := small.h.Location()
+	// 12 MiB grows to 13 MiB pages: 2 + 11 + 13 > 24 until the cleanup
+	// releases the cached page.
+	x := mustAlloc(t, s, 12*mib)
+	st := d.Stats()
+	if st.ReserveRetries != 1 {
+		t.Fatalf("reserve retries = %d, want the one that made room", st.ReserveRetries)
+	}
+	if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || st.Relocation.Moves != 0 {
+		t.Fatalf("relocation %+v, want no run: the cleanup alone made room", st.Relocation)
+	}
+	if got := small.h.Location(); got != loc || outdatedPages(d) != 1 {
+		t.Fatalf("small %v → %v with %d outdated pages; want it left on its outdated page", loc, got, outdatedPages(d))
+	}
+	wantBytes(t, small, pattern(1*mib, 5))
+	mustFree(t, x)
 }
 
 // design §7.5: a failed final wait on a device that is not poisoned leaks the

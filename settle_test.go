@@ -248,9 +248,11 @@ func TestCleanupAndAllocHonourTheirContextWhileStreamsAreBusy(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel2()
 	var allocErr error
-	within(t, "Alloc with a deadline", func() { _, allocErr = s.Alloc(ctx2, 512*kib) })
+	// 12 MiB needs a 13 MiB page: 2 + 11 + 13 > 24, so the reservation
+	// fails and its make-room cleanup must wait for the busy stream.
+	within(t, "Alloc with a deadline", func() { _, allocErr = s.Alloc(ctx2, 12*mib) })
 	if !errors.Is(allocErr, context.DeadlineExceeded) {
-		t.Fatalf("Alloc whose pressure relocation must wait = %v, want DeadlineExceeded", allocErr)
+		t.Fatalf("Alloc whose make-room cleanup must wait = %v, want DeadlineExceeded", allocErr)
 	}
 	after := d.Stats()
 	if after.Relocation.Moves != before.Relocation.Moves || after.ExplicitCleanups != before.ExplicitCleanups {

@@ -395,9 +395,10 @@ func smConfigFor(seed uint64) smConfig {
 		c.name, c.granular, c.faulty, c.capacity = "host granular faulty, 96 MiB", true, true, 96<<20
 	case 5:
 		// No capacity, so no out-of-memory is explainable; a small max page
-		// and a MaxMemory figure make growth and pressure relocations
-		// frequent all the same.
-		c.name = "host unlimited, 8 MiB pages, pressure at 48 MiB"
+		// makes growths frequent all the same. The MaxMemory figure asks for
+		// no relocation (memory pressure is answered only after a failed
+		// reservation, design §8.1): it must not change what the model sees.
+		c.name = "host unlimited, 8 MiB pages, MaxMemory 48 MiB"
 		c.props = &memory.Properties{MaxPageSize: 8 << 20, Alignment: 32, MaxMemory: 48 << 20}
 	case 6:
 		c.name, c.exclPage, c.capacity = "host exclusive pages, 64 MiB", true, 64<<20

@@ -17,8 +17,9 @@ import (
 
 // The stress test: several streams keep launching kernels that verify and
 // rewrite the patterns of their buffers while allocations grow the arenas
-// and relocations run underneath them, both allocation-triggered (memory
-// pressure, page sizes exhausted, reclaim-and-retry) and explicit
+// and relocations run underneath them, both allocation-triggered (a failed
+// reservation a cleanup alone did not cure: memory pressure, page sizes
+// exhausted) and explicit
 // (Device.Cleanup from a stream's goroutine and at checkpoints).
 //
 // Expected contents are tracked per buffer as an offset into one shared

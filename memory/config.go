@@ -168,7 +168,8 @@ type Properties struct {
 	// Alignment is the base alignment of every allocation.
 	Alignment uint64
 	// MaxMemory is the budget the runtime stands behind for a whole
-	// workload; 0 = no figure, which disables pressure judgement.
+	// workload; 0 = no figure, which turns off the granule unmap under
+	// pressure (design §6.4). Relocation never reads it.
 	MaxMemory uint64
 }
 

@@ -83,7 +83,7 @@ func arena(t *testing.T, m *memory.Manager) *pool.Arena {
 
 // wanted is what RelocateWhenWanted would decide for a one-stream device.
 func wanted(m *memory.Manager) (relocation.Reason, bool) {
-	return m.RelocationNeed().Reason(m.BytesAllocated)
+	return m.RelocationNeed().Reason()
 }
 
 func wantNoRelocation(t *testing.T, m *memory.Manager) {

@@ -514,9 +514,11 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 	}
 }
 
-// underPressure applies the trigger's High rule (design §8.2) to this
-// memory's mapped bytes: the next page of the current size would leave the
-// device too little room, so a periodic cleanup unmaps free granules. A
+// underPressure judges this memory's mapped bytes (design §6.4): the next
+// page of the current size would leave the device too little room, so a
+// periodic cleanup unmaps free granules. Unmapping moves no slice, so
+// anticipating pressure here cannot change where a later allocation lands;
+// relocation, which would, never anticipates it (design §8.1). A
 // memory without a MaxMemory figure is never under pressure. The rule
 // judges this stream's storage only; the device's other streams are not
 // seen from here.

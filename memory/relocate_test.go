@@ -8,13 +8,16 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Scenario 26 and design §8.4 example 2.
-func TestRelocationMovesOneMiBIntoElevenMiBPageUnderPressureOn24MiBDevice(t *testing.T) {
+// Scenario 26 and design §8.4 example 2: nothing asks for the relocation
+// ahead of a failed reservation; the make-room path's MemoryPressure
+// relocation, once asked, moves the 1 MiB into the 11 MiB page.
+func TestMemoryPressureRelocationMovesOneMiBIntoElevenMiBPageOn24MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
 	a := arena(t, m)
 
@@ -42,12 +45,12 @@ func TestRelocationMovesOneMiBIntoElevenMiBPageUnderPressureOn24MiBDevice(t *tes
 	if got := m.BytesAllocated(); got != 13*mib {
 		t.Fatalf("allocated after growth = %d, want 13 MiB (2 + 11)", got)
 	}
-	wantNeed := relocation.Need{Kind: relocation.NeedUnderPressure, Capacity: 24 * mib, PageSize: 11 * mib}
-	if need := m.RelocationNeed(); need != wantNeed {
-		t.Fatalf("need = %+v, want %+v", need, wantNeed)
+	// 13 MiB held of 24 with an 11 MiB next page: the old rule's pressure,
+	// but memory pressure is never anticipated.
+	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
+		t.Fatalf("need = %+v, want NeedNothing", need)
 	}
-	// 13 + 11 = 24 > 24 − 11 = 13.
-	wantRelocation(t, m, relocation.MemoryPressure)
+	wantNoRelocation(t, m)
 
 	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
 	if out.Kind != relocation.Moved || out.Moves != 1 || out.Bytes != 1*mib || out.Err != nil {
@@ -90,18 +93,14 @@ func TestFourMiBDeviceWithNothingOutdatedWantsNoRelocation(t *testing.T) {
 	wantNoRelocation(t, m)
 }
 
-// design §8.4 example 3.
+// design §8.4 example 3: without a failed reservation nothing relocates,
+// and the outdated page waits for its allocation's free.
 func TestOutdatedPageWaitsForItsAllocationOn48MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(48*mib), memory.Config{}, 48*mib)
 	a := arena(t, m)
 	small := alloc(t, m, 1*mib, memory.Allow)
 	large := alloc(t, m, 10*mib, memory.Allow)
 	defer large.Release()
-	wantNeed := relocation.Need{Kind: relocation.NeedUnderPressure, Capacity: 48 * mib, PageSize: 11 * mib}
-	if need := m.RelocationNeed(); need != wantNeed {
-		t.Fatalf("need = %+v, want %+v", need, wantNeed)
-	}
-	// 13 + 11 = 24 > 48 − 11 = 37? no.
 	wantNoRelocation(t, m)
 
 	before := small.Location()
@@ -139,66 +138,92 @@ func releaseAll(hs ...*handle.Handle) {
 	}
 }
 
-// Scenario 27 and design §8.4 example 5.
-func TestGuardedOutdatedPageStallsRelocationUntilGuardReleased(t *testing.T) {
-	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
-	live, large := growWithLive(t, m, 512*kib, 256*kib)
-	defer releaseAll(append(live, large)...)
-	locA, locB := live[0].Location(), live[1].Location()
-	if !samePage(locA, locB) {
-		t.Fatalf("the two allocations are not neighbours: %v, %v", locA, locB)
+// fullArena fills every page size of a Sim-backed adaptive memory: 64
+// growths of (3+2k) MiB (the first reuses the slot of the 2 MiB pool that
+// never carved a page), each allocation live and alone on its page, so 63
+// slots are outdated pools with one live allocation each and the arena
+// wants an ArenaFull relocation (§8.4 example 6).
+func fullArena(t *testing.T) (*memory.Manager, []*handle.Handle) {
+	t.Helper()
+	m := newManagerOn(t, storage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
+	var hs []*handle.Handle
+	for k := range uint64(64) {
+		hs = append(hs, alloc(t, m, (3+2*k)*mib, memory.Allow))
 	}
-	wantRelocation(t, m, relocation.MemoryPressure)
+	if !arena(t, m).Full() {
+		t.Fatal("64 growths and the arena is not full")
+	}
+	return m, hs
+}
 
-	g, ok := m.Guard(locA)
-	if !ok {
-		t.Fatalf("no guard for %v", locA)
+// Scenario 27 and design §8.4 example 5.
+func TestGuardedOutdatedPagesStallRelocationUntilAGuardIsReleased(t *testing.T) {
+	m, hs := fullArena(t)
+	defer releaseAll(hs...)
+	wantRelocation(t, m, relocation.ArenaFull)
+
+	outdated := hs[:len(hs)-1] // the last one is on the current page
+	var guards []*pool.PageGuard
+	for _, h := range outdated {
+		g, ok := m.Guard(h.Location())
+		if !ok {
+			t.Fatalf("no guard for %v", h.Location())
+		}
+		guards = append(guards, g)
 	}
-	out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
+	before := outdated[0].Location()
+	out := m.Relocate(relocation.HostCopies{}, relocation.ArenaFull)
 	if out.Kind != relocation.NothingToMove || out.Moves != 0 {
-		t.Fatalf("outcome on a guarded page = %+v, want NothingToMove, 0 moves", out)
+		t.Fatalf("outcome with every outdated page guarded = %+v, want NothingToMove, 0 moves", out)
 	}
-	if live[0].Location() != locA || live[1].Location() != locB {
-		t.Fatalf("guarded page's allocations moved: %v → %v, %v → %v", locA, live[0].Location(), locB, live[1].Location())
+	if outdated[0].Location() != before {
+		t.Fatalf("guarded allocation moved: %v → %v", before, outdated[0].Location())
 	}
 	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
 		t.Fatalf("need after a fruitless relocation = %+v, want stalled NeedNothing", need)
 	}
 	wantNoRelocation(t, m)
 
-	g.Release()
-	wantRelocation(t, m, relocation.MemoryPressure)
-	out = m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure)
-	if out.Kind != relocation.Moved || out.Moves != 2 {
-		t.Fatalf("outcome after the guard went = %+v, want Moved, 2 moves", out)
+	guards[0].Release()
+	wantRelocation(t, m, relocation.ArenaFull)
+	out = m.Relocate(relocation.HostCopies{}, relocation.ArenaFull)
+	if out.Kind != relocation.Moved || out.Moves != 1 {
+		t.Fatalf("outcome after one guard went = %+v, want Moved, 1 move", out)
 	}
-	if m.HasOutdated() {
-		t.Fatalf("outdated page kept after its allocations moved")
+	for _, g := range guards[1:] {
+		g.Release()
 	}
 }
 
 // Scenario 27, second sentence.
 func TestStalledRelocationWantedAgainAfterNewCurrentPage(t *testing.T) {
-	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
-	live, large := growWithLive(t, m, 1*mib)
-	defer releaseAll(append(live, large)...)
-	g, ok := m.Guard(live[0].Location())
-	if !ok {
-		t.Fatalf("no guard")
+	m, hs := fullArena(t)
+	defer releaseAll(hs...)
+	var guards []*pool.PageGuard
+	for _, h := range hs[:len(hs)-1] {
+		g, ok := m.Guard(h.Location())
+		if !ok {
+			t.Fatalf("no guard for %v", h.Location())
+		}
+		guards = append(guards, g)
 	}
-	defer g.Release()
-	if out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure); out.Kind != relocation.NothingToMove {
-		t.Fatalf("outcome on a guarded page = %+v, want NothingToMove", out)
+	defer func() {
+		for _, g := range guards {
+			g.Release()
+		}
+	}()
+	if out := m.Relocate(relocation.HostCopies{}, relocation.ArenaFull); out.Kind != relocation.NothingToMove {
+		t.Fatalf("outcome on guarded pages = %+v, want NothingToMove", out)
 	}
 	wantNoRelocation(t, m)
 
 	pagesBefore := arena(t, m).Current().Pages()
-	more := alloc(t, m, 10*mib, memory.Allow) // 1 MiB left on the 11 MiB page: a second page
+	more := alloc(t, m, 100*mib, memory.Allow) // 1 MiB left on the 130 MiB page: a second page
 	defer more.Release()
 	if got := arena(t, m).Current().Pages(); got != pagesBefore+1 {
 		t.Fatalf("current pages = %d, want %d", got, pagesBefore+1)
 	}
-	wantRelocation(t, m, relocation.MemoryPressure)
+	wantRelocation(t, m, relocation.ArenaFull)
 }
 
 // Scenario 27, last sentence.

@@ -46,7 +46,7 @@ func TestStatsRecordPanicsOnAnInternalBug(t *testing.T) {
 		"unknown reason":    func(s *Stats) { s.Record(Reason(NumReasons), Outcome{}) },
 		"unknown kind":      func(s *Stats) { s.Record(Explicit, Outcome{Kind: OutcomeKind(9)}) },
 		"negative moves":    func(s *Stats) { s.Record(Explicit, Outcome{Kind: Moved, Moves: -1}) },
-		"unknown need kind": func(*Stats) { Need{Kind: NeedKind(9)}.Reason(func() uint64 { return 0 }) },
+		"unknown need kind": func(*Stats) { Need{Kind: NeedKind(9)}.Reason() },
 	}
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {

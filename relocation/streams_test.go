@@ -14,7 +14,6 @@ type scriptedStreams struct {
 	recording         bool
 	hasOutdated       bool
 	need              Need
-	bytes             uint64
 	deviceHasOutdated bool
 	finishErr         error
 
@@ -34,11 +33,6 @@ func (s *scriptedStreams) HasOutdated() bool {
 func (s *scriptedStreams) RelocationNeed() Need {
 	s.log = append(s.log, "RelocationNeed")
 	return s.need
-}
-
-func (s *scriptedStreams) BytesAllocated() uint64 {
-	s.log = append(s.log, "BytesAllocated")
-	return s.bytes
 }
 
 func (s *scriptedStreams) Finish() error {
@@ -66,10 +60,6 @@ var _ Streams = (*scriptedStreams)(nil)
 const mib = 1 << 20
 
 var errFinish = errors.New("finish refused")
-
-// pressure is the §8.4 example 1 need: 24 MiB device, 4 MiB next page, so
-// High ⇔ allocated > 16 MiB.
-var pressure = Need{Kind: NeedUnderPressure, Capacity: 24 * mib, PageSize: 4 * mib}
 
 func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 	cases := []struct {
@@ -123,7 +113,7 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 			run:     func(s Streams) error { return RelocateDevice(s, Capture) },
 			want:    []string{"Recording", "DeviceHasOutdated", "Finish", "Recording", "DeviceHasOutdated", "RelocateDeviceMemory(Capture)"},
 		},
-		// RelocateWhenWanted consults the need first, then recording, then bytes.
+		// RelocateWhenWanted consults the need first, then recording.
 		{
 			name:    "RelocateWhenWanted with no need asks nothing else",
 			streams: scriptedStreams{recording: true, hasOutdated: true, need: Need{Kind: NeedNothing}},
@@ -131,28 +121,16 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 			want:    []string{"RelocationNeed"},
 		},
 		{
-			name:    "RelocateWhenWanted while recording stops before the byte count",
-			streams: scriptedStreams{recording: true, need: pressure, bytes: 17 * mib},
+			name:    "RelocateWhenWanted while recording stops after Recording",
+			streams: scriptedStreams{recording: true, need: Need{Kind: NeedArenaFull}},
 			run:     func(s Streams) error { return RelocateWhenWanted(s) },
 			want:    []string{"RelocationNeed", "Recording"},
 		},
 		{
-			name:    "RelocateWhenWanted for a full arena never asks the byte count",
+			name:    "RelocateWhenWanted for a full arena relocates for ArenaFull",
 			streams: scriptedStreams{need: Need{Kind: NeedArenaFull}},
 			run:     func(s Streams) error { return RelocateWhenWanted(s) },
 			want:    []string{"RelocationNeed", "Recording", "Finish", "RelocationNeed", "Recording", "RelocateMemory(ArenaFull)"},
-		},
-		{
-			name:    "RelocateWhenWanted under low pressure ends after the byte count without waiting",
-			streams: scriptedStreams{need: pressure, bytes: 10 * mib},
-			run:     func(s Streams) error { return RelocateWhenWanted(s) },
-			want:    []string{"RelocationNeed", "Recording", "BytesAllocated"},
-		},
-		{
-			name:    "RelocateWhenWanted under high pressure relocates for MemoryPressure",
-			streams: scriptedStreams{need: pressure, bytes: 17 * mib},
-			run:     func(s Streams) error { return RelocateWhenWanted(s) },
-			want:    []string{"RelocationNeed", "Recording", "BytesAllocated", "Finish", "RelocationNeed", "Recording", "BytesAllocated", "RelocateMemory(MemoryPressure)"},
 		},
 		// A failed Finish abandons the call before anything moves.
 		{
@@ -202,6 +180,25 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 			streams: scriptedStreams{hasOutdated: true},
 			run:     Reclaim,
 			want:    []string{"Recording", "Recording", "HasOutdated", "Finish", "Recording", "HasOutdated", "RelocateMemory(Explicit)", "CleanupMemory"},
+		},
+		{
+			name:    "ReclaimFor relocates survivors for its reason before cleaning up",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     func(s Streams) error { return ReclaimFor(s, MemoryPressure) },
+			want:    []string{"Recording", "Recording", "HasOutdated", "Finish", "Recording", "HasOutdated", "RelocateMemory(MemoryPressure)", "CleanupMemory"},
+		},
+		{
+			name:    "ReclaimFor while recording refuses after one Recording",
+			streams: scriptedStreams{recording: true, hasOutdated: true},
+			run:     func(s Streams) error { return ReclaimFor(s, MemoryPressure) },
+			wantErr: ErrRecording,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "ReclaimFor through streams that report nothing outdated cleans up without waiting or moving",
+			streams: scriptedStreams{},
+			run:     func(s Streams) error { return ReclaimFor(s, MemoryPressure) },
+			want:    []string{"Recording", "Recording", "HasOutdated", "CleanupMemory"},
 		},
 		{
 			name:    "Reclaim with nothing outdated cleans up without waiting",

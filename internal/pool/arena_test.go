@@ -143,7 +143,7 @@ func TestRefusedGrowthKeepsThePageSizeAndOutdatesNothing(t *testing.T) {
 		t.Fatalf("10 MiB on an 8 MiB budget: %v, %v; want ErrOutOfMemory", h, err)
 	}
 	s := a.State()
-	if s.PageSize != 2*MiB || s.HasOutdated || s.Shape != (relocation.ArenaShape{CurrentPages: 1}) || a.Growths() != 0 {
+	if a.PageSize() != 2*MiB || s.HasOutdated || s.Shape != (relocation.ArenaShape{CurrentPages: 1}) || a.Growths() != 0 {
 		t.Fatalf("after a refused growth: %+v, %d growths; want 2 MiB pages, one current page, nothing outdated", s, a.Growths())
 	}
 	if a.Pool(ArenaFirstIndex+1) != nil {
@@ -246,7 +246,7 @@ func TestPeriodicCleanupKeepsEmptyCurrentPagesExplicitReleasesThem(t *testing.T)
 		t.Fatal("a periodic cleanup released an empty current page")
 	}
 	a.Cleanup(st, 2, Explicit, nil)
-	if s := a.State(); s.Shape.CurrentPages != 0 || s.PageSize != 21*MiB {
+	if s := a.State(); s.Shape.CurrentPages != 0 || a.PageSize() != 21*MiB {
 		t.Fatalf("after an explicit cleanup: %+v; want no current page, page size kept", s)
 	}
 }
@@ -260,7 +260,6 @@ func TestArenaStateCountsCurrentAndOutdatedPagesAndGuards(t *testing.T) {
 		t.Fatal("no guard for the 2 MiB page")
 	}
 	want := relocation.ArenaState{
-		PageSize:    21 * MiB,
 		HasOutdated: true,
 		Shape:       relocation.ArenaShape{CurrentPages: 2, OutdatedPools: 2, OutdatedPages: 2, OutdatedGuarded: 1},
 	}

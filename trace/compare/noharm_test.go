@@ -36,7 +36,7 @@ func noHarmViolations(t *testing.T, name string, events []trace.Event) []string 
 				t.Fatal(err)
 			}
 			for _, c := range []uint64{storage.RoundUp(rep.PeakDevice, capacityGranule), storage.RoundUp(rep.PeakDevice, capacityGranule) + capacityGranule, storage.RoundUp(rep.PeakDevice*11/10, capacityGranule)} {
-				if !runsCleanAt(t, policy, events, c, maxPage) {
+				if !runsClean(t, policy, events, c, maxPage) {
 					bad = append(bad, fmt.Sprintf("%s/%s fails at %d MiB, above its unlimited peak %d MiB", name, policy, c>>20, rep.PeakDevice>>20))
 					break
 				}
@@ -50,46 +50,56 @@ func noHarmViolations(t *testing.T, name string, events []trace.Event) []string 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res != nil && !runsCleanAt(t, pair[0], events, res.capacity, maxPage) {
+		if res != nil && !runsClean(t, pair[0], events, res.capacity, maxPage) {
 			bad = append(bad, fmt.Sprintf("%s/%s fails at %d MiB, where %s runs clean", name, pair[0], res.capacity>>20, pair[1]))
 		}
 	}
 	return bad
 }
 
-func runsCleanAt(t *testing.T, policy string, events []trace.Event, capacity, maxPage uint64) bool {
-	t.Helper()
-	rep, err := replayOnce(context.Background(), policy, events, capacity, maxPage, deviceOptions{}, true, 0, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return rep.FailedAllocs == 0
-}
+// noHarmAllocs is the size of each generated trace: small enough that the
+// suite checks 200 traces under -race in well under a minute, large enough
+// for growth, outdated pages and failed reservations at the smallest
+// capacity. The pre-emptive pressure trigger this test was written against
+// broke 132 of these 200 traces.
+const noHarmAllocs = 80
 
 // The do-no-harm properties on generated training-like and serving-like
-// workloads, many seeds each.
+// workloads, many seeds each (issue 13 asks for at least 200 traces).
 func TestRelocationDoesNoHarmOnGeneratedWorkloads(t *testing.T) {
-	var bad []string
-	n := 0
+	t.Parallel()
 	for _, w := range []string{"transformer", "llm-server", "growth", "churn", "multistream"} {
-		for seed := uint64(1); seed <= uint64(*noHarmSeeds); seed++ {
-			events := synthEvents(t, w, seed, trace.SynthParams{Allocs: 300})
-			bad = append(bad, noHarmViolations(t, fmt.Sprintf("%s-%d", w, seed), events)...)
-			n++
-		}
+		t.Run(w, func(t *testing.T) {
+			t.Parallel()
+			n, bad := 0, 0
+			for seed := uint64(1); seed <= uint64(*noHarmSeeds); seed++ {
+				events := synthEvents(t, w, seed, trace.SynthParams{Allocs: noHarmAllocs})
+				for _, b := range noHarmViolations(t, fmt.Sprintf("%s-%d", w, seed), events) {
+					t.Error(b)
+					bad++
+				}
+				n++
+			}
+			t.Logf("%d traces, %d violations", n, bad)
+		})
 	}
-	for _, b := range bad {
-		t.Error(b)
-	}
-	t.Logf("%d traces, %d violations", n, len(bad))
 }
 
-// The same properties on every shared PyTorch snapshot.
+// The same properties on every shared PyTorch snapshot. The replay is
+// deterministic and the generated traces already exercise it under the
+// race detector, so the snapshots (a minute there) are checked without it.
 func TestRelocationDoesNoHarmOnSharedSnapshots(t *testing.T) {
+	if raceDetector {
+		t.Skip("checked by go test without -race: the snapshots' replays take a minute under the race detector")
+	}
+	t.Parallel()
 	for _, name := range []string{"transformer-ctx128-forward.pickle", "transformer-ctx128-fullstep.pickle", "unet-snapshot.pickle"} {
-		src := sharedSource(t, name)
-		for _, b := range noHarmViolations(t, name, src.Events) {
-			t.Error(b)
-		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			src := sharedSource(t, name)
+			for _, b := range noHarmViolations(t, name, src.Events) {
+				t.Error(b)
+			}
+		})
 	}
 }
