@@ -305,7 +305,7 @@ func (b *Backend) function(name string) (*Function, error) {
 		return f, nil
 	}
 	if b.module == nil {
-		m, err := b.ctx.LoadModule(KernelsPTX)
+		m, err := b.ctx.LoadModule([]byte(KernelsPTX))
 		if err != nil {
 			b.notePoison(err)
 			return nil, fmt.Errorf("cuda: loading the kernel module: %w", err)

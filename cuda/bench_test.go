@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"testing"
 	"time"
 
@@ -267,4 +268,75 @@ func BenchmarkGraphReplayAfterRelocation(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// graphSteps is the number of ops in BenchmarkGraphLaunch's step: enough
+// that per-op launch costs, which a graph saves, dominate.
+const graphSteps = 16
+
+// BenchmarkGraphLaunch measures one launch of a captured step of
+// graphSteps user-kernel ops (saxpy over 1 MiB, launched through Op.Launch)
+// against the same ops enqueued directly, each followed by
+// Stream.Synchronize, in the same run. Metrics: direct-ns/op (the floor)
+// and x-floor = graph ns/op ÷ direct ns/op (below 1: the graph is cheaper).
+// The result is checked after both.
+func BenchmarkGraphLaunch(b *testing.B) {
+	path, _ := benchLibrary(b)
+	d, err := OpenDevice(Options{Library: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	be := d.Backend().(*Backend)
+	saxpy, _ := loadUser(b, be)
+	ctx := context.Background()
+	s := d.DefaultStream()
+	const n = 256 << 10
+	x, y := saxpyInputs(n)
+	xb, yb := mustAlloc(b, s, 4*n), mustAlloc(b, s, 4*n)
+	mustWrite(b, xb, floats(x))
+	mustWrite(b, yb, floats(y))
+	stepOps := func(s *gpumem.Stream) error {
+		for range graphSteps {
+			if err := enqueueSaxpy(b, s, saxpy, 0, xb, yb); err != nil { // a = 0: y stays y
+				return err
+			}
+		}
+		return nil
+	}
+	const directN = 50
+	if err := stepOps(s); err != nil { // warm
+		b.Fatal(err)
+	}
+	t0 := time.Now()
+	for range directN {
+		if err := stepOps(s); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	direct := time.Since(t0) / directN
+
+	g, err := s.Capture(ctx, func(_ context.Context, s *gpumem.Stream) error { return stepOps(s) })
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Close()
+	for b.Loop() {
+		if err := g.Launch(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if got := unfloats(mustRead(b, yb)); !reflect.DeepEqual(got, y) {
+		b.Fatal("y changed under saxpy with a = 0")
+	}
+	per := b.Elapsed() / time.Duration(b.N)
+	b.ReportMetric(float64(direct.Nanoseconds()), "direct-ns/op")
+	b.ReportMetric(float64(per)/float64(direct), "x-floor")
 }

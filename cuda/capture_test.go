@@ -28,7 +28,7 @@ func newCaptureFixture(t *testing.T) *captureFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}

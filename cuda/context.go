@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
-
-	"github.com/gpumem/gpumem/stream"
 )
 
 // Options configures Open. The zero value opens device 0 through
@@ -26,6 +24,14 @@ type Features struct {
 	VirtualMemory bool
 	// AsyncMemset: cuMemsetD8Async is present.
 	AsyncMemset bool
+	// Library: the library API (cuLibraryLoadData, cuLibraryGetKernel,
+	// cuKernelGetFunction, cuLibraryUnload; CUDA 12.0+) is present and
+	// LoadModule uses it; without it, cuModuleLoadDataEx.
+	Library bool
+	// ParamInfo: cuFuncGetParamInfo (CUDA 12.4+) is present, so every
+	// kernel's parameters are known; without it, only PTX modules' are
+	// (from their .param lists).
+	ParamInfo bool
 }
 
 // DeviceAttribute is a CUdevice_attribute value.
@@ -143,6 +149,8 @@ func (c *Context) init() error {
 	}
 	c.totalMem = uint64(total)
 	c.features.AsyncMemset = d.cuMemsetD8Async != nil
+	c.features.Library = d.library != nil
+	c.features.ParamInfo = d.cuFuncGetParamInfo != nil
 	if d.vmm != nil {
 		var ok int32
 		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&ok, int32(AttrVirtualMemoryManagementSupported), c.dev)); err != nil {
@@ -284,132 +292,6 @@ func (c *Context) CopyDtoD(dst, src uintptr, n uint64) error {
 		return c.drv.check("cuMemcpyDtoD_v2", c.drv.cuMemcpyDtoD(dst, src, uintptr(n)))
 	})
 }
-
-// Module is a loaded PTX or cubin image (cuModuleLoadData).
-type Module struct {
-	c  *Context
-	mu sync.Mutex // guards h; held across each driver call using it or its functions
-	h  uintptr    // CUmodule; 0 once unloaded
-}
-
-// Function is a kernel of a Module.
-type Function struct {
-	m    *Module
-	h    uintptr
-	name string
-
-	// params holds the C size of each kernel parameter when the driver
-	// reported them (cuFuncGetParamInfo); paramsKnown says whether it did.
-	params      []uintptr
-	paramsKnown bool
-}
-
-// maxKernelParams bounds the probe for a kernel's parameters (the driver
-// allows 4 KiB of them before CUDA 12.1, 32 KiB after: at least a byte each).
-const maxKernelParams = 32764
-
-// LoadModule loads a PTX (NUL-free text) or cubin image on the device
-// executor; the driver JIT-compiles PTX for the device.
-func (c *Context) LoadModule(image string) (*Module, error) {
-	img := cStringBytes(image)
-	m := &Module{c: c}
-	err := c.do(func() error {
-		return c.drv.check("cuModuleLoadData", c.drv.cuModuleLoadData(&m.h, &img[0]))
-	})
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
-}
-
-// use calls fn with m's handle, holding m.mu so that Unload cannot unload
-// it under the call, or fails when m is unloaded.
-func (m *Module) use(fn func(h uintptr) error) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.h == 0 {
-		return fmt.Errorf("%w: module unloaded", ErrClosed)
-	}
-	return fn(m.h)
-}
-
-// Function looks up a kernel entry by name (cuModuleGetFunction) and, where
-// the driver has cuFuncGetParamInfo, its parameters' sizes (Stream.Launch
-// checks arguments against them).
-func (m *Module) Function(name string) (*Function, error) {
-	f := &Function{m: m, name: name}
-	n := cStringBytes(name)
-	d := m.c.drv
-	err := m.c.do(func() error {
-		return m.use(func(h uintptr) error {
-			if err := d.check("cuModuleGetFunction", d.cuModuleGetFunction(&f.h, h, &n[0])); err != nil {
-				return err
-			}
-			f.params, f.paramsKnown = probeParams(d, f.h)
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cuda: kernel %q: %w", name, err)
-	}
-	return f, nil
-}
-
-// probeParams asks the driver for fn's parameter sizes, index by index,
-// until it answers CUDA_ERROR_INVALID_VALUE (no such parameter). Without
-// the symbol, or on any other answer, the parameters stay unknown.
-func probeParams(d *driver, fn uintptr) ([]uintptr, bool) {
-	if d.cuFuncGetParamInfo == nil {
-		return nil, false
-	}
-	var sizes []uintptr
-	for i := uintptr(0); i <= maxKernelParams; i++ {
-		var off, size uintptr
-		switch rc := d.cuFuncGetParamInfo(fn, i, &off, &size); rc {
-		case codeSuccess:
-			sizes = append(sizes, size)
-		case codeInvalidValue:
-			return sizes, true
-		default:
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// checkParams refuses arguments of the given C sizes that do not match the
-// kernel's parameters, when the driver reported them.
-func (f *Function) checkParams(sizes []uintptr) error {
-	if !f.paramsKnown {
-		return nil
-	}
-	if len(sizes) != len(f.params) {
-		return fmt.Errorf("%d arguments for a kernel of %d parameters: %w", len(sizes), len(f.params), stream.ErrInvalid)
-	}
-	for i, want := range f.params {
-		if sizes[i] != want {
-			return fmt.Errorf("argument %d is %d bytes, the kernel's parameter %d bytes: %w", i, sizes[i], want, stream.ErrInvalid)
-		}
-	}
-	return nil
-}
-
-// Unload unloads the module (cuModuleUnload); its Functions become invalid
-// (launching one fails with ErrClosed). Idempotent; after Context.Close the
-// module is already gone and Unload does nothing.
-func (m *Module) Unload() error {
-	m.mu.Lock()
-	h := m.h
-	m.h = 0
-	m.mu.Unlock()
-	if h == 0 {
-		return nil
-	}
-	return m.c.cleanup(func() error { return m.c.drv.check("cuModuleUnload", m.c.drv.cuModuleUnload(h)) })
-}
-
-// Name returns the kernel's entry name.
-func (f *Function) Name() string { return f.name }
 
 // PhysicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
 type PhysicalMemory uint64

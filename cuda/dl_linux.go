@@ -3,6 +3,8 @@
 package cuda
 
 import (
+	"errors"
+	"runtime"
 	"syscall"
 
 	"github.com/ebitengine/purego"
@@ -12,8 +14,23 @@ import (
 // RTLD_NOW, so a broken library fails here rather than at a later call, and
 // RTLD_GLOBAL, as the CUDA runtime itself opens it. The library is never
 // closed: unloading libcuda while its worker threads run is not safe.
+//
+// dlerror's message is per thread: dlopen and dlerror must run on one OS
+// thread, or the goroutine may move between them and read another thread's
+// (empty) message. purego.Dlopen makes both calls, so the goroutine is
+// locked to its thread around it. Should the message still be empty, the
+// error says so rather than printing nothing.
 func loadLibrary(path string) (uintptr, error) {
-	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	runtime.LockOSThread()
+	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	runtime.UnlockOSThread()
+	if err == nil {
+		return lib, nil
+	}
+	if err.Error() == "" {
+		return 0, errors.New("dlopen failed and dlerror gave no reason (is the file a shared object for this architecture?)")
+	}
+	return 0, err
 }
 
 // lookupSymbol returns the address of name in lib, or 0 when it is absent.

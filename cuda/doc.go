@@ -11,6 +11,34 @@
 // gpumem.ErrNotSupported and ErrNoDriver, and callers fall back to
 // gpumem.Open.
 //
+// # Your own kernels and libraries
+//
+// Load a module of your own (PTX text, a cubin or a fatbin) into the
+// backend's context and look up its kernels:
+//
+//	mod, err := be.Context().LoadModule(ptx) // a *JITError with the JIT's log on failure
+//	saxpy, err := mod.Function("saxpy")
+//	defer mod.Unload() // explicit: there is no finalizer
+//
+// Launch inside an op with Enqueue: the run function gets an *Op whose
+// Launch enqueues on the op's stream, with Use(i) and UseAt(i, off) for the
+// current device address of the op's i-th use and Val for scalars of 1, 2,
+// 4 or 8 bytes. Ordering across streams, capture into graphs
+// (gpumem.Stream.Capture) and failure marks hold as for any op.
+//
+//	err = cuda.Enqueue(s, "saxpy", uses, func(op *cuda.Op) error {
+//		return op.Launch(saxpy, cfg, cuda.Val(n), cuda.Val(float32(2)), cuda.Use(0), cuda.Use(1))
+//	})
+//
+// Arguments are checked against the kernel's parameters where they are
+// known (cuFuncGetParamInfo, or the PTX's .param list): a mismatch is an
+// *ArgError matching ErrArgs, and nothing reaches the driver.
+//
+// For other libraries (cuBLAS, cuDNN, NCCL, through your own bindings),
+// Op.StreamHandle returns the op's CUstream and Op.DevicePtr a use's
+// address; Op.StreamHandle's documentation lists what such a call may and
+// must not do. Both are valid only while the run function runs.
+//
 // # Owns
 //
 //   - Loading: Open and Available dlopen "libcuda.so.1" (RTLD_NOW |
@@ -21,9 +49,16 @@
 //   - Binding: the versioned symbols (cuMemAlloc_v2, cuStreamBeginCapture_v2,
 //     ...), each probed with dlsym before it is registered. A missing
 //     required symbol makes Open fail with an error wrapping ErrNoDriver that
-//     names it; missing optional ones (the eight VMM functions as a group,
-//     cuMemsetD8Async) leave their feature off (Context.Features) and their
-//     methods return ErrUnsupported.
+//     names it (the minimum is MinDriverVersion, CUDA 11.4); missing
+//     optional ones (the eight VMM functions as a group, the four of the
+//     library API as a group, cuFuncGetParamInfo, cuMemsetD8Async) leave
+//     their feature off (Context.Features): VMM and memset methods return
+//     ErrUnsupported, modules load through cuModuleLoadDataEx, kernel
+//     parameters come from the PTX only.
+//   - dlopen and dlerror run on one locked OS thread, so a failed load
+//     always carries the loader's reason.
+//   - Modules (module.go): LoadModule, Function, Unload; launch arguments
+//     (args.go) and ops that launch (op.go).
 //   - Errors: every failed call is a *DriverError{Op, Code, Name} matching,
 //     with errors.Is, storage.ErrOutOfMemory (2), storage.ErrDevicePoisoned
 //     (214, 700, 710, 714–719), ErrCaptureInvalidated (900, 901),
@@ -45,7 +80,8 @@
 //     cuMemcpyDtoDAsync_v2 on the relocating stream, covered by its next
 //     Fence; WaitOutsideStreams as cuCtxSynchronize; Write and Read through
 //     cuMemcpyHtoDAsync_v2 and cuMemcpyDtoHAsync_v2 inside ops; Launch of
-//     the KernelsPTX kernels inside ops; the first sticky error kept
+//     the KernelsPTX kernels inside ops, and Enqueue's ops for kernels and
+//     libraries of one's own (op.go); the first sticky error kept
 //     (Backend.Poisoned).
 //
 // # Invariants

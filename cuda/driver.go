@@ -11,6 +11,12 @@ import (
 // (or Options.Library) at the fake driver built from testdata/fakecuda.c.
 const EnvLibrary = "GPUMEM_LIBCUDA"
 
+// MinDriverVersion is the oldest driver API version the package runs on,
+// as cuDriverGetVersion reports it (1000·major + 10·minor): CUDA 11.4, the
+// first with cuGraphInstantiateWithFlags, the newest required symbol
+// (Linux driver R470). Newer optional groups are listed on Features.
+const MinDriverVersion = 11040
+
 // defaultLibrary is the driver's versioned name. Never plain "libcuda.so":
 // that is often the toolkit's link-time stub, which loads but fails every
 // call.
@@ -67,7 +73,7 @@ type driver struct {
 	cuEventSynchronize         func(event uintptr) int32
 	cuEventQuery               func(event uintptr) int32
 	cuEventDestroy             func(event uintptr) int32
-	cuModuleLoadData           func(module *uintptr, image *byte) int32
+	cuModuleLoadDataEx         func(module *uintptr, image unsafe.Pointer, numOptions uint32, options *int32, values *uintptr) int32
 	cuModuleGetFunction        func(fn *uintptr, module uintptr, name *byte) int32
 	cuModuleUnload             func(module uintptr) int32
 	cuLaunchKernel             func(fn uintptr, gx, gy, gz, bx, by, bz, sharedMem uint32, stream uintptr, params, extra unsafe.Pointer) int32
@@ -86,6 +92,27 @@ type driver struct {
 
 	// Optional as a group: vmm is nil unless all eight symbols are present.
 	vmm *vmmFuncs
+	// Optional as a group: library is nil unless all four symbols are present.
+	library *libraryFuncs
+}
+
+// libraryFuncs are the context-independent loading functions (CUDA 12.0+):
+// a CUlibrary is loaded once for every context, and its CUkernels give a
+// CUfunction in the current one.
+type libraryFuncs struct {
+	cuLibraryLoadData   func(lib *uintptr, code unsafe.Pointer, jitOptions *int32, jitValues *uintptr, numJit uint32, libOptions *int32, libValues *uintptr, numLib uint32) int32
+	cuLibraryGetKernel  func(kernel *uintptr, lib uintptr, name *byte) int32
+	cuKernelGetFunction func(fn *uintptr, kernel uintptr) int32
+	cuLibraryUnload     func(lib uintptr) int32
+}
+
+func (l *libraryFuncs) bindings() []binding {
+	return []binding{
+		{&l.cuLibraryLoadData, []string{"cuLibraryLoadData"}},
+		{&l.cuLibraryGetKernel, []string{"cuLibraryGetKernel"}},
+		{&l.cuKernelGetFunction, []string{"cuKernelGetFunction"}},
+		{&l.cuLibraryUnload, []string{"cuLibraryUnload"}},
+	}
 }
 
 // vmmFuncs are the virtual memory management functions (CUDA 10.2+).
@@ -166,7 +193,7 @@ func (d *driver) required() []binding {
 		{&d.cuEventSynchronize, []string{"cuEventSynchronize"}},
 		{&d.cuEventQuery, []string{"cuEventQuery"}},
 		{&d.cuEventDestroy, []string{"cuEventDestroy_v2"}},
-		{&d.cuModuleLoadData, []string{"cuModuleLoadData"}},
+		{&d.cuModuleLoadDataEx, []string{"cuModuleLoadDataEx"}},
 		{&d.cuModuleGetFunction, []string{"cuModuleGetFunction"}},
 		{&d.cuModuleUnload, []string{"cuModuleUnload"}},
 		{&d.cuLaunchKernel, []string{"cuLaunchKernel"}},
@@ -231,7 +258,8 @@ func loadDriver(path string) (*driver, error) {
 	req := d.required()
 	addrs, missing := resolve(lib, req)
 	if missing != "" {
-		return nil, fmt.Errorf("%w: %s lacks required symbol %s (driver too old?)", ErrNoDriver, path, missing)
+		return nil, fmt.Errorf("%w: %s lacks required symbol %s (driver too old? the cuda backend needs CUDA %d.%d, Linux driver R470 or later)",
+			ErrNoDriver, path, missing, MinDriverVersion/1000, MinDriverVersion%1000/10)
 	}
 	register(req, addrs)
 
@@ -245,6 +273,11 @@ func loadDriver(path string) (*driver, error) {
 	if addrs, missing := resolve(lib, v.bindings()); missing == "" {
 		register(v.bindings(), addrs)
 		d.vmm = v
+	}
+	l := new(libraryFuncs)
+	if addrs, missing := resolve(lib, l.bindings()); missing == "" {
+		register(l.bindings(), addrs)
+		d.library = l
 	}
 	return d, nil
 }

@@ -47,7 +47,7 @@ func TestMissingRequiredSymbolIsErrNoDriverNamingIt(t *testing.T) {
 }
 
 func TestOptionalSymbolsMissingLeaveFeaturesOff(t *testing.T) {
-	f := buildFake(t, "FAKE_NO_VMM", "FAKE_NO_MEMSET")
+	f := buildFake(t, "FAKE_NO_VMM", "FAKE_NO_MEMSET", "FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO")
 	c := f.open(t)
 	if got := c.Features(); got != (Features{}) {
 		t.Fatalf("Features() = %+v, want all off", got)
@@ -85,8 +85,8 @@ func TestOptionalSymbolsMissingLeaveFeaturesOff(t *testing.T) {
 func TestVirtualMemoryNeedsTheDeviceAttributeToo(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
-	if got := c.Features(); got != (Features{VirtualMemory: true, AsyncMemset: true}) {
-		t.Fatalf("Features() on the full fake = %+v, want both on", got)
+	if got := c.Features(); got != (Features{VirtualMemory: true, AsyncMemset: true, Library: true, ParamInfo: true}) {
+		t.Fatalf("Features() on the full fake = %+v, want all on", got)
 	}
 	if a := f.last(t, "cuDeviceGetAttribute"); a.args["attr"] != "102" || a.args["dev"] != "0" {
 		t.Errorf("VMM probe = %v, want attribute 102 of device 0", a)
@@ -472,12 +472,12 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cl := f.last(t, "cuModuleLoadData"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
-		t.Errorf("cuModuleLoadData = %v, want the whole %d-byte image", cl, len(KernelsPTX))
+	if cl := f.last(t, "cuLibraryLoadData"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
+		t.Errorf("cuLibraryLoadData = %v, want the whole %d-byte image", cl, len(KernelsPTX))
 	}
 	fill, err := m.Function(KernelFillU8)
 	if err != nil {
@@ -532,7 +532,7 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	if n := f.liveCount(t, "modules"); n != 0 {
 		t.Fatalf("live modules after Unload = %d", n)
 	}
-	if _, err := c.LoadModule("not ptx"); !errors.As(err, &de) || de.Code != 200 {
+	if _, err := c.LoadModule([]byte("not ptx")); !errors.As(err, &de) || de.Code != 200 {
 		t.Fatalf("LoadModule(garbage) = %v; want CUDA_ERROR_INVALID_IMAGE", err)
 	}
 }
@@ -541,7 +541,7 @@ func TestKernelFaultPoisonsTheDevice(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, _ := c.LoadModule(KernelsPTX)
+	m, _ := c.LoadModule([]byte(KernelsPTX))
 	add, _ := m.Function(KernelAddOne)
 	p, _ := c.Alloc(16)
 	err := s.Launch(add, LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 64}}, p, uint64(64))
@@ -658,5 +658,25 @@ func TestInjectedErrorsCarryTheDriverName(t *testing.T) {
 		if tc.is != nil && !errors.Is(err, tc.is) {
 			t.Errorf("%s cued with %d: %v does not match %v", tc.fn, tc.code, err, tc.is)
 		}
+	}
+}
+
+// Without the library API and cuFuncGetParamInfo their features are off,
+// and modules still load (through cuModuleLoadDataEx).
+func TestOptionalModuleFeaturesFollowTheSymbols(t *testing.T) {
+	f := buildFake(t, "FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO")
+	c := f.open(t)
+	if got := c.Features(); got.Library || got.ParamInfo {
+		t.Fatalf("Features() without the library API and cuFuncGetParamInfo = %+v; want both off", got)
+	}
+	m, err := c.LoadModule([]byte(KernelsPTX))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.named(t, "cuModuleLoadDataEx")) != 1 {
+		t.Fatal("the module did not load through cuModuleLoadDataEx")
+	}
+	if err := m.Unload(); err != nil {
+		t.Fatal(err)
 	}
 }

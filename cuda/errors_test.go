@@ -119,12 +119,13 @@ func TestLinearRefusesShapesBeyondTheDriverLimits(t *testing.T) {
 }
 
 func TestPackParamsLaysValuesWithTheirCSize(t *testing.T) {
-	vals, ptrs, sizes, err := packParams([]any{uintptr(0x1000), uint64(7), int64(-1), uint32(0xAB), int32(-2), float32(1.5), float64(2.5)})
+	vals, ptrs, sizes, err := packParams("k", []any{uintptr(0x1000), uint64(7), int64(-1), uint32(0xAB), int32(-2), float32(1.5), float64(2.5),
+		uint16(0xBEEF), int16(-3), uint8(0xC5), int8(-4)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []uint64{0x1000, 7, ^uint64(0), 0xAB, 0xFFFFFFFE, 0x3FC00000, 0x4004000000000000}
-	wantSize := []uintptr{8, 8, 8, 4, 4, 4, 8}
+	want := []uint64{0x1000, 7, ^uint64(0), 0xAB, 0xFFFFFFFE, 0x3FC00000, 0x4004000000000000, 0xBEEF, 0xFFFD, 0xC5, 0xFC}
+	wantSize := []uintptr{8, 8, 8, 4, 4, 4, 8, 2, 2, 1, 1}
 	for i, w := range want {
 		if vals[i] != w {
 			t.Errorf("slot %d = %#x, want %#x", i, vals[i], w)
@@ -137,8 +138,9 @@ func TestPackParamsLaysValuesWithTheirCSize(t *testing.T) {
 		}
 	}
 	for _, bad := range []any{int(1), uint(1), "x", []byte{1}} {
-		if _, _, _, err := packParams([]any{bad}); err == nil {
-			t.Errorf("packParams(%T) succeeded; want an error", bad)
+		var ae *ArgError
+		if _, _, _, err := packParams("k", []any{bad}); !errors.As(err, &ae) || ae.Index != 0 || !errors.Is(err, ErrArgs) {
+			t.Errorf("packParams(%T) = %v; want an *ArgError for argument 0 matching ErrArgs", bad, err)
 		}
 	}
 }

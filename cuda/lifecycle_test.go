@@ -239,7 +239,7 @@ func TestStreamLaunchRefusesArgumentsNotMatchingTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,8 +247,8 @@ func TestStreamLaunchRefusesArgumentsNotMatchingTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !fn.paramsKnown || len(fn.params) != 3 {
-		t.Fatalf("fill_u8's parameters = %v (known %v); want 3 from cuFuncGetParamInfo", fn.params, fn.paramsKnown)
+	if fn.paramsFrom != "cuFuncGetParamInfo" || len(fn.params) != 3 {
+		t.Fatalf("fill_u8's parameters = %v (from %q); want 3 from cuFuncGetParamInfo", fn.params, fn.paramsFrom)
 	}
 	p, err := c.Alloc(4096)
 	if err != nil {
@@ -278,7 +278,7 @@ func TestFunctionsOfAnUnloadedModuleAreRefused(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,8 +292,8 @@ func TestFunctionsOfAnUnloadedModuleAreRefused(t *testing.T) {
 	if err := m.Unload(); err != nil {
 		t.Fatalf("second Unload = %v; want nil", err)
 	}
-	if n := len(f.named(t, "cuModuleUnload")); n != 1 {
-		t.Fatalf("%d cuModuleUnload calls; want 1", n)
+	if n := len(f.named(t, "cuLibraryUnload")); n != 1 {
+		t.Fatalf("%d cuLibraryUnload calls; want 1", n)
 	}
 	if _, err := m.Function(KernelAddOne); !errors.Is(err, ErrClosed) {
 		t.Errorf("Function of an unloaded module = %v; want ErrClosed", err)

@@ -79,7 +79,7 @@ func TestRealDriverCopiesKernelsAndGraphs(t *testing.T) {
 		t.Fatalf("round trip through the device: equal %v, err %v", bytes.Equal(got, src), err)
 	}
 
-	m, err := c.LoadModule(KernelsPTX)
+	m, err := c.LoadModule([]byte(KernelsPTX))
 	if err != nil {
 		t.Fatalf("loading KernelsPTX: %v", err)
 	}

@@ -370,23 +370,28 @@ func Linear(n uint64, block uint32) (LaunchConfig, error) {
 
 // Launch enqueues kernel f with args (cuLaunchKernel). Each argument is
 // passed by value with its C size: uintptr (a device pointer), uint64 and
-// int64 as 8 bytes; uint32, int32 and float32 as 4; float64 as 8. Go int
-// and uint are refused, their C size being ambiguous. The driver copies
-// the values during the call, so a capture keeps them.
+// int64 as 8 bytes; uint32, int32 and float32 as 4; uint16 and int16 as 2;
+// uint8 and int8 as 1; float64 as 8. Go int and uint are refused, their C
+// size being ambiguous. The driver copies the values during the call, so a
+// capture keeps them.
 //
 // args must match the kernel's parameters in number and size: the driver
 // reads as many parameters as the kernel declares, so too few arguments
 // make it read past the array (a crash or garbage, never an error). Where
-// the driver reports parameters (cuFuncGetParamInfo, CUDA 12.4+) Launch
-// checks args against them and refuses a mismatch; elsewhere the caller
-// must get them right.
+// the parameters are known (Function.Params: cuFuncGetParamInfo, CUDA
+// 12.4+, or the PTX the module was loaded from) Launch refuses a mismatch
+// with an *ArgError before the driver sees it; elsewhere the caller must
+// get them right.
+//
+// From an op's run function, prefer Op.Launch: it takes the op's uses as
+// arguments and launches on the op's stream.
 func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
-	vals, ptrs, sizes, err := packParams(args)
+	vals, ptrs, sizes, err := packParams(f.name, args)
 	if err != nil {
-		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
+		return err
 	}
 	if err := f.checkParams(sizes); err != nil {
-		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
+		return err
 	}
 	var params unsafe.Pointer
 	if len(ptrs) > 0 {
@@ -404,40 +409,6 @@ func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 		return fmt.Errorf("cuda: launch %s: %w", f.name, err)
 	}
 	return nil
-}
-
-// packParams lays each argument in its own 8-byte slot of vals (heap
-// memory, which the Go collector never moves) and points ptrs[i] at it:
-// the void** array cuLaunchKernel reads. Narrow values fill the slot's low
-// bytes (little-endian, as on every platform the driver supports). sizes[i]
-// is argument i's C size.
-func packParams(args []any) (vals []uint64, ptrs []unsafe.Pointer, sizes []uintptr, err error) {
-	vals = make([]uint64, len(args))
-	ptrs = make([]unsafe.Pointer, len(args))
-	sizes = make([]uintptr, len(args))
-	for i, a := range args {
-		sizes[i] = 8
-		switch v := a.(type) {
-		case uintptr:
-			vals[i] = uint64(v)
-		case uint64:
-			vals[i] = v
-		case int64:
-			vals[i] = uint64(v)
-		case uint32:
-			vals[i], sizes[i] = uint64(v), 4
-		case int32:
-			vals[i], sizes[i] = uint64(uint32(v)), 4
-		case float32:
-			vals[i], sizes[i] = uint64(math.Float32bits(v)), 4
-		case float64:
-			vals[i] = math.Float64bits(v)
-		default:
-			return nil, nil, nil, fmt.Errorf("argument %d has type %T; use uintptr, uint64, int64, uint32, int32, float32 or float64", i, a)
-		}
-		ptrs[i] = unsafe.Pointer(&vals[i])
-	}
-	return vals, ptrs, sizes, nil
 }
 
 // CaptureStatus is a stream's capture state (CUstreamCaptureStatus).

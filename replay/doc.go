@@ -22,6 +22,9 @@
 //     first failed allocation.
 //   - (R2) Live and device bytes are sampled after every event: the peaks
 //     are exact.
+//   - (R3) The timeline keeps, of every bucket of consecutive events, the
+//     points where live or device bytes were lowest and highest: its
+//     highest point is the reported peak, to the byte.
 //
 // # Does not know
 //

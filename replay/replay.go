@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
 	"time"
 
 	"github.com/gpumem/gpumem"
@@ -42,18 +43,36 @@ type Options struct {
 	// 65536) with the events done so far.
 	Progress      func(done, total int)
 	ProgressEvery int
-	// Timeline, when > 0, records up to about that many evenly spread
-	// (event, live, device) points for plotting.
+	// Timeline, when > 0, records the live and device bytes in about that
+	// many buckets of consecutive events, keeping each bucket's lowest and
+	// highest of both (R3), for plotting.
 	Timeline int
 	// FailFast stops at the first failed allocation.
 	FailFast bool
 }
 
-// Point is one timeline sample.
+// Point is one timeline sample: the bytes right after event Event, whose
+// trace time is T.
 type Point struct {
 	Event  int    `json:"event"`
+	T      int64  `json:"t"`
 	Live   uint64 `json:"live_bytes"`
 	Device uint64 `json:"device_bytes"`
+}
+
+// FailureState is the device at the first failed allocation: what was
+// asked, what was live and what the device held. FreeInPages is held room
+// the request did not fit in (free room of mapped pages; for PyTorch's
+// model, free cached blocks). LargestFree is the largest free block in
+// that room where the allocator can say (PyTorch's model), else 0.
+type FailureState struct {
+	Event       int    `json:"event"`
+	T           int64  `json:"t"`
+	Request     uint64 `json:"request_bytes"`
+	Live        uint64 `json:"live_bytes"`
+	Device      uint64 `json:"device_bytes"`
+	FreeInPages uint64 `json:"free_in_pages_bytes"`
+	LargestFree uint64 `json:"largest_free_block_bytes,omitempty"`
 }
 
 // Report is what a replay measured (design §13.4).
@@ -74,13 +93,18 @@ type Report struct {
 	FailedAllocsByKind map[string]int `json:"failed_allocs_by_kind"`
 	FirstFailure       int            `json:"first_failure"` // event index, −1 when none
 	FirstFailureError  string         `json:"first_failure_error,omitempty"`
+	// FirstFailureState is the device at the first failed allocation.
+	FirstFailureState *FailureState `json:"first_failure_state,omitempty"`
 
-	PeakLive      uint64  `json:"peak_live_bytes"`
-	FinalLive     uint64  `json:"final_live_bytes"`
-	PeakDevice    uint64  `json:"peak_device_bytes"`
-	FinalDevice   uint64  `json:"final_device_bytes"`
-	FinalReserved uint64  `json:"final_reserved_bytes"`
-	Fragmentation float64 `json:"fragmentation"` // peak device ÷ peak live
+	PeakLive   uint64 `json:"peak_live_bytes"`
+	FinalLive  uint64 `json:"final_live_bytes"`
+	PeakDevice uint64 `json:"peak_device_bytes"`
+	// PeakDeviceEvent is the first event after which the device held
+	// PeakDevice bytes (−1 when no event ran).
+	PeakDeviceEvent int     `json:"peak_device_event"`
+	FinalDevice     uint64  `json:"final_device_bytes"`
+	FinalReserved   uint64  `json:"final_reserved_bytes"`
+	Fragmentation   float64 `json:"fragmentation"` // peak device ÷ peak live
 
 	StorageAllocs   uint64 `json:"storage_allocs"`
 	StorageDeallocs uint64 `json:"storage_deallocs"`
@@ -121,6 +145,10 @@ type replayer struct {
 	capOwner map[int]int // graph → stream
 	live     uint64
 	rep      *Report
+	// byOp counts events per op (index Op; the last slot for any other),
+	// turned into Report.EventsByOp at the end: a map update per event
+	// cost more than the rest of the replay's own bookkeeping.
+	byOp [8]int
 }
 
 // Run applies events to dev in order and reports what it measured. It
@@ -148,11 +176,9 @@ func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], 
 	if every <= 0 {
 		every = 1 << 16
 	}
-	stride := 1
-	if opts.Timeline > 0 && opts.Total > opts.Timeline {
-		stride = opts.Total / opts.Timeline
-	}
+	timeline := NewTimeline(opts.Total, opts.Timeline)
 	rep := r.rep
+	rep.PeakDeviceEvent = -1
 	i := 0
 	var err error
 	for e := range events {
@@ -169,10 +195,12 @@ func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], 
 			break
 		}
 		devBytes := dev.BytesAllocated()
-		rep.PeakDevice = max(rep.PeakDevice, devBytes)
+		if devBytes > rep.PeakDevice || rep.PeakDeviceEvent < 0 {
+			rep.PeakDevice, rep.PeakDeviceEvent = devBytes, i
+		}
 		rep.PeakLive = max(rep.PeakLive, r.live)
-		if opts.Timeline > 0 && i%stride == 0 {
-			rep.Timeline = append(rep.Timeline, Point{Event: i, Live: r.live, Device: devBytes})
+		if opts.Timeline > 0 {
+			timeline.Add(Point{Event: i, T: e.T, Live: r.live, Device: devBytes})
 		}
 		i++
 		if opts.Progress != nil && i%every == 0 {
@@ -180,6 +208,9 @@ func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], 
 		}
 	}
 	rep.Events = i
+	if opts.Timeline > 0 {
+		rep.Timeline = timeline.Points()
+	}
 	if opts.Progress != nil {
 		opts.Progress(i, opts.Total)
 	}
@@ -207,7 +238,7 @@ func (r *replayer) stream(n int) (*gpumem.Stream, error) {
 
 func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 	rep := r.rep
-	rep.EventsByOp[e.Op.String()]++
+	r.byOp[min(int(e.Op), len(r.byOp)-1)]++
 	switch e.Op {
 	case trace.OpAlloc:
 		s, err := r.stream(e.Stream)
@@ -237,6 +268,11 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 			if rep.FirstFailure < 0 {
 				rep.FirstFailure = i
 				rep.FirstFailureError = err.Error()
+				u := r.dev.Report().Usage()
+				rep.FirstFailureState = &FailureState{
+					Event: i, T: e.T, Request: e.Size, Live: r.live, Device: r.dev.BytesAllocated(),
+					FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesInUse+u.BytesPadding),
+				}
 			}
 			return nil
 		}
@@ -342,6 +378,11 @@ func (r *replayer) capture(ctx context.Context, e trace.Event) error {
 // finish fills the report from the device's counters.
 func (r *replayer) finish(start time.Time) {
 	rep := r.rep
+	for op, n := range r.byOp {
+		if n > 0 {
+			rep.EventsByOp[trace.Op(op).String()] += n
+		}
+	}
 	st := r.dev.Stats()
 	rep.FinalLive = r.live
 	rep.FinalDevice = st.BytesAllocated
@@ -387,4 +428,71 @@ func finalPageSize(dev *gpumem.Device) uint64 {
 		}
 	}
 	return ps
+}
+
+// Timeline downsamples a sequence of points into buckets of consecutive
+// events, keeping of each bucket the points where live or device bytes
+// were lowest or highest (R3): drawn, it reaches every peak and trough
+// exactly, which evenly spaced samples do not.
+type Timeline struct {
+	stride int
+	n      int // points in the open bucket
+	pts    []Point
+	// The open bucket's extremes.
+	minLive, maxLive, minDev, maxDev Point
+}
+
+// NewTimeline returns a timeline of about points buckets for total points
+// (each bucket one point when total is unknown or small).
+func NewTimeline(total, points int) *Timeline {
+	stride := 1
+	if points > 0 && total > points {
+		stride = total / points
+	}
+	return &Timeline{stride: stride}
+}
+
+// Add adds the next point (points come in event order).
+func (t *Timeline) Add(p Point) {
+	if t.n == 0 {
+		t.minLive, t.maxLive, t.minDev, t.maxDev = p, p, p, p
+	} else {
+		if p.Live < t.minLive.Live {
+			t.minLive = p
+		}
+		if p.Live > t.maxLive.Live {
+			t.maxLive = p
+		}
+		if p.Device < t.minDev.Device {
+			t.minDev = p
+		}
+		if p.Device > t.maxDev.Device {
+			t.maxDev = p
+		}
+	}
+	if t.n++; t.n == t.stride {
+		t.flush()
+	}
+}
+
+// flush appends the open bucket's extreme points in event order, each
+// once.
+func (t *Timeline) flush() {
+	if t.n == 0 {
+		return
+	}
+	pts := []Point{t.minLive, t.maxLive, t.minDev, t.maxDev}
+	slices.SortFunc(pts, func(x, y Point) int { return x.Event - y.Event })
+	for i, p := range pts {
+		if i == 0 || p.Event != pts[i-1].Event {
+			t.pts = append(t.pts, p)
+		}
+	}
+	t.n = 0
+}
+
+// Points closes the open bucket and returns the timeline.
+func (t *Timeline) Points() []Point {
+	t.flush()
+	return t.pts
 }

@@ -4,10 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"iter"
+	"reflect"
 	"strconv"
+	"strings"
 )
 
 // MaxLineBytes bounds one JSONL line. A native event is under 150 bytes; the
@@ -52,7 +55,7 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 			}
 			var w wireEvent
 			if err := json.Unmarshal(b, &w); err != nil {
-				yield(Event{}, fmt.Errorf("%w: line %d: %v", ErrInvalidEvent, line, err))
+				yield(Event{}, fmt.Errorf("%w: line %d: %s", ErrInvalidEvent, line, jsonProblem(err)))
 				return
 			}
 			if first {
@@ -254,4 +257,38 @@ func appendString(b []byte, s string) []byte {
 		panic("trace: " + err.Error())
 	}
 	return append(b, q...)
+}
+
+// jsonProblem says what is wrong with a line in the trace's own terms: the
+// field and the kind of value it wants, not the decoder's Go types.
+func jsonProblem(err error) string {
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		want := "a string"
+		switch typeErr.Type.Kind() {
+		case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+			want = "a non-negative integer"
+		case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+			want = "an integer"
+		case reflect.Bool:
+			want = "true or false"
+		}
+		if typeErr.Field == "" {
+			return fmt.Sprintf("a line must be a JSON object, not %s", typeErr.Value)
+		}
+		return fmt.Sprintf("field %q is %s, want %s", typeErr.Field, article(typeErr.Value), want)
+	}
+	var syntaxErr *json.SyntaxError
+	if errors.As(err, &syntaxErr) {
+		return fmt.Sprintf("not valid JSON at column %d: %v", syntaxErr.Offset, err)
+	}
+	return err.Error()
+}
+
+// article prefixes a JSON value kind ("string", "number -1") with "a".
+func article(v string) string {
+	if v != "" && strings.ContainsRune("aeiou", rune(v[0])) {
+		return "an " + v
+	}
+	return "a " + v
 }

@@ -51,9 +51,10 @@ import (
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
-// ReadSnapshot will hold in memory when SnapshotOptions.MaxBytes is 0:
-// 1 GiB, several times the largest real snapshot seen (under 100 MiB).
-// Decoding costs a few times the input in memory, so the bound keeps a
+// ReadSnapshot will read when SnapshotOptions.MaxBytes is 0: 1 GiB, several
+// times the largest real snapshot seen (under 100 MiB). A pickle streams
+// through the unpickler, but its decoded values can still cost about the
+// input's size (a JSON snapshot is held whole), so the bound keeps a
 // hostile input (a gzip bomb) from taking the machine; a larger snapshot
 // needs MaxBytes (the CLI's -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
@@ -147,6 +148,40 @@ type Snapshot struct {
 	// over Events (requested sizes, prelude included).
 	PeakLive  uint64
 	FinalLive uint64
+
+	// The window a replay uses begins at the trace's first alloc entry: a
+	// trace may open with a run of segment_free entries (an empty_cache
+	// between experiments) whose reserve belonged to the previous
+	// experiment, and a replay cannot be compared with that.
+	//
+	// FirstAlloc is the index of the first alloc entry, −1 when there is
+	// none (the window then begins at the dump). ReservedAtFirstAlloc is
+	// PyTorch's reserved bytes just before it (segment entries before it
+	// included), WindowPeakReserved the highest reserve from there on — the
+	// figure to compare a replay with — and LiveAtFirstAlloc the live bytes
+	// then (the prelude less the frees before it).
+	FirstAlloc int
+	// FirstAllocEvent is the index in Events of the first alloc entry's
+	// event (after the prelude and any frees before it), −1 when none.
+	FirstAllocEvent      int
+	ReservedAtFirstAlloc uint64
+	WindowPeakReserved   uint64
+	LiveAtFirstAlloc     uint64
+	// UnexplainedReserved is the bytes of the UnexplainedSegments segments
+	// PyTorch held when the window began in which no allocation live then
+	// and no alloc entry of the window lies: cached before the window and
+	// never used in it, so neither the trace nor the live blocks explain
+	// them, and a replay (which starts without them) cannot reproduce
+	// them.
+	UnexplainedReserved uint64
+	UnexplainedSegments int
+
+	// AllocatorSettings is the snapshot's "allocator_settings" dict, the
+	// settings PyTorch's allocator ran with (package trace/torch reads
+	// them), nil when the snapshot has none (older PyTorch). String keys
+	// only; values are strings, bools, int64 or *big.Int, float64, or
+	// nested dicts of the same as map[string]any.
+	AllocatorSettings map[string]any
 }
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
@@ -178,23 +213,41 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		src, gzipped = zr, true
 	}
-	data, err := readSnapshotBytes(src, limit)
+	root, err := decodeSnapshot(src, limit)
 	if err != nil {
-		if gzipped && !errors.Is(err, ErrSnapshot) {
+		if gzipped && !errors.Is(err, ErrSnapshot) && !errors.Is(err, ErrPickle) && !errors.Is(err, ErrPickleGlobal) {
 			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
 		}
-		return nil, err
-	}
-	root, err := decodeSnapshotValue(data)
-	if err != nil {
 		return nil, err
 	}
 	return convertSnapshot(root, opts)
 }
 
-// readSnapshotBytes reads at most limit bytes, skipping leading JSON white
-// space, after checking that the first other byte can start a snapshot.
-func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
+// TooLargeError is the error for a snapshot past the size limit
+// (SnapshotOptions.MaxBytes): the caller names its own way to raise it
+// (the CLI's -max-snapshot). It matches ErrSnapshot.
+type TooLargeError struct {
+	Limit int64 // the limit, in bytes
+}
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
+}
+
+// Unwrap makes a TooLargeError match ErrSnapshot.
+func (e *TooLargeError) Unwrap() error { return ErrSnapshot }
+
+// inputTooLarge is the error for an input past limit bytes.
+func inputTooLarge(limit int64) error { return &TooLargeError{Limit: limit} }
+
+// decodeSnapshot reads at most limit bytes, skipping leading JSON white
+// space, after checking that the first other byte can start a snapshot,
+// and decodes them into the unpickler's value types. JSON (leading '{') is
+// read whole, as encoding/json needs it; a pickle streams through the
+// unpickler's window, so reading holds the decoded values, not the file.
+// Errors from r itself are returned as they are (ReadSnapshot names a
+// gzip stream's).
+func decodeSnapshot(r io.Reader, limit int64) (any, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var skipped int64
 	for {
@@ -207,7 +260,7 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		}
 		if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
 			if skipped++; skipped > limit {
-				return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+				return nil, inputTooLarge(limit)
 			}
 			continue
 		}
@@ -217,6 +270,9 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		if err := br.UnreadByte(); err != nil {
 			return nil, err
 		}
+		if b != '{' {
+			return unpickleFrom(br, skipped, limit, inputTooLarge(limit))
+		}
 		break
 	}
 	data, err := io.ReadAll(io.LimitReader(br, limit-skipped+1))
@@ -224,27 +280,23 @@ func readSnapshotBytes(r io.Reader, limit int64) ([]byte, error) {
 		return nil, err
 	}
 	if int64(len(data)) > limit-skipped {
-		return nil, fmt.Errorf("%w: input larger than %d bytes (SnapshotOptions.MaxBytes)", ErrSnapshot, limit)
+		return nil, inputTooLarge(limit)
 	}
-	return data, nil
+	return decodeJSONValue(data)
 }
 
-// decodeSnapshotValue decodes JSON (leading '{') or a pickle into the
-// unpickler's value types.
-func decodeSnapshotValue(data []byte) (any, error) {
-	if len(data) > 0 && data[0] == '{' {
-		if err := checkJSONShape(data); err != nil {
-			return nil, err
-		}
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.UseNumber()
-		var v any
-		if err := dec.Decode(&v); err != nil {
-			return nil, fmt.Errorf("%w: json: %w", ErrSnapshot, err)
-		}
-		return fromJSON(v), nil
+// decodeJSONValue decodes a JSON snapshot into the unpickler's value types.
+func decodeJSONValue(data []byte) (any, error) {
+	if err := checkJSONShape(data); err != nil {
+		return nil, err
 	}
-	return unpickle(data)
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("%w: json: %w", ErrSnapshot, err)
+	}
+	return fromJSON(v), nil
 }
 
 // checkJSONShape refuses, naming the byte offset, JSON that nests objects
@@ -350,6 +402,8 @@ func describe(v any) string {
 		return fmt.Sprintf("integer of %d bits", x.BitLen())
 	case *pyList:
 		return fmt.Sprintf("list of %d", len(x.items))
+	case *framesList:
+		return fmt.Sprintf("list of %d stack frames, not kept", x.n)
 	case pyTuple:
 		return fmt.Sprintf("tuple of %d", len(x))
 	case *depthTuple:
@@ -362,6 +416,8 @@ func describe(v any) string {
 
 // Accessors over decoded values.
 
+// asList returns a list's or tuple's items. An elided frames list (see
+// pickle.go) has none kept, so it is refused rather than read as empty.
 func asList(v any) ([]any, bool) {
 	switch x := v.(type) {
 	case *pyList:
@@ -500,6 +556,13 @@ func parseEntry(v any, idx int) (entry, error) {
 	return e, nil
 }
 
+// rawSegment is a segment as the snapshot records it, raw stream handle
+// included.
+type rawSegment struct {
+	addr, size, stream uint64
+	small              bool
+}
+
 // preludeAlloc is one allocation rebuilt from before the trace's window.
 type preludeAlloc struct {
 	addr   uint64
@@ -581,6 +644,15 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
 	}
 	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
+	if v, ok := top.get("allocator_settings"); ok {
+		d, ok := v.(*pyDict)
+		if !ok && v != nil {
+			return nil, fmt.Errorf("%w: allocator_settings is %s, not a dict", ErrSnapshot, describe(v))
+		}
+		if ok {
+			s.AllocatorSettings = plainDict(d, 2)
+		}
+	}
 	var raw []any
 	if opts.ChooseDevice {
 		if opts.Device < 0 || opts.Device >= len(traces) {
@@ -620,10 +692,6 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 
 	// Segments of the chosen device: reserved bytes and active blocks.
 	var active []preludeAlloc
-	type rawSegment struct {
-		addr, size, stream uint64
-		small              bool
-	}
 	var endSegments []rawSegment
 	if segV, ok := top.get("segments"); ok && segV != nil {
 		segs, ok := asList(segV)
@@ -771,6 +839,10 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	lastT := t0
 	var net, maxNet int64
 	maxNetEntry := -1 // the entry where net reached maxNet (> 0)
+	// The window (see Snapshot.FirstAlloc): the net before its first alloc
+	// entry, and the highest net from there on.
+	s.FirstAlloc, s.FirstAllocEvent = -1, -1
+	var netAtWindow, maxNetWindow int64
 	for i, e := range entries {
 		t := e.t
 		if t < lastT {
@@ -780,6 +852,14 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		lastT = t
 		switch e.kind {
 		case actAlloc:
+			if s.FirstAlloc < 0 {
+				s.FirstAlloc, netAtWindow, maxNetWindow = i, net, net
+				s.LiveAtFirstAlloc = c.liveSum
+				s.FirstAllocEvent = len(s.Events)
+				if _, live := c.live[e.addr]; live {
+					s.FirstAllocEvent++ // after the implied free
+				}
+			}
 			if c.free(t, e.addr) {
 				s.Counts.ImpliedFrees++
 			}
@@ -812,6 +892,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			net += d
 			if net > maxNet {
 				maxNet, maxNetEntry = net, i
+			}
+			if s.FirstAlloc >= 0 {
+				maxNetWindow = max(maxNetWindow, net)
 			}
 			s.Reserved = append(s.Reserved, ReservedPoint{Entry: i, Event: len(s.Events), T: t})
 			s.Reserved[len(s.Reserved)-1].Bytes = uint64(net) // fixed up below
@@ -903,5 +986,87 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		s.Reserved[i].Bytes = uint64(v)
 	}
+	// Every net lies between the lowest and the highest, so start + net is
+	// in [0, PeakReserved] once clamped at 0.
+	level := func(n int64) uint64 { return uint64(max(start+n, 0)) }
+	if s.FirstAlloc < 0 {
+		// No alloc entry: the window is the dump, and the live blocks are
+		// all a replay sees.
+		s.LiveAtFirstAlloc = c.liveSum
+		netAtWindow, maxNetWindow = net, net
+	}
+	s.ReservedAtFirstAlloc = level(netAtWindow)
+	s.WindowPeakReserved = level(maxNetWindow)
+	s.UnexplainedSegments, s.UnexplainedReserved = unexplainedSegments(entries, startSegs, prelude, s.FirstAlloc)
 	return s, nil
+}
+
+// unexplainedSegments counts the segments held when the window began (at
+// entry first, or at the end when first < 0) in which no prelude
+// allocation and no alloc entry of the window lies (Snapshot.
+// UnexplainedReserved). held are the segments held before the trace, in
+// address order.
+func unexplainedSegments(entries []entry, before []rawSegment, prelude []preludeAlloc, first int) (int, uint64) {
+	window := len(entries)
+	if first >= 0 {
+		window = first
+	}
+	type span struct{ addr, size uint64 }
+	held := map[uint64]span{}
+	for _, rs := range before {
+		held[rs.addr] = span{rs.addr, rs.size}
+	}
+	for _, e := range entries[:window] {
+		switch e.action {
+		case "segment_alloc":
+			held[e.addr] = span{e.addr, e.rawSize}
+		case "segment_free":
+			delete(held, e.addr)
+		}
+	}
+	if len(held) == 0 {
+		return 0, 0
+	}
+	var used []uint64
+	for _, a := range prelude {
+		used = append(used, a.addr)
+	}
+	for _, e := range entries[window:] {
+		if e.kind == actAlloc {
+			used = append(used, e.addr)
+		}
+	}
+	slices.Sort(used)
+	n, bytes := 0, uint64(0)
+	for _, sp := range held {
+		i, _ := slices.BinarySearch(used, sp.addr)
+		if i < len(used) && used[i]-sp.addr < sp.size {
+			continue
+		}
+		n++
+		bytes += min(sp.size, math.MaxUint64-bytes)
+	}
+	return n, bytes
+}
+
+// plainDict copies a decoded dict's string-keyed scalar entries, and its
+// nested dicts down to depth levels, into Go maps; other entries (lists,
+// non-string keys, deeper dicts) are left out.
+func plainDict(d *pyDict, depth int) map[string]any {
+	m := make(map[string]any, len(d.keys))
+	for i, k := range d.keys {
+		key, ok := k.(string)
+		if !ok {
+			continue
+		}
+		switch v := d.vals[i].(type) {
+		case nil, bool, int64, float64, string, *big.Int:
+			m[key] = v
+		case *pyDict:
+			if depth > 1 {
+				m[key] = plainDict(v, depth-1)
+			}
+		}
+	}
+	return m
 }

@@ -6,8 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/gpumem/gpumem"
@@ -15,6 +15,7 @@ import (
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
+	"github.com/gpumem/gpumem/trace/torch"
 )
 
 func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
@@ -45,22 +46,23 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem replay", stderr)
 	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
-	var capacity sizeFlag
-	fs.Var(&capacity, "capacity", "replay at this device capacity (e.g. 24GiB, at least 1MiB) instead of unlimited")
+	var capacity, overhead sizeFlag
+	fs.Var(&capacity, "capacity", "say whether each policy fits a device of `SIZE` (e.g. 80GB or 24GiB; at least 1MiB): "+sizeHelp)
+	fs.Var(&overhead, "overhead", "device memory outside the allocator (CUDA context, library workspaces), `SIZE`; the allocator gets -capacity less this")
+	requireFit := fs.String("require-fit", "", "exit with status 3 unless `POLICY` fits -capacity (for scripts)")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
-	htmlOut := fs.String("html", "", "also write a standalone HTML page with the timeline to `FILE`")
-	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run")
-	bandwidth := fs.Float64("bandwidth", compare.DefaultBandwidth, "device copy bandwidth (B/s, finite, at least 1) for the relocation time estimate")
+	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run; torch:CONF runs PyTorch's model with CONF in PYTORCH_CUDA_ALLOC_CONF syntax (torch:defaults for its defaults)")
+	torchConf := fs.String("torch-conf", "", "settings of the torch policy, in PYTORCH_CUDA_ALLOC_CONF syntax such as `CONF` expandable_segments:True,max_split_size_mb:128 (default: the settings the snapshot recorded, else PyTorch's defaults)")
+	bandwidth := rateFlag{v: compare.DefaultBandwidth}
+	fs.Var(&bandwidth, "bandwidth", "device copy bandwidth for the relocation time estimate, `RATE` such as 2TB/s, 900GB/s or 2e12 (B/s)")
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gpumem replay [flags] [FILE]\n\nFILE is a PyTorch memory snapshot (.pickle, .json, gzip ok) or a gpumem trace (.jsonl);\nwithout FILE the embedded default trace is replayed.\n\nflags:")
-		fs.PrintDefaults()
-	}
+	setUsage(fs, replayUsage)
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -80,11 +82,22 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
 		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
 	}
-	if math.IsNaN(*bandwidth) || math.IsInf(*bandwidth, 0) || *bandwidth < 1 {
-		return fmt.Errorf("%w: -bandwidth %v: want a finite number of bytes per second, at least 1", errUsage, *bandwidth)
-	}
 	if capacity.set && capacity.v < 1<<20 {
 		return fmt.Errorf("%w: -capacity %d B is below 1 MiB (omit -capacity for an unlimited device)", errUsage, capacity.v)
+	}
+	if overhead.set && !capacity.set {
+		return fmt.Errorf("%w: -overhead needs -capacity (the device it is part of)", errUsage)
+	}
+	if capacity.set && overhead.v >= capacity.v {
+		return fmt.Errorf("%w: -overhead %s leaves nothing of -capacity %s", errUsage, pool.Bytes(overhead.v), pool.Bytes(capacity.v))
+	}
+	if *requireFit != "" {
+		if !capacity.set {
+			return fmt.Errorf("%w: -require-fit needs -capacity (the device to fit)", errUsage)
+		}
+		if !slices.Contains(compare.ParsePolicies(*policies), *requireFit) {
+			return fmt.Errorf("%w: -require-fit %q is not among -policies %s", errUsage, *requireFit, *policies)
+		}
 	}
 	if err := checkMaxSnapshot(maxSnapshot); err != nil {
 		return err
@@ -107,16 +120,24 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	opts := compare.Options{
-		Policies:     strings.Split(*policies, ","),
-		Bandwidth:    *bandwidth,
+		Policies:     compare.ParsePolicies(*policies),
+		Bandwidth:    bandwidth.v,
 		SkipCapacity: *noSearch,
 		Host:         *backend == "host",
 		Capacity:     capacity.v,
+		Overhead:     overhead.v,
 		Open:         open,
 		Alignment:    alignment,
 	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
+	}
+	if *torchConf != "" {
+		s, err := torch.ParseConf(*torchConf)
+		if err != nil {
+			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
+		}
+		opts.TorchSettings = &s
 	}
 	if !*quiet && isTerminal(os.Stderr) {
 		bar := newProgressBar(stderr)
@@ -130,23 +151,32 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	if *format == "json" {
+	switch {
+	case *htmlOut == "-":
+	case *format == "json":
 		err = c.WriteJSON(stdout)
-	} else {
+	default:
 		err = c.WriteText(stdout)
 	}
 	if err != nil {
 		return err
 	}
 	if *htmlOut != "" {
-		if err := writeFile(*htmlOut, c.WriteHTML); err != nil {
+		if err := writeOutput(*htmlOut, stdout, c.WriteHTML); err != nil {
 			return err
 		}
 	}
 	if *failOnOOM {
 		for _, p := range c.Policies {
 			if p.FailedAllocs > 0 {
-				return fmt.Errorf("policy %s failed %d allocations", p.Name, p.FailedAllocs)
+				return fmt.Errorf("policy %s failed %d allocations at unlimited capacity", p.Name, p.FailedAllocs)
+			}
+		}
+	}
+	if *requireFit != "" {
+		for _, p := range c.Policies {
+			if p.Name == *requireFit && p.Verdict != nil && !p.Verdict.Fits {
+				return fmt.Errorf("%w: policy %s runs out of memory at event %d with -capacity %s", errNoFit, p.Name, p.Verdict.OutOfMemory.Event, pool.Bytes(capacity.v))
 			}
 		}
 	}
@@ -159,6 +189,14 @@ func checkMaxSnapshot(f sizeFlag) error {
 		return fmt.Errorf("%w: -max-snapshot must be at least 1 byte", errUsage)
 	}
 	return nil
+}
+
+// writeOutput writes through fn to path, or to stdout when path is "-".
+func writeOutput(path string, stdout io.Writer, fn func(io.Writer) error) error {
+	if path == "-" {
+		return fn(stdout)
+	}
+	return writeFile(path, fn)
 }
 
 // writeFile writes through fn to path, removing a partial file on error.
@@ -177,7 +215,8 @@ func writeFile(path string, fn func(io.Writer) error) error {
 
 func convertCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem convert", stderr)
-	out := fs.String("o", "", "write the trace to `FILE` (required)")
+	setUsage(fs, convertUsage)
+	out := fs.String("o", "", "write the trace to `FILE` (required; - for standard output)")
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
@@ -201,9 +240,12 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	defer f.Close()
 	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)})
 	if err != nil {
-		return err
+		return fmt.Errorf("reading snapshot %s: %w", pos[0], snapshotHint(err))
 	}
-	err = writeFile(*out, func(w io.Writer) error {
+	if len(snap.Events) == 0 {
+		return fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to convert", compare.ErrEmptyTrace, pos[0])
+	}
+	err = writeOutput(*out, stdout, func(w io.Writer) error {
 		enc := trace.NewEncoder(w)
 		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: pos[0], Streams: snap.Streams}); err != nil {
 			return err
@@ -218,18 +260,19 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %d events (%d streams, %d prelude allocations, peak live %s) to %s\n",
-		len(snap.Events), snap.Streams, snap.Counts.Prelude, pool.Bytes(snap.PeakLive), *out)
+	fmt.Fprintf(messages(*out, stdout, stderr), "wrote %d events (%d streams, %d prelude allocations, peak live %s) to %s\n",
+		len(snap.Events), snap.Streams, snap.Counts.Prelude, pool.Bytes(snap.PeakLive), outName(*out))
 	return nil
 }
 
 func synthCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem synth", stderr)
-	workload := fs.String("workload", "", "one of "+strings.Join(trace.Workloads(), ", "))
+	setUsage(fs, synthUsage)
+	workload := fs.String("workload", "", "`NAME`: one of "+strings.Join(trace.Workloads(), ", "))
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same bytes)")
 	allocs := fs.Int("allocs", 0, "approximate number of allocations (0 = default)")
 	streams := fs.Int("streams", 0, "streams of multistream (0 = default)")
-	out := fs.String("o", "", "write the trace to `FILE` (required)")
+	out := fs.String("o", "", "write the trace to `FILE` (required; - for standard output)")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -245,7 +288,7 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	n := 0
-	err = writeFile(*out, func(w io.Writer) error {
+	err = writeOutput(*out, stdout, func(w io.Writer) error {
 		enc := trace.NewEncoder(w)
 		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: fmt.Sprintf("synth %s seed %d", *workload, *seed)}); err != nil {
 			return err
@@ -261,12 +304,13 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "wrote %d events of %s (seed %d) to %s\n", n, *workload, *seed, *out)
+	fmt.Fprintf(messages(*out, stdout, stderr), "wrote %d events of %s (seed %d) to %s\n", n, *workload, *seed, outName(*out))
 	return nil
 }
 
 func infoCmd(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem info", stderr)
+	setUsage(fs, infoUsage)
 	if _, err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -298,4 +342,74 @@ func capacityString(n uint64) string {
 		return "unlimited"
 	}
 	return pool.Bytes(n).String()
+}
+
+func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("gpumem advise", stderr)
+	setUsage(fs, adviseUsage)
+	var capacity, overhead sizeFlag
+	fs.Var(&capacity, "capacity", "say which settings fit a device of `SIZE` and the PYTORCH_CUDA_ALLOC_CONF line to use: "+sizeHelp)
+	fs.Var(&overhead, "overhead", "device memory outside the allocator, `SIZE`; the allocator gets -capacity less this")
+	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
+	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	format := fs.String("format", "text", "output: text or json")
+	jsonOut := fs.Bool("json", false, "same as -format json")
+	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	pos, err := parseFlags(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return fmt.Errorf("%w: gpumem advise SNAPSHOT [-capacity SIZE]", errUsage)
+	}
+	if *jsonOut {
+		*format = "json"
+	}
+	if *format != "text" && *format != "json" {
+		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
+	}
+	if capacity.set && capacity.v < 1<<20 {
+		return fmt.Errorf("%w: -capacity %d B is below 1 MiB", errUsage, capacity.v)
+	}
+	if overhead.set && (!capacity.set || overhead.v >= capacity.v) {
+		return fmt.Errorf("%w: -overhead needs a -capacity larger than it", errUsage)
+	}
+	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+		return err
+	}
+	src, err := loadSource(pos[0], int64(maxSnapshot.v))
+	if err != nil {
+		return err
+	}
+	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v}
+	if *htmlOut != "" {
+		opts.Timeline = 1500
+	}
+	if !*quiet && isTerminal(os.Stderr) {
+		bar := newProgressBar(stderr)
+		defer bar.done()
+		opts.Progress = bar.update
+	}
+	a, err := compare.Advise(ctx, src, opts)
+	if err != nil {
+		return err
+	}
+	switch {
+	case *htmlOut == "-":
+	case *format == "json":
+		err = a.WriteJSON(stdout)
+	default:
+		err = a.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if *htmlOut != "" {
+		return writeOutput(*htmlOut, stdout, a.WriteHTML)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -9,7 +10,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )
@@ -32,21 +32,14 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	}
 	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{MaxBytes: maxSnapshot})
 	if err != nil {
+		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, snapshotHint(err))
+	}
+	src, err := compare.FromSnapshot(filepath.Base(path), snap)
+	if err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
-	src := compare.Source{Name: filepath.Base(path), Events: snap.Events, Recorded: snap.PeakReserved, Warnings: map[string]int{}}
-	for _, p := range snap.Reserved {
-		src.RecordedTimeline = append(src.RecordedTimeline, replay.Point{Event: p.Event, Device: p.Bytes})
-	}
-	c := snap.Counts
-	for k, v := range map[string]int{
-		"ignored_frees": c.IgnoredFrees, "implied_frees": c.ImpliedFrees, "prelude_allocs": c.Prelude,
-		"pending_frees_at_end": c.PendingAtEnd, "oom_entries": c.OOMs, "skipped_actions": c.SkippedTotal,
-		"unmatched_free_requests": c.UnmatchedFreeRequests, "missing_times": c.MissingTimes,
-	} {
-		if v > 0 {
-			src.Warnings[k] = v
-		}
+	if len(src.Events) == 0 {
+		return compare.Source{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to replay", compare.ErrEmptyTrace, path)
 	}
 	return src, nil
 }
@@ -59,5 +52,17 @@ func decodeJSONL(name string, r io.Reader) (compare.Source, error) {
 		}
 		events = append(events, e)
 	}
+	if len(events) == 0 {
+		return compare.Source{}, fmt.Errorf("%w: %s has no events", compare.ErrEmptyTrace, name)
+	}
 	return compare.Source{Name: name, Events: slices.Clip(events)}, nil
+}
+
+// snapshotHint adds to a snapshot error the flag that changes it.
+func snapshotHint(err error) error {
+	var tooLarge *trace.TooLargeError
+	if errors.As(err, &tooLarge) {
+		return fmt.Errorf("%w (raise -max-snapshot to read it)", err)
+	}
+	return err
 }

@@ -6,7 +6,9 @@
  * implements every symbol package cuda binds, on host memory:
  *
  *   - Device pointers are real host addresses (aligned_alloc), so copies,
- *     memsets and the two known kernels move real bytes.  Every device range
+ *     memsets and the kernels it knows by name (see "kernels" below: the
+ *     two of KernelsPTX, examples/cuda's saxpy and sum_f32, the tests'
+ *     scalars) move real bytes.  Every device range
  *     a call touches must lie inside a live allocation or an accessible VMM
  *     mapping, else CUDA_ERROR_INVALID_VALUE (1); a kernel that would touch
  *     memory outside one fails with CUDA_ERROR_ILLEGAL_ADDRESS (700), which
@@ -49,7 +51,9 @@
  *
  * Build switches: -DFAKE_NO_VMM leaves out the eight virtual-memory symbols,
  * -DFAKE_NO_MEMSET leaves out cuMemsetD8Async, -DFAKE_NO_PARAM_INFO leaves
- * out cuFuncGetParamInfo, -DFAKE_OMIT_GRAPH_LAUNCH leaves out the required
+ * out cuFuncGetParamInfo, -DFAKE_NO_LIBRARY leaves out the four library
+ * API symbols (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction,
+ * cuLibraryUnload), -DFAKE_OMIT_GRAPH_LAUNCH leaves out the required
  * cuGraphLaunch.  Build with -fvisibility=hidden
  * -Wl,-Bsymbolic: several copies may be loaded RTLD_GLOBAL into one test
  * process, and each must keep to its own state.
@@ -220,7 +224,8 @@ static int dev_range_ok(CUdeviceptr p, size_t n)
 /* ---- streams, events, graphs ---- */
 
 enum { NODE_COPY, NODE_SET, NODE_KERNEL };
-enum { K_ADD_ONE = 1, K_FILL_U8 = 2 };
+
+#define MAX_PARAMS 16
 
 struct node {
 	int kind;
@@ -228,8 +233,10 @@ struct node {
 	size_t n;
 	unsigned char value;
 	int kernel;
-	unsigned long long threads;
-	unsigned char params[3][8];
+	unsigned long long threads, block;
+	unsigned shared;
+	int nparams;
+	unsigned char params[MAX_PARAMS][8];
 };
 
 struct nodes {
@@ -285,11 +292,16 @@ static int live_graphs, live_execs;
 
 struct module {
 	char *image;
+	int library; /* loaded by cuLibraryLoadData: a CUlibrary, not a CUmodule */
 	struct module *next;
 };
+/* A function is also the fake's CUkernel: cuKernelGetFunction returns the
+ * kernel itself as the CUfunction of the current context. */
 struct function {
 	struct module *mod;
 	int kernel;
+	int nparams;
+	size_t psize[MAX_PARAMS], poff[MAX_PARAMS];
 	struct function *next;
 };
 static struct module *modules;
@@ -366,11 +378,120 @@ static CUresult enter(const char *fn, int need_init, int need_ctx)
 	return OK;
 }
 
-/* ---- kernels ---- */
+/* ---- kernels ----
+ *
+ * The fake runs the kernels it knows by entry name, on host memory, with
+ * the parameters the PTX declares (sizes checked at cuModuleGetFunction:
+ * an entry of a known name but another signature is an unknown kernel).
+ * Launching an unknown kernel fails with CUDA_ERROR_NOT_SUPPORTED (801).
+ *
+ *   add_one(u64 data, u64 n)            data[i] += 1, i < min(n, threads)
+ *   fill_u8(u64 data, u64 n, u32 v)     data[i] = v, i < min(n, threads)
+ *   saxpy(u64 n, f32 a, u64 x, u64 y)   y[i] = a*x[i] + y[i] (float), i < min(n, threads)
+ *   sum_f32(u64 x, u64 out, u64 n)      *out += x[0] + ... + x[n-1] (float); a
+ *                                       grid-stride loop, so any grid covers n;
+ *                                       needs block*4 bytes of dynamic shared
+ *                                       memory, else 700 as on the device
+ *   scalars(u64 out, u8, s8, u16, s16, u32, s32, u64, s64, f32, f64)
+ *                                       stores parameter k+1 in its width at
+ *                                       out + 8k (80 bytes)
+ */
+enum { K_UNKNOWN, K_ADD_ONE, K_FILL_U8, K_SAXPY, K_SUM_F32, K_SCALARS, K_COUNT };
 
-static const char *kernel_names[] = {NULL, "add_one", "fill_u8"};
-static const int kernel_nparams[] = {0, 2, 3};
-static const size_t kernel_param_size[3][3] = {{0}, {8, 8, 0}, {8, 8, 4}};
+static const struct {
+	const char *name;
+	int nparams;
+	size_t size[MAX_PARAMS];
+} kernels[K_COUNT] = {
+	[K_UNKNOWN] = {"?", 0, {0}},
+	[K_ADD_ONE] = {"add_one", 2, {8, 8}},
+	[K_FILL_U8] = {"fill_u8", 3, {8, 8, 4}},
+	[K_SAXPY] = {"saxpy", 4, {8, 4, 8, 8}},
+	[K_SUM_F32] = {"sum_f32", 3, {8, 8, 8}},
+	[K_SCALARS] = {"scalars", 11, {8, 1, 1, 2, 2, 4, 4, 8, 8, 4, 8}},
+};
+
+static unsigned long long param_u64(const struct node *n, int i)
+{
+	unsigned long long v;
+	memcpy(&v, n->params[i], 8);
+	return v;
+}
+
+static CUresult fault(void)
+{
+	poisoned = ILLEGAL_ADDRESS;
+	return ILLEGAL_ADDRESS;
+}
+
+static CUresult run_kernel(const struct node *n)
+{
+	switch (n->kernel) {
+	case K_ADD_ONE:
+	case K_FILL_U8: {
+		unsigned long long ptr = param_u64(n, 0), count = param_u64(n, 1);
+		if (count > n->threads)
+			count = n->threads;
+		if (count == 0)
+			return OK;
+		if (!dev_range_ok(ptr, count))
+			return fault();
+		unsigned char *p = (unsigned char *)(uintptr_t)ptr;
+		if (n->kernel == K_ADD_ONE) {
+			for (unsigned long long i = 0; i < count; i++)
+				p[i]++;
+		} else {
+			unsigned int v;
+			memcpy(&v, n->params[2], 4);
+			memset(p, (int)(v & 0xff), count);
+		}
+		return OK;
+	}
+	case K_SAXPY: {
+		unsigned long long count = param_u64(n, 0);
+		float a;
+		memcpy(&a, n->params[1], 4);
+		if (count > n->threads)
+			count = n->threads;
+		if (count == 0)
+			return OK;
+		unsigned long long xp = param_u64(n, 2), yp = param_u64(n, 3);
+		if (!dev_range_ok(xp, count * 4) || !dev_range_ok(yp, count * 4))
+			return fault();
+		const float *x = (const float *)(uintptr_t)xp;
+		float *y = (float *)(uintptr_t)yp;
+		for (unsigned long long i = 0; i < count; i++)
+			y[i] = a * x[i] + y[i];
+		return OK;
+	}
+	case K_SUM_F32: {
+		unsigned long long xp = param_u64(n, 0), op = param_u64(n, 1), count = param_u64(n, 2);
+		if (n->shared < n->block * 4)
+			return fault(); /* the block's partial sums would overrun shared memory */
+		if (!dev_range_ok(op, 4) || (count && !dev_range_ok(xp, count * 4)))
+			return fault();
+		/* Summed in double: the device's tree of partial sums loses far
+		 * less than one float running total would. */
+		const float *x = (const float *)(uintptr_t)xp;
+		double sum = 0;
+		for (unsigned long long i = 0; i < count; i++)
+			sum += x[i];
+		float *out = (float *)(uintptr_t)op;
+		*out = (float)((double)*out + sum);
+		return OK;
+	}
+	case K_SCALARS: {
+		unsigned long long op = param_u64(n, 0);
+		if (!dev_range_ok(op, 80))
+			return fault();
+		unsigned char *out = (unsigned char *)(uintptr_t)op;
+		for (int k = 1; k < 11; k++)
+			memcpy(out + 8 * (k - 1), n->params[k], kernels[K_SCALARS].size[k]);
+		return OK;
+	}
+	}
+	return 801; /* CUDA_ERROR_NOT_SUPPORTED: the fake cannot run it */
+}
 
 static CUresult run_node(const struct node *n)
 {
@@ -385,29 +506,8 @@ static CUresult run_node(const struct node *n)
 			return INVALID_VALUE;
 		memset((void *)(uintptr_t)n->dst, n->value, n->n);
 		return OK;
-	case NODE_KERNEL: {
-		unsigned long long ptr, count;
-		memcpy(&ptr, n->params[0], 8);
-		memcpy(&count, n->params[1], 8);
-		if (count > n->threads)
-			count = n->threads;
-		if (count == 0)
-			return OK;
-		if (!dev_range_ok(ptr, count)) {
-			poisoned = ILLEGAL_ADDRESS;
-			return ILLEGAL_ADDRESS;
-		}
-		unsigned char *p = (unsigned char *)(uintptr_t)ptr;
-		if (n->kernel == K_ADD_ONE) {
-			for (unsigned long long i = 0; i < count; i++)
-				p[i]++;
-		} else {
-			unsigned int v;
-			memcpy(&v, n->params[2], 4);
-			memset(p, (int)(v & 0xff), count);
-		}
-		return OK;
-	}
+	case NODE_KERNEL:
+		return run_kernel(n);
 	}
 	return INVALID_VALUE;
 }
@@ -1133,101 +1233,296 @@ EXPORT CUresult cuGraphDestroy(struct graph *g)
 	END("graph=%p", (void *)g);
 }
 
-/* has_entry reports whether the PTX image declares ".entry <name>(". */
-static int has_entry(const char *image, const char *name)
+/* ---- modules and libraries ----
+ *
+ * The fake "JIT" reads PTX only: it checks the .version directive, that
+ * braces balance and that every .entry has a parameter list it can read,
+ * and reports what it finds wrong in the error log buffer the caller passed
+ * (CU_JIT_ERROR_LOG_BUFFER and _SIZE_BYTES), in ptxas's format.  A cubin or
+ * fatbin (ELF or fatbin magic) is refused with CUDA_ERROR_NO_BINARY_FOR_GPU
+ * and a log saying the fake runs PTX only. */
+
+static const char *skip_space(const char *p)
+{
+	while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')
+		p++;
+	return p;
+}
+
+static int line_of(const char *image, const char *p)
+{
+	int line = 1;
+	for (const char *q = image; q < p; q++)
+		line += *q == '\n';
+	return line;
+}
+
+/* find_entry returns the start of ".entry <name>" followed by "(" or "{",
+ * or NULL. */
+static const char *find_entry(const char *image, const char *name)
 {
 	size_t n = strlen(name);
 	for (const char *p = strstr(image, ".entry"); p; p = strstr(p + 1, ".entry")) {
-		const char *q = p + 6;
-		while (*q == ' ' || *q == '\t')
-			q++;
-		if (strncmp(q, name, n) == 0) {
-			q += n;
-			while (*q == ' ' || *q == '\t' || *q == '\n')
-				q++;
-			if (*q == '(')
-				return 1;
+		const char *q = skip_space(p + 6);
+		if (q != p + 6 && strncmp(q, name, n) == 0) {
+			q = skip_space(q + n);
+			if (*q == '(' || *q == '{')
+				return p;
 		}
 	}
-	return 0;
+	return NULL;
 }
 
-EXPORT CUresult cuModuleLoadData(struct module **out, const void *image)
+/* parse_params reads the parameter list of the entry at p into sizes and
+ * offsets (each aligned to its size, up to 8, or its .align); it returns
+ * the count, or -1 with *why set and *at at the offending text. */
+static int parse_params(const char *p, size_t *size, size_t *off, const char **why, const char **at)
 {
-	BEGIN("cuModuleLoadData", 1, 1);
-	const char *img = image;
-	if (!rc && !img)
-		rc = INVALID_VALUE;
-	if (!rc && !strstr(img, ".version"))
-		rc = INVALID_IMAGE;
-	if (!rc && !strstr(img, ".entry"))
-		rc = INVALID_PTX;
-	if (!rc) {
-		struct module *m = calloc(1, sizeof *m);
-		m->image = strdup(img);
-		m->next = modules;
-		modules = m;
-		live_modules++;
-		*out = m;
+	p = skip_space(p + 6);
+	while (*p && *p != '(' && *p != '{')
+		p++;
+	if (*p != '(')
+		return 0;
+	const char *end = strchr(p, ')');
+	if (!end) {
+		*why = "Parameter list is not closed";
+		*at = p;
+		return -1;
 	}
-	END("size=%zu module=%p", img ? strlen(img) : 0, rc ? NULL : (void *)*out);
+	int count = 0;
+	size_t next = 0;
+	for (const char *d = skip_space(p + 1); d < end; d = skip_space(d)) {
+		if (count == MAX_PARAMS) {
+			*why = "More parameters than the fake driver supports";
+			*at = d;
+			return -1;
+		}
+		if (strncmp(d, ".param", 6) != 0) {
+			*why = "Expected .param";
+			*at = d;
+			return -1;
+		}
+		d += 6;
+		size_t elem = 0, align = 0, mult = 1;
+		for (;;) {
+			d = skip_space(d);
+			if (d >= end || *d == ',')
+				break;
+			char tok[64];
+			int n = 0;
+			while (d < end && *d != ',' && *d != ' ' && *d != '\t' && *d != '\n' && *d != '\r' && n < 63)
+				tok[n++] = *d++;
+			tok[n] = 0;
+			if (!strcmp(tok, ".align")) {
+				d = skip_space(d);
+				align = strtoul(d, (char **)&d, 10);
+			} else if (!strcmp(tok, ".ptr") || !strcmp(tok, ".global") || !strcmp(tok, ".const") ||
+				   !strcmp(tok, ".shared") || !strcmp(tok, ".local")) {
+			} else if (tok[0] == '.' && strchr("usbf", tok[1])) {
+				int bits = atoi(tok + 2);
+				if (bits != 8 && bits != 16 && bits != 32 && bits != 64) {
+					*why = "Unknown parameter type";
+					*at = d - n;
+					return -1;
+				}
+				elem = (size_t)bits / 8;
+			} else if (tok[0] != '.' && elem) {
+				char *br = strchr(tok, '[');
+				if (br)
+					mult = strtoul(br + 1, NULL, 10);
+			} else {
+				*why = "Unknown parameter type";
+				*at = d - n;
+				return -1;
+			}
+		}
+		if (!elem) {
+			*why = "Parameter without a type";
+			*at = d;
+			return -1;
+		}
+		if (!align)
+			align = elem < 8 ? elem : 8;
+		next = (next + align - 1) / align * align;
+		off[count] = next;
+		size[count] = elem * mult;
+		next += size[count];
+		count++;
+		if (*d == ',')
+			d++;
+	}
+	return count;
 }
 
-static int find_module(struct module *m)
+/* jit checks an image and returns OK, or an error with the log written. */
+static CUresult jit(const char *img, char *log, size_t *logsize)
+{
+	char msg[256] = "";
+	CUresult rc = OK;
+	const unsigned char *u = (const unsigned char *)img;
+	if ((u[0] == 0x7f && u[1] == 'E' && u[2] == 'L' && u[3] == 'F') ||
+	    (u[0] == 0x50 && u[1] == 0xed && u[2] == 0x55 && u[3] == 0xba)) {
+		snprintf(msg, sizeof msg, "fake driver: binary images (cubin, fatbin) are not supported, only PTX");
+		rc = 209; /* CUDA_ERROR_NO_BINARY_FOR_GPU */
+	} else if (!strstr(img, ".version")) {
+		rc = INVALID_IMAGE; /* not PTX at all: no log, as the driver */
+	} else if (!strstr(img, ".entry")) {
+		snprintf(msg, sizeof msg, "ptxas application ptx input, line 1; error   : No .entry in the module");
+		rc = INVALID_PTX;
+	} else {
+		int depth = 0;
+		const char *open = NULL;
+		for (const char *p = img; *p && !rc; p++) {
+			if (p[0] == '/' && p[1] == '/') {
+				while (*p && *p != '\n')
+					p++;
+				if (!*p)
+					break;
+			} else if (*p == '{') {
+				if (depth++ == 0)
+					open = p;
+			} else if (*p == '}' && --depth < 0) {
+				snprintf(msg, sizeof msg, "ptxas application ptx input, line %d; error   : Unexpected '}'", line_of(img, p));
+				rc = INVALID_PTX;
+			}
+		}
+		if (!rc && depth > 0) {
+			snprintf(msg, sizeof msg, "ptxas application ptx input, line %d; error   : Unclosed '{' at end of input", line_of(img, open));
+			rc = INVALID_PTX;
+		}
+		for (const char *p = strstr(img, ".entry"); p && !rc; p = strstr(p + 1, ".entry")) {
+			size_t size[MAX_PARAMS], off[MAX_PARAMS];
+			const char *why = NULL, *at = NULL;
+			if (parse_params(p, size, off, &why, &at) < 0) {
+				snprintf(msg, sizeof msg, "ptxas application ptx input, line %d; error   : %s", line_of(img, at), why);
+				rc = INVALID_PTX;
+			}
+		}
+	}
+	if (rc && log && logsize && *logsize) {
+		size_t n = strlen(msg);
+		if (n >= *logsize)
+			n = *logsize - 1;
+		memcpy(log, msg, n);
+		log[n] = 0;
+		*logsize = n + 1;
+	}
+	return rc;
+}
+
+/* jit_log finds the error log buffer among JIT options. */
+static void jit_log(unsigned nopts, const int *opts, void **vals, char **log, size_t **logsize)
+{
+	*log = NULL;
+	*logsize = NULL;
+	for (unsigned i = 0; opts && vals && i < nopts; i++) {
+		if (opts[i] == 5) /* CU_JIT_ERROR_LOG_BUFFER */
+			*log = vals[i];
+		else if (opts[i] == 6) /* CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES: the value is the size, in and out */
+			*logsize = (size_t *)&vals[i];
+	}
+}
+
+static CUresult load(struct module **out, const void *image, unsigned nopts, int *opts, void **vals, int library)
+{
+	const char *img = image;
+	char *log;
+	size_t *logsize;
+	jit_log(nopts, opts, vals, &log, &logsize);
+	if (!img)
+		return INVALID_VALUE;
+	CUresult rc = jit(img, log, logsize);
+	if (rc)
+		return rc;
+	struct module *m = calloc(1, sizeof *m);
+	m->image = strdup(img);
+	m->library = library;
+	m->next = modules;
+	modules = m;
+	live_modules++;
+	*out = m;
+	return OK;
+}
+
+EXPORT CUresult cuModuleLoadDataEx(struct module **out, const void *image, unsigned nopts, int *opts, void **vals)
+{
+	BEGIN("cuModuleLoadDataEx", 1, 1);
+	if (!rc)
+		rc = load(out, image, nopts, opts, vals, 0);
+	END("size=%zu options=%u module=%p", image ? strlen(image) : 0, nopts, rc ? NULL : (void *)*out);
+}
+
+static int find_module(struct module *m, int library)
 {
 	for (struct module *x = modules; x; x = x->next)
 		if (x == m)
-			return 1;
+			return x->library == library;
 	return 0;
+}
+
+/* get_function makes the function (or kernel) for entry name of m. */
+static CUresult get_function(struct function **out, struct module *m, const char *name)
+{
+	const char *e = name ? find_entry(m->image, name) : NULL;
+	if (!e)
+		return NOT_FOUND;
+	struct function *f = calloc(1, sizeof *f);
+	const char *why, *at;
+	f->mod = m;
+	f->nparams = parse_params(e, f->psize, f->poff, &why, &at);
+	if (f->nparams < 0) /* not after jit(), which refused such an image */
+		f->nparams = 0;
+	for (int k = 1; k < K_COUNT; k++) {
+		if (strcmp(name, kernels[k].name) || kernels[k].nparams != f->nparams)
+			continue;
+		int same = 1;
+		for (int i = 0; i < f->nparams; i++)
+			same &= kernels[k].size[i] == f->psize[i];
+		if (same)
+			f->kernel = k;
+	}
+	f->next = functions;
+	functions = f;
+	*out = f;
+	return OK;
 }
 
 EXPORT CUresult cuModuleGetFunction(struct function **out, struct module *m, const char *name)
 {
 	BEGIN("cuModuleGetFunction", 1, 1);
-	if (!rc && !find_module(m))
+	if (!rc && !find_module(m, 0))
 		rc = INVALID_HANDLE;
-	int k = 0;
-	if (!rc) {
-		if (has_entry(m->image, name))
-			for (int i = 1; i <= 2; i++)
-				if (!strcmp(name, kernel_names[i]))
-					k = i;
-		if (!k)
-			rc = NOT_FOUND;
-	}
-	if (!rc) {
-		struct function *f = calloc(1, sizeof *f);
-		f->mod = m;
-		f->kernel = k;
-		f->next = functions;
-		functions = f;
-		*out = f;
-	}
+	if (!rc)
+		rc = get_function(out, m, name);
 	END("module=%p name=%s", (void *)m, name ? name : "");
+}
+
+static void unload(struct module *m)
+{
+	for (struct function **pp = &functions; *pp;) {
+		if ((*pp)->mod == m) {
+			struct function *f = *pp;
+			*pp = f->next;
+			free(f);
+		} else
+			pp = &(*pp)->next;
+	}
+	struct module **pp = &modules;
+	while (*pp != m)
+		pp = &(*pp)->next;
+	*pp = m->next;
+	free(m->image);
+	free(m);
+	live_modules--;
 }
 
 EXPORT CUresult cuModuleUnload(struct module *m)
 {
 	BEGIN("cuModuleUnload", 1, 1);
-	if (!rc && !find_module(m))
+	if (!rc && !find_module(m, 0))
 		rc = INVALID_HANDLE;
-	if (!rc) {
-		for (struct function **pp = &functions; *pp;) {
-			if ((*pp)->mod == m) {
-				struct function *f = *pp;
-				*pp = f->next;
-				free(f);
-			} else
-				pp = &(*pp)->next;
-		}
-		struct module **pp = &modules;
-		while (*pp != m)
-			pp = &(*pp)->next;
-		*pp = m->next;
-		free(m->image);
-		free(m);
-		live_modules--;
-	}
+	if (!rc)
+		unload(m);
 	END("module=%p", (void *)m);
 }
 
@@ -1239,6 +1534,51 @@ static struct function *find_function(struct function *f)
 	return NULL;
 }
 
+#ifndef FAKE_NO_LIBRARY
+/* The library API (CUDA 12.0+, optional): context-independent, so loading
+ * needs no current context; cuKernelGetFunction does. */
+EXPORT CUresult cuLibraryLoadData(struct module **out, const void *code, int *jit_opts, void **jit_vals, unsigned njit,
+				  int *lib_opts, void **lib_vals, unsigned nlib)
+{
+	BEGIN("cuLibraryLoadData", 1, 0);
+	(void)lib_opts;
+	(void)lib_vals;
+	if (!rc)
+		rc = load(out, code, njit, jit_opts, jit_vals, 1);
+	END("size=%zu options=%u library=%p", code ? strlen(code) : 0, njit + nlib, rc ? NULL : (void *)*out);
+}
+
+EXPORT CUresult cuLibraryGetKernel(struct function **out, struct module *lib, const char *name)
+{
+	BEGIN("cuLibraryGetKernel", 1, 0);
+	if (!rc && !find_module(lib, 1))
+		rc = INVALID_HANDLE;
+	if (!rc)
+		rc = get_function(out, lib, name);
+	END("library=%p name=%s", (void *)lib, name ? name : "");
+}
+
+EXPORT CUresult cuKernelGetFunction(struct function **out, struct function *k)
+{
+	BEGIN("cuKernelGetFunction", 1, 1);
+	if (!rc && (!find_function(k) || !k->mod->library))
+		rc = INVALID_HANDLE;
+	if (!rc)
+		*out = k;
+	END("kernel=%p", (void *)k);
+}
+
+EXPORT CUresult cuLibraryUnload(struct module *lib)
+{
+	BEGIN("cuLibraryUnload", 1, 0);
+	if (!rc && !find_module(lib, 1))
+		rc = INVALID_HANDLE;
+	if (!rc)
+		unload(lib);
+	END("library=%p", (void *)lib);
+}
+#endif
+
 EXPORT CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
 			       unsigned bz, unsigned shared, struct stream *s, void **params, void **extra)
 {
@@ -1247,29 +1587,34 @@ EXPORT CUresult cuLaunchKernel(struct function *f, unsigned gx, unsigned gy, uns
 		rc = INVALID_HANDLE;
 	if (!rc && (gx == 0 || gy == 0 || gz == 0 || bx == 0 || by == 0 || bz == 0 || (unsigned long long)bx * by * bz > 1024))
 		rc = INVALID_VALUE;
-	if (!rc && (params == NULL || extra != NULL))
+	if (!rc && shared > 48u << 10)
+		rc = INVALID_VALUE; /* more dynamic shared memory than a block may have without opting in */
+	if (!rc && ((f->nparams > 0 && params == NULL) || extra != NULL))
 		rc = INVALID_VALUE;
-	char args[128] = "";
+	char args[512] = "";
 	if (!rc) {
-		struct node n = {.kind = NODE_KERNEL, .kernel = f->kernel};
-		n.threads = (unsigned long long)gx * gy * gz * bx * by * bz;
+		struct node n = {.kind = NODE_KERNEL, .kernel = f->kernel, .nparams = f->nparams, .shared = shared};
+		n.block = (unsigned long long)bx * by * bz;
+		n.threads = (unsigned long long)gx * gy * gz * n.block;
 		int len = 0;
-		for (int i = 0; i < kernel_nparams[f->kernel]; i++) {
-			size_t sz = kernel_param_size[f->kernel][i];
-			memcpy(n.params[i], params[i], sz); /* the driver copies the values */
+		for (int i = 0; i < f->nparams; i++) {
+			/* Like the driver, read the width the kernel declares,
+			 * whatever the caller passed. */
+			size_t sz = f->psize[i] < 8 ? f->psize[i] : 8;
+			memcpy(n.params[i], params[i], sz);
 			unsigned long long v = 0;
 			memcpy(&v, params[i], sz);
 			len += snprintf(args + len, sizeof args - len, " p%d=0x%llx", i, v);
 		}
-		rc = submit(s, n);
+		rc = f->kernel == K_UNKNOWN ? 801 : submit(s, n);
 	}
-	END("kernel=%s grid=%ux%ux%u block=%ux%ux%u shared=%u stream=%p%s", f && !rc ? kernel_names[f->kernel] : "?",
+	END("kernel=%s grid=%ux%ux%u block=%ux%ux%u shared=%u stream=%p%s", f && !rc ? kernels[f->kernel].name : "?",
 	    gx, gy, gz, bx, by, bz, shared, (void *)s, args);
 }
 
 #ifndef FAKE_NO_PARAM_INFO
-/* cuFuncGetParamInfo (CUDA 12.4+, optional): offset and size of a known
- * kernel's parameter; INVALID_VALUE past the last one. */
+/* cuFuncGetParamInfo (CUDA 12.4+, optional): offset and size of a
+ * parameter as the PTX declares it; INVALID_VALUE past the last one. */
 EXPORT CUresult cuFuncGetParamInfo(struct function *f, size_t index, size_t *offset, size_t *size)
 {
 	BEGIN("cuFuncGetParamInfo", 1, 1);
@@ -1277,11 +1622,11 @@ EXPORT CUresult cuFuncGetParamInfo(struct function *f, size_t index, size_t *off
 		rc = INVALID_HANDLE;
 	if (!rc && (offset == NULL || size == NULL))
 		rc = INVALID_VALUE;
-	if (!rc && index >= (size_t)kernel_nparams[f->kernel])
+	if (!rc && index >= (size_t)f->nparams)
 		rc = INVALID_VALUE;
 	if (!rc) {
-		*offset = 8 * index; /* every parameter of both kernels sits in an 8-byte slot */
-		*size = kernel_param_size[f->kernel][index];
+		*offset = f->poff[index];
+		*size = f->psize[index];
 	}
 	END("function=%p index=%zu", (void *)f, index);
 }
@@ -1302,6 +1647,7 @@ EXPORT CUresult cuGetErrorName(CUresult code, const char **out)
 		{200, "CUDA_ERROR_INVALID_IMAGE"},
 		{201, "CUDA_ERROR_INVALID_CONTEXT"},
 		{214, "CUDA_ERROR_ECC_UNCORRECTABLE"},
+		{209, "CUDA_ERROR_NO_BINARY_FOR_GPU"},
 		{218, "CUDA_ERROR_INVALID_PTX"},
 		{400, "CUDA_ERROR_INVALID_HANDLE"},
 		{401, "CUDA_ERROR_ILLEGAL_STATE"},
@@ -1324,6 +1670,7 @@ EXPORT CUresult cuGetErrorName(CUresult code, const char **out)
 		{906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
 		{907, "CUDA_ERROR_CAPTURED_EVENT"},
 		{908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"},
+		{801, "CUDA_ERROR_NOT_SUPPORTED"},
 		{999, "CUDA_ERROR_UNKNOWN"},
 	};
 	/* Like the driver, no initialisation or context needed; not logged. */

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/storage"
@@ -15,8 +16,17 @@ import (
 	"github.com/gpumem/gpumem/trace/torch"
 )
 
-// ErrUnknownPolicy is returned for a policy name Run does not know.
-var ErrUnknownPolicy = errors.New("compare: unknown policy")
+// Errors Run returns for inputs it refuses.
+var (
+	// ErrUnknownPolicy is returned for a policy name Run does not know.
+	ErrUnknownPolicy = errors.New("compare: unknown policy")
+	// ErrEmptyTrace is returned for a trace without events: there is
+	// nothing to compare.
+	ErrEmptyTrace = errors.New("compare: empty trace")
+	// ErrCapacity is returned when Options.Overhead leaves no room in
+	// Options.Capacity.
+	ErrCapacity = errors.New("compare: capacity")
+)
 
 // Policy names.
 const (
@@ -34,7 +44,7 @@ const (
 
 // Policies lists every policy, in report order.
 func Policies() []string {
-	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch}
+	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive, Torch, TorchExpandable}
 }
 
 // DefaultBandwidth is the device copy bandwidth relocation time is
@@ -45,11 +55,15 @@ const DefaultBandwidth = 2.0e12
 type Source struct {
 	Name   string
 	Events []trace.Event
-	// Recorded is what PyTorch itself reserved at its peak (snapshots
-	// only; 0 = unknown).
-	Recorded uint64
+	// PyTorch is what PyTorch itself recorded (snapshots only; nil
+	// otherwise). FromSnapshot fills it.
+	PyTorch *PyTorch
 	// RecordedTimeline is PyTorch's reserved bytes after given events.
 	RecordedTimeline []replay.Point
+	// TorchSettings are the settings PyTorch recorded in the snapshot
+	// (FromSnapshot), the torch policy's base unless Options.TorchSettings
+	// is set; nil means PyTorch's defaults.
+	TorchSettings *torch.Settings
 	// Warnings are counted oddities of the input (ignored frees, …).
 	Warnings map[string]int
 }
@@ -65,9 +79,15 @@ type Options struct {
 	// Host replays gpumem policies on host storage (real bytes, small
 	// traces only) instead of Sim.
 	Host bool
-	// Capacity, when set, replays every policy at this capacity instead of
-	// unlimited (the search still runs unless SkipCapacity).
+	// Capacity, when set, is the device capacity the verdict is given
+	// for: every policy also replays at Capacity − Overhead and says
+	// whether it fits (PolicyResult.Verdict). The unlimited replay and the
+	// search run regardless.
 	Capacity uint64
+	// Overhead is device memory outside the allocator (CUDA context,
+	// library workspaces): the allocator gets Capacity − Overhead, and the
+	// smallest device is the smallest capacity plus Overhead.
+	Overhead uint64
 	// Progress is told which policy and step runs, and how far it is.
 	Progress func(policy, step string, done, total int)
 	// Open, when set, opens every device a gpumem policy replays on, in
@@ -79,6 +99,9 @@ type Options struct {
 	// devices get (0 = storage.DefaultAlignment). A backend whose storage
 	// aligns allocations more coarsely needs its own (cuda: 256).
 	Alignment uint64
+	// TorchSettings, when set, are the torch policy's settings in place of
+	// the snapshot's recorded ones (the CLI's -torch-conf).
+	TorchSettings *torch.Settings
 }
 
 // deviceOptions are the Options fields that choose how a policy's device
@@ -87,13 +110,18 @@ type deviceOptions struct {
 	host      bool
 	open      func(opts ...gpumem.Option) (*gpumem.Device, error)
 	alignment uint64
+	// torchBase is the torch policy's settings (see torchSettings).
+	torchBase torch.Settings
 }
 
 func (o Options) device() deviceOptions {
 	return deviceOptions{host: o.Host, open: o.Open, alignment: o.Alignment}
 }
 
-// PolicyResult is one policy's figures.
+// PolicyResult is one policy's figures. PeakReserved, Relocations,
+// BytesMoved and CopySeconds come from the replay at unlimited capacity;
+// the MinCapacity* figures from the replay at the smallest capacity; the
+// Verdict from the replay at Options.Capacity.
 //
 // MinCapacity (min_capacity_bytes) is the smallest capacity the search
 // found (see minCapacity): the trace ran clean at it and failed at 1 MiB
@@ -104,17 +132,32 @@ func (o Options) device() deviceOptions {
 // up to 2^60 bytes ran clean. CapacityProbes counts the replays the search
 // ran.
 type PolicyResult struct {
-	Name              string         `json:"name"`
-	PeakReserved      uint64         `json:"peak_reserved_bytes"`
-	ReservedOverLive  float64        `json:"reserved_over_peak_live"`
-	MinCapacity       uint64         `json:"min_capacity_bytes"`
-	MinCapacityOver   float64        `json:"min_capacity_over_peak_live"`
-	CapacityProbes    int            `json:"capacity_probes"`
-	Relocations       uint64         `json:"relocations"`
-	BytesMoved        uint64         `json:"bytes_moved"`
-	CopySeconds       float64        `json:"copy_seconds"`
-	ReplaySeconds     float64        `json:"replay_seconds"`
-	FailedAllocs      int            `json:"failed_allocs"`
+	Name             string  `json:"name"`
+	PeakReserved     uint64  `json:"peak_reserved_bytes"`
+	ReservedOverLive float64 `json:"reserved_over_peak_live"`
+	MinCapacity      uint64  `json:"min_capacity_bytes"`
+	MinCapacityOver  float64 `json:"min_capacity_over_peak_live"`
+	CapacityProbes   int     `json:"capacity_probes"`
+	// MinDevice is MinCapacity plus Options.Overhead: the smallest device
+	// the workload runs on.
+	MinDevice              uint64  `json:"min_device_bytes"`
+	MinCapacityRelocations uint64  `json:"min_capacity_relocations"`
+	MinCapacityBytesMoved  uint64  `json:"min_capacity_bytes_moved"`
+	MinCapacityCopySeconds float64 `json:"min_capacity_copy_seconds"`
+	Relocations            uint64  `json:"relocations"`
+	BytesMoved             uint64  `json:"bytes_moved"`
+	CopySeconds            float64 `json:"copy_seconds"`
+	ReplaySeconds          float64 `json:"replay_seconds"`
+	FailedAllocs           int     `json:"failed_allocs"`
+	// TorchConf is a PyTorch policy's settings as a PYTORCH_CUDA_ALLOC_CONF
+	// line ("" for PyTorch's defaults); absent for gpumem's policies.
+	TorchConf *string `json:"pytorch_alloc_conf,omitempty"`
+	// PeakEvent is the first event after which PeakReserved was held.
+	PeakEvent int `json:"peak_event"`
+	// Breakdown says where the reserved bytes that were not live sat at
+	// the peak.
+	Breakdown         *Breakdown     `json:"breakdown_at_peak,omitempty"`
+	Verdict           *Verdict       `json:"verdict,omitempty"`
 	MinCapacityReport *replay.Report `json:"at_min_capacity,omitempty"`
 	Report            *replay.Report `json:"replay,omitempty"`
 	Timeline          []replay.Point `json:"-"`
@@ -122,15 +165,32 @@ type PolicyResult struct {
 
 // Comparison is Run's result.
 type Comparison struct {
-	Trace     string         `json:"trace"`
-	Events    int            `json:"events"`
-	PeakLive  uint64         `json:"peak_live_bytes"`
-	Recorded  *uint64        `json:"recorded_reserved_bytes"`
-	Bandwidth float64        `json:"bandwidth_bytes_per_second"`
-	MaxPage   uint64         `json:"max_page_bytes"`
-	Warnings  map[string]int `json:"warnings,omitempty"`
-	Policies  []PolicyResult `json:"policies"`
-	Recording []replay.Point `json:"-"`
+	Trace    string `json:"trace"`
+	Events   int    `json:"events"`
+	PeakLive uint64 `json:"peak_live_bytes"`
+	// Recorded is PyTorch's peak reserve over the window (PyTorch's
+	// PeakReserved), nil when the trace is not a snapshot.
+	Recorded *uint64  `json:"recorded_reserved_bytes"`
+	PyTorch  *PyTorch `json:"pytorch,omitempty"`
+	// Capacity and Overhead are Options'; 0 Capacity means none was
+	// given (no verdict).
+	Capacity uint64 `json:"capacity_bytes"`
+	Overhead uint64 `json:"overhead_bytes"`
+	// TorchSettingsFrom says where the torch policy's settings came from:
+	// "-torch-conf", "the snapshot's allocator_settings" or "PyTorch's
+	// defaults".
+	TorchSettingsFrom string         `json:"torch_settings_from"`
+	Bandwidth         float64        `json:"bandwidth_bytes_per_second"`
+	MaxPage           uint64         `json:"max_page_bytes"`
+	Warnings          map[string]int `json:"warnings,omitempty"`
+	Policies          []PolicyResult `json:"policies"`
+	Recording         []replay.Point `json:"-"`
+	// firstT and lastT are the first and last events' trace times.
+	firstT, lastT int64
+	// preface is text the HTML report shows first (gpumem advise's).
+	preface string
+	// baseConf is the torch policy's settings as a conf line.
+	baseConf string
 }
 
 // Run replays src under each policy.
@@ -140,37 +200,62 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		names = Policies()
 	}
 	for _, n := range names {
-		if !slices.Contains(Policies(), n) {
-			return nil, fmt.Errorf("%w %q: want one of %v", ErrUnknownPolicy, n, Policies())
+		if err := checkPolicy(n); err != nil {
+			return nil, err
 		}
+	}
+	how := opts.device()
+	settingsFrom := "PyTorch's defaults"
+	switch {
+	case opts.TorchSettings != nil:
+		how.torchBase, settingsFrom = *opts.TorchSettings, "-torch-conf"
+	case src.TorchSettings != nil:
+		how.torchBase, settingsFrom = *src.TorchSettings, "the snapshot's allocator_settings"
 	}
 	bw := opts.Bandwidth
 	if bw <= 0 {
 		bw = DefaultBandwidth
+	}
+	if len(src.Events) == 0 {
+		return nil, fmt.Errorf("%w: %s has no events", ErrEmptyTrace, src.Name)
+	}
+	if opts.Capacity > 0 && opts.Overhead >= opts.Capacity {
+		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, pool.Bytes(opts.Overhead), pool.Bytes(opts.Capacity))
 	}
 	peak, err := peakLive(src.Events)
 	if err != nil {
 		return nil, fmt.Errorf("compare: %w", err)
 	}
 	c := &Comparison{
-		Trace:     src.Name,
-		Events:    len(src.Events),
-		PeakLive:  peak,
-		Bandwidth: bw,
-		MaxPage:   maxPageFor(src.Events),
-		Warnings:  src.Warnings,
-		Recording: src.RecordedTimeline,
+		Trace:             src.Name,
+		Events:            len(src.Events),
+		PeakLive:          peak,
+		Bandwidth:         bw,
+		MaxPage:           maxPageFor(src.Events),
+		Warnings:          src.Warnings,
+		Recording:         src.RecordedTimeline,
+		PyTorch:           src.PyTorch,
+		Capacity:          opts.Capacity,
+		Overhead:          opts.Overhead,
+		firstT:            src.Events[0].T,
+		TorchSettingsFrom: settingsFrom,
+		baseConf:          how.torchBase.String(),
+		lastT:             src.Events[len(src.Events)-1].T,
 	}
-	if src.Recorded > 0 {
-		r := src.Recorded
+	if src.PyTorch != nil {
+		r := src.PyTorch.PeakReserved
 		c.Recorded = &r
 	}
 	for _, name := range names {
-		res, err := runPolicy(ctx, name, src.Events, c, opts)
+		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
 		if err != nil {
 			return nil, fmt.Errorf("compare: policy %s: %w", name, err)
 		}
 		res.CopySeconds = float64(res.BytesMoved) / bw
+		res.MinCapacityCopySeconds = float64(res.MinCapacityBytesMoved) / bw
+		if res.MinCapacity > 0 {
+			res.MinDevice = res.MinCapacity + opts.Overhead
+		}
 		if c.PeakLive > 0 {
 			res.ReservedOverLive = float64(res.PeakReserved) / float64(c.PeakLive)
 			res.MinCapacityOver = float64(res.MinCapacity) / float64(c.PeakLive)
@@ -261,8 +346,12 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 // replayOnce replays events under a policy at capacity and returns the
 // figures that matter for the search and the report.
 func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
-	if name == Torch {
-		return replayTorch(events, capacity, timeline)
+	if isTorch(name) {
+		settings, err := torchSettings(name, how.torchBase)
+		if err != nil {
+			return nil, err
+		}
+		return replayTorch(events, capacity, settings, failFast, timeline)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -275,10 +364,12 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 }
 
 // replayTorch runs the PyTorch caching-allocator model and reports it in
-// the replay's terms.
-func replayTorch(events []trace.Event, capacity uint64, timeline int) (*replay.Report, error) {
+// the replay's terms: its reserve as the device bytes, the event where it
+// peaked, the state at the first failed allocation, and (timeline > 0) the
+// same downsampled timeline a device replay records.
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, failFast bool, timeline int) (*replay.Report, error) {
 	start := time.Now()
-	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity})
+	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast})
 	if err != nil {
 		return nil, err
 	}
@@ -301,19 +392,38 @@ func replayTorch(events []trace.Event, capacity uint64, timeline int) (*replay.R
 	if res.PeakLive > 0 {
 		rep.Fragmentation = float64(res.PeakReserved) / float64(res.PeakLive)
 	}
+	var tl *replay.Timeline
 	if timeline > 0 {
-		rep.Timeline = torchTimeline(events, res.Segments, timeline)
+		tl = replay.NewTimeline(len(events), timeline)
+	}
+	rep.PeakDeviceEvent = torchTimeline(events, res.Segments, res.PeakReserved, tl)
+	if tl != nil {
+		rep.Timeline = tl.Points()
+	}
+	if f := res.FirstFailure; f >= 0 {
+		// The model's state just before the failed request, with the
+		// request refused (the model is unchanged by it but for the cache
+		// it released trying).
+		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity, Settings: settings})
+		if err != nil {
+			return nil, err
+		}
+		rep.FirstFailureState = &replay.FailureState{
+			Event: f, T: events[f].T, Request: events[f].Size, Live: at.Stats.Requested, Device: at.FinalReserved,
+			FreeInPages: at.FinalReserved - min(at.FinalReserved, at.FinalAllocated), LargestFree: at.FinalLargestFree,
+		}
+		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", pool.Bytes(events[f].Size))
 	}
 	return rep, nil
 }
 
 // torchTimeline rebuilds live and reserved bytes per event from the model's
-// segment events.
-func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) []replay.Point {
-	stride := max(1, len(events)/points)
+// segment events, feeding tl when set, and returns the first event after
+// which the model held peak bytes (−1 when there are no events).
+func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, peak uint64, tl *replay.Timeline) int {
 	live := make(map[uint64]uint64)
 	var cur, reserved uint64
-	var out []replay.Point
+	peakEvent := -1
 	j := 0
 	for i, e := range events {
 		switch e.Op {
@@ -337,27 +447,31 @@ func torchTimeline(events []trace.Event, segs []torch.SegmentEvent, points int) 
 			}
 			j++
 		}
-		if i%stride == 0 {
-			out = append(out, replay.Point{Event: i, Live: cur, Device: reserved})
+		if peakEvent < 0 && reserved >= peak {
+			peakEvent = i
+		}
+		if tl != nil {
+			tl.Add(replay.Point{Event: i, T: e.T, Live: cur, Device: reserved})
 		}
 	}
-	return out
+	return peakEvent
 }
 
-func runPolicy(ctx context.Context, name string, events []trace.Event, c *Comparison, opts Options) (PolicyResult, error) {
+func runPolicy(ctx context.Context, name string, events []trace.Event, c *Comparison, opts Options, how deviceOptions) (PolicyResult, error) {
 	progress := func(step string) func(done, total int) {
 		if opts.Progress == nil {
 			return nil
 		}
 		return func(done, total int) { opts.Progress(name, step, done, total) }
 	}
-	rep, err := replayOnce(ctx, name, events, opts.Capacity, c.MaxPage, opts.device(), false, opts.Timeline, progress("replay"))
+	rep, err := replayOnce(ctx, name, events, 0, c.MaxPage, how, false, opts.Timeline, progress("replay"))
 	if err != nil {
 		return PolicyResult{}, err
 	}
 	res := PolicyResult{
 		Name:          name,
 		PeakReserved:  rep.PeakDevice,
+		PeakEvent:     rep.PeakDeviceEvent,
 		Relocations:   rep.Relocations,
 		BytesMoved:    rep.BytesMoved,
 		ReplaySeconds: rep.WallSeconds,
@@ -365,10 +479,26 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		Report:        rep,
 		Timeline:      rep.Timeline,
 	}
+	if isTorch(name) {
+		settings, err := torchSettings(name, how.torchBase)
+		if err != nil {
+			return PolicyResult{}, err
+		}
+		conf := settings.String()
+		res.TorchConf = &conf
+	}
+	if res.Breakdown, err = breakdownAt(ctx, name, events, rep.PeakDeviceEvent, c.MaxPage, how); err != nil {
+		return PolicyResult{}, err
+	}
+	if opts.Capacity > 0 {
+		if res.Verdict, err = verdictAt(ctx, name, events, opts.Capacity-opts.Overhead, c.MaxPage, how, progress("at capacity")); err != nil {
+			return PolicyResult{}, err
+		}
+	}
 	if opts.SkipCapacity || rep.FailedAllocs > 0 {
 		return res, nil
 	}
-	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, opts.device(), progress)
+	capRes, probes, err := minCapacity(ctx, name, events, c.PeakLive, rep.PeakDevice, c.MaxPage, how, progress)
 	if err != nil {
 		return PolicyResult{}, err
 	}
@@ -378,8 +508,8 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		res.MinCapacityReport = capRes.rep
 		// The figures a capacity-bound device pays: relocations at the
 		// smallest device are the ones that made it fit.
-		res.Relocations = capRes.rep.Relocations
-		res.BytesMoved = capRes.rep.BytesMoved
+		res.MinCapacityRelocations = capRes.rep.Relocations
+		res.MinCapacityBytesMoved = capRes.rep.BytesMoved
 	}
 	return res, nil
 }

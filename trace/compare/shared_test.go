@@ -23,7 +23,11 @@ func sharedSource(t *testing.T, name string) Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Source{Name: name, Events: snap.Events, Recorded: snap.PeakReserved}
+	src, err := FromSnapshot(name, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
 }
 
 // The figures the replay tool exists to show: on every shared snapshot the
@@ -52,11 +56,11 @@ func TestAdaptiveNeedsLessThanPyTorchReservedOnSharedSnapshots(t *testing.T) {
 			if p.MinCapacityOver > tc.maxOverPeak {
 				t.Errorf("smallest capacity %.3f × peak live, want ≤ %.2f", p.MinCapacityOver, tc.maxOverPeak)
 			}
-			if p.MinCapacity >= src.Recorded {
-				t.Errorf("smallest capacity %d not below PyTorch's recorded reserve %d", p.MinCapacity, src.Recorded)
+			if p.MinCapacity >= src.PyTorch.PeakReserved {
+				t.Errorf("smallest capacity %d not below PyTorch's recorded reserve %d", p.MinCapacity, src.PyTorch.PeakReserved)
 			}
-			if p.PeakReserved >= src.Recorded {
-				t.Errorf("peak reserved %d not below PyTorch's recorded reserve %d", p.PeakReserved, src.Recorded)
+			if p.PeakReserved >= src.PyTorch.PeakReserved {
+				t.Errorf("peak reserved %d not below PyTorch's recorded reserve %d", p.PeakReserved, src.PyTorch.PeakReserved)
 			}
 		})
 	}

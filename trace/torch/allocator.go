@@ -1,6 +1,12 @@
 // A model of PyTorch's CUDA caching allocator (c10/cuda/CUDACachingAllocator.cpp,
-// PyTorch 2.x, default settings plus max_split_size), accounting only: no
-// memory is touched. See /work/shared/notes/pytorch-caching-allocator.md.
+// PyTorch 2.x), accounting only: no memory is touched. See
+// /work/shared/notes/pytorch-caching-allocator.md. This file is the core
+// (segments, blocks, best fit, split, merge, the out-of-memory path); the
+// settings each add one rule, in their own file: settings.go and conf.go
+// (PYTORCH_CUDA_ALLOC_CONF), roundup.go (roundup_power2_divisions),
+// expandable.go (expandable_segments), gc.go (garbage_collection_threshold).
+// max_split_size_mb's rules are here, in bestFit, shouldSplit and
+// releaseOversize, as in the source.
 //
 // Data structure. A segment is one modelled cudaMalloc, at a synthetic
 // address from a bump counter (addresses are never reused, so two segments
@@ -10,21 +16,29 @@
 // fit is a binary search: the first block whose size is at least the
 // request, the lowest address among equal sizes.
 //
-// Malloc, in PyTorch's order:
-//  1. Round the request: below 512 B to 512 B, else up to a multiple of 512.
-//     ≤ 1 MiB goes to the small pool, larger to the large pool.
-//  2. Best fit in the stream's pool. With MaxSplitSize set, a request below
-//     it never takes an oversize block (≥ MaxSplitSize), and a request at or
-//     above it takes a block at most 20 MiB larger.
-//  3. None fits: cudaMalloc a segment of 2 MiB (small), 20 MiB (1–10 MiB)
-//     or the request rounded up to 2 MiB (≥ 10 MiB). If the capacity refuses
-//     it: with MaxSplitSize set, release one whole free oversize segment
-//     large enough (else the largest ones until enough is freed) and retry;
-//     then release every whole free segment of every pool and stream and
-//     retry once more (an alloc retry); then fail (an OOM).
-//  4. Split: small pool when the remainder is ≥ 512 B; large pool when the
-//     request is below MaxSplitSize and the remainder is > 1 MiB. The front
-//     serves the request; the remainder goes back to the pool.
+// Malloc, in PyTorch's order (malloc, get_free_block, alloc_block,
+// should_split):
+//  1. Round the request (round_size): below 512 B to 512 B, else up to a
+//     multiple of 512, or of a power-of-two division (roundup.go). ≤ 1 MiB
+//     goes to the small pool, larger to the large pool.
+//  2. Best fit in the stream's pool. With max_split_size set, a request
+//     below it never takes an oversize block (≥ max_split_size), and a
+//     request at or above it takes a block less than
+//     max_non_split_rounding (20 MiB) larger. With expandable segments, a
+//     block at the growing end counts as the size it can grow to.
+//  3. None fits: with garbage collection on, release long-unused cached
+//     segments (gc.go). Then cudaMalloc a segment of 2 MiB (small), 20 MiB
+//     (1–10 MiB) or the request rounded up to 2 MiB (≥ 10 MiB) — or, with
+//     expandable segments, map pages into the pool's range (expandable.go).
+//     If the capacity refuses it: with max_split_size set, release one whole
+//     free oversize segment large enough (else the largest ones until
+//     enough is freed) and retry; then release every whole free segment and
+//     unmap every free page of every pool and stream and retry once more (an
+//     alloc retry); then fail (an OOM).
+//  4. Split: small pool, or any pool with expandable segments, when the
+//     remainder is ≥ 512 B; large pool when the request is below
+//     max_split_size and the remainder is > 1 MiB. The front serves the
+//     request; the remainder goes back to the pool.
 //
 // Free marks the block free, merges it with free neighbours of its segment
 // and returns it to its pool. Segments go back only through the OOM path
@@ -32,10 +46,14 @@
 //
 // Invariants.
 //   - (T1) A segment's blocks tile it exactly, in address order.
-//   - (T2) No two physically adjacent blocks are both free.
-//   - (T3) A block is in its pool's free list iff it is free.
-//   - (T4) Reserved is the sum of segment sizes; Allocated is the sum of
-//     allocated blocks' sizes.
+//   - (T2) No two physically adjacent blocks are both free and mapped, nor
+//     both unmapped.
+//   - (T3) A mapped block is in its pool's free list iff it is free; an
+//     unmapped block (expandable segments only) is in its pool's unmapped
+//     list, never allocated.
+//   - (T4) Reserved is the sum of plain segments' sizes plus the mapped
+//     blocks of expandable segments; Allocated is the sum of allocated
+//     blocks' sizes.
 //
 // Cost: O(log n) lookup plus O(n) slice insertion in the number of free
 // blocks of one pool; traces have hundreds to a few thousand.
@@ -75,12 +93,20 @@ var (
 
 // Config configures an Allocator.
 type Config struct {
+	// FailFast makes Replay stop at the first failed allocation: a
+	// capacity search needs to know only whether one fails.
+	FailFast bool
 	// Capacity is the device memory available for segments; 0 = unlimited.
+	// It plays both of PyTorch's limits: the device's memory (cudaMalloc
+	// and page mapping fail beyond it) and the per-process memory fraction
+	// (alloc_block refuses a request whose segment size would pass it, and
+	// garbage_collection_threshold is a fraction of it; with no capacity,
+	// as in PyTorch without set_per_process_memory_fraction, garbage
+	// collection never runs).
 	Capacity uint64
-	// MaxSplitSize is PYTORCH_CUDA_ALLOC_CONF max_split_size_mb in bytes:
-	// blocks this large or larger are "oversize" and never split. 0 =
-	// unlimited (PyTorch's default).
-	MaxSplitSize uint64
+	// Settings are PYTORCH_CUDA_ALLOC_CONF's; the zero value is PyTorch's
+	// defaults. Build them with ParseConf or SettingsFromSnapshot.
+	Settings Settings
 	// Cached are segments the allocator starts with, all free, as if
 	// reserved earlier and emptied since: a replay of a snapshot whose
 	// window began mid-run starts from PyTorch's segments at that moment
@@ -119,21 +145,30 @@ type Stats struct {
 	PeakAllocated    uint64 // highest Allocated
 	Requested        uint64 // bytes requested by live blocks
 	PeakRequested    uint64 // highest Requested
-	InactiveSplit    uint64 // free bytes in segments that also hold allocated blocks
+	InactiveSplit    uint64 // free bytes in plain segments that also hold allocated blocks
 	ReleasedOversize int    // oversize segments released by the max_split_size path
+	SegmentMaps      int    // expandable segments: page mappings (segment_map)
+	SegmentUnmaps    int    // expandable segments: page unmappings (segment_unmap)
+	GarbageCollected int    // segments released by garbage collection
 }
 
 type block struct {
 	addr, size uint64
 	requested  uint64
 	allocated  bool
+	unmapped   bool   // address range of an expandable segment with no pages (T3)
+	gcBase     uint64 // its pool class's lookup count when it became free (gc.go)
 	prev, next *block
 	seg        *segment
 }
 
+// segment is one cudaMalloc, or with expandable set one reserved virtual
+// range whose pages of page bytes are mapped on demand (expandable.go).
 type segment struct {
 	addr, size uint64
 	pool       *freePool
+	expandable bool
+	page       uint64
 }
 
 type poolKey struct {
@@ -141,11 +176,15 @@ type poolKey struct {
 	small  bool
 }
 
-// freePool is one (stream, small|large) pool: free blocks sorted by (size,
-// address).
+// freePool is one (stream, small|large) pool: free mapped blocks sorted by
+// (size, address), and the unmapped blocks of its expandable segment(s)
+// sorted by address. lookups is the allocator's lookup counter for the
+// pool's size class, which PyTorch keeps per BlockPool (all streams).
 type freePool struct {
-	key    poolKey
-	blocks []*block
+	key      poolKey
+	blocks   []*block
+	unmapped []*block
+	lookups  *uint64
 }
 
 func less(a *block, size, addr uint64) bool {
@@ -153,6 +192,7 @@ func less(a *block, size, addr uint64) bool {
 }
 
 func (p *freePool) insert(b *block) {
+	b.gcBase = *p.lookups
 	i := sort.Search(len(p.blocks), func(i int) bool { return !less(p.blocks[i], b.size, b.addr) })
 	p.blocks = append(p.blocks, nil)
 	copy(p.blocks[i+1:], p.blocks[i:])
@@ -176,7 +216,10 @@ func (p *freePool) lowerBound(size uint64) int {
 // NewWithConfig. It is not safe for concurrent use.
 type Allocator struct {
 	cfg       Config
-	maxSplit  uint64 // MaxSplitSize, or MaxUint64 when unlimited
+	set       Settings
+	maxSplit  uint64    // max_split_size in bytes, MaxUint64 when unlimited
+	gc        bool      // garbage collection on: a threshold and a capacity
+	lookups   [2]uint64 // get_free_block calls per size class, [1] small (gc.go)
 	pools     map[poolKey]*freePool
 	poolOrder []*freePool // creation order, for deterministic cache release
 	live      map[uint64]*block
@@ -186,8 +229,10 @@ type Allocator struct {
 	allocated uint64
 	stats     Stats
 	// onSegment, when set, is told of every segment allocation (release
-	// false) and release (true); ReplayTorch records the timeline with it.
-	onSegment func(size uint64, release bool)
+	// false) and release (true), page mappings and unmappings of
+	// expandable segments with mapping true; Replay records the timeline
+	// with it.
+	onSegment func(size uint64, release, mapping bool)
 }
 
 // New returns an allocator with the given capacity (0 = unlimited) and
@@ -195,13 +240,17 @@ type Allocator struct {
 func New(capacity uint64) *Allocator { return NewWithConfig(Config{Capacity: capacity}) }
 
 // NewWithConfig returns an allocator with the given settings. Cached
-// segments of size 0 or above 2^62 are skipped.
+// segments of size 0 or above 2^62 are skipped; they are plain segments
+// whatever the settings. Settings that fail Validate are a caller bug and
+// panic: ParseConf and SettingsFromSnapshot validate, and Replay returns
+// the error instead.
 func NewWithConfig(cfg Config) *Allocator {
-	a := &Allocator{cfg: cfg, maxSplit: cfg.MaxSplitSize, pools: map[poolKey]*freePool{},
-		live: map[uint64]*block{}, nextAddr: baseAddress}
-	if a.maxSplit == 0 {
-		a.maxSplit = math.MaxUint64
+	if err := cfg.Settings.Validate(); err != nil {
+		panic(fmt.Sprintf("torch: NewWithConfig: %v", err))
 	}
+	a := &Allocator{cfg: cfg, set: cfg.Settings, maxSplit: cfg.Settings.maxSplitBytes(), pools: map[poolKey]*freePool{},
+		live: map[uint64]*block{}, nextAddr: baseAddress}
+	a.gc = cfg.Settings.GarbageCollectionThreshold > 0 && cfg.Capacity != 0
 	for _, c := range cfg.Cached {
 		if c.Size == 0 || c.Size > MaxRequest || a.nextAddr > math.MaxUint64-(c.Size+addressGap) || a.reserved > math.MaxUint64-c.Size {
 			continue
@@ -232,7 +281,7 @@ func (a *Allocator) Stats() Stats {
 	s.InactiveSplit = 0
 	for _, p := range a.poolOrder {
 		for _, b := range p.blocks {
-			if b.prev != nil || b.next != nil {
+			if (b.prev != nil || b.next != nil) && !b.seg.expandable {
 				s.InactiveSplit += b.size
 			}
 		}
@@ -265,7 +314,10 @@ func (a *Allocator) pool(stream int, small bool) *freePool {
 	k := poolKey{stream, small}
 	p, ok := a.pools[k]
 	if !ok {
-		p = &freePool{key: k}
+		p = &freePool{key: k, lookups: &a.lookups[0]}
+		if small {
+			p.lookups = &a.lookups[1]
+		}
 		a.pools[k] = p
 		a.poolOrder = append(a.poolOrder, p)
 	}
@@ -278,19 +330,22 @@ func (a *Allocator) Malloc(size uint64, stream int) (Block, error) {
 	if size > MaxRequest || stream < 0 {
 		return Block{}, fmt.Errorf("%w: size %d on stream %d (size must be ≤ 2^62, stream ≥ 0)", ErrInvalidRequest, size, stream)
 	}
-	rounded := RoundSize(size)
+	rounded := a.set.RoundSize(size)
 	p := a.pool(stream, rounded <= SmallSize)
 	b := a.bestFit(p, rounded)
 	if b == nil {
+		if a.gc {
+			a.collectGarbage()
+		}
 		segSize := SegmentSize(rounded)
-		b = a.newSegment(p, segSize)
+		b = a.allocBlock(p, rounded, segSize)
 		if b == nil && a.releaseOversize(p, rounded) {
-			b = a.newSegment(p, segSize)
+			b = a.allocBlock(p, rounded, segSize)
 		}
 		if b == nil {
 			a.releaseCached()
 			a.stats.AllocRetries++
-			b = a.newSegment(p, segSize)
+			b = a.allocBlock(p, rounded, segSize)
 		}
 		if b == nil {
 			a.stats.OOMs++
@@ -321,28 +376,55 @@ func (a *Allocator) Malloc(size uint64, stream int) (Block, error) {
 }
 
 // bestFit is get_free_block: the smallest block of at least size bytes, the
-// lowest address among equals, subject to the max_split_size rules.
+// lowest address among equals (with expandable segments, see
+// expandableFit), subject to the max_split_size rules: a request below
+// max_split_size may not take an oversize block, and one at or above it
+// may not take a block max_non_split_rounding or more larger. Each call
+// counts as a lookup of the pool's size class for garbage collection.
 func (a *Allocator) bestFit(p *freePool, size uint64) *block {
+	if a.gc {
+		*p.lookups++
+	}
 	i := p.lowerBound(size)
 	if i == len(p.blocks) {
 		return nil
+	}
+	if a.set.ExpandableSegments {
+		i = p.expandableFit(i)
 	}
 	b := p.blocks[i]
 	if size < a.maxSplit && b.size >= a.maxSplit {
 		return nil
 	}
-	if size >= a.maxSplit && b.size >= size+LargeBuffer {
+	if size >= a.maxSplit && b.size-size >= a.set.nonSplitRoundingBytes() {
 		return nil
 	}
 	return b
 }
 
+// shouldSplit is should_split: with expandable segments every pool splits
+// like the small one (max_split_size does not apply).
 func (a *Allocator) shouldSplit(p *freePool, b *block, size uint64) bool {
 	remaining := b.size - size
-	if p.key.small {
+	if p.key.small || a.set.ExpandableSegments {
 		return remaining >= MinBlockSize
 	}
 	return size < a.maxSplit && remaining > SmallSize
+}
+
+// allocBlock is alloc_block: a new segment of segSize bytes, or with
+// expandable segments pages mapped for a block of size bytes; nil when the
+// capacity refuses. The block is in no free list.
+func (a *Allocator) allocBlock(p *freePool, size, segSize uint64) *block {
+	if !a.set.ExpandableSegments {
+		return a.newSegment(p, segSize)
+	}
+	// The memory-fraction check comes first and uses get_allocation_size,
+	// not the pages the mapping will take.
+	if a.cfg.Capacity != 0 && (segSize > a.cfg.Capacity || a.reserved > a.cfg.Capacity-segSize) {
+		return nil
+	}
+	return a.allocExpandable(p, size)
 }
 
 // newSegment models cudaMalloc: nil when the capacity refuses, or when the
@@ -361,7 +443,7 @@ func (a *Allocator) newSegment(p *freePool, size uint64) *block {
 	a.peakRes = max(a.peakRes, a.reserved)
 	a.stats.SegmentAllocs++
 	if a.onSegment != nil {
-		a.onSegment(size, false)
+		a.onSegment(size, false, false)
 	}
 	return &block{addr: seg.addr, size: size, seg: seg}
 }
@@ -372,7 +454,7 @@ func (a *Allocator) releaseSegment(p *freePool, b *block) {
 	a.reserved -= b.seg.size
 	a.stats.SegmentFrees++
 	if a.onSegment != nil {
-		a.onSegment(b.seg.size, true)
+		a.onSegment(b.seg.size, true, false)
 	}
 }
 
@@ -387,7 +469,7 @@ func (a *Allocator) releaseOversize(p *freePool, size uint64) bool {
 	key := max(size, a.maxSplit)
 	i := p.lowerBound(key)
 	for j := i; j < len(p.blocks); j++ { // one large enough, smallest first
-		if b := p.blocks[j]; b.prev == nil && b.next == nil {
+		if b := p.blocks[j]; b.prev == nil && b.next == nil && !b.seg.expandable {
 			a.releaseSegment(p, b)
 			a.stats.ReleasedOversize++
 			return true
@@ -399,7 +481,7 @@ func (a *Allocator) releaseOversize(p *freePool, size uint64) bool {
 		if b.size < a.maxSplit {
 			break
 		}
-		if b.prev == nil && b.next == nil {
+		if b.prev == nil && b.next == nil && !b.seg.expandable {
 			released += b.size
 			a.releaseSegment(p, b)
 			a.stats.ReleasedOversize++
@@ -409,22 +491,32 @@ func (a *Allocator) releaseOversize(p *freePool, size uint64) bool {
 }
 
 // releaseCached is release_cached_blocks: every whole free segment of every
-// pool and stream goes back.
+// pool and stream goes back, and every free block of an expandable segment
+// has its whole pages unmapped (release_blocks, unmap_block); a range left
+// with no page mapped is released with it (release_expandable_segment).
 func (a *Allocator) releaseCached() {
 	for _, p := range a.poolOrder {
-		var keep []*block
+		var keep, unmap []*block
 		for _, b := range p.blocks {
+			if b.seg.expandable {
+				keep = append(keep, b)
+				unmap = append(unmap, b)
+				continue
+			}
 			if b.prev == nil && b.next == nil {
 				a.reserved -= b.seg.size
 				a.stats.SegmentFrees++
 				if a.onSegment != nil {
-					a.onSegment(b.seg.size, true)
+					a.onSegment(b.seg.size, true, false)
 				}
 				continue
 			}
 			keep = append(keep, b)
 		}
 		p.blocks = keep
+		for _, b := range unmap {
+			a.unmapBlock(p, b)
+		}
 	}
 }
 
@@ -446,7 +538,7 @@ func (a *Allocator) Free(blk Block) {
 	a.stats.Frees++
 	b.allocated = false
 	b.requested = 0
-	if prev := b.prev; prev != nil && !prev.allocated {
+	if prev := b.prev; prev != nil && !prev.allocated && !prev.unmapped {
 		p.remove(prev)
 		prev.size += b.size
 		prev.next = b.next
@@ -455,7 +547,7 @@ func (a *Allocator) Free(blk Block) {
 		}
 		b = prev
 	}
-	if next := b.next; next != nil && !next.allocated {
+	if next := b.next; next != nil && !next.allocated && !next.unmapped {
 		p.remove(next)
 		b.size += next.size
 		b.next = next.next

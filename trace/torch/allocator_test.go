@@ -27,10 +27,24 @@ func checkInvariants(t *testing.T, a *Allocator) {
 		segs[b.seg] = b
 	}
 	inPool := map[*block]bool{}
+	inUnmapped := map[*block]bool{}
 	for _, p := range a.poolOrder {
+		for i, b := range p.unmapped {
+			if !b.unmapped || b.allocated || !b.seg.expandable || b.seg.pool != p {
+				t.Fatalf("T3: block %#x in the unmapped list is not an unmapped block of this pool's range", b.addr)
+			}
+			if i > 0 && p.unmapped[i-1].addr >= b.addr {
+				t.Fatal("unmapped list out of address order")
+			}
+			if (b.addr-b.seg.addr)%b.seg.page != 0 || b.size%b.seg.page != 0 {
+				t.Fatalf("unmapped block %#x+%d not page-aligned", b.addr, b.size)
+			}
+			inUnmapped[b] = true
+			note(b)
+		}
 		for i, b := range p.blocks {
-			if b.allocated {
-				t.Fatalf("T3: allocated block %#x in a free pool", b.addr)
+			if b.allocated || b.unmapped {
+				t.Fatalf("T3: allocated or unmapped block %#x in a free pool", b.addr)
 			}
 			if i > 0 && !less(p.blocks[i-1], b.size, b.addr) {
 				t.Fatal("free pool out of (size, address) order")
@@ -52,7 +66,9 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	}
 	var reserved uint64
 	for seg, head := range segs {
-		reserved += seg.size
+		if !seg.expandable {
+			reserved += seg.size
+		}
 		if head.addr != seg.addr {
 			t.Fatalf("T1: segment %#x starts with block %#x", seg.addr, head.addr)
 		}
@@ -61,11 +77,17 @@ func checkInvariants(t *testing.T, a *Allocator) {
 			if b.addr != end || b.seg != seg || (b.next != nil && b.next.prev != b) {
 				t.Fatalf("T1: segment %#x does not tile at %#x", seg.addr, b.addr)
 			}
-			if !b.allocated && !inPool[b] {
+			if seg.expandable && !b.unmapped {
+				reserved += b.size
+			}
+			if b.unmapped && !inUnmapped[b] {
+				t.Fatalf("T3: unmapped block %#x not in its pool's unmapped list", b.addr)
+			}
+			if !b.allocated && !b.unmapped && !inPool[b] {
 				t.Fatalf("T3: free block %#x not in its pool", b.addr)
 			}
-			if !b.allocated && b.next != nil && !b.next.allocated {
-				t.Fatalf("T2: adjacent free blocks at %#x", b.addr)
+			if n := b.next; !b.allocated && n != nil && !n.allocated && b.unmapped == n.unmapped {
+				t.Fatalf("T2: adjacent free or unmapped blocks at %#x", b.addr)
 			}
 			end += b.size
 		}
@@ -229,7 +251,7 @@ func TestOutOfMemoryWhenLiveBlocksPinSegments(t *testing.T) {
 }
 
 func TestMaxSplitSizeKeepsOversizeBlocksWhole(t *testing.T) {
-	a := NewWithConfig(Config{MaxSplitSize: 32 * MiB})
+	a := NewWithConfig(Config{Settings: Settings{MaxSplitSizeMB: 32}})
 	big := mustMalloc(t, a, 40*MiB, 0)
 	a.Free(big)
 	mustMalloc(t, a, 4*MiB, 0) // below max split: may not take the oversize block
@@ -243,7 +265,7 @@ func TestMaxSplitSizeKeepsOversizeBlocksWhole(t *testing.T) {
 }
 
 func TestMaxSplitSizeReleasesOneOversizeSegmentBeforeFlushingAll(t *testing.T) {
-	a := NewWithConfig(Config{Capacity: 100 * MiB, MaxSplitSize: 32 * MiB})
+	a := NewWithConfig(Config{Capacity: 100 * MiB, Settings: Settings{MaxSplitSizeMB: 32}})
 	o := mustMalloc(t, a, 60*MiB, 0)
 	s := mustMalloc(t, a, 4*MiB, 0)
 	a.Free(o)
@@ -258,7 +280,7 @@ func TestMaxSplitSizeReleasesOneOversizeSegmentBeforeFlushingAll(t *testing.T) {
 }
 
 func TestMaxSplitSizeReleasesLargestOversizeSegmentsUntilEnough(t *testing.T) {
-	a := NewWithConfig(Config{Capacity: 100 * MiB, MaxSplitSize: 32 * MiB})
+	a := NewWithConfig(Config{Capacity: 100 * MiB, Settings: Settings{MaxSplitSizeMB: 32}})
 	o1 := mustMalloc(t, a, 40*MiB, 0)
 	o2 := mustMalloc(t, a, 40*MiB, 0)
 	a.Free(o1)
@@ -313,7 +335,7 @@ func TestInvalidRequestIsRefusedAndChangesNothing(t *testing.T) {
 
 func TestRandomOperationsKeepInvariants(t *testing.T) {
 	rng := rand.New(rand.NewPCG(42, 0))
-	a := NewWithConfig(Config{Capacity: 512 * MiB, MaxSplitSize: 64 * MiB})
+	a := NewWithConfig(Config{Capacity: 512 * MiB, Settings: Settings{MaxSplitSizeMB: 64}})
 	var live []Block
 	for i := range 3000 {
 		if len(live) > 0 && rng.IntN(5) < 2 {
@@ -475,5 +497,80 @@ func TestCachedSegmentsServeRequestsBeforeNewSegments(t *testing.T) {
 	a.EmptyCache()
 	if a.Reserved() != 48*MiB {
 		t.Fatalf("after EmptyCache reserved %d: the unused cached segment should go", a.Reserved())
+	}
+}
+
+// max_non_split_rounding_mb widens the reuse margin of oversize blocks
+// (get_free_block: an oversize block serves a request at or above
+// max_split_size only if less than this much larger; default kLargeBuffer,
+// 20 MiB): with 40 MiB, 34 MiB takes the cached 60 MiB block whole.
+func TestMaxNonSplitRoundingWidensTheOversizeReuseMargin(t *testing.T) {
+	for _, c := range []struct {
+		margin   uint64
+		reserved uint64
+	}{{0, 94 * MiB}, {40, 60 * MiB}} {
+		a := NewWithConfig(Config{Settings: Settings{MaxSplitSizeMB: 32, MaxNonSplitRoundingMB: c.margin}})
+		a.Free(mustMalloc(t, a, 60*MiB, 0))
+		b := mustMalloc(t, a, 34*MiB, 0)
+		if a.Reserved() != c.reserved || (c.margin != 0 && b.Size != 60*MiB) {
+			t.Fatalf("margin %d MiB: reserved %d MiB, block %d", c.margin, a.Reserved()/MiB, b.Size)
+		}
+	}
+}
+
+// The invariants hold under every modelled setting, alone and combined,
+// through random traffic on two streams with out-of-memory and cache
+// flushes.
+func TestRandomOperationsKeepInvariantsUnderEverySetting(t *testing.T) {
+	for _, conf := range []string{
+		"expandable_segments:True",
+		"expandable_segments:True,max_split_size_mb:64",
+		"roundup_power2_divisions:[1:4,64:8,>:2]",
+		"garbage_collection_threshold:0.5",
+		"expandable_segments:True,max_split_size_mb:64,roundup_power2_divisions:4,garbage_collection_threshold:0.7",
+		"max_split_size_mb:64,max_non_split_rounding_mb:64,garbage_collection_threshold:0.6",
+	} {
+		t.Run(conf, func(t *testing.T) {
+			s, err := ParseConf(conf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(7, 0))
+			a := NewWithConfig(Config{Capacity: 512 * MiB, Settings: s})
+			var live []Block
+			for i := range 3000 {
+				if len(live) > 0 && rng.IntN(5) < 2 {
+					j := rng.IntN(len(live))
+					a.Free(live[j])
+					live = slices.Delete(live, j, j+1)
+				} else {
+					size := uint64(1) << rng.IntN(28)
+					size += rng.Uint64N(size)
+					b, err := a.Malloc(size, rng.IntN(2))
+					if err == nil {
+						live = append(live, b)
+					} else if !errors.Is(err, ErrOutOfMemory) {
+						t.Fatal(err)
+					}
+				}
+				if i%25 == 0 {
+					checkInvariants(t, a)
+				}
+				if i%700 == 0 {
+					a.EmptyCache()
+				}
+				if a.Reserved() > 512*MiB {
+					t.Fatalf("reserved %d above capacity", a.Reserved())
+				}
+			}
+			for _, b := range live {
+				a.Free(b)
+			}
+			a.EmptyCache()
+			checkInvariants(t, a)
+			if a.Reserved() != 0 || a.Allocated() != 0 {
+				t.Fatalf("after freeing everything and emptying the cache: reserved %d, allocated %d", a.Reserved(), a.Allocated())
+			}
+		})
 	}
 }

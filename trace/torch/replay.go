@@ -13,11 +13,14 @@ import (
 // trace's sentinels instead; an alloc of a live ID is an implied free.
 var ErrReplay = errors.New("torch: bad trace")
 
-// SegmentEvent is one modelled cudaMalloc (Release false) or cudaFree.
+// SegmentEvent is one modelled cudaMalloc (Release false) or cudaFree, or
+// with expandable segments one page mapping (segment_map) or unmapping
+// (segment_unmap), marked Mapping.
 type SegmentEvent struct {
 	Event   int    // index of the trace event that caused it
-	Size    uint64 // segment bytes
+	Size    uint64 // segment bytes, or bytes mapped or unmapped
 	Release bool
+	Mapping bool
 }
 
 // Result is what a replay through the model measured.
@@ -34,8 +37,12 @@ type Result struct {
 	PeakReserved  uint64 // highest reserved bytes
 	FinalReserved uint64
 	PeakAllocated uint64 // highest allocated block bytes
-	PeakLive      uint64 // highest requested bytes live
-	Stats         Stats  // the allocator's counters at the end
+	// FinalAllocated and FinalLargestFree are the allocated block bytes
+	// and the largest free cached block at the end.
+	FinalAllocated   uint64
+	FinalLargestFree uint64
+	PeakLive         uint64 // highest requested bytes live
+	Stats            Stats  // the allocator's counters at the end
 	// Segments lists every segment allocation and release in order, so a
 	// caller can rebuild the reserved-bytes timeline or compare segment
 	// sizes with PyTorch's segment_alloc entries.
@@ -50,13 +57,19 @@ func ReplayTorch(events iter.Seq[trace.Event], capacity uint64) (Result, error) 
 	return Replay(events, Config{Capacity: capacity})
 }
 
-// Replay is ReplayTorch with full settings.
+// Replay is ReplayTorch with a full Config: capacity, PyTorch's settings
+// (cfg.Settings, from ParseConf or SettingsFromSnapshot) and the segments to
+// start from. Settings that fail Validate are returned as its error, with
+// nothing replayed.
 func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
+	if err := cfg.Settings.Validate(); err != nil {
+		return Result{FirstFailure: -1}, err
+	}
 	a := NewWithConfig(cfg)
 	res := Result{FirstFailure: -1}
 	idx := 0
-	a.onSegment = func(size uint64, release bool) {
-		res.Segments = append(res.Segments, SegmentEvent{Event: idx, Size: size, Release: release})
+	a.onSegment = func(size uint64, release, mapping bool) {
+		res.Segments = append(res.Segments, SegmentEvent{Event: idx, Size: size, Release: release, Mapping: mapping})
 	}
 	live := map[uint64]Block{}
 	failed := map[uint64]bool{}
@@ -65,6 +78,8 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		res.FinalReserved = a.Reserved()
 		res.Stats = a.Stats()
 		res.PeakAllocated = res.Stats.PeakAllocated
+		res.FinalAllocated = a.Allocated()
+		res.FinalLargestFree = a.LargestFree()
 		res.PeakLive = res.Stats.PeakRequested
 	}
 	for e := range events {
@@ -90,6 +105,11 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 				res.FailedAllocs++
 				if res.FirstFailure < 0 {
 					res.FirstFailure = idx
+				}
+				if cfg.FailFast {
+					res.Events++
+					finish()
+					return res, nil
 				}
 				failed[e.ID] = true
 				break

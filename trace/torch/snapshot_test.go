@@ -17,7 +17,8 @@ var sharedTraces = filepath.Join("..", "..", "..", "shared", "traces")
 
 // TestModelReproducesPyTorchReservedBytesOnSharedTraces replays every shared
 // snapshot's converted events (prelude included) through the model and
-// compares with what PyTorch recorded. From an empty allocator (ReplayTorch),
+// compares with what PyTorch recorded, under the settings the snapshot
+// recorded (allocator_settings). From an empty allocator,
 // the peak reserved bytes must be within 2 % (the notes' bar). Starting from
 // the segments PyTorch held when the window began (Config.Cached, the notes'
 // protocol), the reserved bytes before the window and at every segment entry
@@ -37,7 +38,18 @@ func TestModelReproducesPyTorchReservedBytesOnSharedTraces(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			empty, err := ReplayTorch(slices.Values(s.Events), 0)
+			// The settings PyTorch recorded (the two transformer
+			// snapshots record the defaults; the U-Net's PyTorch recorded
+			// none, which means the defaults).
+			var settings Settings
+			if s.AllocatorSettings != nil {
+				if settings, err = SettingsFromSnapshot(s.AllocatorSettings); err != nil {
+					t.Fatal(err)
+				}
+			} else if name != "unet-snapshot.pickle" {
+				t.Fatal("the snapshot's allocator_settings were not read")
+			}
+			empty, err := Replay(slices.Values(s.Events), Config{Settings: settings})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -47,7 +59,7 @@ func TestModelReproducesPyTorchReservedBytesOnSharedTraces(t *testing.T) {
 				cached = append(cached, CachedSegment{Size: seg.Size, Stream: seg.Stream, Small: seg.Small})
 				cachedBytes += seg.Size
 			}
-			r, err := Replay(slices.Values(s.Events), Config{Cached: cached})
+			r, err := Replay(slices.Values(s.Events), Config{Cached: cached, Settings: settings})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Each command's usage: what it does and its arguments; the flags follow,
+// printed by the flag package.
+const (
+	replayUsage = `usage: gpumem replay [flags] [FILE]
+
+Replays an allocation trace under gpumem's policies and a model of
+PyTorch's caching allocator, side by side: each policy's peak reserved
+bytes at unlimited capacity, the smallest capacity it runs in, what
+relocation cost, and, with -capacity, whether it fits.
+
+FILE is a PyTorch memory snapshot (.pickle or .json, gzip ok) or a gpumem
+trace (.jsonl); without FILE the embedded default trace is replayed.
+Sizes take decimal (GB = 10⁹ B) or binary (GiB = 2³⁰ B) units, any case.
+
+Exit status: 0 done; 1 an error, or -fail-on-oom with a failed allocation;
+2 a usage error; 3 -require-fit's policy does not fit -capacity.`
+
+	convertUsage = `usage: gpumem convert [flags] SNAPSHOT -o TRACE.jsonl
+
+Converts a PyTorch memory snapshot (.pickle or .json, gzip ok) to gpumem's
+JSONL trace: allocations live before the snapshot's window are rebuilt
+first (unless -no-prelude), then every trace entry in order.`
+
+	synthUsage = `usage: gpumem synth -workload NAME [-seed N] [flags] -o TRACE.jsonl
+
+Writes a synthetic workload as a gpumem JSONL trace; the same seed gives
+the same bytes.`
+
+	adviseUsage = `usage: gpumem advise [flags] SNAPSHOT
+
+Replays a trace (a PyTorch snapshot or a gpumem .jsonl trace) through the
+model of PyTorch's caching allocator under a grid of settings (the
+defaults, expandable segments, max_split_size_mb 64–512,
+roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
+0.8, and the combinations that matter) beside gpumem's adaptive policy:
+each setting's peak reserved and smallest capacity, the best marked, and,
+with -capacity, which fit and the PYTORCH_CUDA_ALLOC_CONF line to use.
+Settings run in parallel.`
+
+	infoUsage = `usage: gpumem info
+
+Lists the backends gpumem can run on here (host, sim and, when a CUDA
+driver loads, cuda) with their alignment, page size and capacity.`
+)
+
+// setUsage makes fs print text, then its flags.
+func setUsage(fs *flag.FlagSet, text string) {
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintln(out, text)
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintln(out, "\nflags:")
+			fs.PrintDefaults()
+		}
+	}
+}
+
+// helpCmd prints one command's usage and flags to stdout (gpumem help
+// COMMAND), or the overview: the command itself prints them for -h, with
+// its flag output sent to stdout.
+func helpCmd(ctx context.Context, args []string, stdout io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprintln(stdout, usageText)
+		return nil
+	}
+	switch args[0] {
+	case "replay", "advise", "convert", "synth", "info":
+		return run(ctx, []string{args[0], "-h"}, stdout, stdout)
+	}
+	return fmt.Errorf("%w: no command %q; the commands are replay, advise, convert, synth and info", errUsage, args[0])
+}
+
+// messages is where a command's closing message goes: stdout, unless the
+// command's output went there (-o -).
+func messages(out string, stdout, stderr io.Writer) io.Writer {
+	if out == "-" {
+		return stderr
+	}
+	return stdout
+}
+
+// outName names an -o argument in a message.
+func outName(out string) string {
+	if out == "-" {
+		return "standard output"
+	}
+	return strings.TrimSpace(out)
+}
