@@ -128,6 +128,13 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
+	// The growth counter before the reservation, so the history can say
+	// whether this allocation grew the arena (history.go).
+	hist := d.hist
+	var growths uint64
+	if hist != nil {
+		growths = s.mem.Growths()
+	}
 	if !s.capture.Recording() {
 		// Not while recording: a held page release forwarded now would be a
 		// storage call inside the recording, which invalidates it.
@@ -166,6 +173,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		d.counters.reserveRetries++
 	}
 	if err != nil {
+		if hist != nil && d.hist == hist {
+			hist.allocFailedLocked(d, s, h.ID(), size, errors.Is(err, ErrOutOfMemory))
+		}
 		h.Release()
 		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
@@ -185,6 +195,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)
 	}
+	if hist != nil && d.hist == hist { // not one StartHistory began while a wait let go of the lock
+		d.recordAllocLocked(hist, s, h, size, growths)
+	}
 	return b, nil
 }
 
@@ -193,6 +206,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 	borrowed := s.d.lockOrBorrow()
 	s.mem.SetMode(m)
+	if h := s.d.hist; h != nil {
+		h.windowLocked(s, m)
+	}
 	s.d.unlock(borrowed)
 	closed := false
 	return func() {
@@ -201,6 +217,9 @@ func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 		if !closed {
 			closed = true
 			s.mem.SetMode(memory.Auto)
+			if h := s.d.hist; h != nil {
+				h.windowLocked(s, memory.Auto)
+			}
 		}
 	}
 }
