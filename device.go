@@ -393,10 +393,10 @@ type countedStorage struct {
 	// sizes holds the size of every storage allocation not yet handed back
 	// (held ones included): a snapshot draws held pages, and the history
 	// numbers addresses by them.
-	sizes map[storage.ID]uint64
-	q                stream.Queue    // the owning stream's queue, set once it exists
-	rec              stream.Recorder // q, when it can record graphs
-	issuer           stream.Issuer   // q, when it reports its last step without locking
+	sizes  map[storage.ID]uint64
+	q      stream.Queue    // the owning stream's queue, set once it exists
+	rec    stream.Recorder // q, when it can record graphs
+	issuer stream.Issuer   // q, when it reports its last step without locking
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
 }
