@@ -247,6 +247,9 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	s.waitDeferredLocked() // the queue does not record yet
 	s.cap.releasePrimedLocked()
 	s.ensurePrimedRoomLocked()
+	if h := d.hist; h != nil {
+		h.noteGrowthLocked(s, 0) // the primed room may have grown the arena
+	}
 	if err := s.rec.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
 		_ = s.capture.TakeFailure()

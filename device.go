@@ -190,6 +190,9 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 		}
 	}
 	d.streams = append(d.streams, s)
+	if h := d.hist; h != nil {
+		h.streamAddedLocked(s)
+	}
 	return s, nil
 }
 

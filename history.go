@@ -14,10 +14,11 @@
 // (pages, slots, granular reservations) and granule maps and unmaps.
 //
 // Costs. Recording off is one nil check per hook (d.hist). On, an entry is
-// a 64-byte value written into a ring allocated once at the start, plus one
-// monotonic clock read (time.Since, about 30 ns on the machine README
-// cites): the Alloc+Free pair pays two entries, one slice lookup (where the
-// buffer landed) and one growth counter read. Stacks add a runtime.Callers
+// a 64-byte value written into a ring that grows to MaxEntries and is then
+// overwritten in place; the clock is read every eighth alloc or free entry
+// (timePeriod) and on every other entry. The Alloc+Free pair pays two
+// entries, one slice lookup (where the buffer landed) and one growth
+// counter read. Stacks add a runtime.Callers
 // walk per Alloc (README gives the ratios). No entry allocates; only the
 // rare paths (a failed Alloc reads the device's usage, a growth its page
 // size) do extra work.
@@ -124,6 +125,9 @@ func (d *Device) StartHistory(o HistoryOptions) error {
 	for _, id := range ids {
 		h.base(id, sizes[id], granule[id])
 	}
+	for _, s := range d.streams {
+		h.growths = append(h.growths, s.mem.Growths())
+	}
 	d.hist, d.stopped = h, nil
 	return nil
 }
@@ -192,10 +196,13 @@ type history struct {
 	opts    HistoryOptions
 	start   time.Time
 	ring    []histEntry // len MaxEntries once full; grows by append until then
-	next    uint64      // entries recorded so far; ring[next%len] is the oldest once full
+	next    uint64      // entries recorded so far
+	pos     int         // once the ring is full: the oldest entry's slot, the next written
+	now     int64       // the latest clock reading (add)
 	pcs     []uintptr   // HistoryStackDepth per ring slot, with Stacks
 	pcsTmp  [HistoryStackDepth]uintptr
 	bases   map[storage.ID]uint64 // live storage allocations' addresses
+	growths []uint64              // per stream, its arena's growth counter when last read
 	nextAdr uint64
 	// captures numbers capture windows (trace graph numbers).
 }
@@ -220,23 +227,40 @@ func newHistory(o HistoryOptions, since func() time.Time) *history {
 // it; nothing does yet).
 func (d *Device) histSince() time.Time { return time.Now() }
 
-// add appends e (its time stamped now) to the ring, overwriting the oldest
-// entry once the ring holds MaxEntries, and returns its slot.
+// add appends e (stamped with the clock, see timePeriod) to the ring,
+// overwriting the oldest entry once the ring holds MaxEntries, and returns
+// its slot.
 func (h *history) add(e histEntry) int {
-	e.t = int64(time.Since(h.start))
+	if h.next%timePeriod == 0 || e.kind > HistoryFree {
+		h.now = int64(time.Since(h.start))
+	}
+	e.t = h.now
+	h.next++
 	if len(h.ring) < h.opts.MaxEntries {
 		h.ring = append(h.ring, e)
 		if h.opts.Stacks {
 			h.pcs = append(h.pcs, make([]uintptr, HistoryStackDepth)...)
 		}
-		h.next++
 		return len(h.ring) - 1
 	}
-	i := int(h.next % uint64(len(h.ring)))
+	i := h.pos
 	h.ring[i] = e
-	h.next++
+	if h.pos++; h.pos == len(h.ring) {
+		h.pos = 0
+	}
 	return i
 }
+
+// timePeriod is how often the steady entries (allocs, failed allocs and
+// frees) read the clock: every timePeriod-th entry, and every entry of
+// another kind, reads it; the others carry the latest reading. A
+// monotonic clock read costs about 30 ns, a quarter of a whole Alloc+Free
+// pair, and two per pair alone would take most of the 1.5× budget
+// (README); PyTorch's recorder uses an approximate clock for the same
+// reason. So an alloc's or free's time is exact to within the span of
+// timePeriod−1 entries before it, never later than the truth, and times
+// never decrease.
+const timePeriod = 8
 
 // dropped is the number of entries the ring no longer holds.
 func (h *history) dropped() uint64 { return h.next - uint64(len(h.ring)) }
@@ -245,10 +269,7 @@ func (h *history) dropped() uint64 { return h.next - uint64(len(h.ring)) }
 func (h *history) entries() ([]histEntry, [][]uintptr) {
 	out := make([]histEntry, 0, len(h.ring))
 	var stacks [][]uintptr
-	start := 0
-	if len(h.ring) == h.opts.MaxEntries && h.next > uint64(len(h.ring)) {
-		start = int(h.next % uint64(len(h.ring)))
-	}
+	start := h.pos // 0 until the ring is full
 	for k := range h.ring {
 		i := (start + k) % len(h.ring)
 		e := h.ring[i]
@@ -388,11 +409,13 @@ func (h *history) mapLocked(kind HistoryKind, stream int, id storage.ID, size, f
 }
 
 // recordAllocLocked records b's allocation: where it landed and, when the
-// arena's growth counter moved since growths, the growth first. Its frames
-// skip runtime.Callers, allocLocked, this and Stream.Alloc.
-func (d *Device) recordAllocLocked(h *history, s *Stream, b *handle.Handle, size, growths uint64) {
-	if s.mem.Growths() != growths {
-		h.growthLocked(s, currentPageSize(s.mem), size)
+// reservation recorded entries (mark: the count before it) and the arena's
+// growth counter moved, the growth first. A growth always allocates a page,
+// so an allocation served from held room skips the check. Its frames skip
+// runtime.Callers, allocLocked, this and Stream.Alloc.
+func (d *Device) recordAllocLocked(h *history, s *Stream, b *handle.Handle, size, mark uint64) {
+	if h.next != mark {
+		h.noteGrowthLocked(s, size)
 	}
 	var page storage.ID
 	var off uint64
@@ -401,6 +424,31 @@ func (d *Device) recordAllocLocked(h *history, s *Stream, b *handle.Handle, size
 	}
 	h.allocLocked(s, b.ID(), size, page, off, 4)
 }
+
+// noteGrowthLocked records a growth when s's arena grew since the history
+// last looked (size: the allocation that made it grow).
+func (h *history) noteGrowthLocked(s *Stream, size uint64) {
+	for len(h.growths) <= s.index {
+		h.growths = append(h.growths, noGrowthsSeen)
+	}
+	g := s.mem.Growths()
+	if seen := h.growths[s.index]; seen != noGrowthsSeen && g != seen {
+		h.growthLocked(s, currentPageSize(s.mem), size)
+	}
+	h.growths[s.index] = g
+}
+
+// streamAddedLocked starts s's growth count at its fresh memory's.
+func (h *history) streamAddedLocked(s *Stream) {
+	for len(h.growths) <= s.index {
+		h.growths = append(h.growths, noGrowthsSeen)
+	}
+	h.growths[s.index] = s.mem.Growths()
+}
+
+// noGrowthsSeen marks a stream whose growth counter the history has not
+// read yet.
+const noGrowthsSeen = ^uint64(0)
 
 // currentPageSize is the current arena page size of m (0 without an arena):
 // read after a growth, from the report (a rare path).

@@ -128,12 +128,13 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	// The growth counter before the reservation, so the history can say
-	// whether this allocation grew the arena (history.go).
+	// The history's length before the reservation: when the reservation
+	// recorded something (a page), the history checks for a growth
+	// (history.go).
 	hist := d.hist
-	var growths uint64
+	var mark uint64
 	if hist != nil {
-		growths = s.mem.Growths()
+		mark = hist.next
 	}
 	if !s.capture.Recording() {
 		// Not while recording: a held page release forwarded now would be a
@@ -196,7 +197,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		s.cap.allocatedLocked(b)
 	}
 	if hist != nil && d.hist == hist { // not one StartHistory began while a wait let go of the lock
-		d.recordAllocLocked(hist, s, h, size, growths)
+		d.recordAllocLocked(hist, s, h, size, mark)
 	}
 	return b, nil
 }
