@@ -168,7 +168,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 			return nil, fmt.Errorf("%w: the WithStorageWrapper function returned a nil storage.Storage", ErrInvalidUse)
 		}
 	}
-	counted := &countedStorage{Storage: st, d: d, stream: index, sizes: make(map[storage.ID]uint64)}
+	counted := &countedStorage{Storage: st, d: d, stream: index, sizes: make(map[storage.ID]uint64), mapped: make(map[storage.ID]uint64)}
 	name := fmt.Sprintf("stream-%d", index)
 	mem, err := memory.New(counted, d.props, d.cfg, d.log, name, d.g)
 	if err != nil {
@@ -396,7 +396,10 @@ type countedStorage struct {
 	// sizes holds the size of every storage allocation not yet handed back
 	// (held ones included): a snapshot draws held pages, and the history
 	// numbers addresses by them.
-	sizes  map[storage.ID]uint64
+	sizes map[storage.ID]uint64
+	// mapped counts, per granular reservation not yet handed back, the
+	// granules the storage maps for it (held unmaps included).
+	mapped map[storage.ID]uint64
 	q      stream.Queue    // the owning stream's queue, set once it exists
 	rec    stream.Recorder // q, when it can record graphs
 	issuer stream.Issuer   // q, when it reports its last step without locking
@@ -481,14 +484,19 @@ func (c *countedStorage) forward(h heldRelease) {
 func (c *countedStorage) dealloc(id storage.ID) {
 	c.Storage.Dealloc(id)
 	if h := c.d.hist; h != nil {
-		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule())
+		_, reserved := c.mapped[id]
+		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved)
 	}
 	delete(c.sizes, id)
+	delete(c.mapped, id)
 }
 
 // unmap unmaps granules [first, first+n) of id now, and records it.
 func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64) {
 	g.Unmap(id, first, n)
+	if _, ok := c.mapped[id]; ok {
+		c.mapped[id] -= min(n, c.mapped[id])
+	}
 	if h := c.d.hist; h != nil {
 		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule())
 	}

@@ -72,6 +72,7 @@ func (c *countedStorage) Reserve(size uint64) (storage.Region, error) {
 	if err == nil {
 		c.allocs.Add(1)
 		c.sizes[r.ID] = r.Size
+		c.mapped[r.ID] = 0
 		if h := c.d.hist; h != nil {
 			h.pageAllocLocked(c.stream, r, c.Granule(), true)
 		}
@@ -92,7 +93,7 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 		if err := g.Map(id, first, n); err != nil {
 			return err
 		}
-		c.mapped(id, first, n)
+		c.mappedNow(id, first, n)
 		return nil
 	}
 	var done [][2]uint64
@@ -116,13 +117,14 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 	}
 	c.withdrawUnmaps(id, first, n)
 	for _, r := range done {
-		c.mapped(id, r[0], r[1]-r[0])
+		c.mappedNow(id, r[0], r[1]-r[0])
 	}
 	return nil
 }
 
-// mapped records granules [first, first+n) of id mapped.
-func (c *countedStorage) mapped(id storage.ID, first, n uint64) {
+// mappedNow counts and records granules [first, first+n) of id mapped.
+func (c *countedStorage) mappedNow(id storage.ID, first, n uint64) {
+	c.mapped[id] += n
 	if h := c.d.hist; h != nil {
 		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule())
 	}

@@ -394,10 +394,15 @@ func (h *history) pageAllocLocked(stream int, r storage.Region, granule uint64, 
 	h.add(e)
 }
 
-// pageFreeLocked records a storage deallocation (its address in a) and
-// forgets the allocation's base.
-func (h *history) pageFreeLocked(stream int, id storage.ID, size, granule uint64) {
-	h.add(histEntry{kind: HistoryPageFree, stream: int32(stream), id: uint64(id), size: size, a: h.base(id, size, granule), b: granule})
+// pageFreeLocked records a storage deallocation (its address in a;
+// reserved: a granular reservation, aux 1) and forgets the allocation's
+// base.
+func (h *history) pageFreeLocked(stream int, id storage.ID, size, granule uint64, reserved bool) {
+	e := histEntry{kind: HistoryPageFree, stream: int32(stream), id: uint64(id), size: size, a: h.base(id, size, granule), b: granule}
+	if reserved {
+		e.aux = 1
+	}
+	h.add(e)
 	delete(h.bases, id)
 }
 

@@ -43,7 +43,7 @@ type History struct {
 //	HistoryRelocation   Stream, Reason, Outcome, Moves, Size (bytes moved)
 //	HistoryMove         Stream, Size, Address (old), To (new)
 //	HistoryPageAlloc    Stream, Address, Size, Granular (a reservation: its granules map later)
-//	HistoryPageFree     Stream, Address, Size
+//	HistoryPageFree     Stream, Address, Size, Granular
 //	HistoryMap, Unmap   Stream, Address (of the first granule), Size (their bytes), Granules
 //
 // Time is since the recording started, from the monotonic clock; it never
@@ -173,7 +173,7 @@ func (v *histView) public() History {
 		case HistoryPageAlloc:
 			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
 		case HistoryPageFree:
-			p.Address, p.Size = e.a, e.size
+			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
 		case HistoryMap, HistoryUnmap:
 			granule := e.size / max(e.c, 1)
 			p.Address, p.Size, p.Granules = e.a+e.b*granule, e.size, e.c
