@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"testing"
 
@@ -325,5 +324,4 @@ func TestHistoryOptionsAndErrors(t *testing.T) {
 	if err := d.StartHistory(gpumem.HistoryOptions{}); !errors.Is(err, gpumem.ErrClosed) {
 		t.Fatalf("StartHistory on a closed device: %v, want ErrClosed", err)
 	}
-	_ = fmt.Sprint()
 }
