@@ -351,3 +351,56 @@ func BenchmarkManyGoroutines(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHistoryRecording measures the steady 4 KiB Alloc + Free pair
+// with the history recording (history.go) against the same pair on a
+// device that does not record, in alternating rounds of the same run so
+// both see the same machine: x-off is the ratio (issue 16 asks ≤ 1.5
+// without stacks). "stacks" records the caller's stack with every Alloc,
+// reported apart.
+func BenchmarkHistoryRecording(b *testing.B) {
+	for _, stacks := range []bool{false, true} {
+		name := "plain"
+		if stacks {
+			name = "stacks"
+		}
+		b.Run(name, func(b *testing.B) {
+			const size = 4 * kib
+			const round = 1 << 12
+			ctx := context.Background()
+			off := openHost(b)
+			on := openHost(b)
+			if err := on.StartHistory(HistoryOptions{Stacks: stacks}); err != nil {
+				b.Fatal(err)
+			}
+			pairs := func(s *Stream, n int) time.Duration {
+				start := time.Now()
+				for range n {
+					buf, err := s.Alloc(ctx, size)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := buf.Free(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				return time.Since(start)
+			}
+			so, sn := off.DefaultStream(), on.DefaultStream()
+			pairs(so, round)
+			pairs(sn, DefaultHistoryEntries+round) // warm, and wrap the ring: the steady state overwrites
+			var onT, offT time.Duration
+			n := 0
+			b.ReportAllocs()
+			b.ResetTimer()
+			for b.Loop() {
+				onT += pairs(sn, round)
+				offT += pairs(so, round)
+				n += round
+			}
+			b.ReportMetric(float64(onT.Nanoseconds())/float64(n), "on-ns/pair")
+			b.ReportMetric(float64(offT.Nanoseconds())/float64(n), "off-ns/pair")
+			b.ReportMetric(float64(onT)/float64(offT), "x-off")
+		})
+	}
+}

@@ -88,6 +88,11 @@ func (b *Buffer) Free() error {
 	if b.s.cap != nil {
 		b.s.cap.freedLocked(b)
 	}
+	if h := d.hist; h != nil && b.h.Descriptor().Handles() <= 2 {
+		// The last user reference (the slice holds the other handle): the
+		// buffer is freed.
+		h.freeLocked(b.s, b.h.ID(), b.size)
+	}
 	b.h.Release()
 	return nil
 }

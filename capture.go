@@ -205,6 +205,9 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 		s.cap = nil
 		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
 	}
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phasePrepare, uint64(tok.owner))
+	}
 	return tok, nil
 }
 
@@ -222,6 +225,9 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	}
 	if err := s.checkToken(tok); err != nil {
 		return err
+	}
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phaseBegin, uint64(tok.owner))
 	}
 	// Checked first: a fenced wait on a stream already recording would
 	// invalidate that recording.
@@ -241,6 +247,9 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	s.waitDeferredLocked() // the queue does not record yet
 	s.cap.releasePrimedLocked()
 	s.ensurePrimedRoomLocked()
+	if h := d.hist; h != nil {
+		h.noteGrowthLocked(s, 0) // the primed room may have grown the arena
+	}
 	if err := s.rec.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
 		_ = s.capture.TakeFailure()
@@ -298,6 +307,9 @@ func (s *Stream) AbortCapture(tok *CaptureToken) error {
 	if err := s.capture.Abort(tok.owner); err != nil {
 		return fmt.Errorf("gpumem: abort capture on %s: %w", s.name, err)
 	}
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phaseAbort, uint64(tok.owner))
+	}
 	if s.cap != nil {
 		s.cap.discardLocked()
 		s.cap = nil
@@ -318,6 +330,9 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	defer d.mu.Unlock()
 	if err := s.checkToken(tok); err != nil {
 		return nil, err
+	}
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phaseEnd, uint64(tok.owner))
 	}
 	wasRecording := s.capture.Recording()
 	owner, endErr := s.capture.End(tok.owner)
@@ -374,7 +389,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
 	}
 	d.counters.captures.Sealed++
-	g := &Graph{s: s, exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}
+	g := &Graph{s: s, id: uint64(tok.owner), exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}
 	if _, replaysOps := exec.(*stream.OpList); replaysOps && len(c.opWritten) == exec.Len() {
 		// Replays run the recorded closures: per-op records (graph_writes.go).
 		g.opWritten, g.opReads, g.slots = c.opWritten, c.opReads, c.slots
@@ -468,6 +483,7 @@ func (s *Stream) doomCapture(err error) {
 // Close. While it lives, every page it touched is guarded.
 type Graph struct {
 	s        *Stream
+	id       uint64 // its capture token's number: the history's graph
 	exec     stream.Exec
 	guards   []*pool.PageGuard
 	uses     []touch // one binding per allocation the recording resolved
@@ -525,6 +541,9 @@ func (g *Graph) Launch(ctx context.Context) error {
 	}
 	if g.closing || g.closed {
 		return fmt.Errorf("%w: the graph was closed; capture a new one", ErrClosed)
+	}
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phaseLaunch, g.id)
 	}
 	if err := s.refuseHostSyncLocked("Graph.Launch"); err != nil {
 		return err
@@ -638,6 +657,9 @@ func (g *Graph) Close() error {
 		return nil
 	}
 	g.closed = true
+	if h := d.hist; h != nil {
+		h.captureLocked(s, phaseClose, g.id)
+	}
 	for _, gd := range g.guards {
 		gd.Release()
 	}

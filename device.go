@@ -53,6 +53,11 @@ type Device struct {
 	// holder waits in its Enqueue (settle.go), nil otherwise.
 	lentTo  atomic.Pointer[Stream]
 	nextTok stream.Owner
+
+	// hist is the running recording, nil when none (every hook checks it:
+	// recording off costs that nil check); stopped is the last recording
+	// StopHistory ended, kept for the writers (history.go). Under mu.
+	hist, stopped *history
 }
 
 // counters are the device's own statistics (under mu).
@@ -119,6 +124,13 @@ func openWith(b Backend, o options) (*Device, error) {
 	}
 	d.counters.failedReserves = make(map[string]uint64)
 	d.admit.L = &d.mu
+	if o.history != nil {
+		ho, err := o.history.validate()
+		if err != nil {
+			return nil, fmt.Errorf("%w (WithHistory)", err)
+		}
+		d.hist = newHistory(ho, d.histSince)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, err := d.newStreamLocked(); err != nil {
@@ -156,7 +168,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 			return nil, fmt.Errorf("%w: the WithStorageWrapper function returned a nil storage.Storage", ErrInvalidUse)
 		}
 	}
-	counted := &countedStorage{Storage: st}
+	counted := &countedStorage{Storage: st, d: d, stream: index, sizes: make(map[storage.ID]uint64), mapped: make(map[storage.ID]uint64)}
 	name := fmt.Sprintf("stream-%d", index)
 	mem, err := memory.New(counted, d.props, d.cfg, d.log, name, d.g)
 	if err != nil {
@@ -178,6 +190,9 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 		}
 	}
 	d.streams = append(d.streams, s)
+	if h := d.hist; h != nil {
+		h.streamAddedLocked(s)
+	}
 	return s, nil
 }
 
@@ -228,6 +243,11 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 		return err
 	}
 	d.counters.explicitCleanups++
+	if h := d.hist; h != nil {
+		for _, s := range of {
+			h.cleanupLocked(s, true)
+		}
+	}
 	return nil
 }
 
@@ -371,10 +391,19 @@ func (d *Device) Close() error {
 // unmap is withdrawn. Its methods run under the device lock.
 type countedStorage struct {
 	storage.Storage
+	d                *Device // its history records storage calls (history.go)
+	stream           int     // the owning stream's index
 	allocs, deallocs atomic.Uint64
-	q                stream.Queue    // the owning stream's queue, set once it exists
-	rec              stream.Recorder // q, when it can record graphs
-	issuer           stream.Issuer   // q, when it reports its last step without locking
+	// sizes holds the size of every storage allocation not yet handed back
+	// (held ones included): a snapshot draws held pages, and the history
+	// numbers addresses by them.
+	sizes map[storage.ID]uint64
+	// mapped counts, per granular reservation not yet handed back, the
+	// granules the storage maps for it (held unmaps included).
+	mapped map[storage.ID]uint64
+	q      stream.Queue    // the owning stream's queue, set once it exists
+	rec    stream.Recorder // q, when it can record graphs
+	issuer stream.Issuer   // q, when it reports its last step without locking
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
 }
@@ -444,11 +473,33 @@ func (c *countedStorage) forgetHeld() {
 
 func (c *countedStorage) forward(h heldRelease) {
 	if h.n == 0 {
-		c.Storage.Dealloc(h.id)
+		c.dealloc(h.id)
 		return
 	}
 	if g, ok := c.Storage.(storage.Granular); ok {
-		g.Unmap(h.id, h.first, h.n)
+		c.unmap(g, h.id, h.first, h.n)
+	}
+}
+
+// dealloc hands allocation id back to the storage now, and records it.
+func (c *countedStorage) dealloc(id storage.ID) {
+	c.Storage.Dealloc(id)
+	if h := c.d.hist; h != nil {
+		_, reserved := c.mapped[id]
+		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved)
+	}
+	delete(c.sizes, id)
+	delete(c.mapped, id)
+}
+
+// unmap unmaps granules [first, first+n) of id now, and records it.
+func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64) {
+	g.Unmap(id, first, n)
+	if _, ok := c.mapped[id]; ok {
+		c.mapped[id] -= min(n, c.mapped[id])
+	}
+	if h := c.d.hist; h != nil {
+		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule())
 	}
 }
 
@@ -462,6 +513,10 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 	r, err := c.Storage.Alloc(size)
 	if err == nil {
 		c.allocs.Add(1)
+		c.sizes[r.ID] = r.Size
+		if h := c.d.hist; h != nil {
+			h.pageAllocLocked(c.stream, r, c.Granule(), false)
+		}
 	}
 	return r, err
 }
@@ -472,7 +527,7 @@ func (c *countedStorage) Dealloc(id storage.ID) {
 		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id})
 		return
 	}
-	c.Storage.Dealloc(id)
+	c.dealloc(id)
 }
 
 // holdsFor reports whether a release of allocation id is held: its dealloc

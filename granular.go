@@ -71,6 +71,11 @@ func (c *countedStorage) Reserve(size uint64) (storage.Region, error) {
 	r, err := g.Reserve(size)
 	if err == nil {
 		c.allocs.Add(1)
+		c.sizes[r.ID] = r.Size
+		c.mapped[r.ID] = 0
+		if h := c.d.hist; h != nil {
+			h.pageAllocLocked(c.stream, r, c.Granule(), true)
+		}
 	}
 	return r, err
 }
@@ -85,7 +90,11 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 		return fmt.Errorf("%w: mapping granules of allocation %d", storage.ErrNotGranular, id)
 	}
 	if !c.holdsUnmapIn(id, first, n) {
-		return g.Map(id, first, n)
+		if err := g.Map(id, first, n); err != nil {
+			return err
+		}
+		c.mappedNow(id, first, n)
+		return nil
 	}
 	var done [][2]uint64
 	for i := first; i < first+n; {
@@ -107,7 +116,18 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 		i = j
 	}
 	c.withdrawUnmaps(id, first, n)
+	for _, r := range done {
+		c.mappedNow(id, r[0], r[1]-r[0])
+	}
 	return nil
+}
+
+// mappedNow counts and records granules [first, first+n) of id mapped.
+func (c *countedStorage) mappedNow(id storage.ID, first, n uint64) {
+	c.mapped[id] += n
+	if h := c.d.hist; h != nil {
+		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule())
+	}
 }
 
 // Unmap implements storage.Granular, held while the stream has work queued
@@ -122,7 +142,7 @@ func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
 		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id, first: first, n: n})
 		return
 	}
-	g.Unmap(id, first, n)
+	c.unmap(g, id, first, n)
 }
 
 // holdsUnmapIn reports whether a held unmap of id overlaps [first, first+n).

@@ -25,6 +25,7 @@ type options struct {
 	noRelocate  bool
 	userWrap    func(storage.Storage) storage.Storage // WithStorageWrapper's
 	granular    *bool                                 // WithPageGranular's; granular.go
+	history     *HistoryOptions                       // WithHistory's; history.go
 }
 
 // WithCapacity bounds the device's memory to bytes (default: the machine's

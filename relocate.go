@@ -62,7 +62,10 @@ func (x streamsOf) Finish() error {
 // RelocateMemory moves what the relocating stream's memory holds on
 // outdated pages, copying on that stream.
 func (x streamsOf) RelocateMemory(r relocation.Reason) {
-	x.s.mem.Relocate(&deviceCopies{d: x.d, s: x.s}, r)
+	o := x.s.mem.Relocate(&deviceCopies{d: x.d, s: x.s}, r)
+	if h := x.d.hist; h != nil {
+		h.relocationLocked(x.s, r, o)
+	}
 }
 
 // DeviceHasOutdated: any stream's memory has outdated pages.
@@ -83,7 +86,10 @@ func (x streamsOf) DeviceHasOutdated() bool {
 func (x streamsOf) RelocateDeviceMemory(r relocation.Reason) {
 	for _, s := range x.d.streams {
 		if s.mem.HasOutdated() {
-			s.mem.Relocate(&deviceCopies{d: x.d, s: s}, r)
+			o := s.mem.Relocate(&deviceCopies{d: x.d, s: s}, r)
+			if h := x.d.hist; h != nil {
+				h.relocationLocked(s, r, o)
+			}
 		}
 	}
 }
@@ -130,7 +136,13 @@ func (c *deviceCopies) Copy(st storage.Storage, sc relocation.StorageCopy) error
 	if err != nil {
 		return err
 	}
-	return c.d.backend.CopyOnDevice(c.s.q, src, dst)
+	if err := c.d.backend.CopyOnDevice(c.s.q, src, dst); err != nil {
+		return err
+	}
+	if h := c.d.hist; h != nil {
+		h.moveLocked(c.s, sc)
+	}
+	return nil
 }
 
 // WaitCopies fences the relocating stream and waits.
@@ -235,6 +247,10 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, reloc
 			return 0, rerr // the context ended, or an op cannot wait
 		}
 		// A capture began while the reclaim waited: retry under what it allows.
+	} else if h := d.hist; h != nil {
+		for _, t := range order {
+			h.cleanupLocked(t, false)
+		}
 	}
 	return d.retryUpdateLocked(s)
 }

@@ -128,6 +128,14 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
+	// The history's length before the reservation: when the reservation
+	// recorded something (a page), the history checks for a growth
+	// (history.go).
+	hist := d.hist
+	var mark uint64
+	if hist != nil {
+		mark = hist.next
+	}
 	if !s.capture.Recording() {
 		// Not while recording: a held page release forwarded now would be a
 		// storage call inside the recording, which invalidates it.
@@ -168,6 +176,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		d.counters.reserveRetries++
 	}
 	if err != nil {
+		if hist != nil && d.hist == hist {
+			hist.allocFailedLocked(d, s, h.ID(), size, errors.Is(err, ErrOutOfMemory))
+		}
 		h.Release()
 		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
@@ -187,6 +198,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)
 	}
+	if hist != nil && d.hist == hist { // not one StartHistory began while a wait let go of the lock
+		d.recordAllocLocked(hist, s, h, size, mark)
+	}
 	return b, nil
 }
 
@@ -195,6 +209,9 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 	borrowed := s.d.lockOrBorrow()
 	s.mem.SetMode(m)
+	if h := s.d.hist; h != nil {
+		h.windowLocked(s, m)
+	}
 	s.d.unlock(borrowed)
 	closed := false
 	return func() {
@@ -203,6 +220,9 @@ func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
 		if !closed {
 			closed = true
 			s.mem.SetMode(memory.Auto)
+			if h := s.d.hist; h != nil {
+				h.windowLocked(s, memory.Auto)
+			}
 		}
 	}
 }

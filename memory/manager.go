@@ -543,6 +543,15 @@ func (m *Manager) Report() PoolsReport {
 	return PoolsReport{Dynamic: m.dynamic.Report(), Persistent: m.persistent.Report(), Dedicated: m.dedicated.Report()}
 }
 
+// Growths counts the arena's growths (0 for a memory without an arena):
+// cheap, for a caller that compares it around one reservation.
+func (m *Manager) Growths() uint64 {
+	if m.relocating == nil {
+		return 0
+	}
+	return m.relocating.Growths()
+}
+
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
 	st := Stats{AllocNr: m.allocNr, BytesUnmapped: m.unmapped}

@@ -62,6 +62,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz (- for standard output)")
+	snapshotPolicy := fs.String("snapshot-policy", compare.Adaptive, "the gpumem `POLICY` whose replay -snapshot-out writes")
 	setUsage(fs, replayUsage)
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -101,6 +103,12 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err := checkMaxSnapshot(maxSnapshot); err != nil {
 		return err
+	}
+	if *snapshotOut != "" && !slices.Contains(compare.SnapshotPolicies(), *snapshotPolicy) {
+		return fmt.Errorf("%w: -snapshot-policy %q: want one of %s", errUsage, *snapshotPolicy, strings.Join(compare.SnapshotPolicies(), ", "))
+	}
+	if *snapshotOut != "" && *snapshotOut == *htmlOut {
+		return fmt.Errorf("%w: -snapshot-out and -html name the same file %q", errUsage, *snapshotOut)
 	}
 	var open func(...gpumem.Option) (*gpumem.Device, error)
 	var alignment uint64
@@ -163,6 +171,17 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *htmlOut != "" {
 		if err := writeOutput(*htmlOut, stdout, c.WriteHTML); err != nil {
+			return err
+		}
+	}
+	if *snapshotOut != "" {
+		err := writeOutput(*snapshotOut, stdout, func(w io.Writer) error {
+			return compare.WriteSnapshot(ctx, src, *snapshotPolicy, opts, w)
+		})
+		if errors.Is(err, compare.ErrUnknownPolicy) {
+			return fmt.Errorf("%w: -snapshot-policy: %v", errUsage, err)
+		}
+		if err != nil {
 			return err
 		}
 	}

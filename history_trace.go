@@ -1,0 +1,173 @@
+// The history as gpumem's native JSONL trace (design §13.1), which
+// `gpumem replay` and replay.Run read: the runtime's own workload, to
+// replay under any policy and capacity.
+//
+// What becomes an event:
+//
+//   - HistoryAlloc → alloc (ID = the buffer ID, its requested size, its
+//     stream); HistoryFree → free.
+//   - HistoryAllocFailed → alloc of the buffer ID the failed call took,
+//     then its free: a replay that fails the same way counts the failure
+//     and ignores the free; one that succeeds does not keep the buffer.
+//   - HistoryWindow → window (persistent, dedicated; auto closes).
+//   - HistoryCapture → capture with the token's number as the graph; an
+//     abort becomes end, which on a window that never began does what
+//     AbortCapture does (it closes it).
+//   - HistoryCleanup → cleanup, explicit ones only (a Device.Cleanup is one
+//     per stream, in creation order): the reclaims a failed reservation
+//     runs happen again by themselves, as growths, relocations and page
+//     calls do.
+//
+// Times are the entries' times in microseconds.
+//
+// The prelude. The ring is bounded and a recording may begin after
+// buffers were allocated, so the trace would free buffers it never
+// allocated and miss ones live throughout. WriteTrace does not refuse such
+// a history: it writes a prelude, at the first entry's time, allocating
+// every buffer live when the retained history begins — those live now
+// that the history never saw allocated, and those it saw freed but not
+// allocated — in buffer ID order, which is the order they were allocated
+// in. Sizes and streams are exact; placement is not: the prelude
+// allocates them back to back, where the device interleaved them with
+// allocations and frees the history no longer holds, and windows or
+// captures open when the history begins are not known. A replay of a
+// trace with a prelude therefore reproduces live bytes exactly and device
+// bytes only approximately; a recording kept whole from Open
+// (WithHistory, Dropped = 0) needs no prelude and replays exactly.
+
+package gpumem
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/trace"
+)
+
+// liveBuffer is a buffer live when a history was copied.
+type liveBuffer struct {
+	id     BufferID
+	size   uint64
+	stream int
+}
+
+// liveBuffersLocked lists every live buffer of every stream: slices whose
+// allocation still has a user's handle (the slice holds the other one).
+func (d *Device) liveBuffersLocked() []liveBuffer {
+	var out []liveBuffer
+	for _, s := range d.streams {
+		s.mem.Layout(func(l pool.PageLayout) {
+			for _, sl := range l.Slices {
+				if sl.Desc.Handles() >= 2 {
+					out = append(out, liveBuffer{id: sl.Desc.ID(), size: sl.Size, stream: s.index})
+				}
+			}
+		})
+	}
+	return out
+}
+
+// WriteTrace writes the device's history (the running recording, or the
+// last one StopHistory ended) to w as a native JSONL trace with a header,
+// a prelude when the history does not begin at an empty device (see the
+// file comment), then one event per recorded call. It returns
+// ErrNoHistory without a recording, or w's error. The history is copied
+// under the device lock and written after it is released.
+func (d *Device) WriteTrace(w io.Writer) error {
+	borrowed := d.lockOrBorrow()
+	h := d.historyLocked()
+	if h == nil {
+		d.unlock(borrowed)
+		return ErrNoHistory
+	}
+	v := viewLocked(h, h == d.hist)
+	live := d.liveBuffersLocked()
+	d.unlock(borrowed)
+	events, prelude := v.traceEvents(live)
+	streams := 1
+	for _, e := range events {
+		streams = max(streams, e.Stream+1)
+	}
+	bw := bufio.NewWriter(w)
+	enc := trace.NewEncoder(bw)
+	src := fmt.Sprintf("gpumem device history: %d entries, %d dropped, %d prelude allocations", len(v.entries), v.dropped, prelude)
+	if err := enc.WriteHeader(trace.Header{Source: src, Streams: streams}); err != nil {
+		return err
+	}
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// traceEvents converts the view to native events, prelude first, and
+// returns how many prelude allocations it wrote.
+func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
+	allocated := make(map[BufferID]bool)
+	var prelude []liveBuffer
+	for _, e := range v.entries {
+		switch e.kind {
+		case HistoryAlloc, HistoryAllocFailed:
+			allocated[BufferID(e.id)] = true
+		case HistoryFree:
+			if !allocated[BufferID(e.id)] {
+				prelude = append(prelude, liveBuffer{id: BufferID(e.id), size: e.size, stream: int(e.stream)})
+			}
+		}
+	}
+	for _, b := range live {
+		if !allocated[b.id] {
+			prelude = append(prelude, b)
+		}
+	}
+	slices.SortFunc(prelude, func(a, b liveBuffer) int { return cmpID(a.id, b.id) })
+	var t0 int64
+	if len(v.entries) > 0 {
+		t0 = v.entries[0].t / 1000
+	}
+	out := make([]trace.Event, 0, len(prelude)+len(v.entries))
+	for _, b := range prelude {
+		out = append(out, trace.Event{Op: trace.OpAlloc, T: t0, ID: uint64(b.id), Size: b.size, Stream: b.stream})
+	}
+	for _, e := range v.entries {
+		t, st := e.t/1000, int(e.stream)
+		switch e.kind {
+		case HistoryAlloc:
+			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st})
+		case HistoryAllocFailed:
+			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st},
+				trace.Event{Op: trace.OpFree, T: t, ID: e.id})
+		case HistoryFree:
+			out = append(out, trace.Event{Op: trace.OpFree, T: t, ID: e.id})
+		case HistoryWindow:
+			out = append(out, trace.Event{Op: trace.OpWindow, T: t, Stream: st, Mode: memory.Mode(e.aux).String()})
+		case HistoryCapture:
+			p := capturePhase(e.aux)
+			if p == phaseAbort {
+				p = phaseEnd
+			}
+			out = append(out, trace.Event{Op: trace.OpCapture, T: t, Stream: st, Phase: p.String(), Graph: int(e.id)})
+		case HistoryCleanup:
+			if e.aux == 1 {
+				out = append(out, trace.Event{Op: trace.OpCleanup, T: t, Stream: st})
+			}
+		}
+	}
+	return out, len(prelude)
+}
+
+func cmpID(a, b BufferID) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
