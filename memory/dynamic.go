@@ -49,12 +49,13 @@ type Relocating interface {
 	State() relocation.ArenaState
 }
 
-// HeldBinder is a dynamic memory that can serve a reservation from room it
-// already holds and bind the buffer to the slice in the same step: what
-// Reserve's first attempt would take, without the reserved clone and Bind's
-// lookup. false: nothing changed, and Reserve goes on as before.
+// HeldBinder is a dynamic memory whose reservation can bind the buffer in
+// the same step: ReserveFor is Reserve, except that when room already held
+// serves size the slice takes assigned's allocation (with cursor) and nil
+// is returned, without the reserved clone and Bind's lookup; a new page
+// returns the clone as Reserve does.
 type HeldBinder interface {
-	TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool
+	ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error)
 }
 
 // GranuleUnmapper is a dynamic memory with sliced pages that can give back
@@ -124,17 +125,22 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	return a.arena.Reserve(st, size, a.g)
 }
 
-// TryReserveFor implements HeldBinder: the small pool's or the arena's
-// held room, bound to assigned at once; zero bytes go the tiny pool's way
-// (Reserve).
-func (a *AdaptiveMemory) TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool {
+// ReserveFor implements HeldBinder: Reserve's routes, each binding assigned
+// to a slice its held room serves.
+func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
 	switch {
 	case size == 0:
-		return false
+		if a.tiny.TryReserveFor(0, a.g, assigned, cursor) {
+			return nil, nil
+		}
+		return a.tiny.Alloc(st, 0)
 	case a.small.Accept(size):
-		return a.small.TryReserveFor(st, size, a.g, assigned, cursor)
+		if a.small.TryReserveFor(st, size, a.g, assigned, cursor) {
+			return nil, nil
+		}
+		return a.small.Alloc(st, size)
 	}
-	return a.arena.TryReserveFor(st, size, a.g, assigned, cursor)
+	return a.arena.ReserveFor(st, size, a.g, assigned, cursor)
 }
 
 // TryReserve implements Dynamic.
