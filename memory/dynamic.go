@@ -303,6 +303,11 @@ func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	if h := e.TryReserve(st, size); h != nil {
 		return h, nil
 	}
+	return e.alloc(st, size)
+}
+
+// alloc adds a page to the first bucket that accepts size.
+func (e *ExclusivePools) alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
 	for _, b := range e.buckets {
 		if b.Accept(size) {
 			return b.Alloc(st, size)
@@ -310,6 +315,17 @@ func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	}
 	return nil, fmt.Errorf("%w: %d bytes exceed the largest exclusive bucket of %d bytes (raise the max page size)",
 		pool.ErrBufferTooBig, size, e.buckets[len(e.buckets)-1].MaxAlloc())
+}
+
+// ReserveFor implements HeldBinder: Reserve, binding assigned to a free
+// page of the first bucket that has one.
+func (e *ExclusivePools) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
+	for _, b := range e.buckets {
+		if b.Accept(size) && b.TryReserveFor(size, e.g, assigned, cursor) {
+			return nil, nil
+		}
+	}
+	return e.alloc(st, size)
 }
 
 // TryReserve implements Dynamic.

@@ -280,10 +280,20 @@ func TestReserveForBindsInHeldRoomAndFallsBackToBind(t *testing.T) {
 }
 
 // Every dynamic route binds in the reservation once a freed slice is there
-// to reuse: the tiny pool (0 bytes), the small pool and the arena.
+// to reuse: the tiny pool (0 bytes), the small pool, the arena, and the
+// exclusive pages' buckets.
 func TestReserveForBindsAFreedSliceOnEveryAdaptiveRoute(t *testing.T) {
-	for _, size := range []uint64{0, 1 * kib, 256 * kib} {
-		m := newHostManager(t, props128(), memory.Config{}, 0)
+	for _, c := range []struct {
+		size uint64
+		cfg  memory.Config
+	}{
+		{0, memory.Config{}},
+		{1 * kib, memory.Config{}},
+		{256 * kib, memory.Config{}},
+		{256 * kib, memory.Config{Dynamic: memory.ExclusivePages}},
+	} {
+		size := c.size
+		m := newHostManager(t, props128(), c.cfg, 0)
 		first := handle.New(handle.Uninit)
 		reserved, err := m.ReserveFor(size, memory.Allow, first, 0)
 		if err != nil || reserved == nil {
