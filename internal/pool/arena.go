@@ -59,7 +59,7 @@ const (
 // Fit says whether size fits pageSize, needs a growth (and to which size), or
 // is too large for any page.
 func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
-	need := storage.SatAdd(size, storage.Padding(size, s.Align))
+	_, need := padded(size, s.Align)
 	switch {
 	case need <= pageSize:
 		return Fits, pageSize

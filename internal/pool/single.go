@@ -55,7 +55,7 @@ func (sl *slot) reserve(size, align uint64) *handle.Handle {
 // window sets the slice window to size with its padding.
 func (sl *slot) window(size, align uint64) {
 	sl.s.Region.Size = size
-	sl.s.Padding = storage.Padding(size, align)
+	sl.s.Padding, _ = padded(size, align)
 }
 
 // setIndex renumbers the slot, rewriting its descriptor (PL9).
