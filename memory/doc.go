@@ -4,8 +4,9 @@
 //
 // # Owns
 //
-// [Manager] (modes and nested windows, [PageUpdate], the reserve paths, bind,
-// lookup, guards, cleanup, the relocate entry point), [Dynamic] memory
+// [Manager] (modes and nested windows, [PageUpdate], the reserve paths, bind
+// and reserve-for-a-buffer in one step ([HeldBinder]), lookup, guards,
+// cleanup, the relocate entry point), [Dynamic] memory
 // ([ExclusivePools] or [Adaptive] = tiny + small + arena), [Config] and
 // [Properties] with validation errors, reports, [ErrPageUpdateForbidden],
 // [ErrInvalidConfig], [ErrAlreadyPlaced] and [MaySucceedAfterReclaim].

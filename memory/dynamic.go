@@ -49,12 +49,13 @@ type Relocating interface {
 	State() relocation.ArenaState
 }
 
-// HeldBinder is a dynamic memory that can serve a reservation from room it
-// already holds and bind the buffer to the slice in the same step: what
-// Reserve's first attempt would take, without the reserved clone and Bind's
-// lookup. false: nothing changed, and Reserve goes on as before.
+// HeldBinder is a dynamic memory whose reservation can bind the buffer in
+// the same step: ReserveFor is Reserve, except that when room already held
+// serves size the slice takes assigned's allocation (with cursor) and nil
+// is returned, without the reserved clone and Bind's lookup; a new page
+// returns the clone as Reserve does.
 type HeldBinder interface {
-	TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool
+	ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error)
 }
 
 // GranuleUnmapper is a dynamic memory with sliced pages that can give back
@@ -123,17 +124,22 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	return a.arena.Reserve(st, size, a.g)
 }
 
-// TryReserveFor implements HeldBinder: the small pool's or the arena's
-// held room, bound to assigned at once; zero bytes go the tiny pool's way
-// (Reserve).
-func (a *AdaptiveMemory) TryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) bool {
+// ReserveFor implements HeldBinder: Reserve's routes, each binding assigned
+// to a slice its held room serves.
+func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
 	switch {
 	case size == 0:
-		return false
+		if a.tiny.TryReserveFor(0, a.g, assigned, cursor) {
+			return nil, nil
+		}
+		return a.tiny.Alloc(st, 0)
 	case a.small.Accept(size):
-		return a.small.TryReserveFor(st, size, a.g, assigned, cursor)
+		if a.small.TryReserveFor(st, size, a.g, assigned, cursor) {
+			return nil, nil
+		}
+		return a.small.Alloc(st, size)
 	}
-	return a.arena.TryReserveFor(st, size, a.g, assigned, cursor)
+	return a.arena.ReserveFor(st, size, a.g, assigned, cursor)
 }
 
 // TryReserve implements Dynamic.
@@ -296,6 +302,11 @@ func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	if h := e.TryReserve(st, size); h != nil {
 		return h, nil
 	}
+	return e.alloc(st, size)
+}
+
+// alloc adds a page to the first bucket that accepts size.
+func (e *ExclusivePools) alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
 	for _, b := range e.buckets {
 		if b.Accept(size) {
 			return b.Alloc(st, size)
@@ -303,6 +314,17 @@ func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	}
 	return nil, fmt.Errorf("%w: %d bytes exceed the largest exclusive bucket of %d bytes (raise the max page size)",
 		pool.ErrBufferTooBig, size, e.buckets[len(e.buckets)-1].MaxAlloc())
+}
+
+// ReserveFor implements HeldBinder: Reserve, binding assigned to a free
+// page of the first bucket that has one.
+func (e *ExclusivePools) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
+	for _, b := range e.buckets {
+		if b.Accept(size) && b.TryReserveFor(size, e.g, assigned, cursor) {
+			return nil, nil
+		}
+	}
+	return e.alloc(st, size)
 }
 
 // TryReserve implements Dynamic.

@@ -307,21 +307,17 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 		return m.persistent.Alloc(m.st, size)
 	}
 	m.debug("dynamic", size)
-	if b, ok := m.dynamic.(HeldBinder); ok && to != nil && b.TryReserveFor(m.st, size, to.assigned, to.cursor) {
-		m.logDynamicUsage()
-		return nil, nil
+	var h *handle.Handle
+	var err error
+	if b, ok := m.dynamic.(HeldBinder); ok && to != nil {
+		h, err = b.ReserveFor(m.st, size, to.assigned, to.cursor)
+	} else {
+		h, err = m.dynamic.Reserve(m.st, size)
 	}
-	h, err := m.dynamic.Reserve(m.st, size)
-	if err == nil {
-		m.logDynamicUsage()
-	}
-	return h, err
-}
-
-func (m *Manager) logDynamicUsage() {
-	if m.cfg.LogLevel >= LogFull {
+	if err == nil && m.cfg.LogLevel >= LogFull {
 		m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
 	}
+	return h, err
 }
 
 func (m *Manager) reserveHeld(size uint64) *handle.Handle {

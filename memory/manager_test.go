@@ -278,3 +278,43 @@ func TestReserveForBindsInHeldRoomAndFallsBackToBind(t *testing.T) {
 	_, err = m.ReserveFor(1*kib, memory.Allow, second, 0)
 	wantErrIs(t, err, memory.ErrAlreadyPlaced)
 }
+
+// Every dynamic route binds in the reservation once a freed slice is there
+// to reuse: the tiny pool (0 bytes), the small pool, the arena, and the
+// exclusive pages' buckets.
+func TestReserveForBindsAFreedSliceOnEveryAdaptiveRoute(t *testing.T) {
+	for _, c := range []struct {
+		size uint64
+		cfg  memory.Config
+	}{
+		{0, memory.Config{}},
+		{1 * kib, memory.Config{}},
+		{256 * kib, memory.Config{}},
+		{256 * kib, memory.Config{Dynamic: memory.ExclusivePages}},
+	} {
+		size := c.size
+		m := newHostManager(t, props128(), c.cfg, 0)
+		first := handle.New(handle.Uninit)
+		reserved, err := m.ReserveFor(size, memory.Allow, first, 0)
+		if err != nil || reserved == nil {
+			t.Fatalf("%d bytes: first reservation %v, %v; want a clone on a new page", size, reserved, err)
+		}
+		if err := m.Bind(reserved, first, 0); err != nil {
+			t.Fatal(err)
+		}
+		reserved.Release()
+		at := first.Location()
+		first.Release()
+		again := handle.New(handle.Uninit)
+		if reserved, err := m.ReserveFor(size, memory.Allow, again, 3); err != nil || reserved != nil {
+			t.Fatalf("%d bytes: reservation on the freed slice: %v, %v; want bound at once", size, reserved, err)
+		}
+		if again.Location() != at {
+			t.Fatalf("%d bytes: bound at %v, the freed slice was at %v", size, again.Location(), at)
+		}
+		if c, err := m.Cursor(again); err != nil || c != 3 {
+			t.Fatalf("%d bytes: cursor %d, %v; want 3", size, c, err)
+		}
+		again.Release()
+	}
+}

@@ -103,6 +103,9 @@ func (r *Recycler) Spare() int {
 func (r *Recycler) put(c *cell[struct{}]) {
 	r.chunk = 0 // releases keep up: the next chunk is one cell
 	if len(r.free) < maxSpare {
+		// A kept cell points at nothing outside itself: its signal's page
+		// may be gone (a relocation's source page, shed once emptied).
+		c.d.signal = nil
 		r.free = append(r.free, c)
 	}
 }

@@ -59,7 +59,7 @@ const (
 // Fit says whether size fits pageSize, needs a growth (and to which size), or
 // is too large for any page.
 func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
-	need := storage.SatAdd(size, storage.Padding(size, s.Align))
+	_, need := padded(size, s.Align)
 	switch {
 	case need <= pageSize:
 		return Fits, pageSize
@@ -165,13 +165,19 @@ func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph
 
 // grow builds the next current pool in the lowest empty slot, with its first
 // page holding size, before switching (PL28).
-// TryReserveFor is TryReserve binding assigned's allocation to the slice
-// found (Sliced.TryReserveFor); false: nothing changed.
-func (a *Arena) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
+// ReserveFor is Reserve for a buffer known at reservation time: when the
+// current pool's held room serves size, the slice found takes assigned's
+// allocation at once (Sliced.TryReserveFor) and nil is returned; a growth
+// or a new page returns the reservation's clone, as Reserve does.
+func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
-		return false
+		return a.Reserve(st, size, g) // too large, or a growth
 	}
-	return a.Current().TryReserveFor(st, size, g, assigned, cursor)
+	cur := a.Current()
+	if cur.TryReserveFor(st, size, g, assigned, cursor) {
+		return nil, nil
+	}
+	return cur.Alloc(st, size)
 }
 
 func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle, error) {

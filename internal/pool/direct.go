@@ -61,7 +61,7 @@ func (p *Direct) Accept(uint64) bool { return true }
 // TryReserve implements Pool: the lowest-index free slot whose effective
 // size is exactly size + padding(size) (PL17), or nil.
 func (p *Direct) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
-	need := storage.SatAdd(size, storage.Padding(size, p.align))
+	_, need := padded(size, p.align)
 	for _, sl := range p.slots {
 		if sl == nil || sl.allocSize != need || !sl.free() {
 			continue
@@ -92,7 +92,7 @@ func (p *Direct) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) 
 // released for the watermark stay released (they were free, and the
 // watermark asked for them). Released slots lose their marks in g.
 func (p *Direct) AllocMayRelease(st storage.Storage, size uint64, mayRelease bool, g *handle.ErrorGraph) (*handle.Handle, error) {
-	need := storage.SatAdd(size, storage.Padding(size, p.align))
+	_, need := padded(size, p.align)
 	willRelease := mayRelease && p.overWatermark(need) && p.anyReleasable(g)
 	if !willRelease && p.live == len(p.slots) && len(p.slots) >= p.lim.maxPages() {
 		return nil, fmt.Errorf("%w: direct pool %d already holds %d allocations, the most a location can index here", handle.ErrIndexOverflow, p.index, len(p.slots))

@@ -21,7 +21,10 @@
 // reserves on it, Cleanup gives back what its policy lets go, Guard freezes
 // a page or an allocation ([PageGuard]), Slice and Report look. A
 // reservation returns a clone of the slice's handle; the caller binds its
-// buffer to the slice ([Slice.Rebind]) and releases the clone.
+// buffer to the slice ([Slice.Rebind]) and releases the clone. The sliced
+// and exclusive pools also reserve for a buffer known in advance
+// ([Sliced.TryReserveFor], [Exclusive.TryReserveFor]): the slice found is
+// bound to it in the same step, with no clone.
 //
 // # The pools
 //

@@ -107,8 +107,7 @@ func (p *page) tryReserveFor(st storage.Storage, size uint64, assigned *handle.H
 // first fitting free slice at or after index from and returns that slice's
 // index, or -1 (with the storage's error when it refused to map).
 func (p *page) reserveAt(st storage.Storage, from int, size uint64) (int, error) {
-	pad := storage.Padding(size, p.align)
-	need := storage.SatAdd(size, pad)
+	pad, need := padded(size, p.align)
 	if !p.changed.Raised() {
 		if p.maxFree < need {
 			return -1, nil // PL4: no free slice that large

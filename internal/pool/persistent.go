@@ -58,7 +58,8 @@ func (p *Persistent) Accept(size uint64) bool { return size <= p.maxAlloc }
 
 // effective is size plus its padding: the key of PL22.
 func (p *Persistent) effective(size uint64) uint64 {
-	return storage.SatAdd(size, storage.Padding(size, p.align))
+	_, need := padded(size, p.align)
+	return need
 }
 
 // HasSize reports whether a bucket exists for the effective size of size:

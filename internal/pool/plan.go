@@ -188,7 +188,7 @@ func analyse(pg *page) (planPage, bool) {
 // MayAllocate it adds a page when held room runs out. nil: no target.
 func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
 	cur := s.cur
-	need := storage.SatAdd(size, storage.Padding(size, cur.align))
+	pad, need := padded(size, cur.align)
 	start := 0
 	if need >= s.openBelow {
 		start = s.open
@@ -212,7 +212,7 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 					room := pg.slices[at].EffectiveSize() / max(need, 1)
 					pg.slices = slices.Grow(pg.slices, int(min(room, uint64(max(s.left, 1)))))
 				}
-				pg.carve(at, size, storage.Padding(size, cur.align))
+				pg.carve(at, size, pad)
 				h := pg.slices[at].h.Clone()
 				if first == at {
 					first = at + 1 // the carved slice is live now

@@ -48,9 +48,14 @@ func (sl *slot) free() bool { return sl.s.h.IsFree() }
 // of the slice's handle. The caller has checked the slot is free and that
 // size plus padding fits allocSize (PL8).
 func (sl *slot) reserve(size, align uint64) *handle.Handle {
-	sl.s.Region.Size = size
-	sl.s.Padding = storage.Padding(size, align)
+	sl.window(size, align)
 	return sl.s.h.Clone()
+}
+
+// window sets the slice window to size with its padding.
+func (sl *slot) window(size, align uint64) {
+	sl.s.Region.Size = size
+	sl.s.Padding, _ = padded(size, align)
 }
 
 // setIndex renumbers the slot, rewriting its descriptor (PL9).

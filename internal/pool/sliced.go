@@ -50,7 +50,7 @@ func (p *Sliced) Pages() int { return len(p.pages) }
 // Accept implements Pool: size ≤ maxSlice, or near-page: size ≤ pageSize
 // leaving less than a fifth of the page unused.
 func (p *Sliced) Accept(size uint64) bool {
-	if need := storage.SatAdd(size, storage.Padding(size, p.align)); need > p.pageSize {
+	if _, need := padded(size, p.align); need > p.pageSize {
 		return false // with its padding it fits no page
 	}
 	if size <= p.maxSlice {
@@ -65,7 +65,7 @@ func (p *Sliced) Accept(size uint64) bool {
 // storage refuses to map is passed over (a later page may fit on granules
 // already mapped), so a refusal everywhere returns nil with nothing changed.
 func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
-	need := storage.SatAdd(size, storage.Padding(size, p.align)) // every page has the pool's alignment
+	_, need := padded(size, p.align) // every page has the pool's alignment
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
@@ -90,7 +90,7 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 // with cursor), which saves the reservation's clone and Bind's lookup. It
 // reports whether it found one; false: nothing changed.
 func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
-	need := storage.SatAdd(size, storage.Padding(size, p.align))
+	_, need := padded(size, p.align)
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
@@ -118,7 +118,7 @@ func (p *Sliced) served(size uint64) {
 // granules are mapped; a refused mapping gives the page back and returns
 // the storage's error.
 func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if need := storage.SatAdd(size, storage.Padding(size, p.align)); need > p.pageSize {
+	if _, need := padded(size, p.align); need > p.pageSize {
 		return nil, fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, p.pageSize)
 	}
 	pg, err := p.addPage(st)
