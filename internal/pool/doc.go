@@ -186,6 +186,11 @@
 //     effective size that asked for it, which the current page did not.
 //   - (PL28) A growth allocates the new pool's first page and reserves on it
 //     before switching: a refused growth changes nothing.
+//   - (PL29) While a sliced pool's no-fit bound is known and its
+//     reservation signal is down, no unguarded page holds a free slice of
+//     more effective bytes than the bound: only a failed full scan sets it,
+//     any scan's start drops it, and a release, an unguarding or a new page
+//     raises the signal. A reservation needing more skips the scan.
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

@@ -21,6 +21,17 @@ type Sliced struct {
 	// pages' signals forward to it), so ReleaseEmpty skips a pool on which
 	// nothing was freed since it last looked.
 	changed handle.Signal
+	// reserveChanged is raised, like changed, whenever a page may have
+	// gained free room (the pages' signals forward to it, and it to
+	// changed); a reservation lowers it when it starts a full scan.
+	// noFitAbove is, when noFitKnown and reserveChanged is lowered, a bound
+	// on every unguarded page's largest free slice (PL29): the last full
+	// scan found none larger, and nothing was freed, unguarded or added
+	// since. A reservation needing more skips the scan, which on a pool of
+	// hundreds of full pages was most of what a reservation cost.
+	reserveChanged handle.Signal
+	noFitAbove     uint64
+	noFitKnown     bool
 	// spares recycles the descriptors of free slices on every page (H6).
 	spares    handle.Recycler
 	pagesPeak uint64
@@ -35,7 +46,29 @@ func NewSliced(pageSize, maxSlice uint64, nearPage bool, align uint64, index uin
 	if align == 0 {
 		align = storage.DefaultAlignment
 	}
-	return &Sliced{pageSize: pageSize, maxSlice: min(maxSlice, pageSize), nearPage: nearPage, align: align, index: index, lim: lim}
+	p := &Sliced{pageSize: pageSize, maxSlice: min(maxSlice, pageSize), nearPage: nearPage, align: align, index: index, lim: lim}
+	p.reserveChanged.Forward(&p.changed)
+	return p
+}
+
+// nothingFits reports, without visiting a page, that no page can hold need
+// effective bytes (PL29).
+func (p *Sliced) nothingFits(need uint64) bool {
+	return p.noFitKnown && !p.reserveChanged.Raised() && need > p.noFitAbove
+}
+
+// startScan begins a full scan of the pages for a reservation: from here
+// on, a page gaining room raises reserveChanged again, and the old bound
+// goes (a scan that fits carves, and only a failed one sees every page).
+func (p *Sliced) startScan() {
+	p.reserveChanged.Lower()
+	p.noFitKnown = false
+}
+
+// scanFailed records a full scan that fitted nowhere: largest bounds every
+// unguarded page's largest free slice, unless a page changed meanwhile.
+func (p *Sliced) scanFailed(largest uint64) {
+	p.noFitAbove, p.noFitKnown = largest, !p.reserveChanged.Raised()
 }
 
 // Index implements Pool.
@@ -66,6 +99,11 @@ func (p *Sliced) Accept(size uint64) bool {
 // already mapped), so a refusal everywhere returns nil with nothing changed.
 func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
 	_, need := padded(size, p.align) // every page has the pool's alignment
+	if p.nothingFits(need) {
+		return nil
+	}
+	p.startScan()
+	var largest uint64
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
@@ -81,7 +119,9 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 			// split: the next visit merges it (PL4's bound counts slices).
 			pg.changed.Raise()
 		}
+		largest = max(largest, pg.maxFree)
 	}
+	p.scanFailed(largest)
 	return nil
 }
 
@@ -91,6 +131,11 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 // reports whether it found one; false: nothing changed.
 func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
 	_, need := padded(size, p.align)
+	if p.nothingFits(need) {
+		return false
+	}
+	p.startScan()
+	var largest uint64
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
@@ -104,7 +149,9 @@ func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorG
 		if err != nil {
 			pg.changed.Raise() // as TryReserve: the next visit merges the kept run
 		}
+		largest = max(largest, pg.maxFree)
 	}
+	p.scanFailed(largest)
 	return false
 }
 
@@ -161,8 +208,9 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := newPage(r, p.align, p.index, n, granule, &p.changed, &p.spares)
+	pg := newPage(r, p.align, p.index, n, granule, &p.reserveChanged, &p.spares)
 	p.pages = append(p.pages, pg)
+	p.noFitKnown = false // PL29: a new page has room no scan has seen
 	return pg, nil
 }
 
@@ -285,10 +333,19 @@ func (p *Sliced) guardedPages() int {
 // Check verifies PL5 and every page's invariants (PL1–PL4, PL6) and panics
 // when one is broken. Tests and invariant builds call it.
 func (p *Sliced) Check() {
+	bound := p.noFitKnown && !p.reserveChanged.Raised()
 	for i, pg := range p.pages {
 		if pg.index != i {
 			panic(fmt.Sprintf("pool: pool %d page at position %d carries index %d (PL5)", p.index, i, pg.index))
 		}
 		pg.check()
+		if !bound || pg.guarded() {
+			continue
+		}
+		for j := range pg.slices {
+			if sl := &pg.slices[j]; sl.h.IsFree() && sl.EffectiveSize() > p.noFitAbove {
+				panic(fmt.Sprintf("pool: pool %d page %d holds a %d-byte free slice above the no-fit bound %d (PL29)", p.index, i, sl.EffectiveSize(), p.noFitAbove))
+			}
+		}
 	}
 }
