@@ -15,6 +15,7 @@ package relocation
 
 import (
 	"fmt"
+	"iter"
 	"slices"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -120,15 +121,17 @@ type Relocation struct {
 }
 
 // New returns a relocation of moves, in plan order, taking ownership of every
-// move's handles. An empty relocation is valid (there was nothing to move).
-// A zero Move (not from NewMove) is an internal bug and panics.
+// move's handles and of the slice itself: the caller must not use moves
+// afterwards (a plan of 10^5 moves is not copied to be handed over). An
+// empty relocation is valid (there was nothing to move). A zero Move (not
+// from NewMove) is an internal bug and panics.
 func New(moves []Move) *Relocation {
 	for i, m := range moves {
 		if m.allocation == nil || m.target == nil {
 			panic(fmt.Sprintf("relocation: move %d of %d was not made by NewMove", i, len(moves)))
 		}
 	}
-	return &Relocation{moves: slices.Clone(moves)}
+	return &Relocation{moves: moves}
 }
 
 // Len returns the number of moves.
@@ -250,6 +253,21 @@ func (l *Landed) Moves() []Move {
 		return nil
 	}
 	return slices.Clone(l.moves)
+}
+
+// All yields the landed moves in plan order without copying them, for the
+// commit that walks them once.
+func (l *Landed) All() iter.Seq2[int, Move] {
+	return func(yield func(int, Move) bool) {
+		if l == nil {
+			return
+		}
+		for i, m := range l.moves {
+			if !yield(i, m) {
+				return
+			}
+		}
+	}
 }
 
 // Bytes returns the bytes that landed: the sum of the requested sizes.

@@ -266,7 +266,7 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 	if !l.Valid() {
 		panic("pool: Commit of a Landed that did not come from Relocation.Copy")
 	}
-	for _, m := range l.Moves() {
+	for _, m := range l.All() {
 		alloc, target := m.Allocation(), m.Target()
 		src, dst := alloc.Location(), target.Location()
 		alloc.Release()
