@@ -4,11 +4,11 @@ package cuda
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpumem/gpumem/internal/fakecuda"
 )
 
 // fakeDriver is a copy of testdata/fakecuda.c built into a test's temporary
@@ -27,30 +27,12 @@ type fakeDriver struct {
 	mappedBytes    func() uint64
 }
 
-// buildFake compiles the fake driver with the given -D switches (FAKE_NO_VMM,
-// FAKE_NO_MEMSET, FAKE_NO_PARAM_INFO, FAKE_OMIT_GRAPH_LAUNCH). It skips the test when gcc is
-// missing.
+// buildFake builds the fake driver with the given -D switches
+// (fakecuda.Build) and binds its test controls. It skips the test when gcc
+// is missing.
 func buildFake(t testing.TB, defines ...string) *fakeDriver {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not found: cannot build the fake CUDA driver (testdata/fakecuda.c); install gcc to run the driver-layer tests")
-	}
-	src, err := filepath.Abs(filepath.Join("testdata", "fakecuda.c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "libcuda.so.1")
-	args := []string{"-std=c11", "-O1", "-Wall", "-Wno-format-zero-length", "-Werror", "-fPIC", "-shared",
-		"-fvisibility=hidden", "-Wl,-Bsymbolic", "-pthread", "-o", out}
-	for _, d := range defines {
-		args = append(args, "-D"+d)
-	}
-	args = append(args, src)
-	cmd := exec.Command(gcc, args...)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, msg)
-	}
+	out := fakecuda.Build(t, defines...)
 	lib, err := loadLibrary(out)
 	if err != nil {
 		t.Fatalf("loading the fake driver: %v", err)

@@ -8,15 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/cuda"
+	"github.com/gpumem/gpumem/internal/fakecuda"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )
@@ -272,32 +271,8 @@ func TestInfoListsTheBackends(t *testing.T) {
 	}
 }
 
-// buildFakeDriver compiles package cuda's fake driver (a libcuda.so.1 on
-// host memory) into a temporary directory, skipping the test without gcc.
-func buildFakeDriver(t *testing.T) string {
-	t.Helper()
-	if runtime.GOOS != "linux" {
-		t.Skip("the fake CUDA driver is a linux shared object")
-	}
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		t.Skip("gcc not found: cannot build the fake CUDA driver (cuda/testdata/fakecuda.c)")
-	}
-	src, err := filepath.Abs(filepath.Join("..", "..", "cuda", "testdata", "fakecuda.c"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := filepath.Join(t.TempDir(), "libcuda.so.1")
-	cmd := exec.Command(gcc, "-std=c11", "-O1", "-Wall", "-Wno-format-zero-length", "-Werror", "-fPIC", "-shared",
-		"-fvisibility=hidden", "-Wl,-Bsymbolic", "-pthread", "-o", out, src)
-	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building the fake driver: %v\n%s", err, msg)
-	}
-	return out
-}
-
 func TestReplayOnTheCudaBackend(t *testing.T) {
-	t.Setenv(cuda.EnvLibrary, buildFakeDriver(t))
+	t.Setenv(cuda.EnvLibrary, fakecuda.Build(t))
 	path := filepath.Join(t.TempDir(), "capture.jsonl")
 	mustRun(t, "synth", "-workload", "capture", "-allocs", "60", "-o", path)
 
