@@ -73,6 +73,10 @@ const (
 	// strides, scalars) stays off the arena, so it neither fragments the
 	// arena nor shapes its page size.
 	SmallPage = 8 << 20
+	// SmallPageWhole is the small pool's page on storage that backs pages
+	// whole: there every byte of a small page is reserved, and one 2 MiB
+	// granule holds a step's metadata as PyTorch's small segments do.
+	SmallPageWhole = 2 << 20
 	// SmallSlice is the largest allocation the small pool serves.
 	SmallSlice = 64 << 10
 	tinyIndex  = 0
@@ -90,10 +94,17 @@ type AdaptiveMemory struct {
 	stats   relocation.Stats
 }
 
-// NewAdaptive builds the adaptive memory for p.
-func NewAdaptive(p Properties, g *handle.ErrorGraph, log *slog.Logger, lim pool.Limits) *AdaptiveMemory {
+// NewAdaptive builds the adaptive memory for p on storage with mapping
+// granule granule (0: pages backed whole). On whole pages the small pool's
+// page is SmallPageWhole, since every byte of a page is reserved there; on
+// granular storage only its mapped granules count.
+func NewAdaptive(p Properties, granule uint64, g *handle.ErrorGraph, log *slog.Logger, lim pool.Limits) *AdaptiveMemory {
 	sizing := pool.NewPageSizing(p.MaxPageSize, p.Alignment)
-	smallPage := min(storage.RoundUp(SmallPage, p.Alignment), sizing.Max)
+	small := uint64(SmallPage)
+	if granule == 0 {
+		small = SmallPageWhole
+	}
+	smallPage := min(storage.RoundUp(small, p.Alignment), sizing.Max)
 	return &AdaptiveMemory{
 		tiny:  pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
 		small: pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),

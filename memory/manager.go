@@ -168,7 +168,7 @@ func newWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 	case ExclusivePages:
 		m.dynamic = NewExclusivePools(p, g, lim)
 	default:
-		a := NewAdaptive(p, g, m.infoLog(), lim)
+		a := NewAdaptive(p, m.granule, g, m.infoLog(), lim)
 		m.dynamic, m.relocating = a, a
 	}
 	m.base = Auto

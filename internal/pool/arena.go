@@ -19,11 +19,6 @@ const (
 	// MinPage is the arena's floor page size: small enough for a modest
 	// workload, large enough that mid-sized allocations share pages.
 	MinPage = 2 << 20
-	// PageSlack is added to an allocation that forces a growth, so the next
-	// slightly larger allocation does not force another.
-	PageSlack = 1 << 20
-	// PageGranule rounds grown page sizes, so sizes stay few and comparable.
-	PageGranule = 1 << 20
 )
 
 // PageSizing bounds the arena's page sizes.
@@ -56,8 +51,10 @@ const (
 	TooLarge
 )
 
-// Fit says whether size fits pageSize, needs a growth (and to which size), or
-// is too large for any page.
+// Fit says whether size fits pageSize, needs a growth, or is too large for
+// any page. For a growth it returns the smallest page size one may take:
+// the effective size rounded up to TileStep and the alignment, within [Min,
+// Max]; the growth picks from there (Arena.grow, tiling.go).
 func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
 	_, need := padded(size, s.Align)
 	switch {
@@ -66,8 +63,12 @@ func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
 	case need > s.Max:
 		return TooLarge, 0
 	}
-	grown := storage.RoundUp(storage.RoundUp(storage.SatAdd(size, PageSlack), PageGranule), s.Align)
-	return Grow, min(max(grown, s.Min), s.Max)
+	return Grow, s.clamp(storage.RoundUp(need, TileStep))
+}
+
+// clamp rounds a page size up to the alignment and into [Min, Max].
+func (s PageSizing) clamp(page uint64) uint64 {
+	return min(max(storage.RoundUp(page, s.Align), s.Min), s.Max)
 }
 
 // Arena is the adaptive memory's growing set of sliced pools
@@ -93,6 +94,9 @@ type Arena struct {
 	current  int
 	outdated []int // slots in growth order
 	growths  uint64
+	// served summarises the sizes reservations took from the arena (not
+	// relocation targets: a move is no new demand); a growth reads it.
+	served servedSizes
 }
 
 // NewArena returns an arena whose slot 0 is current, with page size Min and
@@ -149,10 +153,21 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 		return a.grow(st, size, grown)
 	}
 	cur := a.Current()
-	if h := cur.TryReserve(st, size, g); h != nil {
-		return h, nil
+	h := cur.TryReserve(st, size, g)
+	if h == nil {
+		var err error
+		if h, err = cur.Alloc(st, size); err != nil {
+			return nil, err
+		}
 	}
-	return cur.Alloc(st, size)
+	a.record(size)
+	return h, nil
+}
+
+// record counts a reservation of size in the served-size summary.
+func (a *Arena) record(size uint64) {
+	_, need := padded(size, a.sizing.Align)
+	a.served.record(need)
 }
 
 // TryReserve serves size from room the current pool already holds, or nil.
@@ -160,11 +175,13 @@ func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
 		return nil
 	}
-	return a.Current().TryReserve(st, size, g)
+	h := a.Current().TryReserve(st, size, g)
+	if h != nil {
+		a.record(size)
+	}
+	return h
 }
 
-// grow builds the next current pool in the lowest empty slot, with its first
-// page holding size, before switching (PL28).
 // ReserveFor is Reserve for a buffer known at reservation time: when the
 // current pool's held room serves size, the slice found takes assigned's
 // allocation at once (Sliced.TryReserveFor) and nil is returned; a growth
@@ -175,12 +192,22 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 	}
 	cur := a.Current()
 	if cur.TryReserveFor(st, size, g, assigned, cursor) {
+		a.record(size)
 		return nil, nil
 	}
-	return cur.Alloc(st, size)
+	h, err := cur.Alloc(st, size)
+	if err == nil {
+		a.record(size)
+	}
+	return h, err
 }
 
-func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle, error) {
+// grow builds the next current pool in the lowest empty slot, with its first
+// page holding size, before switching (PL28). The page size tiles what the
+// arena served (PageSizing.tiled), from Fit's smallest, smallest, up.
+func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
+	_, need := padded(size, a.sizing.Align)
+	pageSize := a.sizing.tiled(need, smallest, &a.served)
 	slot := -1
 	for i, p := range a.slots {
 		if p == nil {
@@ -200,6 +227,7 @@ func (a *Arena) grow(st storage.Storage, size, pageSize uint64) (*handle.Handle,
 	a.outdated = append(a.outdated, a.current)
 	a.current = slot
 	a.growths++
+	a.record(size)
 	a.log.Info("gpumem: arena grew", "page_size", pageSize, "slot", slot, "outdated_pools", len(a.outdated))
 	return h, nil
 }
