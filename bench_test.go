@@ -207,7 +207,7 @@ func copyFloor(src, dst, big []byte, each int) (chunked, whole time.Duration) {
 // held in allocations of 256 KiB or 1 MiB on 2 MiB pages into one current
 // page. Setup per iteration (untimed): a fresh host device; the buffers are
 // allocated while the page size is 2 MiB and written; one 80 MiB allocation
-// grows the arena to 81 MiB pages, is written (so its page is touched, as a
+// grows the arena to 80 MiB pages, is written (so its page is touched, as a
 // steady-state device page would be) and freed. Timed: the Cleanup — plan,
 // waits, the copies, commit, and giving back the emptied pages.
 //

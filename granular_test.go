@@ -22,10 +22,10 @@ func TestWithPageGranularMapsOnlyWhatBuffersCover(t *testing.T) {
 		opts []gpumem.Option
 		want uint64
 	}{
-		{"granular", []gpumem.Option{gpumem.WithSim(), gpumem.WithPageGranular(true)}, 20 * granuleMiB},
-		{"whole pages", []gpumem.Option{gpumem.WithSim(), gpumem.WithPageGranular(false)}, 21 * granuleMiB},
-		{"default", []gpumem.Option{gpumem.WithSim()}, 21 * granuleMiB},
-		{"granular host", []gpumem.Option{gpumem.WithPageGranular(true)}, 20 * granuleMiB},
+		{"granular", []gpumem.Option{gpumem.WithSim(), gpumem.WithPageGranular(true)}, 22 * granuleMiB},
+		{"whole pages", []gpumem.Option{gpumem.WithSim(), gpumem.WithPageGranular(false)}, 40 * granuleMiB},
+		{"default", []gpumem.Option{gpumem.WithSim()}, 40 * granuleMiB},
+		{"granular host", []gpumem.Option{gpumem.WithPageGranular(true)}, 22 * granuleMiB},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d, err := gpumem.Open(c.opts...)
@@ -33,15 +33,24 @@ func TestWithPageGranularMapsOnlyWhatBuffersCover(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer d.Close()
-			buf, err := d.DefaultStream().Alloc(ctx, 20*granuleMiB) // an arena page of 21 MiB
-			if err != nil {
-				t.Fatal(err)
+			// An arena page of 20 MiB, full, then a 1 MiB buffer on a
+			// second 20 MiB page: whole pages pay 40 MiB, granules pay the
+			// 20 MiB buffer and the one 2 MiB granule of the 1 MiB one.
+			var bufs []*gpumem.Buffer
+			for _, size := range []uint64{20 * granuleMiB, granuleMiB} {
+				buf, err := d.DefaultStream().Alloc(ctx, size)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bufs = append(bufs, buf)
 			}
 			if got := d.BytesAllocated(); got != c.want {
 				t.Fatalf("BytesAllocated %d, want %d", got, c.want)
 			}
-			if err := buf.Free(); err != nil {
-				t.Fatal(err)
+			for _, buf := range bufs {
+				if err := buf.Free(); err != nil {
+					t.Fatal(err)
+				}
 			}
 		})
 	}

@@ -277,15 +277,15 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Each stream: a live buffer on an outdated page and an 11 MiB current
-	// page; a's is empty and cached, b's holds 10 MiB and so has room held
-	// for b's 1 MiB.
+	// Each stream: a live buffer on an outdated page and a 10 MiB current
+	// page (9 MiB rounded up to 2 MiB); a's is empty and cached, b's holds
+	// 9 MiB and so has room held for b's 1 MiB.
 	var keep []*Buffer
 	for i, s := range []*Stream{a, b} {
 		small := mustAlloc(t, s, 1*mib)
 		mustWrite(t, small, pattern(1*mib, byte(i)))
 		keep = append(keep, small)
-		big := mustAlloc(t, s, 10*mib)
+		big := mustAlloc(t, s, 9*mib)
 		if s == a {
 			mustFree(t, big)
 		}
@@ -414,23 +414,23 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 	wantBytes(t, b, want)
 }
 
-// pressureDevice is design §8.4 example 2 on a 23 MiB device: a 1 MiB
-// pattern alone on an outdated 2 MiB page, 10 MiB on the 11 MiB current
-// page (1 MiB free), 13 MiB held. Another 10 MiB needs an 11 MiB page: 24
-// MiB > 23, and no cleanup frees anything; only moving the 1 MiB into the
-// current page's free MiB makes room.
+// pressureDevice is design §8.4 example 2 on a 21 MiB device: a 1 MiB
+// pattern alone on an outdated 2 MiB page, 9 MiB on the 10 MiB current page
+// (1 MiB free), 12 MiB held. Another 9 MiB needs a 10 MiB page: 22 MiB >
+// 21, and no cleanup frees anything; only moving the 1 MiB into the current
+// page's free MiB makes room.
 func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
 	t.Helper()
-	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 23 * mib}),
-		WithCapacity(23*mib))
+	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 21 * mib}),
+		WithCapacity(21*mib))
 	d, faults = faultyDevice(t, opts...)
 	s := d.DefaultStream()
 	small = mustAlloc(t, s, 1*mib)
 	want = pattern(1*mib, 3)
 	mustWrite(t, small, want)
-	_ = mustAlloc(t, s, 10*mib) // grows to 11 MiB pages: small's page is outdated
-	if outdatedPages(d) != 1 || d.Stats().BytesAllocated != 13*mib {
-		t.Fatalf("setup: %d outdated pages, %d bytes held; want 1 and 13 MiB", outdatedPages(d), d.Stats().BytesAllocated)
+	_ = mustAlloc(t, s, 9*mib) // grows to 10 MiB pages: small's page is outdated
+	if outdatedPages(d) != 1 || d.Stats().BytesAllocated != 12*mib {
+		t.Fatalf("setup: %d outdated pages, %d bytes held; want 1 and 12 MiB", outdatedPages(d), d.Stats().BytesAllocated)
 	}
 	return d, small, want, faults
 }
@@ -447,8 +447,8 @@ func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.
 	}
 	loc := small.h.Location()
 	(*faults)[0].RefuseCopies(func(int) bool { return true })
-	if _, err := s.Alloc(bg, 10*mib); !errors.Is(err, ErrOutOfMemory) {
-		t.Fatalf("10 MiB with the relocation's copy refused = %v, want ErrOutOfMemory", err)
+	if _, err := s.Alloc(bg, 9*mib); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("9 MiB with the relocation's copy refused = %v, want ErrOutOfMemory", err)
 	}
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Abandoned != 1 || st.ReserveRetries != 1 {
@@ -460,13 +460,13 @@ func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.
 	wantBytes(t, small, want)
 
 	(*faults)[0].RefuseCopies(nil)
-	x := mustAlloc(t, s, 10*mib)
+	x := mustAlloc(t, s, 9*mib)
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 2 || st.Relocation.Moves != 1 || outdatedPages(d) != 0 {
 		t.Fatalf("relocation %+v with %d outdated pages, want a second MemoryPressure run moving the pattern off its page", st.Relocation, outdatedPages(d))
 	}
-	if st.BytesAllocated != 22*mib {
-		t.Fatalf("%d bytes held, want two 11 MiB pages", st.BytesAllocated)
+	if st.BytesAllocated != 20*mib {
+		t.Fatalf("%d bytes held, want two 10 MiB pages", st.BytesAllocated)
 	}
 	wantBytes(t, small, want)
 	mustFree(t, x)
@@ -482,11 +482,11 @@ func TestRelocatingDeviceDoesNotRelocateWhileACleanupMakesRoom(t *testing.T) {
 	s := d.DefaultStream()
 	small := mustAlloc(t, s, 1*mib)
 	mustWrite(t, small, pattern(1*mib, 5))
-	mustFree(t, mustAlloc(t, s, 10*mib)) // small's page outdated; an empty cached 11 MiB page
+	mustFree(t, mustAlloc(t, s, 10*mib)) // small's page outdated; an empty cached 10 MiB page
 	loc := small.h.Location()
-	// 12 MiB grows to 13 MiB pages: 2 + 11 + 13 > 24 until the cleanup
+	// 13 MiB grows to 14 MiB pages: 2 + 10 + 14 > 24 until the cleanup
 	// releases the cached page.
-	x := mustAlloc(t, s, 12*mib)
+	x := mustAlloc(t, s, 13*mib)
 	st := d.Stats()
 	if st.ReserveRetries != 1 {
 		t.Fatalf("reserve retries = %d, want the one that made room", st.ReserveRetries)

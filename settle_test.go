@@ -226,7 +226,7 @@ func TestCleanupAndAllocHonourTheirContextWhileStreamsAreBusy(t *testing.T) {
 	busy, _ := d.NewStream()
 	small := mustAlloc(t, s, mib)
 	mustWrite(t, small, pattern(mib, 1))
-	_ = mustAlloc(t, s, 10*mib) // grows: small sits on an outdated page
+	_ = mustAlloc(t, s, 10*mib) // grows to a 10 MiB page: small sits on an outdated one
 	gate := make(chan struct{})
 	defer func() {
 		select {
@@ -248,9 +248,9 @@ func TestCleanupAndAllocHonourTheirContextWhileStreamsAreBusy(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(bg, 50*time.Millisecond)
 	defer cancel2()
 	var allocErr error
-	// 12 MiB needs a 13 MiB page: 2 + 11 + 13 > 24, so the reservation
+	// 13 MiB needs a 14 MiB page: 2 + 10 + 14 > 24, so the reservation
 	// fails and its make-room cleanup must wait for the busy stream.
-	within(t, "Alloc with a deadline", func() { _, allocErr = s.Alloc(ctx2, 12*mib) })
+	within(t, "Alloc with a deadline", func() { _, allocErr = s.Alloc(ctx2, 13*mib) })
 	if !errors.Is(allocErr, context.DeadlineExceeded) {
 		t.Fatalf("Alloc whose make-room cleanup must wait = %v, want DeadlineExceeded", allocErr)
 	}

@@ -32,6 +32,7 @@ const (
 	stressStreams   = 4
 	stressMaxSmall  = 160 << 10
 	stressBaseExtra = 4096
+	stressMaxPage   = 32 << 20 // the device's largest arena page
 )
 
 var stressBase = func() []byte {
@@ -88,7 +89,6 @@ type stressWorker struct {
 	fails   *stressFailures
 	kernels int
 	ops     int
-	bigNext uint64 // size of the next growth allocation
 	bigs    []*Buffer
 	moves   uint64 // this stream's relocation moves seen so far
 }
@@ -159,17 +159,24 @@ func (w *stressWorker) allocSmall() {
 	w.live = append(w.live, stressBuf{b: b, off: off})
 }
 
-// grow allocates a buffer a little larger than the last growth one, so the
-// arena's page size keeps climbing and leaves live buffers on outdated
-// pages; growth buffers are freed a little later.
+// grow allocates a buffer 32 bytes larger than the stream's current arena
+// page, which forces a growth every time (a growth tiles the sizes the arena
+// served and may take a page of up to twice its buffer, so a buffer only a
+// little larger than the last growth one would mostly fit): the arena's page
+// size keeps climbing and leaves live buffers on outdated pages. Once the
+// page is the largest the device allows, the growth buffer is a 2 MiB one,
+// which fits. Growth buffers are freed a little later.
 func (w *stressWorker) grow() {
-	b, ok := w.alloc(w.bigNext)
+	w.d.mu.Lock()
+	page := w.s.mem.Dynamic().(*memory.AdaptiveMemory).Arena().PageSize()
+	w.d.mu.Unlock()
+	size := page + 32
+	if size > stressMaxPage {
+		size = 2 << 20
+	}
+	b, ok := w.alloc(size)
 	if ok {
 		w.bigs = append(w.bigs, b)
-	}
-	w.bigNext += 512 << 10
-	if w.bigNext > 24<<20 {
-		w.bigNext = 2 << 20
 	}
 	for len(w.bigs) > 1 {
 		if err := w.bigs[0].Free(); err != nil {
@@ -251,7 +258,7 @@ func TestStressKernelsKeepTheirBytesWhileArenasGrowAndRelocate(t *testing.T) {
 		rounds = 4
 	}
 	d := openHost(t,
-		WithProperties(memory.Properties{MaxPageSize: 32 * mib, Alignment: 32, MaxMemory: 160 * mib}),
+		WithProperties(memory.Properties{MaxPageSize: stressMaxPage, Alignment: 32, MaxMemory: 160 * mib}),
 		WithCapacity(160*mib))
 	streams := []*Stream{d.DefaultStream()}
 	for len(streams) < stressStreams {
@@ -271,7 +278,7 @@ func TestStressKernelsKeepTheirBytesWhileArenasGrowAndRelocate(t *testing.T) {
 	}
 	workers := make([]*stressWorker, len(streams))
 	for i, s := range streams {
-		workers[i] = &stressWorker{t: t, d: d, s: s, r: rand.New(rand.NewPCG(seed, uint64(i))), consts: consts, fails: fails, bigNext: 2 * mib}
+		workers[i] = &stressWorker{t: t, d: d, s: s, r: rand.New(rand.NewPCG(seed, uint64(i))), consts: consts, fails: fails}
 	}
 	verifyAll := func(why string) {
 		for _, w := range workers {

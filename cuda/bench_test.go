@@ -135,7 +135,7 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 		}
 		be := d.Backend().(*Backend)
 		s := d.DefaultStream()
-		keep, err := s.Alloc(ctx, size) // page of size + 1 MiB
+		keep, err := s.Alloc(ctx, size) // page of size rounded up to 2 MiB
 		if err != nil {
 			b.Fatal(err)
 		}

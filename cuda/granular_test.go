@@ -70,22 +70,23 @@ func TestGranularPageGivesBackItsFreedMiddle(t *testing.T) {
 	s := d.DefaultStream()
 	ctx := context.Background()
 
-	// A 5-granule buffer grows the arena to a page of 5 granules + 1 MiB
-	// (six granules, the last one partial) and maps granules 0–4; freed, its
-	// page stays and serves the three buffers below from its front.
-	mustFree(t, mustAlloc(t, s, 5*g))
+	// A buffer of four and a half granules (18 MiB) grows the arena to a
+	// page of its size (five granules, the last one partial) and maps
+	// granules 0–4; freed, its page stays and serves the three buffers below,
+	// which fill it.
+	mustFree(t, mustAlloc(t, s, 4*g+g/2))
 	if got := f.mappedBytes(); got != 5*g {
-		t.Fatalf("fake maps %d bytes after a %d-byte buffer, want %d", got, 5*g, 5*g)
+		t.Fatalf("fake maps %d bytes after a %d-byte buffer, want %d", got, 4*g+g/2, 5*g)
 	}
 	reserve := f.last(t, "cuMemAddressReserve")
-	if reserve.args["size"] != "25165824" {
-		t.Fatalf("page reservation %v: want six whole granules (24 MiB)", reserve)
+	if reserve.args["size"] != "20971520" {
+		t.Fatalf("page reservation %v: want five whole granules (20 MiB)", reserve)
 	}
 	base := reserve.args["ptr"]
 	front := mustAlloc(t, s, g) // granule 0
 	mid := mustAlloc(t, s, 3*g) // granules 1–3
-	end := mustAlloc(t, s, g)   // granule 4
-	wantFront, wantEnd := pattern(g, 11), pattern(g, 12)
+	end := mustAlloc(t, s, g/2) // the used half of granule 4
+	wantFront, wantEnd := pattern(g, 11), pattern(g/2, 12)
 	mustWrite(t, front, wantFront)
 	mustWrite(t, mid, pattern(3*g, 13))
 	mustWrite(t, end, wantEnd)

@@ -9,9 +9,10 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// granularManager builds an adaptive manager on granular Sim storage with
-// 2 MiB granules and a 24 MiB arena floor page, judging pressure against
-// maxMemory (0: never under pressure).
+// granularManager builds an adaptive manager (1 GiB max page, 2 MiB arena
+// floor, alignment 32) on st, granular Sim storage with 2 MiB granules,
+// judging pressure against maxMemory (0: never under pressure). On granular
+// storage the small page is SmallPage, 8 MiB.
 func granularManager(t *testing.T, st storage.Storage, maxMemory uint64, c memory.Config) *memory.Manager {
 	t.Helper()
 	return newManagerOn(t, st, memory.Properties{MaxPageSize: gib, Alignment: 32, MaxMemory: maxMemory}, c)
@@ -23,14 +24,17 @@ func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 	if m.Granule() != 2*mib {
 		t.Fatalf("manager granule %d", m.Granule())
 	}
-	big := alloc(t, m, 20*mib, memory.Allow) // grows to a 21 MiB page: 11 granules, 10 mapped
-	if st.BytesAllocated() != 20*mib || st.BytesReserved() != 22*mib {
-		t.Fatalf("one 20 MiB allocation: %d mapped, %d reserved", st.BytesAllocated(), st.BytesReserved())
+	big := alloc(t, m, 19*mib, memory.Allow) // grows to a 20 MiB page: 10 granules, all touched
+	if st.BytesAllocated() != 20*mib || st.BytesReserved() != 20*mib {
+		t.Fatalf("one 19 MiB allocation: %d mapped, %d reserved", st.BytesAllocated(), st.BytesReserved())
 	}
-	small := alloc(t, m, 1*mib, memory.Allow) // [20, 21) MiB: granule 10
+	small := alloc(t, m, 1*mib, memory.Allow) // [19, 20) MiB: granule 9, mapped already
+	if !samePage(small.Location(), big.Location()) || st.BytesAllocated() != 20*mib {
+		t.Fatalf("1 MiB at %v (19 MiB at %v), %d mapped; want the last MiB of the page", small.Location(), big.Location(), st.BytesAllocated())
+	}
 	big.Release()
 	m.Cleanup(pool.Periodic) // no MaxMemory: never under pressure
-	if st.BytesAllocated() != 22*mib {
+	if st.BytesAllocated() != 20*mib {
 		t.Fatalf("periodic cleanup without pressure unmapped: %d mapped", st.BytesAllocated())
 	}
 	m.Cleanup(pool.Explicit)
@@ -38,8 +42,8 @@ func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 		t.Fatalf("explicit cleanup: %d mapped, want one granule", st.BytesAllocated())
 	}
 	u := m.Report().Usage()
-	if u.BytesReserved != 21*mib || u.BytesMapped() != 1*mib || u.BytesUnmapped != 20*mib {
-		t.Fatalf("usage %+v: want 21 MiB reserved, 1 MiB of the page mapped", u)
+	if u.BytesReserved != 20*mib || u.BytesMapped() != 2*mib || u.BytesUnmapped != 18*mib {
+		t.Fatalf("usage %+v: want 20 MiB reserved, the 2 MiB of granule 9 mapped", u)
 	}
 	if m.Stats().BytesUnmapped != 0 {
 		t.Fatalf("explicit unmapping counted as periodic: %d", m.Stats().BytesUnmapped)
@@ -49,19 +53,20 @@ func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 
 func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T) {
 	st := storage.NewGranularSim(32, 2*mib, nil)
-	// Capacity 64 MiB, current page 21 MiB: High ⇔ mapped + 21 > 64 − 21.
+	// Capacity 64 MiB, current page 20 MiB (20 MiB grows it to the smallest
+	// page that holds it): High ⇔ mapped + 20 > 64 − 20.
 	m := granularManager(t, st, 64*mib, memory.Config{})
 	big := alloc(t, m, 20*mib, memory.Allow)
-	keep := alloc(t, m, 1*mib, memory.Allow)
+	keep := alloc(t, m, 1*mib, memory.Allow) // a second 20 MiB page, one granule mapped
 	big.Release()
-	// Mapped 22 MiB: 22 + 21 = 43 > 43? no → not under pressure.
+	// Mapped 22 MiB: 22 + 20 = 42 > 44? no → not under pressure.
 	alloc(t, m, 0, memory.Allow).Release()
 	if st.BytesAllocated() != 22*mib {
 		t.Fatalf("unmapped without pressure: %d mapped", st.BytesAllocated())
 	}
-	// Fill the freed front from held room (its granules are still mapped),
-	// so the next 4 MiB needs a second page, which maps two granules:
-	// 26 MiB mapped.
+	// Fill the freed first page from held room (its granules are still
+	// mapped), so the next 4 MiB goes beside keep on the second page and
+	// maps two granules there: 26 MiB mapped.
 	front := alloc(t, m, 19*mib, memory.Allow)
 	other := alloc(t, m, 4*mib, memory.Allow)
 	front.Release()
@@ -74,8 +79,9 @@ func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T
 			t.Fatalf("%v reservation unmapped: %d mapped", u, st.BytesAllocated())
 		}
 	}
-	// Mapped 26: 26 + 21 = 47 > 43 → High: an Allow reservation's periodic
-	// cleanup unmaps every free granule first.
+	// Mapped 26: 26 + 20 = 46 > 44 → High: an Allow reservation's periodic
+	// cleanup unmaps every free granule first (the first page's 20 MiB and
+	// the second's 4 MiB).
 	h := alloc(t, m, 32, memory.Allow) // small pool: 8 MiB page, one granule
 	if got := st.BytesAllocated(); got != 2*mib+2*mib {
 		t.Fatalf("under pressure: %d mapped, want keep's granule and the small page's", got)
@@ -90,15 +96,18 @@ func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T
 func TestGuardedPageKeepsItsGranulesThroughCleanups(t *testing.T) {
 	st := storage.NewGranularSim(32, 2*mib, nil)
 	m := granularManager(t, st, 0, memory.Config{})
-	big := alloc(t, m, 20*mib, memory.Allow)
-	small := alloc(t, m, 1*mib, memory.Allow)
+	big := alloc(t, m, 19*mib, memory.Allow)  // a 20 MiB page
+	small := alloc(t, m, 1*mib, memory.Allow) // its last MiB: the page big leaves guarded
+	if !samePage(small.Location(), big.Location()) {
+		t.Fatalf("1 MiB at %v, 19 MiB at %v: want one page", small.Location(), big.Location())
+	}
 	g, ok := m.Guard(small.Location())
 	if !ok {
 		t.Fatal("no guard")
 	}
 	big.Release()
 	m.Cleanup(pool.Explicit)
-	if st.BytesAllocated() != 22*mib {
+	if st.BytesAllocated() != 20*mib {
 		t.Fatalf("explicit cleanup unmapped a guarded page: %d mapped", st.BytesAllocated())
 	}
 	g.Release()
@@ -138,11 +147,19 @@ func TestPageGranularOffBacksPagesWhole(t *testing.T) {
 	if m.Granule() != 0 {
 		t.Fatalf("granule %d with PageGranular off", m.Granule())
 	}
-	h := alloc(t, m, 20*mib, memory.Allow)
-	if st.BytesAllocated() != 21*mib {
-		t.Fatalf("%d bytes allocated, want the whole 21 MiB page", st.BytesAllocated())
+	h := alloc(t, m, 20*mib, memory.Allow) // a 20 MiB page
+	// No room beside it: a second 20 MiB page, of which granular storage
+	// would map one granule.
+	one := alloc(t, m, 1*mib, memory.Allow)
+	if st.BytesAllocated() != 40*mib {
+		t.Fatalf("%d bytes allocated, want both 20 MiB pages whole", st.BytesAllocated())
 	}
-	h.Release()
+	// On pages backed whole the small page is SmallPageWhole, 2 MiB.
+	tiny := alloc(t, m, 32, memory.Allow)
+	if small := m.Report().Dynamic[1]; small.Usage.BytesReserved != memory.SmallPageWhole || st.BytesAllocated() != 42*mib {
+		t.Fatalf("small pool report %+v, %d bytes allocated; want one whole 2 MiB small page", small, st.BytesAllocated())
+	}
+	releaseAll(h, one, tiny)
 }
 
 func TestPageGranularityIsValidatedAndParsed(t *testing.T) {

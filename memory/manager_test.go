@@ -160,25 +160,26 @@ func TestLookupIsIdentityChecked(t *testing.T) {
 func TestExplicitCleanupRenumbersSmallPagesUnderHeldBinding(t *testing.T) {
 	m := newHostManager(t, props128(), memory.Config{}, 0)
 	var hs []*handle.Handle
-	// 64 KiB slices: 128 fill one 8 MiB small page; one more opens page 1.
-	for i := 0; i < 129; i++ {
+	// 64 KiB slices: 32 fill one 2 MiB small page (Host storage backs pages
+	// whole); one more opens page 1.
+	for i := 0; i < 33; i++ {
 		hs = append(hs, alloc(t, m, 64*kib, memory.Allow))
 	}
-	last := hs[128]
+	last := hs[32]
 	if last.Location().Page() != 1 {
-		t.Fatalf("129th 64 KiB at %v, want page 1", last.Location())
+		t.Fatalf("33rd 64 KiB at %v, want page 1", last.Location())
 	}
 	fill(t, m, last, 0x5a)
 	b := last.Binding()
 	defer b.Release()
-	releaseAll(hs[:128]...)
+	releaseAll(hs[:32]...)
 	m.Cleanup(pool.Explicit)
 	if b.Location().Page() != 0 {
 		t.Fatalf("binding at %v after cleanup, want page 0", b.Location())
 	}
 	wantBytes(t, m, b, 64*kib, 0x5a)
-	if got := usage(m).BytesReserved; got != 8*mib {
-		t.Fatalf("reserved = %d, want one 8 MiB page", got)
+	if got := usage(m).BytesReserved; got != 2*mib {
+		t.Fatalf("reserved = %d, want one 2 MiB page", got)
 	}
 	last.Release()
 }

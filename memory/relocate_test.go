@@ -16,8 +16,9 @@ import (
 
 // Scenario 26 and design §8.4 example 2: nothing asks for the relocation
 // ahead of a failed reservation; the make-room path's MemoryPressure
-// relocation, once asked, moves the 1 MiB into the 11 MiB page.
-func TestMemoryPressureRelocationMovesOneMiBIntoElevenMiBPageOn24MiBDevice(t *testing.T) {
+// relocation, once asked, moves the 1 MiB into the 10 MiB page the 9 MiB
+// allocation grew.
+func TestMemoryPressureRelocationMovesOneMiBIntoTenMiBPageOn24MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(24*mib), memory.Config{}, 24*mib)
 	a := arena(t, m)
 
@@ -34,19 +35,22 @@ func TestMemoryPressureRelocationMovesOneMiBIntoElevenMiBPageOn24MiBDevice(t *te
 	}
 	wantNoRelocation(t, m)
 
-	large := alloc(t, m, 10*mib, memory.Allow)
+	// The 1 MiB served is less than 9 MiB: too thin a history to tile, so
+	// the growth takes the smallest page that holds 9 MiB, 10 MiB (2 MiB
+	// steps), and 1 MiB of it stays free.
+	large := alloc(t, m, 9*mib, memory.Allow)
 	defer large.Release()
-	if got := a.PageSize(); got != 11*mib {
-		t.Fatalf("page size after 10 MiB = %d, want 11 MiB", got)
+	if got := a.PageSize(); got != 10*mib {
+		t.Fatalf("page size after 9 MiB = %d, want 10 MiB", got)
 	}
 	if !m.HasOutdated() || a.OutdatedPages() != 1 {
 		t.Fatalf("after growth: HasOutdated %v, outdated pages %d; want the 2 MiB page outdated", m.HasOutdated(), a.OutdatedPages())
 	}
-	if got := m.BytesAllocated(); got != 13*mib {
-		t.Fatalf("allocated after growth = %d, want 13 MiB (2 + 11)", got)
+	if got := m.BytesAllocated(); got != 12*mib {
+		t.Fatalf("allocated after growth = %d, want 12 MiB (2 + 10)", got)
 	}
-	// 13 MiB held of 24 with an 11 MiB next page: the old rule's pressure,
-	// but memory pressure is never anticipated.
+	// 12 MiB held of 24 with a 10 MiB next page (12 + 10 > 24 − 10): the
+	// old rule's pressure, but memory pressure is never anticipated.
 	if need := m.RelocationNeed(); need.Kind != relocation.NeedNothing {
 		t.Fatalf("need = %+v, want NeedNothing", need)
 	}
@@ -62,13 +66,13 @@ func TestMemoryPressureRelocationMovesOneMiBIntoElevenMiBPageOn24MiBDevice(t *te
 	if got := a.Current().Pages(); got != 1 {
 		t.Fatalf("current pages = %d, want 1", got)
 	}
-	if got := m.BytesAllocated(); got != 11*mib {
-		t.Fatalf("allocated after relocation = %d, want 11 MiB", got)
+	if got := m.BytesAllocated(); got != 10*mib {
+		t.Fatalf("allocated after relocation = %d, want 10 MiB", got)
 	}
 	if !samePage(small.Location(), large.Location()) || small.Location().Pool() != a.Current().Index() {
-		t.Fatalf("1 MiB at %v, 10 MiB at %v: want both on the current pool's one page", small.Location(), large.Location())
+		t.Fatalf("1 MiB at %v, 9 MiB at %v: want both on the current pool's one page", small.Location(), large.Location())
 	}
-	if r := region(t, m, small); r.Offset != 10*mib || r.Size != 1*mib {
+	if r := region(t, m, small); r.Offset != 9*mib || r.Size != 1*mib {
 		t.Fatalf("moved 1 MiB at offset %d size %d, want the last MiB of the page", r.Offset, r.Size)
 	}
 	st := m.Stats().Relocation
@@ -99,7 +103,7 @@ func TestOutdatedPageWaitsForItsAllocationOn48MiBDevice(t *testing.T) {
 	m := newHostManager(t, adaptivePreset(48*mib), memory.Config{}, 48*mib)
 	a := arena(t, m)
 	small := alloc(t, m, 1*mib, memory.Allow)
-	large := alloc(t, m, 10*mib, memory.Allow)
+	large := alloc(t, m, 9*mib, memory.Allow) // a 10 MiB page, 1 MiB of it free
 	defer large.Release()
 	wantNoRelocation(t, m)
 
@@ -112,22 +116,27 @@ func TestOutdatedPageWaitsForItsAllocationOn48MiBDevice(t *testing.T) {
 	small.Release()
 	last := alloc(t, m, 256*kib, memory.Allow)
 	defer last.Release()
-	if m.HasOutdated() || m.BytesAllocated() != 11*mib {
+	if m.HasOutdated() || m.BytesAllocated() != 10*mib {
 		t.Fatalf("after freeing its allocation: HasOutdated %v, %d bytes allocated; want the 2 MiB page gone", m.HasOutdated(), m.BytesAllocated())
 	}
 }
 
-// growWithLive reserves each of liveSizes (which land on one 2 MiB page),
-// then 10 MiB, which grows the arena to 11 MiB pages and leaves that page
-// outdated.
+// growWithLive reserves each of liveSizes (which land on one 2 MiB page and
+// sum to less than 9 MiB), then 9 MiB, which grows the arena to 10 MiB
+// pages (the smallest in 2 MiB steps that holds it: what the arena served
+// is too thin a history to tile), leaves 1 MiB free on the new page and the
+// 2 MiB page outdated.
 func growWithLive(t *testing.T, m *memory.Manager, liveSizes ...uint64) (live []*handle.Handle, large *handle.Handle) {
 	t.Helper()
 	for _, s := range liveSizes {
 		live = append(live, alloc(t, m, s, memory.Allow))
 	}
-	large = alloc(t, m, 10*mib, memory.Allow)
+	large = alloc(t, m, 9*mib, memory.Allow)
 	if !m.HasOutdated() {
 		t.Fatalf("no outdated pool after growth")
+	}
+	if got := arena(t, m).PageSize(); got != 10*mib {
+		t.Fatalf("page size after 9 MiB = %d, want 10 MiB", got)
 	}
 	return live, large
 }
@@ -138,20 +147,26 @@ func releaseAll(hs ...*handle.Handle) {
 	}
 }
 
-// fullArena fills every page size of a Sim-backed adaptive memory: 64
-// growths of (3+2k) MiB (the first reuses the slot of the 2 MiB pool that
-// never carved a page), each allocation live and alone on its page, so 63
-// slots are outdated pools with one live allocation each and the arena
+// fullArena fills every page size of a Sim-backed adaptive memory: 2 MiB
+// fills the first 2 MiB page, then 63 allocations of the current page size
+// + 32 bytes each force a growth (the pages grow from 4 MiB to 1008 MiB,
+// under the 1 GiB max page), each allocation live and alone on its page, so
+// 63 slots are outdated pools with one live allocation each and the arena
 // wants an ArenaFull relocation (§8.4 example 6).
 func fullArena(t *testing.T) (*memory.Manager, []*handle.Handle) {
 	t.Helper()
 	m := newManagerOn(t, storage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
-	var hs []*handle.Handle
-	for k := range uint64(64) {
-		hs = append(hs, alloc(t, m, (3+2*k)*mib, memory.Allow))
+	a := arena(t, m)
+	hs := []*handle.Handle{alloc(t, m, 2*mib, memory.Allow)}
+	for k := range uint64(63) {
+		before := a.PageSize()
+		hs = append(hs, alloc(t, m, before+32, memory.Allow))
+		if a.Growths() != k+1 || a.PageSize() <= before {
+			t.Fatalf("%d bytes after %d growths: %d growths, page size %d → %d; want one more growth", before+32, k, a.Growths(), before, a.PageSize())
+		}
 	}
-	if !arena(t, m).Full() {
-		t.Fatal("64 growths and the arena is not full")
+	if !a.Full() {
+		t.Fatal("63 growths from a used 2 MiB pool and the arena is not full")
 	}
 	return m, hs
 }
@@ -217,10 +232,13 @@ func TestStalledRelocationWantedAgainAfterNewCurrentPage(t *testing.T) {
 	}
 	wantNoRelocation(t, m)
 
-	pagesBefore := arena(t, m).Current().Pages()
-	more := alloc(t, m, 100*mib, memory.Allow) // 1 MiB left on the 130 MiB page: a second page
+	a := arena(t, m)
+	pagesBefore := a.Current().Pages()
+	// A whole page's worth fits the page size but not beside the live
+	// allocation on the current page: a second page.
+	more := alloc(t, m, a.PageSize(), memory.Allow)
 	defer more.Release()
-	if got := arena(t, m).Current().Pages(); got != pagesBefore+1 {
+	if got := a.Current().Pages(); got != pagesBefore+1 {
 		t.Fatalf("current pages = %d, want %d", got, pagesBefore+1)
 	}
 	wantRelocation(t, m, relocation.ArenaFull)
@@ -251,7 +269,7 @@ func TestRelocatedAllocationKeepsItsBytes(t *testing.T) {
 	small := alloc(t, m, 1*mib, memory.Allow)
 	defer small.Release()
 	fill(t, m, small, 7)
-	large := alloc(t, m, 10*mib, memory.Allow)
+	large := alloc(t, m, 9*mib, memory.Allow) // a 10 MiB page, 1 MiB of it free
 	defer large.Release()
 	fill(t, m, large, 9)
 	from := small.Location()
@@ -264,15 +282,15 @@ func TestRelocatedAllocationKeepsItsBytes(t *testing.T) {
 		t.Fatalf("allocation still at %v", from)
 	}
 	wantBytes(t, m, small, 1*mib, 7)
-	wantBytes(t, m, large, 10*mib, 9)
-	if m.HasOutdated() || m.BytesAllocated() != 11*mib {
+	wantBytes(t, m, large, 9*mib, 9)
+	if m.HasOutdated() || m.BytesAllocated() != 10*mib {
 		t.Fatalf("HasOutdated %v, %d bytes allocated; want the outdated page gone", m.HasOutdated(), m.BytesAllocated())
 	}
 	if !samePage(small.Location(), large.Location()) {
 		t.Fatalf("moved allocation at %v, large one at %v: want one page", small.Location(), large.Location())
 	}
-	if u := usage(m); u.BytesInUse != 11*mib || u.Allocations != 2 || u.BytesReserved != 11*mib {
-		t.Fatalf("usage = %+v, want 2 allocations, 11 MiB in use and reserved", u)
+	if u := usage(m); u.BytesInUse != 10*mib || u.Allocations != 2 || u.BytesReserved != 10*mib {
+		t.Fatalf("usage = %+v, want 2 allocations, 10 MiB in use and reserved", u)
 	}
 }
 
@@ -283,7 +301,7 @@ func TestRefusedCopiesLeaveAllocationWhereItWasWithItsBytes(t *testing.T) {
 	small := alloc(t, m, 1*mib, memory.Allow)
 	defer small.Release()
 	fill(t, m, small, 7)
-	large := alloc(t, m, 10*mib, memory.Allow)
+	large := alloc(t, m, 9*mib, memory.Allow) // a 10 MiB page, 1 MiB of it free
 	defer large.Release()
 	from := small.Location()
 	usageBefore := usage(m)
@@ -302,7 +320,7 @@ func TestRefusedCopiesLeaveAllocationWhereItWasWithItsBytes(t *testing.T) {
 		t.Fatalf("allocation moved from %v to %v although its copy was refused", from, small.Location())
 	}
 	wantBytes(t, m, small, 1*mib, 7)
-	if !m.HasOutdated() || m.BytesAllocated() != 13*mib {
+	if !m.HasOutdated() || m.BytesAllocated() != 12*mib {
 		t.Fatalf("HasOutdated %v, %d bytes allocated; want the outdated page kept", m.HasOutdated(), m.BytesAllocated())
 	}
 	if u := usage(m); u != usageBefore {
@@ -389,7 +407,7 @@ func TestFailedCopyWaitLeaksSourceAndTarget(t *testing.T) {
 		t.Fatalf("allocation moved after a failed wait")
 	}
 	live[0].Release()
-	// Both slices stay non-free: the 1 MiB left on the 11 MiB page is never
+	// Both slices stay non-free: the 1 MiB left on the 10 MiB page is never
 	// handed out, and the outdated page is never released.
 	h := alloc(t, m, 1*mib, memory.Allow)
 	defer h.Release()

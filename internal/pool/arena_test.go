@@ -39,6 +39,8 @@ func arenaSlice(t tb, a *Arena, ref handle.Ref) *Slice {
 func TestFitAnswersFitsGrowOrTooLargeOnTheEffectiveSize(t *testing.T) {
 	preset := NewPageSizing(GiB, 32)
 	max16 := NewPageSizing(16*MiB, 32)
+	max15 := NewPageSizing(15*MiB, 32)
+	floor8 := PageSizing{Min: 8 * MiB, Max: GiB, Align: 32}
 	odd := NewPageSizing(GiB, 50)
 	cases := []struct {
 		name     string
@@ -50,13 +52,21 @@ func TestFitAnswersFitsGrowOrTooLargeOnTheEffectiveSize(t *testing.T) {
 	}{
 		{"1MiBIn2MiBPages", preset, 1 * MiB, 2 * MiB, Fits, 2 * MiB},
 		{"WholePage", preset, 2 * MiB, 2 * MiB, Fits, 2 * MiB},
-		{"10MiBGrowsTo11MiB", preset, 10 * MiB, 2 * MiB, Grow, 11 * MiB},
-		{"SlackRoundsToTheGranule", preset, 10*MiB + 1, 2 * MiB, Grow, 12 * MiB},
-		{"SlackClippedAtMax", max16, 16 * MiB, 2 * MiB, Grow, 16 * MiB},
+		// For a growth Fit answers the smallest page that holds the
+		// effective size: rounded up to TileStep and the alignment, within
+		// [Min, Max] (the growth itself may tile to more, tiling_test.go).
+		{"10MiBGrowsFrom10MiB", preset, 10 * MiB, 2 * MiB, Grow, 10 * MiB},
+		{"RoundsUpToTheTileStep", preset, 10*MiB + 1, 2 * MiB, Grow, 12 * MiB},
+		{"OddMiBRoundsUpToTheTileStep", preset, 11 * MiB, 2 * MiB, Grow, 12 * MiB},
+		{"FloorAtMin", floor8, 3 * MiB, 2 * MiB, Grow, 8 * MiB},
+		{"WholeMaxPage", max16, 16 * MiB, 2 * MiB, Grow, 16 * MiB},
+		// 15 MiB rounds to a 16 MiB step, which Max cuts back to 15 MiB.
+		{"TileStepClippedAtMax", max15, 15 * MiB, 2 * MiB, Grow, 15 * MiB},
 		{"AboveMax", max16, 16*MiB + 1, 2 * MiB, TooLarge, 0},
 		// 2 MiB − 1 at alignment 50 pads to 2 MiB + 48: it fits by its
-		// requested size but not by its effective size.
-		{"PaddingOverflowsThePage", odd, 2*MiB - 1, 2 * MiB, Grow, storage.RoundUp(3*MiB, 50)},
+		// requested size but not by its effective size, and the growth
+		// starts at the next step, 4 MiB, rounded up to the alignment.
+		{"PaddingOverflowsThePage", odd, 2*MiB - 1, 2 * MiB, Grow, storage.RoundUp(4*MiB, 50)},
 		{"PaddedFitsExactly", odd, 2*MiB - 52, 2 * MiB, Fits, 2 * MiB},
 	}
 	for _, c := range cases {
@@ -96,17 +106,19 @@ func TestArenaGrowsWhenAllocationDoesNotFitCurrentPageSize(t *testing.T) {
 	if loc := small.Location(); loc.Pool() != ArenaFirstIndex || a.PageSize() != 2*MiB || a.HasOutdated() {
 		t.Fatalf("1 MiB at %v, page size %d, outdated %v; want slot 0 of 2 MiB pages", loc, a.PageSize(), a.HasOutdated())
 	}
+	// 10 MiB does not fit 2 MiB pages; the arena served only 1 MiB, too
+	// little to tile, so the page is the smallest that holds it: 10 MiB.
 	big := arenaReserve(t, a, st, 10*MiB, nil)
 	if loc := big.Location(); loc.Pool() != ArenaFirstIndex+1 || loc.Page() != 0 {
 		t.Fatalf("10 MiB at %v, want the first page of slot 1", loc)
 	}
-	if a.PageSize() != 11*MiB || a.Growths() != 1 || !a.HasOutdated() {
-		t.Fatalf("page size %d after %d growths, outdated %v; want 11 MiB, 1, true", a.PageSize(), a.Growths(), a.HasOutdated())
+	if a.PageSize() != 10*MiB || a.Growths() != 1 || !a.HasOutdated() {
+		t.Fatalf("page size %d after %d growths, outdated %v; want 10 MiB, 1, true", a.PageSize(), a.Growths(), a.HasOutdated())
 	}
 	// Growth never releases anything: the 1 MiB stays on its outdated page.
 	arenaSlice(t, a, small)
-	if st.BytesAllocated() != 13*MiB {
-		t.Fatalf("%d bytes held, want 13 MiB", st.BytesAllocated())
+	if st.BytesAllocated() != 12*MiB {
+		t.Fatalf("%d bytes held, want 12 MiB", st.BytesAllocated())
 	}
 	a.Check()
 }
@@ -114,8 +126,8 @@ func TestArenaGrowsWhenAllocationDoesNotFitCurrentPageSize(t *testing.T) {
 func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
-	arenaReserve(t, a, st, 1*MiB, nil)  // 1 MiB left on the 2 MiB page
-	arenaReserve(t, a, st, 10*MiB, nil) // 1 MiB left on the 11 MiB page
+	arenaReserve(t, a, st, 1*MiB, nil) // 1 MiB left on the 2 MiB page
+	arenaReserve(t, a, st, 9*MiB, nil) // 1 MiB left on the 10 MiB page
 	h := a.TryReserve(st, 512<<10, nil)
 	if h == nil || h.Location().Pool() != ArenaFirstIndex+1 {
 		t.Fatalf("TryReserve(512 KiB) at %v, want the current pool %d", h, ArenaFirstIndex+1)
@@ -189,8 +201,9 @@ func TestArenaPoolBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
 }
 
 // growArena makes an arena holding one live allocation in each of three
-// pools: slot 0 (2 MiB pages, 1 MiB), slot 1 (11 MiB pages, 10 MiB) and the
-// current slot 2 (21 MiB pages, 20 MiB).
+// pools: slot 0 (2 MiB pages, 1 MiB), slot 1 (10 MiB pages, 10 MiB) and the
+// current slot 2 (20 MiB pages, 20 MiB). Each growth comes before the arena
+// served as many bytes as it needs, so each page is its allocation's size.
 func growArena(t *testing.T, st storage.Storage) (*Arena, [3]*handle.Handle) {
 	t.Helper()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
@@ -207,7 +220,7 @@ func TestDrainDropsPagelessOutdatedPoolsAndGrowthReusesTheLowestEmptySlot(t *tes
 	hs[1].Release()
 	a.Cleanup(st, 1, Periodic, nil)
 	if a.Pool(ArenaFirstIndex+1) != nil {
-		t.Fatal("the emptied 11 MiB pool survived the cleanup")
+		t.Fatal("the emptied 10 MiB pool survived the cleanup")
 	}
 	if s := a.State(); s.Shape.OutdatedPools != 1 || s.Shape.OutdatedPages != 1 {
 		t.Fatalf("after the drain: %+v; want the 2 MiB pool alone outdated", s.Shape)
@@ -216,8 +229,10 @@ func TestDrainDropsPagelessOutdatedPoolsAndGrowthReusesTheLowestEmptySlot(t *tes
 	if loc := h.Location(); loc.Pool() != ArenaFirstIndex+1 {
 		t.Fatalf("the growth after the drain placed 30 MiB at %v, want the freed slot 1 (pool %d)", loc, ArenaFirstIndex+1)
 	}
-	if a.PageSize() != 31*MiB {
-		t.Fatalf("page size %d, want 31 MiB", a.PageSize())
+	// The arena served 31 MiB (1, 10 and 20) before this 30 MiB growth, so
+	// the growth tiles: 60 MiB holds two 30s, three 20s, six 10s, no tail.
+	if a.PageSize() != 60*MiB {
+		t.Fatalf("page size %d, want 60 MiB", a.PageSize())
 	}
 	a.Check()
 }
@@ -246,7 +261,7 @@ func TestPeriodicCleanupKeepsEmptyCurrentPagesExplicitReleasesThem(t *testing.T)
 		t.Fatal("a periodic cleanup released an empty current page")
 	}
 	a.Cleanup(st, 2, Explicit, nil)
-	if s := a.State(); s.Shape.CurrentPages != 0 || a.PageSize() != 21*MiB {
+	if s := a.State(); s.Shape.CurrentPages != 0 || a.PageSize() != 20*MiB {
 		t.Fatalf("after an explicit cleanup: %+v; want no current page, page size kept", s)
 	}
 }
@@ -278,11 +293,11 @@ func TestArenaReportListsTheCurrentPoolThenOutdatedPoolsInGrowthOrder(t *testing
 	a, hs := growArena(t, st)
 	hs[1].Release()
 	a.Drain(st, nil)                    // slot 1 goes
-	arenaReserve(t, a, st, 30*MiB, nil) // slot 1 again, now current
+	arenaReserve(t, a, st, 30*MiB, nil) // slot 1 again, now current, 60 MiB pages (tiled)
 	kinds := []Kind{
-		AdaptiveKind{PageSize: 31 * MiB, OutdatedPages: 2},
+		AdaptiveKind{PageSize: 60 * MiB, OutdatedPages: 2},
 		SlicedKind{PageSize: 2 * MiB, MaxSlice: 2 * MiB},   // outdated first
-		SlicedKind{PageSize: 21 * MiB, MaxSlice: 21 * MiB}, // outdated second
+		SlicedKind{PageSize: 20 * MiB, MaxSlice: 20 * MiB}, // outdated second
 	}
 	reports := a.Report()
 	if len(reports) != len(kinds) {
@@ -303,23 +318,32 @@ func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	// An allocation 32 bytes larger than the current page forces a growth
+	// whatever page size the growth tiles to; 63 of them from 2 MiB pages
+	// stay well under the 1 GiB Max.
 	var hs []*handle.Handle
+	var sizes []uint64
 	for k := range uint64(63) {
-		h := arenaReserve(t, a, st, (3+2*k)*MiB, g)
+		size := a.PageSize() + 32
+		h := arenaReserve(t, a, st, size, g)
 		if a.Growths() != k+1 || h.Location().Pool() != uint8(ArenaFirstIndex+k+1) {
-			t.Fatalf("(3+2·%d) MiB at %v after %d growths; want a growth into slot %d", k, h.Location(), a.Growths(), k+1)
+			t.Fatalf("growth %d: %d bytes at %v after %d growths; want a growth into slot %d", k, size, h.Location(), a.Growths(), k+1)
 		}
 		hs = append(hs, h)
+		sizes = append(sizes, size)
 	}
 	if !a.Full() || !a.State().Full {
 		t.Fatal("64 pools and the arena is not full")
 	}
-	held := st.BytesAllocated()
-	if _, err := a.Reserve(st, 200*MiB, g); !errors.Is(err, ErrPageSizesExhausted) {
-		t.Fatalf("200 MiB on a full arena: %v, want ErrPageSizesExhausted", err)
+	held, page := st.BytesAllocated(), a.PageSize()
+	if over := page + 32; !a.Accept(over) {
+		t.Fatalf("setup: %d bytes (page + 32) is above the largest page size", over)
 	}
-	if st.BytesAllocated() != held || a.Growths() != 63 || a.PageSize() != 128*MiB {
-		t.Fatalf("the refused growth changed the arena: %d → %d bytes, %d growths, page %d", held, st.BytesAllocated(), a.Growths(), a.PageSize())
+	if _, err := a.Reserve(st, page+32, g); !errors.Is(err, ErrPageSizesExhausted) {
+		t.Fatalf("page + 32 bytes on a full arena: %v, want ErrPageSizesExhausted", err)
+	}
+	if st.BytesAllocated() != held || a.Growths() != 63 || a.PageSize() != page {
+		t.Fatalf("the refused growth changed the arena: %d → %d bytes, %d growths, page %d → %d", held, st.BytesAllocated(), a.Growths(), page, a.PageSize())
 	}
 
 	plan := a.Plan(relocation.MayAllocate, st, g)
@@ -338,16 +362,16 @@ func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
 	}
 	for k, h := range hs {
 		s := arenaSlice(t, a, h)
-		if h.Location().Pool() != ArenaFirstIndex+63 || s.Region.Size != (3+2*uint64(k))*MiB {
-			t.Fatalf("allocation %d at %v holds %d bytes; want (3+2·%d) MiB on the current pool", k, h.Location(), s.Region.Size, k)
+		if h.Location().Pool() != ArenaFirstIndex+63 || s.Region.Size != sizes[k] {
+			t.Fatalf("allocation %d at %v holds %d bytes; want %d on the current pool", k, h.Location(), s.Region.Size, sizes[k])
 		}
 	}
-	h, err := a.Reserve(st, 200*MiB, g)
+	h, err := a.Reserve(st, page+32, g)
 	if err != nil {
-		t.Fatalf("200 MiB after the relocation: %v", err)
+		t.Fatalf("page + 32 bytes after the relocation: %v", err)
 	}
-	if h.Location().Pool() != ArenaFirstIndex {
-		t.Fatalf("200 MiB at %v, want the lowest empty slot 0", h.Location())
+	if h.Location().Pool() != ArenaFirstIndex || a.Growths() != 64 {
+		t.Fatalf("page + 32 bytes at %v after %d growths, want a growth into the lowest empty slot 0", h.Location(), a.Growths())
 	}
 	a.Check()
 }

@@ -50,7 +50,11 @@
 // ([PageSizing] bounds them, [PageSizing.Fit] decides). One is current and
 // serves every reservation. A size that does not fit the current page size
 // grows the arena: a pool of bigger pages takes the lowest empty slot and
-// becomes current, and the previous one becomes outdated. An outdated pool
+// becomes current, and the previous one becomes outdated. The bigger page
+// size tiles what the arena served (tiling.go): among the sizes that hold
+// the growth's allocation, up to twice it, the one whose tails would waste
+// the fewest of the bytes served, because on storage that backs pages
+// whole a page's tail is reserved bytes no allocation uses. An outdated pool
 // serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool
