@@ -69,7 +69,8 @@ type GranuleUnmapper interface {
 
 // Adaptive-memory constants (design §6.6).
 const (
-	// SmallPage is the small pool's page: kernel-metadata churn (shapes,
+	// SmallPage is the small pool's page on granular storage (where only
+	// its mapped granules count): kernel-metadata churn (shapes,
 	// strides, scalars) stays off the arena, so it neither fragments the
 	// arena nor shapes its page size.
 	SmallPage = 8 << 20

@@ -149,7 +149,7 @@ func releaseAll(hs ...*handle.Handle) {
 
 // fullArena fills every page size of a Sim-backed adaptive memory: 2 MiB
 // fills the first 2 MiB page, then 63 allocations of the current page size
-// + 32 bytes each force a growth (the pages grow from 4 MiB to 1008 MiB,
+// + 32 bytes each force a growth (the pages climb to a few hundred MiB,
 // under the 1 GiB max page), each allocation live and alone on its page, so
 // 63 slots are outdated pools with one live allocation each and the arena
 // wants an ArenaFull relocation (§8.4 example 6).

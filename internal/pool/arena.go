@@ -63,12 +63,12 @@ func (s PageSizing) Fit(size, pageSize uint64) (FitKind, uint64) {
 	case need > s.Max:
 		return TooLarge, 0
 	}
-	return Grow, s.clamp(storage.RoundUp(need, TileStep))
+	return Grow, s.clamp(ceilTo(need, TileStep))
 }
 
 // clamp rounds a page size up to the alignment and into [Min, Max].
 func (s PageSizing) clamp(page uint64) uint64 {
-	return min(max(storage.RoundUp(page, s.Align), s.Min), s.Max)
+	return min(max(ceilTo(page, s.Align), s.Min), s.Max)
 }
 
 // Arena is the adaptive memory's growing set of sliced pools
@@ -204,10 +204,11 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 
 // grow builds the next current pool in the lowest empty slot, with its first
 // page holding size, before switching (PL28). The page size tiles what the
-// arena served (PageSizing.tiled), from Fit's smallest, smallest, up.
+// arena served (PageSizing.tiled), from Fit's smallest, smallest, up, for
+// the bytes the arena holds (a scan of its pools: growths are rare).
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
 	_, need := padded(size, a.sizing.Align)
-	pageSize := a.sizing.tiled(need, smallest, &a.served)
+	pageSize := a.sizing.tiled(need, smallest, storage.SatAdd(a.Usage().BytesInUse, need), &a.served)
 	slot := -1
 	for i, p := range a.slots {
 		if p == nil {

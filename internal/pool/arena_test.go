@@ -230,9 +230,12 @@ func TestDrainDropsPagelessOutdatedPoolsAndGrowthReusesTheLowestEmptySlot(t *tes
 		t.Fatalf("the growth after the drain placed 30 MiB at %v, want the freed slot 1 (pool %d)", loc, ArenaFirstIndex+1)
 	}
 	// The arena served 31 MiB (1, 10 and 20) before this 30 MiB growth, so
-	// the growth tiles: 60 MiB holds two 30s, three 20s, six 10s, no tail.
-	if a.PageSize() != 60*MiB {
-		t.Fatalf("page size %d, want 60 MiB", a.PageSize())
+	// the growth tiles, but it holds only 51 MiB (1, 20 and 30): the 20's
+	// 10 MiB tail in a 30 MiB page, 11 % of what was served, costs 5.6 MiB
+	// of those 51, less than the 15 MiB more of half page a 60 MiB page
+	// (two 30s, three 20s, six 10s, no tail) costs. It keeps 30 MiB.
+	if a.PageSize() != 30*MiB {
+		t.Fatalf("page size %d, want 30 MiB", a.PageSize())
 	}
 	a.Check()
 }
@@ -293,9 +296,9 @@ func TestArenaReportListsTheCurrentPoolThenOutdatedPoolsInGrowthOrder(t *testing
 	a, hs := growArena(t, st)
 	hs[1].Release()
 	a.Drain(st, nil)                    // slot 1 goes
-	arenaReserve(t, a, st, 30*MiB, nil) // slot 1 again, now current, 60 MiB pages (tiled)
+	arenaReserve(t, a, st, 30*MiB, nil) // slot 1 again, now current, 30 MiB pages (too little held to tile)
 	kinds := []Kind{
-		AdaptiveKind{PageSize: 60 * MiB, OutdatedPages: 2},
+		AdaptiveKind{PageSize: 30 * MiB, OutdatedPages: 2},
 		SlicedKind{PageSize: 2 * MiB, MaxSlice: 2 * MiB},   // outdated first
 		SlicedKind{PageSize: 20 * MiB, MaxSlice: 20 * MiB}, // outdated second
 	}

@@ -52,9 +52,10 @@
 // grows the arena: a pool of bigger pages takes the lowest empty slot and
 // becomes current, and the previous one becomes outdated. The bigger page
 // size tiles what the arena served (tiling.go): among the sizes that hold
-// the growth's allocation, up to twice it, the one whose tails would waste
-// the fewest of the bytes served, because on storage that backs pages
-// whole a page's tail is reserved bytes no allocation uses. An outdated pool
+// the growth's allocation, up to twice it, the one whose tails and
+// half-empty last page would cost the fewest bytes for what the arena
+// holds, because on storage that backs pages whole a page's tail is
+// reserved bytes no allocation uses. An outdated pool
 // serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool

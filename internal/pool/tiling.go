@@ -16,12 +16,16 @@ import (
 // 8 MiB, 5 % of every page, that no later allocation of the step fits. A
 // tiled arena chooses the page size at each growth from the sizes it has
 // served: among the sizes that hold the growth's allocation, up to twice
-// it, the one whose tails waste the fewest bytes of what it served (on that
-// step: 200 MiB, two 100s or eight 25s, no tail). Until the arena has
-// served as many bytes as the growth's allocation in other sizes there is
-// nothing to tile, and the page holds that allocation exactly: on a model's
-// forward pass whose first arena allocation is one of its 96 100 MiB
-// activations, that is the page that tiles all of them.
+// it, the one that costs the fewest bytes, where a page size costs its
+// tails' share of the bytes the arena holds plus half a page, what the page
+// being filled leaves empty on average. On that step the answer is 200 MiB
+// (two 100s or eight 25s, no tail); on a workload of 20 MiB a 32 MiB page
+// would cost more than its tails save, so small workloads keep small
+// pages. Until the arena has served as many bytes as the growth's
+// allocation in other sizes there is nothing to tile, and the page holds
+// that allocation exactly: on a model's forward pass whose first arena
+// allocation is one of its 96 100 MiB activations, that is the page that
+// tiles all of them.
 //
 // On granular storage only mapped granules count, so a tail costs at most
 // the granules it shares with live slices; tiling still gives fewer, fuller
@@ -29,12 +33,15 @@ import (
 
 const (
 	// TileStep is the granule of tiled page sizes: the 2 MiB a driver
-	// rounds a large allocation to anyway, so a page size it would round
-	// differs from none it picks.
+	// rounds a large allocation to anyway, so no page size it picks is one
+	// the driver would round up further.
 	TileStep = 2 << 20
 	// servedSlots is the size of the served-size summary: more than the
 	// distinct sizes that make up most bytes of a real workload.
 	servedSlots = 64
+	// maxCandidates bounds the page sizes a growth compares (one per
+	// TileStep up to 2 GiB).
+	maxCandidates = 1024
 )
 
 // servedSizes summarises the effective sizes an arena served, weighted by
@@ -44,6 +51,8 @@ const (
 // workload's bytes survive any number of rare ones. Recording is O(1) and
 // allocates nothing: it runs on every arena reservation.
 type servedSizes struct {
+	// slots[i], when its bytes are not 0, holds a size that hashes to i
+	// (servedSlot).
 	slots [servedSlots]servedSize
 	// total is every byte recorded, saturating; bytes a slot lost to a
 	// rival stay in it, so total less one size's bytes is at least what
@@ -56,6 +65,9 @@ type servedSize struct {
 	need, bytes uint64
 }
 
+// servedSlot is the slot a size hashes to: the top 6 bits of a
+// multiplicative (Fibonacci) hash, which spreads sizes that differ only in
+// their low bits, as sizes of one workload do, over all 64 slots.
 func servedSlot(need uint64) int { return int((need * 0x9E3779B97F4A7C15) >> 58) }
 
 // record counts one reservation of need effective bytes.
@@ -102,29 +114,49 @@ func (s *servedSizes) tailWaste(page, need uint64) float64 {
 }
 
 // tiled returns the page size a growth for need effective bytes takes on
-// an arena that served served: among the multiples of TileStep from
-// smallest (Fit's) up to twice need, each rounded to the alignment within
-// [Min, Max], the one with the least tailWaste (the smallest of equals);
+// an arena that served served and holds footprint bytes with the growth's
+// allocation: among the multiples of TileStep from smallest (Fit's) up to
+// twice need, each rounded to the alignment within [Min, Max], the one of
+// least cost tailWaste·footprint + page/2 (the smallest of equals);
 // smallest itself while the arena served fewer bytes than need in other
 // sizes. The caller has checked need ≤ Max.
-func (s PageSizing) tiled(need, smallest uint64, served *servedSizes) uint64 {
+//
+// The walk stops at Max, past which every step clamps to it, and looks at
+// most maxCandidates steps, at a coarser stride for a need of more than
+// maxCandidates steps: a growth stays a bounded amount of work whatever
+// sizes a device allows.
+func (s PageSizing) tiled(need, smallest, footprint uint64, served *servedSizes) uint64 {
 	if storage.SatSub(served.total, served.bytesOf(need)) < need {
 		return smallest
 	}
+	first := need/TileStep + min(need%TileStep, 1)                    // ⌈need/TileStep⌉
+	last := need/TileStep*2 + (2*(need%TileStep)+TileStep-1)/TileStep // ⌈2·need/TileStep⌉
+	stride := (last-first)/maxCandidates + 1
 	best, least := smallest, math.Inf(1)
-	last := storage.RoundUp(storage.SatAdd(need, need), TileStep)
-	prev := uint64(0)
-	for step := storage.RoundUp(need, TileStep); step <= last; step += TileStep {
-		p := s.clamp(step)
-		if p == prev {
-			continue // the alignment or Max folded two steps onto one size
+	for k := first; k <= last; k += stride {
+		p := s.Max
+		if k <= math.MaxUint64/TileStep {
+			p = s.clamp(k * TileStep)
 		}
-		prev = p
 		// The relative tolerance keeps float noise from preferring a
-		// larger page that wastes the same.
-		if w := served.tailWaste(p, need); w < least*(1-1e-9) {
-			best, least = p, w
+		// larger page that costs the same.
+		if c := served.tailWaste(p, need)*float64(footprint) + float64(p)/2; c < least*(1-1e-9) {
+			best, least = p, c
+		}
+		if p == s.Max || k > math.MaxUint64-stride {
+			break
 		}
 	}
 	return best
+}
+
+// ceilTo rounds x up to a multiple of a, or returns MaxUint64 when no
+// multiple at least x fits in 64 bits (storage.RoundUp then rounds down):
+// the clamp to Max that follows then gives Max, which holds any need Fit
+// let through.
+func ceilTo(x, a uint64) uint64 {
+	if r := storage.RoundUp(x, a); r >= x {
+		return r
+	}
+	return math.MaxUint64
 }

@@ -32,8 +32,9 @@ func sharedSource(t *testing.T, name string) Source {
 
 // The figures the replay tool exists to show: on every shared snapshot the
 // granular adaptive memory needs less than PyTorch reserved, at its smallest
-// capacity no more than it did before pages were tiled (1.000, 1.004 and
-// 1.065 × peak live, issue 13), and its peak reserved stays below PyTorch's.
+// capacity no more than it does with tiled pages (1.000, 1.003 and 1.065 ×
+// peak live; issue 13 asks for at most 1.000, 1.004 and 1.065), and its peak
+// reserved stays below PyTorch's.
 func TestAdaptiveNeedsLessThanPyTorchReservedOnSharedSnapshots(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
