@@ -59,7 +59,8 @@ func (t *table) write(b *strings.Builder) {
 			}
 		}
 		span += gap * (len(grp.Columns) - 1)
-		if need := utf8.RuneCountInString(grp.Title) + 2; need > span {
+		// The title, a space each side and at least one rule each side.
+		if need := utf8.RuneCountInString(grp.Title) + 4; need > span {
 			width[first+len(grp.Columns)-1] += need - span
 		}
 	}
