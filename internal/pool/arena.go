@@ -208,7 +208,8 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 // the bytes the arena holds (a scan of its pools: growths are rare).
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
 	_, need := padded(size, a.sizing.Align)
-	pageSize := a.sizing.tiled(need, smallest, storage.SatAdd(a.Usage().BytesInUse, need), &a.served)
+	u := a.Usage() // effective bytes, as need and the served sizes are
+	pageSize := a.sizing.tiled(need, smallest, storage.SatAdd(storage.SatAdd(u.BytesInUse, u.BytesPadding), need), &a.served)
 	slot := -1
 	for i, p := range a.slots {
 		if p == nil {

@@ -33,14 +33,14 @@ import (
 
 const (
 	// TileStep is the granule of tiled page sizes: the 2 MiB a driver
-	// rounds a large allocation to anyway, so no page size it picks is one
-	// the driver would round up further.
+	// rounds a large allocation to anyway, so (with an alignment dividing
+	// 2 MiB) no page size it picks is one the driver would round up further.
 	TileStep = 2 << 20
 	// servedSlots is the size of the served-size summary: more than the
 	// distinct sizes that make up most bytes of a real workload.
 	servedSlots = 64
 	// maxCandidates bounds the page sizes a growth compares (one per
-	// TileStep up to 2 GiB).
+	// TileStep for a need under 2 GiB).
 	maxCandidates = 1024
 )
 
@@ -122,9 +122,9 @@ func (s *servedSizes) tailWaste(page, need uint64) float64 {
 // sizes. The caller has checked need ≤ Max.
 //
 // The walk stops at Max, past which every step clamps to it, and looks at
-// most maxCandidates steps, at a coarser stride for a need of more than
-// maxCandidates steps: a growth stays a bounded amount of work whatever
-// sizes a device allows.
+// most maxCandidates steps, at a coarser stride for a need of 2 GiB or more
+// (more than maxCandidates candidates): a growth stays a bounded amount of
+// work whatever sizes a device allows.
 func (s PageSizing) tiled(need, smallest, footprint uint64, served *servedSizes) uint64 {
 	if storage.SatSub(served.total, served.bytesOf(need)) < need {
 		return smallest

@@ -46,8 +46,8 @@ func (t *table) write(b *strings.Builder) {
 	// A group's title is centred over its columns, between rules, and the
 	// columns widen when the title is longer than they are.
 	for g, grp := range t.groups {
-		if grp.Title == "" {
-			continue
+		if grp.Title == "" || len(grp.Columns) == 0 {
+			continue // a group of no columns has nothing to head
 		}
 		first, span := -1, 0
 		for i := range heads {
@@ -73,6 +73,9 @@ func (t *table) write(b *strings.Builder) {
 	}
 	var line strings.Builder
 	for g, grp := range t.groups {
+		if len(grp.Columns) == 0 {
+			continue
+		}
 		span := -gap
 		for i := range heads {
 			if groupOf[i] == g {

@@ -14,12 +14,16 @@ func TestGroupTitlesSitBetweenRules(t *testing.T) {
 		{Title: "a title wider than its column", Columns: []string{"x"}},
 		{Title: "exactly as wide", Columns: []string{"exactly as wide", "b"}},
 		{Title: "short", Columns: []string{"a much wider column heading"}},
+		{Title: "no columns"},
 	}}
 	tb.add("adaptive", "1", "2", "3", "4")
 	var b strings.Builder
 	tb.write(&b)
 	lines := strings.Split(b.String(), "\n")
 	head := lines[0]
+	if strings.Contains(head, "no columns") {
+		t.Errorf("a group of no columns headed nothing, yet its title shows: %q", head)
+	}
 	for _, title := range []string{"a title wider than its column", "exactly as wide", "short"} {
 		i := strings.Index(head, " "+title+" ")
 		if i < 0 {
