@@ -205,11 +205,16 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 // grow builds the next current pool in the lowest empty slot, with its first
 // page holding size, before switching (PL28). The page size tiles what the
 // arena served (PageSizing.tiled), from Fit's smallest, smallest, up, for
-// the bytes the arena holds (a scan of its pools: growths are rare).
+// the bytes the arena holds (a scan of its pools, skipped when the history
+// is too thin to tile: growths are rare).
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
 	_, need := padded(size, a.sizing.Align)
-	u := a.Usage() // effective bytes, as need and the served sizes are
-	pageSize := a.sizing.tiled(need, smallest, storage.SatAdd(storage.SatAdd(u.BytesInUse, u.BytesPadding), need), &a.served)
+	footprint := need
+	if !a.served.thin(need) { // else tiled takes smallest: no scan
+		u := a.Usage() // effective bytes, as need and the served sizes are
+		footprint = storage.SatAdd(storage.SatAdd(u.BytesInUse, u.BytesPadding), need)
+	}
+	pageSize := a.sizing.tiled(need, smallest, footprint, &a.served)
 	slot := -1
 	for i, p := range a.slots {
 		if p == nil {

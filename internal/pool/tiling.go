@@ -87,6 +87,12 @@ func (s *servedSizes) record(need uint64) {
 	}
 }
 
+// thin reports that the summary holds fewer bytes of sizes other than need
+// than need itself: too little history to tile a growth for need.
+func (s *servedSizes) thin(need uint64) bool {
+	return storage.SatSub(s.total, s.bytesOf(need)) < need
+}
+
 // bytesOf returns the bytes the summary holds for need.
 func (s *servedSizes) bytesOf(need uint64) uint64 {
 	if e := s.slots[servedSlot(need)]; e.need == need {
@@ -126,7 +132,7 @@ func (s *servedSizes) tailWaste(page, need uint64) float64 {
 // (more than maxCandidates candidates): a growth stays a bounded amount of
 // work whatever sizes a device allows.
 func (s PageSizing) tiled(need, smallest, footprint uint64, served *servedSizes) uint64 {
-	if storage.SatSub(served.total, served.bytesOf(need)) < need {
+	if served.thin(need) {
 		return smallest
 	}
 	first := need/TileStep + min(need%TileStep, 1)                    // ⌈need/TileStep⌉
