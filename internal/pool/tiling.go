@@ -149,7 +149,7 @@ func (s PageSizing) tiled(need, smallest, footprint uint64, served *servedSizes)
 		if c := served.tailWaste(p, need)*float64(footprint) + float64(p)/2; c < least*(1-1e-9) {
 			best, least = p, c
 		}
-		if p == s.Max || k > math.MaxUint64-stride {
+		if p == s.Max { // every later step clamps to Max too
 			break
 		}
 	}
