@@ -90,9 +90,14 @@ type Event struct {
 }
 
 // Validate reports whether e is a well-formed event of its op: a known op, a
-// size at most [MaxSize], a stream in [0, MaxStreams), a non-negative graph, a known window mode
-// or capture phase. The error wraps [ErrInvalidEvent] or [ErrUnknownOp].
+// time of at least 0, a size at most [MaxSize], a stream in [0, MaxStreams),
+// a non-negative graph, a known window mode or capture phase. The error wraps [ErrInvalidEvent] or [ErrUnknownOp].
 func (e Event) Validate() error {
+	if e.T < 0 {
+		// Times are microseconds from the trace's start: a negative one is
+		// a corrupt or hand-made file, and spans computed from it overflow.
+		return fmt.Errorf("%w: field \"t\" is %d, want microseconds >= 0", ErrInvalidEvent, e.T)
+	}
 	switch e.Op {
 	case OpAlloc:
 		if e.Size > MaxSize {

@@ -75,7 +75,7 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 			}
 			e, err := w.event()
 			if err == nil && haveT && e.T < lastT {
-				err = fmt.Errorf("%w: time %d before previous %d", ErrInvalidEvent, e.T, lastT)
+				err = fmt.Errorf("%w: field \"t\" is %d, before the previous line's %d (times must not decrease)", ErrInvalidEvent, e.T, lastT)
 			}
 			if err != nil {
 				yield(Event{}, fmt.Errorf("line %d: %w", line, err))
@@ -87,7 +87,12 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 			}
 		}
 		if err := sc.Err(); err != nil {
-			yield(Event{}, fmt.Errorf("%w: after line %d: %w", ErrInvalidEvent, line, err))
+			if errors.Is(err, bufio.ErrTooLong) {
+				err = fmt.Errorf("%w: line %d is longer than %d bytes (MaxLineBytes; a native event is under 150): not a gpumem trace, or corrupt", ErrInvalidEvent, line+1, MaxLineBytes)
+			} else {
+				err = fmt.Errorf("%w: after line %d: %w", ErrInvalidEvent, line, err)
+			}
+			yield(Event{}, err)
 		}
 	}
 }

@@ -141,8 +141,33 @@ func TestDecodeRejectsMalformedEventsNamingTheLine(t *testing.T) {
 func TestDecodeRejectsDecreasingTime(t *testing.T) {
 	_, err := decodeAll(t, `{"op":"cleanup","t":5,"stream":0}
 {"op":"cleanup","t":4,"stream":0}`)
-	if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "line 2") {
+	if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), `field "t"`) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A negative time is refused on every op, naming the line and the field;
+// the int64 extremes made a replay print a negative span before.
+func TestDecodeRejectsNegativeTimesNamingTheLineAndField(t *testing.T) {
+	for _, line := range []string{
+		`{"op":"alloc","t":-5,"id":1,"size":10,"stream":0}`,
+		`{"op":"free","t":-1,"id":1}`,
+		`{"op":"cleanup","t":-9223372036854775808,"stream":0}`,
+		`{"op":"window","t":-2,"stream":0,"mode":"auto"}`,
+		`{"op":"capture","t":-3,"stream":0,"phase":"end","graph":0}`,
+	} {
+		_, err := decodeAll(t, `{"op":"cleanup","t":0,"stream":0}`+"\n"+line+"\n")
+		if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "line 2") || !strings.Contains(err.Error(), `field "t"`) {
+			t.Fatalf("%s: got %v, want ErrInvalidEvent naming line 2 and field \"t\"", line, err)
+		}
+	}
+	events, err := decodeAll(t, `{"op":"cleanup","t":0,"stream":0}
+{"op":"cleanup","t":9223372036854775807,"stream":0}`)
+	if err != nil || len(events) != 2 {
+		t.Fatalf("times 0 then the int64 maximum: %d events, %v", len(events), err)
+	}
+	if err := NewEncoder(&bytes.Buffer{}).Encode(Event{Op: OpFree, T: -1, ID: 1}); !errors.Is(err, ErrInvalidEvent) {
+		t.Fatalf("Encode of a negative time: %v, want ErrInvalidEvent", err)
 	}
 }
 
@@ -156,8 +181,12 @@ func TestDecodeRejectsOtherFormatOrVersion(t *testing.T) {
 
 func TestDecodeRejectsOverlongLine(t *testing.T) {
 	long := `{"op":"cleanup","t":0,"stream":0,"pad":"` + strings.Repeat("x", MaxLineBytes) + `"}`
-	if _, err := decodeAll(t, long); !errors.Is(err, ErrInvalidEvent) {
-		t.Fatalf("got %v", err)
+	_, err := decodeAll(t, `{"op":"cleanup","t":0,"stream":0}`+"\n"+long)
+	if !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "line 2 ") || !strings.Contains(err.Error(), "1048576 bytes") || !strings.Contains(err.Error(), "MaxLineBytes") {
+		t.Fatalf("got %v, want ErrInvalidEvent naming line 2 and the 1048576-byte limit", err)
+	}
+	if strings.Contains(err.Error(), "bufio") {
+		t.Fatalf("error %q leaks the scanner's wording", err)
 	}
 }
 

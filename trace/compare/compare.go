@@ -274,13 +274,18 @@ const maxLive = uint64(1) << 63
 
 // peakLive is the highest sum of live requested sizes. A trace whose live
 // bytes pass 2^63 is refused with an error naming the event, as is an
-// invalid event (an alloc above trace.MaxSize would break that bound).
+// invalid event (an alloc above trace.MaxSize would break that bound) and
+// a time before the previous event's (the report's spans and timelines
+// assume the native format's non-decreasing t).
 func peakLive(events []trace.Event) (uint64, error) {
 	live := make(map[uint64]uint64)
 	var cur, peak uint64
 	for i, e := range events {
 		if err := e.Validate(); err != nil {
 			return 0, fmt.Errorf("event %d: %w", i, err)
+		}
+		if i > 0 && e.T < events[i-1].T {
+			return 0, fmt.Errorf("%w: event %d: time %d before the previous event's %d (times must not decrease)", trace.ErrInvalidEvent, i, e.T, events[i-1].T)
 		}
 		switch e.Op {
 		case trace.OpAlloc:

@@ -120,6 +120,24 @@ func TestRunRefusesLiveBytesBeyond2To63(t *testing.T) {
 	}
 }
 
+// A Source built in code (not decoded) with negative or decreasing times is
+// refused before any replay: the report's span and timelines assume
+// non-decreasing, non-negative t, and the int64 extremes made the span
+// negative.
+func TestRunRefusesNegativeAndDecreasingTimes(t *testing.T) {
+	cases := map[string][]trace.Event{
+		"negative":   {{Op: trace.OpAlloc, T: -5, ID: 1, Size: 10}},
+		"decreasing": {{Op: trace.OpAlloc, T: 7, ID: 1, Size: 10}, {Op: trace.OpFree, T: 3, ID: 1}},
+		"extremes":   {{Op: trace.OpAlloc, T: -1 << 63, ID: 1, Size: 10}, {Op: trace.OpFree, T: 1<<63 - 1, ID: 1}},
+	}
+	for name, events := range cases {
+		_, err := Run(context.Background(), Source{Name: name, Events: events}, Options{})
+		if !errors.Is(err, trace.ErrInvalidEvent) || !strings.Contains(err.Error(), "event ") {
+			t.Errorf("%s: got %v, want ErrInvalidEvent naming the event", name, err)
+		}
+	}
+}
+
 // An alloc of a live ID is an implied free under every policy, the torch
 // model included, and counted in the report.
 func TestImpliedFreesAreCountedUnderEveryPolicy(t *testing.T) {
