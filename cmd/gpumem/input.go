@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -27,8 +28,31 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 		return compare.Source{}, err
 	}
 	defer f.Close()
-	if strings.HasSuffix(path, ".jsonl") {
-		return decodeJSONL(filepath.Base(path), f)
+	// The content decides, not the name: a gzipped or upper-case .jsonl
+	// is a trace, a snapshot named .jsonl a snapshot.
+	kind, content, gzipped, err := trace.Sniff(f)
+	if errors.Is(err, trace.ErrUnknownFormat) && namedJSONL(path) {
+		// Named a trace and neither format: the JSONL decoder names the
+		// line and what is wrong with it.
+		kind, err = trace.InputJSONL, nil
+	}
+	if err != nil {
+		return compare.Source{}, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if kind == trace.InputJSONL {
+		if gzipped {
+			// A gzip stream can expand a thousandfold: the same bound as a
+			// snapshot's keeps a crafted file from filling memory.
+			content = &boundedReader{r: content, limit: cmp.Or(maxSnapshot, trace.DefaultMaxSnapshotBytes)}
+		}
+		src, err := decodeJSONL(filepath.Base(path), content)
+		if err != nil {
+			return compare.Source{}, snapshotHint(err)
+		}
+		return src, nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
 	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{MaxBytes: maxSnapshot})
 	if err != nil {
@@ -56,6 +80,33 @@ func decodeJSONL(name string, r io.Reader) (compare.Source, error) {
 		return compare.Source{}, fmt.Errorf("%w: %s has no events", compare.ErrEmptyTrace, name)
 	}
 	return compare.Source{Name: name, Events: slices.Clip(events)}, nil
+}
+
+// namedJSONL reports whether path is named as a JSONL trace (.jsonl or
+// .jsonl.gz, any case).
+func namedJSONL(path string) bool {
+	p := strings.ToLower(path)
+	return strings.HasSuffix(p, ".jsonl") || strings.HasSuffix(p, ".jsonl.gz")
+}
+
+// boundedReader fails with a *trace.TooLargeError once its reader has
+// yielded more than limit bytes.
+type boundedReader struct {
+	r     io.Reader
+	limit int64 // > 0
+	read  int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if room := b.limit - b.read + 1; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	if b.read > b.limit {
+		return 0, &trace.TooLargeError{Limit: b.limit}
+	}
+	return n, err
 }
 
 // snapshotHint adds to a snapshot error the flag that changes it.
