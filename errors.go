@@ -49,4 +49,8 @@ var (
 
 	// ErrInvalidUse is returned for a Use outside its buffer, or a nil buffer.
 	ErrInvalidUse = errors.New("gpumem: invalid buffer use")
+
+	// ErrInvalidName is returned for a name the call cannot use, such as an
+	// empty one for Device.Publish.
+	ErrInvalidName = errors.New("gpumem: invalid name")
 )

@@ -108,10 +108,11 @@ func (s Stats) LogValue() slog.Value {
 // JSON object of the metrics by name, read afresh at every scrape (Stats
 // takes the device lock briefly and never waits for the device). A name
 // already published is ErrPublished: expvar cannot unpublish, so a
-// closed device keeps answering with its last counters.
+// closed device keeps answering with its last counters. An empty name is
+// ErrInvalidName: expvar would list it as the key "".
 func (d *Device) Publish(name string) (err error) {
 	if name == "" {
-		return fmt.Errorf("%w: empty name", ErrPublished)
+		return fmt.Errorf("%w: Publish needs a non-empty expvar name, such as \"gpumem\"", ErrInvalidName)
 	}
 	if expvar.Get(name) != nil {
 		return fmt.Errorf("%w: %q", ErrPublished, name)

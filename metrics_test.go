@@ -39,6 +39,9 @@ func TestStatsAreNamedInSlogAndPublishedThroughExpvar(t *testing.T) {
 	if err := dev.Publish(name); !errors.Is(err, ErrPublished) {
 		t.Fatalf("second Publish: %v, want ErrPublished", err)
 	}
+	if err := dev.Publish(""); !errors.Is(err, ErrInvalidName) || errors.Is(err, ErrPublished) || strings.Contains(err.Error(), "already published") {
+		t.Fatalf("Publish(\"\"): %v, want ErrInvalidName, not ErrPublished", err)
+	}
 	read := func() map[string]uint64 {
 		var m map[string]uint64
 		if err := json.Unmarshal([]byte(expvar.Get(name).String()), &m); err != nil {
