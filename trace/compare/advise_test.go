@@ -2,6 +2,7 @@ package compare
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -63,6 +64,12 @@ func TestParsePoliciesKeepsTorchConfTogether(t *testing.T) {
 	}
 	if err := checkPolicy("torch:nosuch_key:1"); err == nil {
 		t.Fatal("a bad conf was accepted")
+	}
+	// "torch:" was silently PyTorch's defaults: a lost setting.
+	for _, name := range []string{"torch:", "torch: "} {
+		if err := checkPolicy(name); !errors.Is(err, ErrUnknownPolicy) || !strings.Contains(err.Error(), "empty setting") || !strings.Contains(err.Error(), "torch:defaults") {
+			t.Fatalf("checkPolicy(%q) = %v, want an empty-setting error pointing to torch:defaults", name, err)
+		}
 	}
 }
 

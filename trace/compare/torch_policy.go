@@ -38,6 +38,12 @@ func torchSettings(name string, base torch.Settings) (torch.Settings, error) {
 		return torch.Settings{}, nil
 	}
 	conf := strings.TrimPrefix(name, torchPrefix)
+	if strings.TrimSpace(conf) == "" {
+		// ParseConf takes "" as the defaults (an unset environment
+		// variable); a policy written "torch:" more likely lost its
+		// setting, so it is refused rather than silently the defaults.
+		return torch.Settings{}, fmt.Errorf("%w %q: empty setting: write torch:CONF with CONF in PYTORCH_CUDA_ALLOC_CONF syntax, or torch:defaults for PyTorch's defaults", ErrUnknownPolicy, name)
+	}
 	s, err := torch.ParseConf(conf)
 	if err != nil {
 		return torch.Settings{}, fmt.Errorf("%w %q: %w", ErrUnknownPolicy, name, err)
