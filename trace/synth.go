@@ -20,7 +20,8 @@ import (
 // SynthParams scales a synthetic workload. Zero fields take the workload's
 // defaults.
 type SynthParams struct {
-	// Allocs is the approximate number of alloc events (default 2000).
+	// Allocs is the approximate number of alloc events (default 2000, at
+	// most MaxSynthAllocs).
 	Allocs int
 	// Streams is the number of streams of multistream (default 2; at least
 	// 2, at most MaxStreams). Other workloads use stream 0.
@@ -28,6 +29,12 @@ type SynthParams struct {
 	// LiveBytes bounds the live set of churn and multistream (default 1 GiB).
 	LiveBytes uint64
 }
+
+// MaxSynthAllocs bounds SynthParams.Allocs: ten million allocations are
+// about 1.3 GB of JSONL and 20 million events in a replay's memory, more
+// than any workload needs to show its shape, and a typo such as
+// 2000000000000 would otherwise write until the disk is full.
+const MaxSynthAllocs = 10_000_000
 
 // Workloads lists the names Synth accepts.
 func Workloads() []string {
@@ -63,6 +70,9 @@ func Workloads() []string {
 func Synth(name string, seed uint64, p SynthParams) (iter.Seq[Event], error) {
 	if p.Allocs < 0 || p.Streams < 0 {
 		return nil, fmt.Errorf("%w: synth params allocs %d, streams %d must not be negative", ErrInvalidEvent, p.Allocs, p.Streams)
+	}
+	if p.Allocs > MaxSynthAllocs {
+		return nil, fmt.Errorf("%w: synth allocs %d exceeds %d (MaxSynthAllocs)", ErrInvalidEvent, p.Allocs, MaxSynthAllocs)
 	}
 	if p.Allocs == 0 {
 		p.Allocs = 2000

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -220,5 +221,12 @@ func TestDefaultTraceIsTheGeneratorOutput(t *testing.T) {
 	allocs, _, _ := checkBalanced(t, want)
 	if allocs < 1000 {
 		t.Fatalf("default trace has %d allocs", allocs)
+	}
+}
+
+// A count past MaxSynthAllocs is refused before anything is generated.
+func TestSynthRefusesAllocsPastTheLimit(t *testing.T) {
+	if _, err := Synth("churn", 1, SynthParams{Allocs: MaxSynthAllocs + 1}); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "MaxSynthAllocs") {
+		t.Fatalf("got %v, want ErrInvalidEvent naming MaxSynthAllocs", err)
 	}
 }

@@ -289,9 +289,11 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 	setUsage(fs, synthUsage)
 	workload := fs.String("workload", "", "`NAME`: one of "+strings.Join(trace.Workloads(), ", "))
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same bytes)")
-	allocs := fs.Int("allocs", 0, "approximate number of allocations (0 = default)")
+	allocs := fs.Int("allocs", 0, fmt.Sprintf("approximate number of allocations (0 = default 2000, at most %d)", trace.MaxSynthAllocs))
 	streams := fs.Int("streams", 0, "streams of multistream (0 = default)")
 	out := fs.String("o", "", "write the trace to `FILE` (required; - for standard output)")
+	maxOutput := sizeFlag{v: defaultMaxOutput}
+	fs.Var(&maxOutput, "max-output", "stop and remove the output once it would pass `SIZE`")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -302,13 +304,19 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 0 || *out == "" || *workload == "" {
 		return fmt.Errorf("%w: gpumem synth -workload NAME [-seed N] -o TRACE.jsonl", errUsage)
 	}
+	if *allocs < 0 || *allocs > trace.MaxSynthAllocs {
+		return fmt.Errorf("%w: -allocs %d: want 0 (the default) to %d", errUsage, *allocs, trace.MaxSynthAllocs)
+	}
+	if maxOutput.v == 0 {
+		return fmt.Errorf("%w: -max-output must be at least 1 byte", errUsage)
+	}
 	events, err := trace.Synth(*workload, *seed, trace.SynthParams{Allocs: *allocs, Streams: *streams})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	n := 0
 	err = writeOutput(*out, stdout, func(w io.Writer) error {
-		enc := trace.NewEncoder(w)
+		enc := trace.NewEncoder(&cappedWriter{w: w, limit: maxOutput.v})
 		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: fmt.Sprintf("synth %s seed %d", *workload, *seed)}); err != nil {
 			return err
 		}
