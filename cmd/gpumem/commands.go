@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -18,21 +19,33 @@ import (
 	"github.com/gpumem/gpumem/trace/torch"
 )
 
-func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+// newFlagSet returns a command's flag set; -h prints its usage to out
+// (standard output, as gpumem help COMMAND does: help asked for is output,
+// not a diagnostic).
+func newFlagSet(name string, out io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(out)
 	return fs
 }
 
-// parseFlags parses args, letting flags follow positional arguments.
+// parseFlags parses args, letting flags follow positional arguments. A bad
+// flag or value is a usage error that says what is wrong and where the
+// flags are listed, without the whole usage the flag package would print;
+// -h prints the usage and returns flag.ErrHelp.
 func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	defer func() { fs.SetOutput(out); fs.Usage = usage }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(out)
+				usage()
 				return nil, err
 			}
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: %v\nrun \"%s -h\" for its flags", errUsage, err, fs.Name())
 		}
 		args = fs.Args()
 		if len(args) == 0 {
@@ -43,8 +56,57 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// setFlags lists the flags of fs given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// checkOutputs refuses, before any work, flags that contradict each other
+// about the report's form or would send two outputs to standard output.
+// report is the -format value after -json.
+func checkOutputs(fs *flag.FlagSet, format string, html, snapshotOut string) error {
+	set := setFlags(fs)
+	if set["json"] && set["format"] && format != "json" {
+		return fmt.Errorf("%w: -json and -format %s contradict each other: give one", errUsage, fs.Lookup("format").Value)
+	}
+	if html == "-" && (set["json"] || set["format"]) {
+		return fmt.Errorf("%w: -html - writes the HTML report to standard output in place of the text or JSON one: drop -json/-format, or give -html a FILE", errUsage)
+	}
+	if snapshotOut == "-" {
+		return fmt.Errorf("%w: -snapshot-out - would mix the binary snapshot with the report on standard output: give -snapshot-out a FILE", errUsage)
+	}
+	return nil
+}
+
+// checkWritable refuses an output path that cannot be written, before the
+// work that would fill it runs: its folder must exist and take a new file,
+// and an existing path must be a writable file. "" and "-" pass.
+func checkWritable(flagName, path string) error {
+	if path == "" || path == "-" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil {
+		if fi.IsDir() {
+			return fmt.Errorf("%w: %s %s is a folder: give a file name", errUsage, flagName, path)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY, 0)
+		if err != nil {
+			return fmt.Errorf("%s %s cannot be written: %w", flagName, path, err)
+		}
+		return f.Close()
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), ".gpumem-check-*")
+	if err != nil {
+		return fmt.Errorf("%s %s cannot be written: %w", flagName, path, err)
+	}
+	f.Close()
+	return os.Remove(f.Name())
+}
+
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("gpumem replay", stderr)
+	fs := newFlagSet("gpumem replay", stdout)
 	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
 	var capacity, overhead sizeFlag
 	fs.Var(&capacity, "capacity", "say whether each policy fits a device of `SIZE` (e.g. 80GB or 24GiB; at least 1MiB): "+sizeHelp)
@@ -62,7 +124,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
 	quiet := fs.Bool("quiet", false, "no progress bar")
-	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz (- for standard output)")
+	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz")
 	snapshotPolicy := fs.String("snapshot-policy", compare.Adaptive, "the gpumem `POLICY` whose replay -snapshot-out writes")
 	setUsage(fs, replayUsage)
 	pos, err := parseFlags(fs, args)
@@ -75,11 +137,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) > 1 {
 		return fmt.Errorf("%w: replay takes at most one FILE, got %d", errUsage, len(pos))
 	}
-	if *jsonOut {
-		*format = "json"
-	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
+	}
+	if err := checkOutputs(fs, *format, *htmlOut, *snapshotOut); err != nil {
+		return err
+	}
+	if *jsonOut {
+		*format = "json"
 	}
 	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
 		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
@@ -109,6 +174,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *snapshotOut != "" && *snapshotOut == *htmlOut {
 		return fmt.Errorf("%w: -snapshot-out and -html name the same file %q", errUsage, *snapshotOut)
+	}
+	if err := errors.Join(checkWritable("-html", *htmlOut), checkWritable("-snapshot-out", *snapshotOut)); err != nil {
+		return err
 	}
 	var open func(...gpumem.Option) (*gpumem.Device, error)
 	var alignment uint64
@@ -233,7 +301,7 @@ func writeFile(path string, fn func(io.Writer) error) error {
 }
 
 func convertCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("gpumem convert", stderr)
+	fs := newFlagSet("gpumem convert", stdout)
 	setUsage(fs, convertUsage)
 	out := fs.String("o", "", "write the trace to `FILE` (required; - for standard output)")
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
@@ -285,7 +353,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 func synthCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("gpumem synth", stderr)
+	fs := newFlagSet("gpumem synth", stdout)
 	setUsage(fs, synthUsage)
 	workload := fs.String("workload", "", "`NAME`: one of "+strings.Join(trace.Workloads(), ", "))
 	seed := fs.Uint64("seed", 1, "random seed (same seed, same bytes)")
@@ -336,7 +404,7 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 }
 
 func infoCmd(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("gpumem info", stderr)
+	fs := newFlagSet("gpumem info", stdout)
 	setUsage(fs, infoUsage)
 	if _, err := parseFlags(fs, args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -372,7 +440,7 @@ func capacityString(n uint64) string {
 }
 
 func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("gpumem advise", stderr)
+	fs := newFlagSet("gpumem advise", stdout)
 	setUsage(fs, adviseUsage)
 	var capacity, overhead sizeFlag
 	fs.Var(&capacity, "capacity", "say which settings fit a device of `SIZE` and the PYTORCH_CUDA_ALLOC_CONF line to use: "+sizeHelp)
@@ -393,11 +461,17 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: gpumem advise SNAPSHOT [-capacity SIZE]", errUsage)
 	}
-	if *jsonOut {
-		*format = "json"
-	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
+	}
+	if err := checkOutputs(fs, *format, *htmlOut, ""); err != nil {
+		return err
+	}
+	if err := checkWritable("-html", *htmlOut); err != nil {
+		return err
+	}
+	if *jsonOut {
+		*format = "json"
 	}
 	if capacity.set && capacity.v < 1<<20 {
 		return fmt.Errorf("%w: -capacity %d B is below 1 MiB", errUsage, capacity.v)

@@ -22,9 +22,10 @@ func TestEveryCommandHasItsOwnHelp(t *testing.T) {
 		if !strings.HasPrefix(out, "usage: gpumem "+cmd) || !strings.Contains(out, want) {
 			t.Errorf("gpumem help %s printed %q, want its usage with %s", cmd, out, want)
 		}
-		_, errOut, err := runCmd(t, cmd, "-h")
-		if err != nil || !strings.HasPrefix(errOut, "usage: gpumem "+cmd) || !strings.Contains(errOut, want) {
-			t.Errorf("gpumem %s -h = %v, printed %q", cmd, err, errOut)
+		// -h prints to the same stream as help COMMAND: standard output.
+		hOut, errOut, err := runCmd(t, cmd, "-h")
+		if err != nil || hOut != out || errOut != "" {
+			t.Errorf("gpumem %s -h = %v, printed %q on stdout and %q on stderr; want help's %q on stdout", cmd, err, hOut, errOut, out)
 		}
 	}
 	if _, _, err := runCmd(t, "help", "nosuch"); exitCode(err) != 2 {

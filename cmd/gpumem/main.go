@@ -8,6 +8,7 @@
 //	gpumem convert SNAPSHOT -o TRACE.jsonl
 //	gpumem synth -workload NAME -seed N -o TRACE.jsonl
 //	gpumem info
+//	gpumem version
 //
 // replay -backend chooses where gpumem's policies run: sim (accounting
 // only, the default), host (real bytes) or cuda (device memory through the
@@ -91,6 +92,7 @@ const usageText = `usage:
   gpumem convert SNAPSHOT -o TRACE.jsonl
   gpumem synth -workload NAME [-seed N] -o TRACE.jsonl
   gpumem info                       available backends and their properties
+  gpumem version                    the version, commit and Go toolchain of this binary
 run "gpumem help COMMAND" (or "gpumem COMMAND -h") for a command's flags`
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -110,6 +112,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return infoCmd(args[1:], stdout, stderr)
 	case "help":
 		return helpCmd(ctx, args[1:], stdout)
+	case "version", "-version", "--version":
+		return versionCmd(args[1:], stdout)
 	case "-h", "-help", "--help":
 		fmt.Fprintln(stdout, usageText)
 		return nil

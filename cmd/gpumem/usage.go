@@ -47,6 +47,10 @@ each setting's peak reserved and smallest capacity, the best marked, and,
 with -capacity, which fit and the PYTORCH_CUDA_ALLOC_CONF line to use.
 Settings run in parallel.`
 
+	versionUsage = `usage: gpumem version
+
+Prints the version, commit and Go toolchain this binary was built from.`
+
 	infoUsage = `usage: gpumem info
 
 Lists the backends gpumem can run on here (host, sim and, when a CUDA
@@ -76,10 +80,10 @@ func helpCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	switch args[0] {
-	case "replay", "advise", "convert", "synth", "info":
+	case "replay", "advise", "convert", "synth", "info", "version":
 		return run(ctx, []string{args[0], "-h"}, stdout, stdout)
 	}
-	return fmt.Errorf("%w: no command %q; the commands are replay, advise, convert, synth and info", errUsage, args[0])
+	return fmt.Errorf("%w: no command %q; the commands are replay, advise, convert, synth, info and version", errUsage, args[0])
 }
 
 // messages is where a command's closing message goes: stdout, unless the
