@@ -263,3 +263,18 @@ func (d *Device) retryUpdateLocked(s *Stream) (memory.PageUpdate, error) {
 	}
 	return s.pageUpdateLocked(), nil
 }
+
+// CanCompact: the relocating stream's memory might give a current page back
+// by compaction (false under WithoutRelocation).
+func (x streamsOf) CanCompact() bool {
+	return !x.d.noRelocate && !x.cleanOnly && x.s.mem.CanCompact()
+}
+
+// CompactMemory compacts the relocating stream's current pages, copying on
+// that stream, without limits.
+func (x streamsOf) CompactMemory() {
+	o := x.s.mem.Compact(&deviceCopies{d: x.d, s: x.s}, pool.CompactLimits{})
+	if h := x.d.hist; h != nil {
+		h.relocationLocked(x.s, relocation.Compact, o)
+	}
+}

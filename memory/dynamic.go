@@ -47,6 +47,12 @@ type Relocating interface {
 	RelocationStats() relocation.Stats
 	// State describes the arena for the relocation trigger.
 	State() relocation.ArenaState
+	// CanCompact reports, without planning, whether a compaction might
+	// empty a current page (pool.Sliced.CanCompact).
+	CanCompact() bool
+	// Compact empties the sparsest current pages into the room of the
+	// others, within lim, and gives the emptied pages back.
+	Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome
 }
 
 // HeldBinder is a dynamic memory whose reservation can bind the buffer in
@@ -381,3 +387,79 @@ var (
 	_ GranuleUnmapper = (*AdaptiveMemory)(nil)
 	_ Dynamic         = (*ExclusivePools)(nil)
 )
+
+// CanCompact implements Relocating: the arena's current pool or the small
+// pool might give a page back.
+func (a *AdaptiveMemory) CanCompact() bool {
+	return a.arena.CanCompact() || a.small.CanCompact()
+}
+
+// Compact implements Relocating (design §7.7): the arena's current pool
+// first (its pages are the large ones), then the small pool, each one
+// relocation (plan, copy, commit) for relocation.Compact within what lim
+// leaves; the emptied pages go back at once (a reservation retried right
+// after needs the room). The outcome sums both: Moved if either moved,
+// else the first failure, else NothingToMove.
+func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome {
+	type compactable interface {
+		CanCompact() bool
+		PlanCompact(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan)
+	}
+	var total relocation.Outcome
+	for _, p := range [...]struct {
+		c      compactable
+		sliced *pool.Sliced
+	}{{a.arena, a.arena.Current()}, {a.small, a.small}} {
+		if !p.c.CanCompact() {
+			continue
+		}
+		o := a.compactOne(st, q, p.c.PlanCompact, p.sliced, lim)
+		switch {
+		case o.Kind == relocation.Moved:
+			total.Kind = relocation.Moved
+			total.Moves += o.Moves
+			total.Bytes += o.Bytes
+			total.Err = nil
+			lim = lim.Less(uint64(o.Bytes), o.Moves)
+		case o.Kind != relocation.NothingToMove && total.Kind == relocation.NothingToMove:
+			total = o
+		}
+		if lim.Spent() {
+			break
+		}
+	}
+	return total
+}
+
+// compactOne plans one pool's compaction with plan, copies it through q and
+// commits it on sliced, then gives the emptied pages back.
+func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, plan func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan), sliced *pool.Sliced, lim pool.CompactLimits) relocation.Outcome {
+	r, info := plan(lim, st, a.g)
+	if r.IsEmpty() {
+		out := relocation.Outcome{Kind: relocation.NothingToMove}
+		a.stats.Record(relocation.Compact, out)
+		return out
+	}
+	moves, bytes := r.Len(), r.Bytes()
+	landed, err := r.Copy(st, q)
+	if err != nil {
+		kind := relocation.Abandoned
+		if r.Leaked() {
+			kind = relocation.Leaked
+			a.log.Error("gpumem: compaction wait failed; leaking its sources and targets so no copy in flight is overwritten", "moves", moves, "err", err)
+		} else {
+			a.log.Warn(fmt.Sprintf("gpumem: compaction abandoned: %v", err), "moves", moves)
+		}
+		out := relocation.Outcome{Kind: kind, Moves: moves, Bytes: bytes, Err: err}
+		a.stats.Record(relocation.Compact, out)
+		return out
+	}
+	sliced.Commit(landed, a.g)
+	sliced.ReleaseEmpty(st, a.g)
+	st.Flush()
+	out := relocation.Outcome{Kind: relocation.Moved, Moves: moves, Bytes: bytes}
+	a.stats.Record(relocation.Compact, out)
+	a.stats.CompactPagesFreed += uint64(info.Pages)
+	a.stats.CompactBytesFreed += info.BytesFreed
+	return out
+}

@@ -474,6 +474,22 @@ func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) rel
 	return out
 }
 
+// CanCompact reports whether a compaction might give a current page back.
+func (m *Manager) CanCompact() bool { return m.relocating != nil && m.relocating.CanCompact() }
+
+// Compact empties the sparsest current pages into the room of the others,
+// within lim, through q, and gives the emptied pages back (design §7.7).
+func (m *Manager) Compact(q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome {
+	if m.relocating == nil {
+		return relocation.Outcome{Kind: relocation.NothingToMove}
+	}
+	out := m.relocating.Compact(m.st, q, lim)
+	if invariantsOn {
+		m.checkInvariants("Compact")
+	}
+	return out
+}
+
 // Cleanup gives back what each pool's policy allows (design §6.4): persistent,
 // then dedicated (every free dedicated buffer goes back at once), then the
 // dynamic memory; Explicit flushes the storage. Renumbering rewrites

@@ -40,10 +40,22 @@
 // pressure is never anticipated: a relocation changes where later
 // allocations land, so it runs only once a reservation has failed and a
 // cleanup alone did not cure it (trigger.go). The [Streams] interface is the
-// runtime's side (eight required steps), and the seven provided functions
+// runtime's side (ten required steps), and the nine provided functions
 // ([RefuseWhileRecording], [Reclaim], [ReclaimFor], [Wanted],
-// [RelocateWhenWanted], [Relocate], [RelocateDevice]) hold the one order in
-// which those steps run.
+// [RelocateWhenWanted], [Relocate], [RelocateDevice], [CompactPages],
+// [ReclaimCompacting]) hold the one order in which those steps run.
+//
+// # Compaction
+//
+// The same protocol also defragments current pages (Reason [Compact]): the
+// pool plans moves of the live allocations of its sparsest current pages
+// into free room of its other current pages (pool.Sliced.PlanCompact), only
+// for a page whose every allocation finds room, so the page really empties;
+// the copy and the commit are the ones above, and the emptied pages go back
+// in the cleanup that follows. Compaction is the make-room path's last
+// stage, after a cleanup and a relocation off outdated pages both failed,
+// so up to that moment a compacting device does exactly what one without
+// compaction does.
 //
 // # Owns
 //
@@ -51,7 +63,7 @@
 // [TargetRoom], [CopyQueue] and its host implementation [HostCopies],
 // [Reason], [Need], [Trigger], [ArenaState], [ArenaShape], [Outcome],
 // [Stats], [ErrRecording], [ErrSizeMismatch], the [Streams] interface and the
-// seven provided steps.
+// nine provided steps.
 //
 // # Invariants
 //

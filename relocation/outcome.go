@@ -53,10 +53,19 @@ type Stats struct {
 	NothingToMove uint64             // relocations whose plan was empty
 	Abandoned     uint64             // relocations abandoned (clones released)
 	Leaked        uint64             // relocations leaked after a failed wait
+	// Compaction's share (Reason Compact): its moves and bytes are also in
+	// Moves and BytesMoved; the pages it emptied are current pages, given
+	// back by the cleanup that follows it, counted here and not in
+	// PagesReleased.
+	CompactMoves      uint64 // allocations a compaction moved
+	CompactBytesMoved uint64 // requested bytes those moves copied
+	CompactPagesFreed uint64 // current pages a compaction emptied and gave back
+	CompactBytesFreed uint64 // bytes of those pages (mapped bytes on granular storage)
 }
 
 // Record counts one relocation for r that ended with o: Runs[r], and the
-// counter of o's kind (Moves and BytesMoved for Moved). An unknown reason or
+// counter of o's kind (Moves and BytesMoved for Moved, and for a Moved
+// compaction CompactMoves and CompactBytesMoved too). An unknown reason or
 // kind, or a negative move count, is an internal bug and panics.
 func (s *Stats) Record(r Reason, o Outcome) {
 	if r >= NumReasons {
@@ -71,6 +80,10 @@ func (s *Stats) Record(r Reason, o Outcome) {
 		}
 		s.Moves += uint64(o.Moves)
 		s.BytesMoved += o.Bytes
+		if r == Compact {
+			s.CompactMoves += uint64(o.Moves)
+			s.CompactBytesMoved += o.Bytes
+		}
 	case Abandoned:
 		s.Abandoned++
 	case Leaked:
@@ -93,4 +106,8 @@ func (s *Stats) Add(o Stats) {
 	s.NothingToMove += o.NothingToMove
 	s.Abandoned += o.Abandoned
 	s.Leaked += o.Leaked
+	s.CompactMoves += o.CompactMoves
+	s.CompactBytesMoved += o.CompactBytesMoved
+	s.CompactPagesFreed += o.CompactPagesFreed
+	s.CompactBytesFreed += o.CompactBytesFreed
 }

@@ -32,12 +32,24 @@ func TestStatsRecordIgnoresMoveCountsOfFailedRelocations(t *testing.T) {
 }
 
 func TestStatsAddSumsEveryCounter(t *testing.T) {
-	a := Stats{Runs: [NumReasons]uint64{1, 2, 3, 4}, Moves: 5, BytesMoved: 6, PagesReleased: 7, BytesReleased: 8, NothingToMove: 9, Abandoned: 10, Leaked: 11}
-	b := Stats{Runs: [NumReasons]uint64{10, 20, 30, 40}, Moves: 50, BytesMoved: 60, PagesReleased: 70, BytesReleased: 80, NothingToMove: 90, Abandoned: 100, Leaked: 110}
+	a := Stats{Runs: [NumReasons]uint64{1, 2, 3, 4, 5}, Moves: 5, BytesMoved: 6, PagesReleased: 7, BytesReleased: 8, NothingToMove: 9, Abandoned: 10, Leaked: 11,
+		CompactMoves: 12, CompactBytesMoved: 13, CompactPagesFreed: 14, CompactBytesFreed: 15}
+	b := Stats{Runs: [NumReasons]uint64{10, 20, 30, 40, 50}, Moves: 50, BytesMoved: 60, PagesReleased: 70, BytesReleased: 80, NothingToMove: 90, Abandoned: 100, Leaked: 110,
+		CompactMoves: 120, CompactBytesMoved: 130, CompactPagesFreed: 140, CompactBytesFreed: 150}
 	a.Add(b)
-	want := Stats{Runs: [NumReasons]uint64{11, 22, 33, 44}, Moves: 55, BytesMoved: 66, PagesReleased: 77, BytesReleased: 88, NothingToMove: 99, Abandoned: 110, Leaked: 121}
+	want := Stats{Runs: [NumReasons]uint64{11, 22, 33, 44, 55}, Moves: 55, BytesMoved: 66, PagesReleased: 77, BytesReleased: 88, NothingToMove: 99, Abandoned: 110, Leaked: 121,
+		CompactMoves: 132, CompactBytesMoved: 143, CompactPagesFreed: 154, CompactBytesFreed: 165}
 	if a != want {
 		t.Fatalf("Add = %+v, want %+v", a, want)
+	}
+}
+
+func TestStatsRecordCountsACompactionsMovesApart(t *testing.T) {
+	var s Stats
+	s.Record(Compact, Outcome{Kind: Moved, Moves: 3, Bytes: 300})
+	s.Record(MemoryPressure, Outcome{Kind: Moved, Moves: 1, Bytes: 100})
+	if s.Moves != 4 || s.BytesMoved != 400 || s.CompactMoves != 3 || s.CompactBytesMoved != 300 || s.Runs[Compact] != 1 {
+		t.Fatalf("Stats = %+v, want 4 moves (3 by compaction), 400 bytes (300 by compaction), one compaction run", s)
 	}
 }
 

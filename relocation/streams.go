@@ -1,4 +1,4 @@
-// The Streams interface and the seven provided steps (design §9.1, §9.2). The
+// The Streams interface and the nine provided steps (design §9.1, §9.2). The
 // protocol they start is described in doc.go.
 //
 // A relocation moves memory any stream may still read or write, so every
@@ -53,6 +53,16 @@ type Streams interface {
 	// CleanupMemory gives back every page the relocating stream's memory
 	// holds and nothing needs.
 	CleanupMemory()
+	// CanCompact reports, without planning, whether the relocating stream's
+	// memory holds current pages a compaction might empty: unguarded pages
+	// whose live bytes the others' room could hold. HasOutdated says
+	// nothing about it, so a compaction is not refused by it.
+	CanCompact() bool
+	// CompactMemory moves the live allocations of the relocating stream's
+	// sparsest current pages into free room of its other current pages
+	// (within the limits the runtime set for the call), so those pages can
+	// go back.
+	CompactMemory()
 }
 
 // RefuseWhileRecording returns ErrRecording if s.Recording(), else nil: the
@@ -88,6 +98,45 @@ func ReclaimFor(s Streams, r Reason) error {
 		return err
 	}
 	if err := Relocate(s, r); err != nil {
+		return err
+	}
+	s.CleanupMemory()
+	return nil
+}
+
+// CompactPages compacts the relocating stream's current pages, unless a graph
+// records or nothing could be emptied. Unlike Relocate it does not ask
+// HasOutdated: fragmentation inside current pages is what it answers.
+//
+// Order: Recording (true → return nil); CanCompact (false → return nil);
+// Finish (error → return it); Recording, CanCompact again; CompactMemory.
+func CompactPages(s Streams) error {
+	if s.Recording() || !s.CanCompact() {
+		return nil
+	}
+	if err := s.Finish(); err != nil {
+		return err
+	}
+	if s.Recording() || !s.CanCompact() {
+		return nil
+	}
+	s.CompactMemory()
+	return nil
+}
+
+// ReclaimCompacting is Reclaim by compaction: the current pages' sparsest
+// move into the others' room, then every page left empty goes back. The
+// make-room path's last stage runs it, after a cleanup and a relocation off
+// outdated pages both failed to make room; Device.Defragment runs it at a
+// moment the runtime chose.
+//
+// Order: RefuseWhileRecording (Recording; error → return it); CompactPages (error
+// → return it); CleanupMemory.
+func ReclaimCompacting(s Streams) error {
+	if err := RefuseWhileRecording(s); err != nil {
+		return err
+	}
+	if err := CompactPages(s); err != nil {
 		return err
 	}
 	s.CleanupMemory()

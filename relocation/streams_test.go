@@ -15,6 +15,7 @@ type scriptedStreams struct {
 	hasOutdated       bool
 	need              Need
 	deviceHasOutdated bool
+	canCompact        bool
 	finishErr         error
 
 	log []string
@@ -54,6 +55,13 @@ func (s *scriptedStreams) RelocateDeviceMemory(r Reason) {
 }
 
 func (s *scriptedStreams) CleanupMemory() { s.log = append(s.log, "CleanupMemory") }
+
+func (s *scriptedStreams) CanCompact() bool {
+	s.log = append(s.log, "CanCompact")
+	return s.canCompact
+}
+
+func (s *scriptedStreams) CompactMemory() { s.log = append(s.log, "CompactMemory") }
 
 var _ Streams = (*scriptedStreams)(nil)
 
@@ -199,6 +207,51 @@ func TestProvidedStepsRunInSpecOrderOnEveryBranch(t *testing.T) {
 			streams: scriptedStreams{},
 			run:     func(s Streams) error { return ReclaimFor(s, MemoryPressure) },
 			want:    []string{"Recording", "Recording", "HasOutdated", "CleanupMemory"},
+		},
+		// CompactPages and ReclaimCompacting: CanCompact, never HasOutdated.
+		{
+			name:    "CompactPages while recording stops after Recording",
+			streams: scriptedStreams{recording: true, canCompact: true},
+			run:     CompactPages,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "CompactPages with nothing to empty never waits",
+			streams: scriptedStreams{hasOutdated: true},
+			run:     CompactPages,
+			want:    []string{"Recording", "CanCompact"},
+		},
+		{
+			name:    "CompactPages with nothing outdated still finishes then compacts",
+			streams: scriptedStreams{canCompact: true},
+			run:     CompactPages,
+			want:    []string{"Recording", "CanCompact", "Finish", "Recording", "CanCompact", "CompactMemory"},
+		},
+		{
+			name:    "CompactPages whose Finish fails moves nothing",
+			streams: scriptedStreams{canCompact: true, finishErr: errFinish},
+			run:     CompactPages,
+			wantErr: errFinish,
+			want:    []string{"Recording", "CanCompact", "Finish"},
+		},
+		{
+			name:    "ReclaimCompacting compacts before cleaning up",
+			streams: scriptedStreams{canCompact: true},
+			run:     ReclaimCompacting,
+			want:    []string{"Recording", "Recording", "CanCompact", "Finish", "Recording", "CanCompact", "CompactMemory", "CleanupMemory"},
+		},
+		{
+			name:    "ReclaimCompacting while recording refuses after one Recording",
+			streams: scriptedStreams{recording: true, canCompact: true},
+			run:     ReclaimCompacting,
+			wantErr: ErrRecording,
+			want:    []string{"Recording"},
+		},
+		{
+			name:    "ReclaimCompacting with nothing to empty cleans up without waiting",
+			streams: scriptedStreams{},
+			run:     ReclaimCompacting,
+			want:    []string{"Recording", "Recording", "CanCompact", "CleanupMemory"},
 		},
 		{
 			name:    "Reclaim with nothing outdated cleans up without waiting",

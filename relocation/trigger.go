@@ -38,9 +38,16 @@ const (
 	// for the graph's life; raised by capture prepare through RelocateDevice.
 	// Room MayAllocate.
 	Capture
+	// Compact: current pages hold free room between live allocations, and
+	// emptying the sparsest of them gives whole pages back; raised by the
+	// make-room path's last stage (after a cleanup and a relocation off
+	// outdated pages both failed to make room) and by Device.Defragment,
+	// through CompactPages. Room Held: a compaction that took a new page to empty
+	// one would free nothing.
+	Compact
 
 	// NumReasons is the number of reasons, for per-reason counters.
-	NumReasons = 4
+	NumReasons = 5
 )
 
 func (r Reason) String() string {
@@ -53,18 +60,20 @@ func (r Reason) String() string {
 		return "ArenaFull"
 	case Capture:
 		return "Capture"
+	case Compact:
+		return "Compact"
 	}
 	return fmt.Sprintf("Reason(%d)", uint8(r))
 }
 
-// Room returns the room a relocation for r may carve targets in. Explicit and
-// MemoryPressure run when memory is short, where a new page would cost more
-// than it frees: Held. ArenaFull and Capture must empty the outdated pools
+// Room returns the room a relocation for r may carve targets in. Explicit,
+// MemoryPressure and Compact run when memory is short (or to give it back),
+// where a new page would cost more than it frees: Held. ArenaFull and Capture must empty the outdated pools
 // whatever the current pages hold: MayAllocate. An unknown reason is an
 // internal bug and panics.
 func (r Reason) Room() TargetRoom {
 	switch r {
-	case Explicit, MemoryPressure:
+	case Explicit, MemoryPressure, Compact:
 		return Held
 	case ArenaFull, Capture:
 		return MayAllocate

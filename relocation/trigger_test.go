@@ -127,6 +127,7 @@ func TestReasonRoomsAreHeldWhenMemoryIsShortAndMayAllocateOtherwise(t *testing.T
 		MemoryPressure: Held,
 		ArenaFull:      MayAllocate,
 		Capture:        MayAllocate,
+		Compact:        Held,
 	}
 	if len(want) != NumReasons {
 		t.Fatalf("table covers %d reasons, NumReasons = %d", len(want), NumReasons)
@@ -155,6 +156,7 @@ func TestEnumsPrintTheirNames(t *testing.T) {
 		{MemoryPressure.String(), "MemoryPressure"},
 		{ArenaFull.String(), "ArenaFull"},
 		{Capture.String(), "Capture"},
+		{Compact.String(), "Compact"},
 		{Reason(9).String(), "Reason(9)"},
 		{Held.String(), "Held"},
 		{MayAllocate.String(), "MayAllocate"},

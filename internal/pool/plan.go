@@ -266,12 +266,21 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 	if !l.Valid() {
 		panic("pool: Commit of a Landed that did not come from Relocation.Copy")
 	}
+	commitMoves(l, a.sliceAt, &a.Current().spares, g)
+	return a.Drain(st, g)
+}
+
+// commitMoves re-points every landed move (Arena.Commit, Sliced.Commit): the
+// target slice takes the allocation's handle with the source's cursor and
+// taint, and the source slice becomes free with a fresh handle from spares.
+// sliceAt finds a slice by location in the pools the moves touch.
+func commitMoves(l *relocation.Landed, sliceAt func(handle.Location) *Slice, spares *handle.Recycler, g *handle.ErrorGraph) {
 	for _, m := range l.All() {
 		alloc, target := m.Allocation(), m.Target()
 		src, dst := alloc.Location(), target.Location()
 		alloc.Release()
 		target.Release()
-		from, to := a.sliceAt(src), a.sliceAt(dst)
+		from, to := sliceAt(src), sliceAt(dst)
 		if from == nil || to == nil || from.h.Descriptor() != alloc.Descriptor() || to.h.Descriptor() != target.Descriptor() {
 			panic(fmt.Sprintf("pool: relocation move from %v to %v lost its slices", src, dst))
 		}
@@ -285,9 +294,8 @@ func (a *Arena) Commit(l *relocation.Landed, st storage.Storage, g *handle.Error
 		to.h.Descriptor().SetLocation(dst)
 		to.h.Descriptor().SignalFree(sigTo)
 		from.taint = nil
-		from.h = a.Current().spares.New(src, sigFrom)
+		from.h = spares.New(src, sigFrom)
 		from.Cursor = 0
 		sigFrom.RaiseAt(src.Slice()) // the source slice is free now
 	}
-	return a.Drain(st, g)
 }
