@@ -221,8 +221,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opts.Progress = bar.update
 	}
 	c, err := compare.Run(ctx, src, opts)
-	if errors.Is(err, compare.ErrUnknownPolicy) {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if isPolicyError(err) {
+		return fmt.Errorf("%w: -policies: %v", errUsage, err)
 	}
 	if err != nil {
 		return err
@@ -246,7 +246,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		err := writeOutput(*snapshotOut, stdout, func(w io.Writer) error {
 			return compare.WriteSnapshot(ctx, src, *snapshotPolicy, opts, w)
 		})
-		if errors.Is(err, compare.ErrUnknownPolicy) {
+		if isPolicyError(err) {
 			return fmt.Errorf("%w: -snapshot-policy: %v", errUsage, err)
 		}
 		if err != nil {
@@ -268,6 +268,13 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// isPolicyError reports whether err is about a policy name or a torch:CONF
+// setting the user wrote: a usage error.
+func isPolicyError(err error) bool {
+	var conf *torch.ConfError
+	return errors.Is(err, compare.ErrUnknownPolicy) || errors.As(err, &conf)
 }
 
 // checkMaxSnapshot refuses a -max-snapshot of 0.

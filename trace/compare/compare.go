@@ -18,14 +18,16 @@ import (
 
 // Errors Run returns for inputs it refuses.
 var (
-	// ErrUnknownPolicy is returned for a policy name Run does not know.
-	ErrUnknownPolicy = errors.New("compare: unknown policy")
+	// ErrUnknownPolicy is returned for a policy name Run does not know (or
+	// "torch:" with no setting); a torch:CONF whose CONF PyTorch's parser
+	// would refuse returns that *torch.ConfError instead, naming the policy.
+	ErrUnknownPolicy = errors.New("unknown policy")
 	// ErrEmptyTrace is returned for a trace without events: there is
 	// nothing to compare.
-	ErrEmptyTrace = errors.New("compare: empty trace")
+	ErrEmptyTrace = errors.New("empty trace")
 	// ErrCapacity is returned when Options.Overhead leaves no room in
 	// Options.Capacity.
-	ErrCapacity = errors.New("compare: capacity")
+	ErrCapacity = errors.New("capacity too small")
 )
 
 // Policy names.

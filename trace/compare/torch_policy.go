@@ -46,7 +46,9 @@ func torchSettings(name string, base torch.Settings) (torch.Settings, error) {
 	}
 	s, err := torch.ParseConf(conf)
 	if err != nil {
-		return torch.Settings{}, fmt.Errorf("%w %q: %w", ErrUnknownPolicy, name, err)
+		// The policy is known; its setting is not: the error is the
+		// setting's (a *torch.ConfError), with the policy named.
+		return torch.Settings{}, fmt.Errorf("policy %q: %w", name, err)
 	}
 	return s, nil
 }
