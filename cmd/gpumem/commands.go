@@ -14,6 +14,7 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 	"github.com/gpumem/gpumem/trace/torch"
@@ -432,7 +433,15 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		p := dev.Properties()
-		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory))
+		capacity := capacityString(p.MaxMemory)
+		if !b.sim && p.MaxMemory == 0 {
+			// Without WithCapacity host storage draws on the machine's
+			// memory: say how much, and where the figure comes from.
+			if l := storage.MachineMemoryLimit(); l.Bytes != 0 {
+				capacity = fmt.Sprintf("%s (the machine's memory: %s)", pool.Bytes(l.Bytes), l.From)
+			}
+		}
+		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacity)
 		dev.Close()
 	}
 	fmt.Fprintln(stdout, cudaInfo())

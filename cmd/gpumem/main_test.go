@@ -16,6 +16,8 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/fakecuda"
+	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 	"github.com/gpumem/gpumem/trace/compare"
 )
@@ -268,6 +270,11 @@ func TestInfoListsTheBackends(t *testing.T) {
 	}
 	if !strings.Contains(out, "cuda  not available: ") {
 		t.Errorf("info without a driver does not say cuda is unavailable:\n%s", out)
+	}
+	// The host's capacity is the machine's memory it draws on, with its
+	// source, not "unlimited".
+	if l := storage.MachineMemoryLimit(); l.Bytes != 0 && !strings.Contains(out, "capacity "+pool.Bytes(l.Bytes).String()+" (the machine's memory: "+l.From+")") {
+		t.Errorf("info does not print the host's memory limit %+v:\n%s", l, out)
 	}
 }
 

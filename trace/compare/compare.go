@@ -28,6 +28,10 @@ var (
 	// ErrCapacity is returned when Options.Overhead leaves no room in
 	// Options.Capacity.
 	ErrCapacity = errors.New("capacity too small")
+
+	// ErrHostTooSmall is returned for a host replay (Options.Host) that the
+	// machine's memory cannot hold.
+	ErrHostTooSmall = errors.New("the host cannot hold this replay")
 )
 
 // Policy names.
@@ -82,7 +86,10 @@ type Options struct {
 	// Timeline points per policy (0 = none).
 	Timeline int
 	// Host replays gpumem policies on host storage (real bytes, small
-	// traces only) instead of Sim.
+	// traces only) instead of Sim. Run refuses (ErrHostTooSmall) a trace
+	// whose peak live passes HostShare of the host's memory
+	// (storage.MachineMemoryLimit), or a Capacity above that memory,
+	// before any replay: the kernel would kill the process instead.
 	Host bool
 	// Capacity, when set, is the device capacity the verdict is given
 	// for: every policy also replays at Capacity − Overhead and says
@@ -229,7 +236,12 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	}
 	peak, err := peakLive(src.Events)
 	if err != nil {
-		return nil, fmt.Errorf("compare: %w", err)
+		return nil, err
+	}
+	if opts.Host {
+		if err := hostHolds(peak, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+			return nil, err
+		}
 	}
 	c := &Comparison{
 		Trace:             src.Name,
@@ -254,7 +266,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	for _, name := range names {
 		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
 		if err != nil {
-			return nil, fmt.Errorf("compare: policy %s: %w", name, err)
+			return nil, fmt.Errorf("policy %s: %w", name, err)
 		}
 		res.CopySeconds = float64(res.BytesMoved) / bw
 		res.MinCapacityCopySeconds = float64(res.MinCapacityBytesMoved) / bw
