@@ -56,8 +56,9 @@ func TestBufferFreedWhileAnotherStreamUsesItStaysReservedUntilCleanupDrains(t *t
 	if desc.IsFree() {
 		t.Fatal("slice free while B's op using it has not run")
 	}
-	if got := d.Stats().BytesInUse; got != 4*kib {
-		t.Fatalf("BytesInUse = %d, want the freed buffer's 4 KiB still held", got)
+	// The user freed it: not in use, but held back for B (issue 25).
+	if st := d.Stats(); st.BytesInUse != 0 || st.BytesPendingFree != 4*kib {
+		t.Fatalf("BytesInUse = %d, BytesPendingFree = %d; want 0 and the freed buffer's 4 KiB", st.BytesInUse, st.BytesPendingFree)
 	}
 	// A's next allocation of the same size must not land on the held slice.
 	next := mustAlloc(t, a, 4*kib)
@@ -73,8 +74,8 @@ func TestBufferFreedWhileAnotherStreamUsesItStaysReservedUntilCleanupDrains(t *t
 	if !desc.IsFree() {
 		t.Fatal("slice still held after Cleanup drained B's deferred uses")
 	}
-	if got := d.Stats().BytesInUse; got != 4*kib {
-		t.Fatalf("BytesInUse after Cleanup = %d, want only the new buffer's 4 KiB", got)
+	if st := d.Stats(); st.BytesInUse != 4*kib || st.BytesPendingFree != 0 {
+		t.Fatalf("after Cleanup: BytesInUse = %d, BytesPendingFree = %d; want only the new buffer's 4 KiB, nothing pending", st.BytesInUse, st.BytesPendingFree)
 	}
 	if got, _ := seen.Load().(string); got != string(pattern(4*kib, 64)) {
 		t.Fatal("B's op read bytes other than the buffer's")

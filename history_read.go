@@ -69,7 +69,7 @@ type HistoryEntry struct {
 	Granules    uint64
 	OutOfMemory bool
 	DeviceBytes uint64 // bytes held from storage when the Alloc failed
-	InUseBytes  uint64 // requested bytes of live buffers then
+	InUseBytes  uint64 // Stats.BytesInUse then: requested bytes of buffers not yet freed
 	Capacity    uint64 // the device's capacity (0: none set)
 	Stack       []runtime.Frame
 }

@@ -24,9 +24,10 @@
 // reference; its requested_size is the buffer's size, so the active blocks'
 // requested sizes add up to Stats.BytesInUse); active_pending_free for a
 // freed buffer whose slice something still binds (a stream's queued use, a
-// graph's guard), as PyTorch shows a block freed with uses pending; and
-// inactive for free room. A live block carries its allocation's stack when
-// the history recorded one.
+// graph's guard), as PyTorch shows a block freed with uses pending, their
+// sizes adding up to Stats.BytesPendingFree (the pools count slices by the
+// same rule, pool.Usage); and inactive for free room. A live block carries
+// its allocation's stack when the history recorded one.
 //
 // device_traces is the history, in order, in memory_viz's actions: alloc
 // (with frames), free_requested then free_completed at the same time for a

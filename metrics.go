@@ -41,7 +41,8 @@ func (s Stats) Metrics() []Metric {
 	out := []Metric{
 		g("bytes_allocated", "bytes held from the device (storage)", s.BytesAllocated),
 		g("bytes_reserved", "bytes held by pools (pages' address space)", s.BytesReserved),
-		g("bytes_in_use", "requested bytes of live allocations", s.BytesInUse),
+		g("bytes_in_use", "requested bytes of buffers not yet freed", s.BytesInUse),
+		g("bytes_pending_free", "bytes of freed buffers another stream's queued op, a mapping, a capture or a graph still binds", s.BytesPendingFree),
 		g("guarded_pages", "page and allocation guards of sealed graphs", s.GuardedPages),
 		c("allocs", "allocations served", s.AllocNr),
 		c("growths", "arena page-size growths", s.Growths),

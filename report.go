@@ -23,7 +23,8 @@ type StreamReport struct {
 }
 
 // Usage is what a pool, a stream or the device holds: bytes reserved, in
-// use and lost to padding, and the number of allocations.
+// use, lost to padding and held back for freed buffers something still
+// uses (pending free), and the number of live allocations.
 type Usage = pool.Usage
 
 // Usage sums every stream.
@@ -36,13 +37,13 @@ func (r Report) Usage() Usage {
 }
 
 // String renders the report as a table: per pool its kind, page size,
-// pages, peak pages, outdated pages, bytes reserved / in use / padding and
-// the largest allocation.
+// pages, peak pages, outdated pages, bytes reserved / in use / padding /
+// pending free, the live allocations and the largest allocation.
 func (r Report) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gpumem memory report (%s backend)\n", r.Backend)
 	w := tabwriter.NewWriter(&b, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "stream\tpool\tpage size\tpages\tpeak\toutdated\treserved\tin use\tpadding\tallocs\tlargest\t")
+	fmt.Fprintln(w, "stream\tpool\tpage size\tpages\tpeak\toutdated\treserved\tin use\tpadding\tpending free\tallocs\tlargest\t")
 	for _, s := range r.Streams {
 		rows := []pool.Report{s.Pools.Persistent, s.Pools.Dedicated}
 		rows = append(rows, s.Pools.Dynamic...)
@@ -60,8 +61,9 @@ func (r Report) String() string {
 			case pool.ExclusiveKind:
 				page = "≤" + pool.Bytes(k.MaxAlloc).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t\n", s.Name, pool.KindName(p.Kind), page, p.Pages, p.PagesPeak, outdated,
-				pool.Bytes(p.Usage.BytesReserved), pool.Bytes(p.Usage.BytesInUse), pool.Bytes(p.Usage.BytesPadding), p.Usage.Allocations, pool.Bytes(p.LargestAlloc))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", s.Name, pool.KindName(p.Kind), page, p.Pages, p.PagesPeak, outdated,
+				pool.Bytes(p.Usage.BytesReserved), pool.Bytes(p.Usage.BytesInUse), pool.Bytes(p.Usage.BytesPadding), pool.Bytes(p.Usage.BytesPendingFree),
+				p.Usage.Allocations, pool.Bytes(p.LargestAlloc))
 		}
 	}
 	w.Flush()
@@ -76,12 +78,28 @@ type CaptureStats struct {
 
 // Stats are the device's counters: every manager's plus the device's own.
 type Stats struct {
-	Growths          uint64
-	AllocNr          uint64
-	Relocation       relocation.Stats
-	BytesAllocated   uint64 // held from the device (storage)
-	BytesReserved    uint64 // held by pools
-	BytesInUse       uint64 // requested sizes of live allocations
+	Growths        uint64
+	AllocNr        uint64
+	Relocation     relocation.Stats
+	BytesAllocated uint64 // held from the device (storage)
+	BytesReserved  uint64 // held by pools
+	// BytesInUse is the requested bytes of the buffers the user has not
+	// freed (an allocation once, however many clones hold it). It drops at
+	// the Free of a buffer's last reference even while a queued op on
+	// another stream, a mapping, a capture or a graph still uses the
+	// buffer: the user holds nothing then, as when the op is on the
+	// buffer's own stream. The bytes such a use holds back stay in BytesReserved and
+	// BytesAllocated until it ends, and are BytesPendingFree meanwhile.
+	// The snapshot's active_allocated blocks' requested sizes add up to it.
+	BytesInUse uint64
+	// BytesPendingFree is the effective bytes (requested size plus
+	// padding) of freed buffers whose slices something still binds — a
+	// queued op on another stream than the buffer's, a mapping, a capture,
+	// a graph's allocation guard — so the pools cannot reuse them yet: the
+	// snapshot's active_pending_free blocks. A buffer freed with ops still
+	// queued on its own stream is not counted: its slice is free at once,
+	// for that stream's later work to reuse in stream order.
+	BytesPendingFree uint64
 	StorageAllocs    uint64
 	StorageDeallocs  uint64
 	ReserveRetries   uint64
@@ -124,6 +142,7 @@ func (d *Device) Stats() Stats {
 		u := s.mem.Report().Usage()
 		st.BytesReserved += u.BytesReserved
 		st.BytesInUse += u.BytesInUse
+		st.BytesPendingFree += u.BytesPendingFree
 		st.StorageAllocs += s.st.allocs.Load()
 		st.StorageDeallocs += s.st.deallocs.Load()
 		st.GuardedPages += uint64(s.mem.Guards())

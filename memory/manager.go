@@ -104,8 +104,9 @@ type PoolsReport struct {
 // PoolReport describes one pool: its kind, pages, peak and usage.
 type PoolReport = pool.Report
 
-// Usage is what a pool holds: bytes reserved, in use and lost to padding,
-// and the number of allocations.
+// Usage is what a pool holds: bytes reserved, in use, lost to padding and
+// held back for freed allocations still bound (pending free), and the
+// number of live allocations.
 type Usage = pool.Usage
 
 // Usage sums every pool.

@@ -271,7 +271,7 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 				u := r.dev.Report().Usage()
 				rep.FirstFailureState = &FailureState{
 					Event: i, T: e.T, Request: e.Size, Live: r.live, Device: r.dev.BytesAllocated(),
-					FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesInUse+u.BytesPadding),
+					FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied()),
 				}
 			}
 			return nil

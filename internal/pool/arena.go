@@ -211,8 +211,9 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 	_, need := padded(size, a.sizing.Align)
 	footprint := need
 	if !a.served.thin(need) { // else tiled takes smallest: no scan
-		u := a.Usage() // effective bytes, as need and the served sizes are
-		footprint = storage.SatAdd(storage.SatAdd(u.BytesInUse, u.BytesPadding), need)
+		// Effective bytes, as need and the served sizes are; slices
+		// freed but still bound take room too.
+		footprint = storage.SatAdd(a.Usage().BytesOccupied(), need)
 	}
 	pageSize := a.sizing.tiled(need, smallest, footprint, &a.served)
 	slot := -1

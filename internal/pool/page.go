@@ -359,17 +359,11 @@ func (p *page) slice(i uint32) *Slice {
 	return &p.slices[i]
 }
 
-// usage sums the page's live slices.
+// usage sums the page's slices (Usage.addSlice).
 func (p *page) usage() Usage {
 	u := Usage{BytesReserved: p.size(), BytesUnmapped: p.unmappedBytes()}
 	for i := range p.slices {
-		s := &p.slices[i]
-		if s.h.IsFree() {
-			continue
-		}
-		u.Allocations++
-		u.BytesInUse += s.Region.Size
-		u.BytesPadding += s.Padding
+		u.addSlice(&p.slices[i])
 	}
 	return u
 }

@@ -79,16 +79,11 @@ func (sl *slot) release(st storage.Storage, g *handle.ErrorGraph) {
 // from being free (PL10).
 func (sl *slot) guard() *PageGuard { return newAllocationGuard(sl.s.h.Binding()) }
 
-// addUsage adds the slot to u: reserved is allocSize; a live slice adds one
-// allocation, its requested size and its padding.
+// addUsage adds the slot to u: reserved is allocSize, and its slice counts
+// as Usage.addSlice says.
 func (sl *slot) addUsage(u *Usage) {
 	u.BytesReserved += sl.allocSize
-	if sl.free() {
-		return
-	}
-	u.Allocations++
-	u.BytesInUse += sl.s.Region.Size
-	u.BytesPadding += sl.s.Padding
+	u.addSlice(&sl.s)
 }
 
 // slotAt returns the slice at loc among slots of pool, or nil: wrong pool,

@@ -98,7 +98,7 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 		add := func(p pool.Report, outdated bool) {
 			u := p.Usage
 			b.Rounding += u.BytesPadding
-			free := u.BytesMapped() - min(u.BytesMapped(), u.BytesInUse+u.BytesPadding)
+			free := u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied())
 			switch {
 			case outdated:
 				b.FreeInOutdatedPages += free
