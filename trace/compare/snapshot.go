@@ -11,9 +11,16 @@ import (
 	"github.com/gpumem/gpumem/replay"
 )
 
-// SnapshotPolicies lists the policies WriteSnapshot can draw: gpumem's.
+// SnapshotPolicies lists the policies WriteSnapshot can draw: every gpumem
+// policy of Policies (the PyTorch ones have no device to draw).
 func SnapshotPolicies() []string {
-	return []string{Adaptive, AdaptivePages, AdaptiveNoRelocate, Exclusive}
+	var out []string
+	for _, p := range Policies() {
+		if !isTorch(p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // WriteSnapshot replays src under one gpumem policy, recording the device's
