@@ -39,3 +39,25 @@ func TestWriteSnapshotOfAReplayReadsBackToItsAllocations(t *testing.T) {
 		t.Fatalf("WriteSnapshot(torch): %v, want ErrUnknownPolicy", err)
 	}
 }
+
+// Every gpumem policy can be drawn (adaptive-pages-norelocate was
+// refused), none of PyTorch's.
+func TestEveryGpumemPolicyCanBeDrawn(t *testing.T) {
+	want := 0
+	for _, p := range Policies() {
+		if !isTorch(p) {
+			want++
+		}
+	}
+	got := SnapshotPolicies()
+	if len(got) != want {
+		t.Fatalf("SnapshotPolicies = %v, want the %d gpumem policies of %v", got, want, Policies())
+	}
+	events := []trace.Event{{Op: trace.OpAlloc, T: 0, ID: 1, Size: 3 << 20}, {Op: trace.OpFree, T: 1, ID: 1}}
+	for _, p := range got {
+		var buf bytes.Buffer
+		if err := WriteSnapshot(context.Background(), Source{Name: "one", Events: events}, p, Options{}, &buf); err != nil || buf.Len() == 0 {
+			t.Errorf("WriteSnapshot(%s): %v, %d bytes", p, err, buf.Len())
+		}
+	}
+}
