@@ -223,23 +223,6 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	return convertSnapshot(root, opts)
 }
 
-// TooLargeError is the error for a snapshot past the size limit
-// (SnapshotOptions.MaxBytes): the caller names its own way to raise it
-// (the CLI's -max-snapshot). It matches ErrSnapshot.
-type TooLargeError struct {
-	Limit int64 // the limit, in bytes
-}
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
-}
-
-// Unwrap makes a TooLargeError match ErrSnapshot.
-func (e *TooLargeError) Unwrap() error { return ErrSnapshot }
-
-// inputTooLarge is the error for an input past limit bytes.
-func inputTooLarge(limit int64) error { return &TooLargeError{Limit: limit} }
-
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
 // space, after checking that the first other byte can start a snapshot,
 // and decodes them into the unpickler's value types. JSON (leading '{') is
@@ -271,25 +254,20 @@ func decodeSnapshot(r io.Reader, limit int64) (any, error) {
 			return nil, err
 		}
 		if b != '{' {
-			return unpickleFrom(br, skipped, limit, inputTooLarge(limit))
+			return unpickleFrom(br, skipped, limit, newHeldBudget(limit, heldPerInputByte), inputTooLarge(limit))
 		}
 		break
 	}
-	data, err := io.ReadAll(io.LimitReader(br, limit-skipped+1))
+	data, err := readJSONText(br, skipped, limit)
 	if err != nil {
 		return nil, err
-	}
-	if int64(len(data)) > limit-skipped {
-		return nil, inputTooLarge(limit)
 	}
 	return decodeJSONValue(data)
 }
 
-// decodeJSONValue decodes a JSON snapshot into the unpickler's value types.
+// decodeJSONValue decodes a JSON snapshot, as readJSONText returns it, into
+// the unpickler's value types.
 func decodeJSONValue(data []byte) (any, error) {
-	if err := checkJSONShape(data); err != nil {
-		return nil, err
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any
@@ -299,49 +277,125 @@ func decodeJSONValue(data []byte) (any, error) {
 	return fromJSON(v), nil
 }
 
-// checkJSONShape refuses, naming the byte offset, JSON that nests objects
-// and arrays deeper than MaxNesting or holds a number with more than
-// maxIntDigits digits in a row (decimal conversion of big integers is
-// quadratic). It only tracks strings and brackets; encoding/json checks
+// What a JSON snapshot's decoded values hold, as the held-bytes limit
+// counts it for readJSONText: encoding/json's generic values (a map per
+// object, a slice per array, a boxed value in a slot per value) and then
+// fromJSON's copy of them, about 7 bytes per input byte for a real JSON
+// snapshot, 12 without stack frames.
+const (
+	jsonValueBytes  = 64  // any value: its slot in both copies, its box
+	jsonObjectBytes = 384 // an object's map and dict, beyond its values
+	jsonArrayBytes  = 64  // an array's slice and list, likewise
+)
+
+// readJSONText reads the rest of a JSON snapshot from br (skipped bytes of
+// white space already read) into memory, at most limit bytes in all, and
+// checks its shape as it goes, so that no input is held whole before it is
+// refused:
+//
+//   - a run of white space outside strings is kept as one space (JSON
+//     reads it so), so white space costs no memory: a gigabyte of it used
+//     to be read whole, and copied as the buffer grew, before the size
+//     limit refused it;
+//   - objects and arrays nest at most MaxNesting levels, and a number has
+//     at most maxIntDigits digits in a row (decimal conversion of big
+//     integers is quadratic), each refused naming its byte offset;
+//   - the values the text will decode to (counted as encoding/json and
+//     fromJSON hold them: jsonValueBytes and the rest), with the text
+//     itself, stay within the held-bytes budget (limits.go) for the bytes
+//     read so far, checked at every refill.
+//
+// It only tracks strings, brackets and value starts; encoding/json checks
 // the rest.
-func checkJSONShape(data []byte) error {
+func readJSONText(br *bufio.Reader, skipped, limit int64) ([]byte, error) {
+	budget := newHeldBudget(limit, jsonHeldPerInputByte)
+	var out []byte
+	var held int64 // the decoded values' bytes; the text's is cap(out)
 	depth, digits := 0, 0
 	inString, escaped := false, false
-	for i, b := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
+	space := false  // the last byte was white space outside a string
+	scalar := false // the last byte was a number's or a literal's
+	at := skipped   // input offset of chunk[0]
+	for {
+		chunk, err := br.Peek(br.Buffered())
+		if len(chunk) == 0 {
+			if _, err = br.Peek(1); err == io.EOF {
+				return out, budget.check(held+int64(cap(out)), at)
+			} else if err != nil {
+				return nil, err
 			}
 			continue
 		}
-		if b >= '0' && b <= '9' {
-			if digits++; digits > maxIntDigits {
-				return fmt.Errorf("%w: json: number at byte offset %d has more than %d digits", ErrSnapshot, i-digits+1, maxIntDigits)
-			}
-			continue
+		if at+int64(len(chunk)) > limit {
+			return nil, inputTooLarge(limit)
 		}
-		digits = 0
-		switch b {
-		case '"':
-			inString = true
-		case '{', '[':
-			if depth++; depth > MaxNesting {
-				return fmt.Errorf("%w: json: nesting deeper than %d levels at byte offset %d", ErrSnapshot, MaxNesting, i)
+		from := 0 // chunk[from:i] is to be kept
+		for i, b := range chunk {
+			if inString {
+				switch {
+				case escaped:
+					escaped = false
+				case b == '\\':
+					escaped = true
+				case b == '"':
+					inString = false
+				default:
+					held++ // the string's own copy
+				}
+				continue
 			}
-		case '}', ']':
-			depth--
+			if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
+				if space {
+					out = append(out, chunk[from:i]...)
+					from = i + 1
+				}
+				space, scalar, digits = true, false, 0
+				continue
+			}
+			space = false
+			switch b {
+			case '"':
+				inString, scalar, digits = true, false, 0
+				held += jsonValueBytes
+			case '{', '[':
+				if depth++; depth > MaxNesting {
+					return nil, fmt.Errorf("%w: json: nesting deeper than %d levels at byte offset %d", ErrSnapshot, MaxNesting, at+int64(i))
+				}
+				scalar, digits = false, 0
+				held += jsonValueBytes + jsonArrayBytes
+				if b == '{' {
+					held += jsonObjectBytes - jsonArrayBytes
+				}
+			case '}', ']':
+				depth--
+				scalar, digits = false, 0
+			case ',', ':':
+				scalar, digits = false, 0
+			default: // a number's or a literal's byte
+				if !scalar {
+					scalar = true
+					held += jsonValueBytes
+				}
+				if b < '0' || b > '9' {
+					digits = 0
+				} else if digits++; digits > maxIntDigits {
+					return nil, fmt.Errorf("%w: json: number at byte offset %d has more than %d digits", ErrSnapshot, at+int64(i-digits+1), maxIntDigits)
+				}
+			}
+		}
+		out = append(out, chunk[from:]...)
+		if _, err := br.Discard(len(chunk)); err != nil {
+			return nil, err
+		}
+		at += int64(len(chunk))
+		if err := budget.check(held+int64(cap(out)), at); err != nil {
+			return nil, err
 		}
 	}
-	return nil
 }
 
 // fromJSON converts encoding/json's generic values to the unpickler's. Its
-// recursion is bounded by checkJSONShape's MaxNesting.
+// recursion is bounded by readJSONText's MaxNesting.
 func fromJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
