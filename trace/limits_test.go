@@ -58,6 +58,18 @@ func heapUse(f func()) (allocated, peak uint64) {
 	return allocs1 - allocs0, top - live0
 }
 
+// allocatedBy is the heap bytes f allocated (/gc/heap/allocs:bytes),
+// without the collection heapUse starts with, for the fuzzers: it bounds
+// f's peak heap from above, to within the runtime's per-span accounting.
+func allocatedBy(f func()) uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/allocs:bytes"}}
+	metrics.Read(s)
+	before := s[0].Value.Uint64()
+	f()
+	metrics.Read(s)
+	return s[0].Value.Uint64() - before
+}
+
 // gzipped is body compressed, level 1 (the tests' inputs are repetitive).
 func gzipped(t *testing.T, body ...[]byte) []byte {
 	t.Helper()
