@@ -2,24 +2,32 @@
 // (the CLI's -max-snapshot) and both reported as a *TooLargeError.
 //
 //  1. Input bytes: at most MaxBytes bytes of (decompressed) input are read.
-//  2. Held bytes: the values decoded so far may hold at most about
-//     MaxBytes/heldFloorShare bytes plus heldPerInputByte (pickle) or
-//     jsonHeldPerInputByte (JSON) bytes per input byte read. The first limit
-//     alone did not bound memory: a pickle list of None costs 16 bytes of
-//     memory per 2 bytes of input, a stack of empty dicts 80 per byte, so a
-//     1 GiB input could take 20 to 80 GiB before being refused (a 1.5 MB
-//     gzip file exhausted the machine). The decoders count what every value
+//  2. Held bytes: the values decoded so far may hold at most a floor of
+//     MaxBytes/heldFloorShare bytes (minHeldFloor at least) plus
+//     heldPerInputByte (pickle) or jsonHeldPerInputByte (JSON) bytes per
+//     input byte read. The first limit alone did not bound memory: reading
+//     a pickle list of None took 22 bytes of memory per input byte, a stack
+//     of empty dicts 130, JSON white space 2.7 (read whole before being
+//     refused), so a 1 GiB input could take 20 to 130 GiB before being
+//     refused (a 1.5 MB gzip file exhausted the machine). The decoders count what every value
 //     they build holds (containers, their elements, the stack, the memo,
 //     strings) as they build it, and refuse the input the moment the count
 //     passes the budget for the bytes read so far, so memory stays within a
 //     small multiple of what a real snapshot of the same size needs.
 //
-// The allowance per input byte is set from the real snapshots (design
-// §13.2): pickles with stack frames hold about 1.5 bytes of values per
-// input byte, pickles without frames (record_history without stacks)
-// about 4, JSON about 8; the floor lets any input of a few MiB through
-// whatever its shape, and raising MaxBytes raises it for a legitimately
-// denser one.
+// The allowances are set from the real snapshots (design §13.2), in held
+// bytes per input byte as the decoders count them: the shared PyTorch
+// pickles (with stack frames) hold 1.5 to 1.7, the same pickles without
+// frames (record_history without stacks, the densest real shape) 4.4 to
+// 5.3, their JSON forms 7.8 to 8.2 with frames and 11.4 to 12.1 without.
+// Hostile input of one repeated opcode holds 8 to 16 (a list of None; the
+// list's capacity is counted, so 16 right after it doubles), 16 (a stack
+// of None or of marks) or 80 (a stack of empty dicts), and is refused once
+// past the floor. Input just under the allowance (a long list of 5-byte
+// integers) is not refused before the input-bytes limit, but holds at most
+// the allowance: within a small multiple of what a real snapshot of its
+// size holds. The floor lets any input of a few MiB through whatever its
+// shape, and raising MaxBytes raises it for a legitimately denser one.
 
 package trace
 
@@ -29,13 +37,13 @@ import (
 )
 
 // heldPerInputByte is the pickle decoder's allowance of held bytes per
-// input byte: 2.5 times the densest real pickle (about 4, frames removed),
-// and below any hostile list of scalars (8 for "Na", 16 for a stack of
-// None, 80 for one of empty dicts).
+// input byte: 1.5 times the densest real pickle (5.3, frames removed), 5
+// times one with frames.
 const heldPerInputByte = 8
 
 // jsonHeldPerInputByte is the JSON decoder's: encoding/json's maps and
-// boxed values make a real JSON snapshot hold about 8 bytes per input byte.
+// boxed values make a real JSON snapshot hold 8 to 12 bytes per input
+// byte, so twice the densest.
 const jsonHeldPerInputByte = 24
 
 // heldFloorShare: the held-bytes floor is MaxBytes/heldFloorShare (64 MiB

@@ -52,11 +52,12 @@ import (
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
 // ReadSnapshot will read when SnapshotOptions.MaxBytes is 0: 1 GiB, several
-// times the largest real snapshot seen (under 100 MiB). A pickle streams
-// through the unpickler, but its decoded values can still cost about the
-// input's size (a JSON snapshot is held whole), so the bound keeps a
-// hostile input (a gzip bomb) from taking the machine; a larger snapshot
-// needs MaxBytes (the CLI's -max-snapshot).
+// times the largest real snapshot seen (under 100 MiB). With it, the
+// held-bytes limit (limits.go) bounds what the decoded values may hold: a
+// floor of MaxBytes/16 plus a few bytes per input byte read, so a hostile
+// input (a gzip bomb, a pickle denser than any snapshot) cannot take the
+// machine; a larger or denser snapshot needs MaxBytes (the CLI's
+// -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
 
 // SnapshotOptions configures ReadSnapshot. The zero value reads the first
@@ -69,7 +70,8 @@ type SnapshotOptions struct {
 	// first entry are not rebuilt, and every free of an unseen address is
 	// ignored and counted.
 	NoPrelude bool
-	// MaxBytes bounds the (decompressed) input; 0 means
+	// MaxBytes bounds the (decompressed) input and sets the held-bytes
+	// limit on its decoded values (limits.go); 0 means
 	// DefaultMaxSnapshotBytes.
 	MaxBytes int64
 }
@@ -192,7 +194,9 @@ type Snapshot struct {
 // index at fault. It never panics on bad input.
 //
 // Bounds: the (decompressed) input is at most SnapshotOptions.MaxBytes
-// (default [DefaultMaxSnapshotBytes]), and its first byte must open a JSON
+// (default [DefaultMaxSnapshotBytes]) and its decoded values hold at most
+// MaxBytes/16 (1 MiB at least) plus 8 bytes per input byte read, 24 for
+// JSON, both refused with a [*TooLargeError]; its first byte must open a JSON
 // object or be a pickle opcode before the rest is read, so a stream of
 // garbage (zeros from a gzip bomb) is refused at once; tuples, lists and
 // dicts nest at most [MaxNesting] levels; integer literals have at most 40
@@ -226,8 +230,11 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
 // space, after checking that the first other byte can start a snapshot,
 // and decodes them into the unpickler's value types. JSON (leading '{') is
-// read whole, as encoding/json needs it; a pickle streams through the
-// unpickler's window, so reading holds the decoded values, not the file.
+// read into memory, as encoding/json needs it, its white space runs cut to
+// one byte and its values counted against the held-bytes limit as it is
+// read (readJSONText); a pickle streams through the unpickler's window, so
+// reading holds the decoded values, not the file, and they are counted as
+// they are built (U6).
 // Errors from r itself are returned as they are (ReadSnapshot names a
 // gzip stream's).
 func decodeSnapshot(r io.Reader, limit int64) (any, error) {
