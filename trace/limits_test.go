@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bufio"
 	"bytes"
 	"compress/gzip"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 	"time"
 )
 
@@ -197,6 +199,26 @@ func TestJSONWhiteSpaceIsNotHeld(t *testing.T) {
 		} else if err != nil || s.Counts.Entries != 0 {
 			t.Fatalf("%s: %v", name, err)
 		}
+	}
+}
+
+// readJSONText keeps what white space means: the first byte of each run
+// outside strings (so "1 2" stays two numbers), strings as they are, escapes
+// included, however the reader splits the input.
+func TestJSONWhiteSpaceKeepsItsMeaning(t *testing.T) {
+	in := "{\"a  b\" :\t\n \"x\\\"  \\\\\"  ,  \"c\":[1  2, tru e]}  \n"
+	want := "{\"a  b\" :\t\"x\\\"  \\\\\" , \"c\":[1 2, tru e]} "
+	for how, r := range map[string]func() *bufio.Reader{
+		"whole":    func() *bufio.Reader { return bufio.NewReader(strings.NewReader(in)) },
+		"one byte": func() *bufio.Reader { return bufio.NewReaderSize(iotest.OneByteReader(strings.NewReader(in)), 16) },
+	} {
+		got, err := readJSONText(r(), 0, 1<<20)
+		if err != nil || string(got) != want {
+			t.Fatalf("%s: got %q, %v; want %q", how, got, err, want)
+		}
+	}
+	if _, err := ReadSnapshot(strings.NewReader(`{"device_traces": [[1   2]]}`), SnapshotOptions{}); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "json: invalid character '2'") {
+		t.Fatalf("[1   2]: %v", err)
 	}
 }
 

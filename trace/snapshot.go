@@ -300,8 +300,8 @@ const (
 // checks its shape as it goes, so that no input is held whole before it is
 // refused:
 //
-//   - a run of white space outside strings is kept as one space (JSON
-//     reads it so), so white space costs no memory: a gigabyte of it used
+//   - a run of white space outside strings is kept as its first byte
+//     (JSON reads it so), so white space costs no memory: a gigabyte of it used
 //     to be read whole, and copied as the buffer grew, before the size
 //     limit refused it;
 //   - objects and arrays nest at most MaxNesting levels, and a number has
@@ -337,20 +337,32 @@ func readJSONText(br *bufio.Reader, skipped, limit int64) ([]byte, error) {
 			return nil, inputTooLarge(limit)
 		}
 		from := 0 // chunk[from:i] is to be kept
-		for i, b := range chunk {
+		for i := 0; i < len(chunk); i++ {
 			if inString {
-				switch {
-				case escaped:
+				// Most of a real JSON snapshot is strings (frame names):
+				// skip to the closing quote or a backslash at once.
+				if escaped {
 					escaped = false
-				case b == '\\':
+					continue
+				}
+				rest := chunk[i:]
+				n := bytes.IndexByte(rest, '"')
+				if n < 0 {
+					n = len(rest)
+				}
+				if k := bytes.IndexByte(rest[:n], '\\'); k >= 0 {
+					held += int64(k) // the string's own copy
+					i += k
 					escaped = true
-				case b == '"':
-					inString = false
-				default:
-					held++ // the string's own copy
+					continue
+				}
+				held += int64(n)
+				if i += n; i < len(chunk) {
+					inString = false // chunk[i] is the closing quote
 				}
 				continue
 			}
+			b := chunk[i]
 			if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
 				if space {
 					out = append(out, chunk[from:i]...)
