@@ -334,10 +334,11 @@ func grow(l []any, n int) []any {
 
 // What the decoded values hold, in bytes, as the held-bytes limit counts
 // it (U6): Go's sizes of the value types, the slot that holds each value in
-// its container, and a string's or byte string's header. The counts are
-// close to what the values cost, not exact (a boxed integer, a slice's
-// spare capacity, the keys a dict shares with another are not counted);
-// the allowance per input byte leaves room for that.
+// its container (a list's whole capacity, as grow allocates it), and a
+// string's or byte string's header. The counts are close to what the
+// values cost, not exact (a boxed integer, the spare capacity of a dict's
+// slices and of the stack are not counted, nor the keys a dict shares with
+// another); the allowance per input byte leaves room for that.
 const (
 	slotBytes       = int64(unsafe.Sizeof(any(nil)))
 	stackSlotBytes  = slotBytes

@@ -301,9 +301,9 @@ const (
 // refused:
 //
 //   - a run of white space outside strings is kept as its first byte
-//     (JSON reads it so), so white space costs no memory: a gigabyte of it used
-//     to be read whole, and copied as the buffer grew, before the size
-//     limit refused it;
+//     (JSON reads it so), so white space costs no memory: a gigabyte of
+//     it used to be read whole, and copied as the buffer grew, before the
+//     size limit refused it;
 //   - objects and arrays nest at most MaxNesting levels, and a number has
 //     at most maxIntDigits digits in a row (decimal conversion of big
 //     integers is quadratic), each refused naming its byte offset;
