@@ -184,7 +184,16 @@ type Snapshot struct {
 	// only; values are strings, bools, int64 or *big.Int, float64, or
 	// nested dicts of the same as map[string]any.
 	AllocatorSettings map[string]any
+
+	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
+	// snapshots, which have none; "gpumem" (and what it replayed) for one
+	// gpumem wrote (WriteTorchSnapshot). The reserve figures of such a
+	// snapshot are that writer's, not PyTorch's.
+	WrittenBy string
 }
+
+// writtenByKey is the top-level key naming a snapshot's writer.
+const writtenByKey = "written_by"
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
 // 2–5, plain data only), the same schema as JSON (leading '{'), either
@@ -717,6 +726,13 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
 	}
 	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
+	if v, ok := top.get(writtenByKey); ok {
+		w, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is %s, not a string", ErrSnapshot, writtenByKey, describe(v))
+		}
+		s.WrittenBy = w
+	}
 	if v, ok := top.get("allocator_settings"); ok {
 		d, ok := v.(*pyDict)
 		if !ok && v != nil {

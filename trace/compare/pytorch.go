@@ -13,6 +13,10 @@ import (
 // an empty_cache whose reserve belonged to an earlier experiment; see
 // trace.Snapshot.FirstAlloc).
 type PyTorch struct {
+	// WrittenBy names the snapshot's writer when it is not PyTorch
+	// (trace.Snapshot.WrittenBy: "gpumem (sim backend)" for a snapshot a
+	// gpumem replay wrote); the reserve figures are then that writer's.
+	WrittenBy string `json:"written_by,omitempty"`
 	// PeakReserved is the highest reserve from the first allocation on:
 	// the figure every policy is compared with.
 	PeakReserved uint64 `json:"peak_reserved_bytes"`
@@ -43,6 +47,7 @@ type PyTorch struct {
 // allocator_settings field.
 func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 	p := &PyTorch{
+		WrittenBy:            s.WrittenBy,
 		PeakReserved:         s.WindowPeakReserved,
 		TracePeakReserved:    s.PeakReserved,
 		ReservedAtTraceStart: s.ReservedAtStart,
@@ -89,4 +94,13 @@ func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 		}
 	}
 	return src, nil
+}
+
+// Recorder names who recorded the reserve figures: PyTorch, or the writer
+// of a snapshot PyTorch did not write.
+func (p *PyTorch) Recorder() string {
+	if p.WrittenBy != "" {
+		return p.WrittenBy
+	}
+	return "PyTorch"
 }

@@ -36,10 +36,14 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		Parts   htmlTable
 		Text    string
 		HasRec  bool
+		Rec     string // who recorded the reserve: PyTorch, or a snapshot's writer
 		HasCap  bool
 		Summary []string
 		Preface string
-	}{C: c, Preface: c.preface, Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0}
+	}{C: c, Preface: c.preface, Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch"}
+	if c.PyTorch != nil {
+		data.Rec = c.PyTorch.Recorder()
+	}
 	for _, p := range c.Policies {
 		if len(p.Timeline) > 0 {
 			data.Charts = append(data.Charts, c.newChart(p, sc))
@@ -356,7 +360,7 @@ pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
 {{if .Preface}}<h2>Advice</h2><pre id="advice">{{.Preface}}</pre>{{end}}
 {{range .Summary}}<p class="summary">{{.}}</p>
 {{end}}
-<p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ PyTorch's recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>
+<p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ {{.Rec}}'s recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>
 {{range .Charts}}{{$c := .}}<h2>{{.Name}}</h2>
 <svg id="timeline-{{.Name}}" class="timeline" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
 <rect class="plot" x="{{.PlotX0}}" y="{{.PlotY0}}" width="{{printf "%.2f" (.PlotWidth)}}" height="{{printf "%.2f" (.PlotHeight)}}"/>

@@ -112,15 +112,18 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 	if p == nil {
 		return
 	}
-	fmt.Fprintf(b, "PyTorch reserved %s at its peak from the trace's first allocation on (%.3f× peak live); %s when the trace began, %s at its first allocation, %s at the dump\n",
-		pool.Bytes(p.PeakReserved), ratio(p.PeakReserved, c.PeakLive), pool.Bytes(p.ReservedAtTraceStart), pool.Bytes(p.ReservedAtFirstAlloc), pool.Bytes(p.ReservedAtDump))
+	if p.WrittenBy != "" {
+		fmt.Fprintf(b, "this snapshot was written by %s, not PyTorch: the recorded reserve below is its device's\n", p.WrittenBy)
+	}
+	fmt.Fprintf(b, "%s reserved %s at its peak from the trace's first allocation on (%.3f× peak live); %s when the trace began, %s at its first allocation, %s at the dump\n",
+		p.Recorder(), pool.Bytes(p.PeakReserved), ratio(p.PeakReserved, c.PeakLive), pool.Bytes(p.ReservedAtTraceStart), pool.Bytes(p.ReservedAtFirstAlloc), pool.Bytes(p.ReservedAtDump))
 	if p.TracePeakReserved > p.PeakReserved {
 		fmt.Fprintf(b, "  the trace opens by releasing cache before its first allocation (an empty_cache): its peak over the whole trace, %s, belongs to an earlier experiment and is not compared\n",
 			pool.Bytes(p.TracePeakReserved))
 	}
 	if p.UnexplainedReserved > 0 {
-		fmt.Fprintf(b, "  when the window began PyTorch held %s in %d segments that no live block and no trace entry uses: cache from before the window, which no replay reproduces\n",
-			pool.Bytes(p.UnexplainedReserved), p.UnexplainedSegments)
+		fmt.Fprintf(b, "  when the window began %s held %s in %d segments that no live block and no trace entry uses: cache from before the window, which no replay reproduces\n",
+			p.Recorder(), pool.Bytes(p.UnexplainedReserved), p.UnexplainedSegments)
 	}
 	if p.Inconsistent {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
@@ -129,8 +132,8 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 	// first PyTorch row with the same settings) against the recording.
 	for _, r := range c.Policies {
 		if r.TorchConf != nil && *r.TorchConf == c.baseConf && p.PeakReserved > 0 {
-			fmt.Fprintf(b, "  the %s model (%s) reserves %s at its peak: %+.1f %% against PyTorch's recorded peak\n",
-				r.Name, confName(*r.TorchConf), pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved))
+			fmt.Fprintf(b, "  the %s model (%s) reserves %s at its peak: %+.1f %% against %s's recorded peak\n",
+				r.Name, confName(*r.TorchConf), pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved), p.Recorder())
 			break
 		}
 	}
