@@ -46,6 +46,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -63,7 +64,9 @@ const DefaultMaxSnapshotBytes = 1 << 30
 // SnapshotOptions configures ReadSnapshot. The zero value reads the first
 // non-empty device trace with the prelude on.
 type SnapshotOptions struct {
-	// ChooseDevice selects Device's trace instead of the first non-empty one.
+	// ChooseDevice selects Device's trace. Without it the snapshot's one
+	// non-empty device trace is read (device 0 when none has entries); a
+	// snapshot with entries for several devices is a *SeveralDevicesError.
 	ChooseDevice bool
 	Device       int
 	// NoPrelude turns off the prelude: allocations made before the trace's
@@ -191,6 +194,25 @@ type Snapshot struct {
 	// snapshot are that writer's, not PyTorch's.
 	WrittenBy string
 }
+
+// SeveralDevicesError is the error for a snapshot with trace entries for
+// more than one device when SnapshotOptions.ChooseDevice is not set: one
+// device's memory is replayed at a time, and none is dropped silently. It
+// matches ErrSnapshot.
+type SeveralDevicesError struct {
+	Devices []int // the devices whose traces have entries, in order
+}
+
+func (e *SeveralDevicesError) Error() string {
+	ds := make([]string, len(e.Devices))
+	for i, d := range e.Devices {
+		ds[i] = strconv.Itoa(d)
+	}
+	return fmt.Sprintf("%v: the snapshot has trace entries for devices %s: choose one", ErrSnapshot, strings.Join(ds, ", "))
+}
+
+// Unwrap makes a SeveralDevicesError match ErrSnapshot.
+func (e *SeveralDevicesError) Unwrap() error { return ErrSnapshot }
 
 // writtenByKey is the top-level key naming a snapshot's writer.
 const writtenByKey = "written_by"
@@ -752,15 +774,23 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, opts.Device, describe(traces[opts.Device]))
 		}
 	} else {
+		// Never one device silently: with traces on several, the caller
+		// must choose (SeveralDevicesError lists them).
+		var nonEmpty []int
 		for i, tv := range traces {
 			l, ok := asList(tv)
 			if !ok && tv != nil {
 				return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, i, describe(tv))
 			}
 			if len(l) > 0 {
-				s.Device, raw = i, l
-				break
+				if len(nonEmpty) == 0 {
+					s.Device, raw = i, l
+				}
+				nonEmpty = append(nonEmpty, i)
 			}
+		}
+		if len(nonEmpty) > 1 {
+			return nil, &SeveralDevicesError{Devices: nonEmpty}
 		}
 	}
 

@@ -2,6 +2,8 @@ package trace
 
 import (
 	"encoding/json"
+	"errors"
+	"strings"
 	"testing"
 )
 
@@ -127,5 +129,24 @@ func TestWindowPeakIsTheTracePeakWithoutLeadingFrees(t *testing.T) {
 	}
 	if s.FirstAlloc < 0 || s.ReservedAtFirstAlloc > s.WindowPeakReserved {
 		t.Fatalf("first alloc %d, reserved there %d", s.FirstAlloc, s.ReservedAtFirstAlloc)
+	}
+}
+
+// Entries for two devices and no choice: refused with both listed, never
+// device 0 alone; a trace on one device only needs no choice.
+func TestSeveralDeviceTracesNeedAChoice(t *testing.T) {
+	two := `{"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}], [], [{"action": "alloc", "addr": 2, "size": 512}]]}`
+	_, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{})
+	var several *SeveralDevicesError
+	if !errors.As(err, &several) || !errors.Is(err, ErrSnapshot) || len(several.Devices) != 2 || several.Devices[0] != 0 || several.Devices[1] != 2 {
+		t.Fatalf("got %v, want a SeveralDevicesError listing devices 0 and 2", err)
+	}
+	s, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{ChooseDevice: true, Device: 2})
+	if err != nil || s.Device != 2 || s.Counts.Allocs != 1 {
+		t.Fatalf("device 2 chosen: %+v, %v", s, err)
+	}
+	one := `{"device_traces": [[], [{"action": "alloc", "addr": 2, "size": 512}]]}`
+	if s, err := ReadSnapshot(strings.NewReader(one), SnapshotOptions{}); err != nil || s.Device != 1 {
+		t.Fatalf("one non-empty device: %v, %v", s, err)
 	}
 }

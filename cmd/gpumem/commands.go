@@ -115,6 +115,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	requireFit := fs.String("require-fit", "", "exit with status 3 unless `POLICY` fits -capacity (for scripts)")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
@@ -167,7 +168,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: -require-fit %q is not among -policies %s", errUsage, *requireFit, *policies)
 		}
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
 	if *snapshotOut != "" && !slices.Contains(compare.SnapshotPolicies(), *snapshotPolicy) {
@@ -192,7 +193,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	src, err := loadSource(path, int64(maxSnapshot.v))
+	src, err := loadSource(path, int64(maxSnapshot.v), *device)
 	if err != nil {
 		return err
 	}
@@ -286,6 +287,15 @@ func checkMaxSnapshot(f sizeFlag) error {
 	return nil
 }
 
+// checkDevice refuses a -device below 0 (-1, the default, means "the
+// snapshot's one device").
+func checkDevice(device int, fs *flag.FlagSet) error {
+	if setFlags(fs)["device"] && device < 0 {
+		return fmt.Errorf("%w: -device %d: want a device index, 0 or more", errUsage, device)
+	}
+	return nil
+}
+
 // writeOutput writes through fn to path, or to stdout when path is "-".
 func writeOutput(path string, stdout io.Writer, fn func(io.Writer) error) error {
 	if path == "-" {
@@ -315,6 +325,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -325,7 +336,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("%w: gpumem convert SNAPSHOT -o TRACE.jsonl", errUsage)
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
 	f, err := os.Open(pos[0])
@@ -333,7 +344,11 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)})
+	opts := trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)}
+	if *device >= 0 {
+		opts.ChooseDevice, opts.Device = true, *device
+	}
+	snap, err := trace.ReadSnapshot(f, opts)
 	if err != nil {
 		return fmt.Errorf("reading snapshot %s: %w", pos[0], snapshotHint(err))
 	}
@@ -463,6 +478,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&overhead, "overhead", "device memory outside the allocator, `SIZE`; the allocator gets -capacity less this")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
@@ -495,10 +511,10 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if overhead.set && (!capacity.set || overhead.v >= capacity.v) {
 		return fmt.Errorf("%w: -overhead needs a -capacity larger than it", errUsage)
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
-	src, err := loadSource(pos[0], int64(maxSnapshot.v))
+	src, err := loadSource(pos[0], int64(maxSnapshot.v), *device)
 	if err != nil {
 		return err
 	}

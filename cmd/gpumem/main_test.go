@@ -326,7 +326,7 @@ func TestReplayOnCudaWithoutDriverFailsClearly(t *testing.T) {
 // compare.Options.Open opens every policy device, the breakdown's and the
 // capacity search's included, with the policy's options and the Alignment asked for.
 func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
-	src, err := loadSource("", 0)
+	src, err := loadSource("", 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
