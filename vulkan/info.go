@@ -62,6 +62,7 @@ type Limits struct {
 	NonCoherentAtomSize             uint64
 	MaxPushConstantsSize            uint32
 	MaxBoundDescriptorSets          uint32
+	MaxPerStageStorageBuffers       uint32
 	MaxComputeWorkGroupCount        [3]uint32
 }
 
@@ -174,6 +175,7 @@ func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
 		NonCoherentAtomSize:             lim.NonCoherentAtomSize,
 		MaxPushConstantsSize:            lim.MaxPushConstantsSize,
 		MaxBoundDescriptorSets:          lim.MaxBoundDescriptorSets,
+		MaxPerStageStorageBuffers:       lim.MaxPerStageDescriptorStorageBuffers,
 		MaxComputeWorkGroupCount:        lim.MaxComputeWorkGroupCount,
 	}
 	exts, _ := inst.deviceExtensions(pd)

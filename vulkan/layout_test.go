@@ -33,7 +33,7 @@ var mirrored = []any{
 }
 
 // cName maps a mirror's Go name back to C: vkFoo -> VkFoo, Field -> field.
-func cName(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+func cName(s string) string  { return strings.ToUpper(s[:1]) + s[1:] }
 func cField(s string) string { return strings.ToLower(s[:1]) + s[1:] }
 
 // TestStructLayoutsMatchTheHeader builds a C program from the mirrors'
