@@ -307,6 +307,9 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	if vq.closed {
 		return vq.closedErr("copy on device")
 	}
+	if vq.rec != nil {
+		return fmt.Errorf("vulkan: stream %d: copy on device while recording: %w", vq.index, stream.ErrCaptureState)
+	}
 	if vq.loose == nil {
 		vq.loose = &batch{}
 	}

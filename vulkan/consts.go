@@ -85,6 +85,7 @@ const (
 	commandPoolResetCommandBuffer = 0x2
 	commandBufferLevelPrimary     = 0
 	commandBufferOneTimeSubmit    = 0x1
+	commandBufferSimultaneousUse  = 0x4
 
 	pipelineStageTopOfPipe     = 0x1
 	pipelineStageComputeShader = 0x800

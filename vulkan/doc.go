@@ -75,6 +75,9 @@
 //     Options.Staging, through host-visible staging buffers.
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
 //     pipelines, descriptor sets per dispatch, push constants.
+//   - Capture (capture.go): the queues are stream.Recorders; a capture
+//     is one command buffer (SIMULTANEOUS_USE), sealed into a
+//     *CommandGraph that each launch submits as one step.
 //   - Validation (validation.go): with Options.Validation, the Khronos
 //     layer and a debug messenger whose messages ValidationMessages
 //     returns; the tests enable it and fail on any message.
@@ -99,11 +102,14 @@
 //
 // # What Vulkan does not give here that CUDA does
 //
-//   - Graph capture. The queues do not record (they are no
-//     stream.Recorder), so Stream.Capture on a device on this backend
-//     fails with gpumem.ErrNotSupported. A recorded command buffer
-//     submitted again per launch would be Vulkan's graph; it is not built
-//     yet.
+//   - Graph capture is a recorded command buffer submitted again per
+//     launch (capture.go), so what cannot be recorded invalidates the
+//     capture instead of running: a host wait, a Read or a mapped Write
+//     inside it (writes in a capture go through staging buffers, whose
+//     bytes every launch copies again), a wait on another stream's
+//     unfinished work, and a graph launched inside another capture (CUDA
+//     nests child graphs; Vulkan would need secondary command buffers):
+//     that last one is refused with ErrUnsupported.
 //   - Granular pages. CUDA maps physical granules into reserved address
 //     space (cuMemMap); Vulkan's equivalent is sparse binding, which
 //     lavapipe lacks and this backend does not use: every page is whole

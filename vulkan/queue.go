@@ -51,9 +51,9 @@ import (
 // Queue is a stream.Queue on a VkQueue, made by Backend.NewQueue. Enqueue
 // runs the op at once on the caller's goroutine, recording its commands,
 // and submits them; Completed reads the timeline semaphore; Wait waits for
-// it on the host (vkWaitSemaphores). The queues do not record captures
-// (stream.Recorder): a device on this backend refuses Stream.Capture with
-// gpumem.ErrNotSupported. Every method is safe for concurrent use.
+// it on the host (vkWaitSemaphores). Captures record the ops into one
+// command buffer that Replay submits again (capture.go). Every method is
+// safe for concurrent use.
 type Queue struct {
 	b     *Backend
 	index int
@@ -79,6 +79,8 @@ type Queue struct {
 	descPool []*descriptorPool
 	failures []stream.OpFailure
 	asyncErr error
+	rec      *recording // open capture (capture.go)
+	execs    map[*CommandGraph]struct{}
 	closed   bool
 }
 
@@ -87,12 +89,16 @@ type batch struct {
 	cb      uintptr // 0 until the first command
 	staging []*allocation
 	sets    []descriptorSet
+	// reusable: the buffer is begun for resubmission (a capture's);
+	// sealed: it is ended and owned by a CommandGraph, so a submission
+	// neither records into it nor reclaims it.
+	reusable, sealed bool
 }
 
 // step is a submitted batch, complete when the semaphore reaches seq.
 type step struct {
 	seq     uint64
-	cb      uintptr
+	cb      uintptr // 0: none to reclaim (none, or a CommandGraph's)
 	staging []*allocation
 	sets    []descriptorSet
 }
@@ -180,7 +186,16 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 		q.mu.Unlock()
 		return 0, err
 	}
-	q.op = &batch{}
+	rec := q.rec
+	if rec != nil {
+		if rec.invalid != nil {
+			q.mu.Unlock()
+			return 0, fmt.Errorf("vulkan: enqueue %q on an invalidated recording: %w", op.Name, rec.invalid)
+		}
+		q.op = rec.bt // recorded into the capture's command buffer
+	} else {
+		q.op = &batch{}
+	}
 	q.mu.Unlock()
 
 	q.running.Store(uint64(stream.CurrentGoroutine()))
@@ -192,6 +207,13 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 	defer q.mu.Unlock()
 	bt := q.op
 	q.op = nil
+	if rec != nil {
+		if runErr != nil {
+			return 0, fmt.Errorf("vulkan: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
+		}
+		rec.ops++
+		return 0, nil
+	}
 	seq, err := q.submitLocked(bt, op.Name)
 	if err != nil {
 		return 0, err
@@ -219,7 +241,11 @@ func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
 				return 0, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
 			}
 		}
-		bi := &vkCommandBufferBeginInfo{SType: stCommandBufferBeginInfo, Flags: commandBufferOneTimeSubmit}
+		flags := uint32(commandBufferOneTimeSubmit)
+		if bt.reusable {
+			flags = commandBufferSimultaneousUse
+		}
+		bi := &vkCommandBufferBeginInfo{SType: stCommandBufferBeginInfo, Flags: flags}
 		if err := check("vkBeginCommandBuffer", call(d.fn.BeginCommandBuffer, cb, uintptr(unsafe.Pointer(bi)))); err != nil {
 			q.freeCBs = append(q.freeCBs, cb)
 			q.b.notePoison(err)
@@ -247,7 +273,9 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 		return 0, fmt.Errorf("vulkan: stream %d: submit %q on a poisoned device: %w", q.index, name, err)
 	}
 	var cbs []uintptr
-	if bt != nil && bt.cb != 0 {
+	if bt != nil && bt.sealed {
+		cbs = []uintptr{bt.cb}
+	} else if bt != nil && bt.cb != 0 {
 		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
 		if err := check("vkEndCommandBuffer", call(d.fn.EndCommandBuffer, bt.cb)); err != nil {
 			q.b.notePoison(err)
@@ -297,7 +325,7 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	}
 	q.waits = nil
 	st := &step{seq: seq}
-	if bt != nil {
+	if bt != nil && !bt.sealed {
 		st.cb, st.staging, st.sets = bt.cb, bt.staging, bt.sets
 	}
 	q.inflight = append(q.inflight, st)
@@ -316,7 +344,7 @@ func ptrOrNil[T any](s []T) unsafe.Pointer {
 // dropBatchLocked gives back what a batch that will not be submitted held.
 // Its command buffer was never submitted, so it can be reset now.
 func (q *Queue) dropBatchLocked(bt *batch) {
-	if bt == nil {
+	if bt == nil || bt.sealed {
 		return
 	}
 	if bt.cb != 0 {
@@ -440,7 +468,14 @@ func (q *Queue) Completed() uint64 {
 
 // Wait implements stream.Queue: blocks until f has passed, ctx is done or
 // the device failed (the error then matches gpumem.ErrDevicePoisoned).
+//
+// On a recording queue, or with a fence of a recording queue, it returns
+// at once with stream.ErrCaptureUnsupported and invalidates that
+// recording, as the host queues do.
 func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
+	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
+		return err
+	}
 	if f.Seq == 0 {
 		return nil
 	}
@@ -450,6 +485,11 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	t, ok := f.Q.(*Queue)
 	if !ok {
 		return f.Q.Wait(ctx, f)
+	}
+	if t != q {
+		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
+			return err
+		}
 	}
 	return t.waitSeq(ctx, f.Seq)
 }
@@ -534,6 +574,10 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 	if q.closed {
 		return q.closedErr("wait fence")
 	}
+	if q.rec != nil {
+		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
+		return fmt.Errorf("vulkan: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+	}
 	for i, w := range q.waits {
 		if w.sem == t.sem {
 			q.waits[i].value = max(w.value, f.Seq)
@@ -567,6 +611,10 @@ func (q *Queue) RunsOpsAtEnqueue() bool { return true }
 // mapped memory next in stream order. Called inside an op, with mu held;
 // it releases mu while waiting.
 func (q *Queue) hostSyncLocked(name string) error {
+	if q.rec != nil {
+		return fmt.Errorf("vulkan: %s inside a capture needs a host synchronisation: %w: %w", name,
+			stream.ErrCaptureUnsupported, q.invalidateLocked(name+" waited on the host"))
+	}
 	bt := q.op
 	q.op = &batch{}
 	seq, err := q.submitLocked(bt, name+" (host sync)")
@@ -593,7 +641,14 @@ func (q *Queue) Close() error {
 	}
 	err := q.submitLooseLocked()
 	q.closed = true
+	if q.rec != nil {
+		q.discardRecordingLocked()
+	}
 	issued := q.issued.Load()
+	execs := make([]*CommandGraph, 0, len(q.execs))
+	for x := range q.execs {
+		execs = append(execs, x)
+	}
 	q.mu.Unlock()
 	if werr := q.waitSeq(context.Background(), issued); werr != nil {
 		err = errors.Join(err, werr)
@@ -604,6 +659,9 @@ func (q *Queue) Close() error {
 	}
 	q.mu.Lock()
 	q.reclaimLocked(issued)
+	for _, x := range execs {
+		x.releaseLocked()
+	}
 	d := q.b.dev
 	if len(q.freeCBs) > 0 {
 		call(d.fn.FreeCommandBuffers, d.h, uintptr(q.pool), uintptr(len(q.freeCBs)), uintptr(unsafe.Pointer(&q.freeCBs[0])))

@@ -7,7 +7,9 @@
 // then copies, flushing or invalidating by nonCoherentAtomSize where the
 // memory is not coherent. Otherwise a host-visible staging buffer carries
 // the bytes: a write fills it and records vkCmdCopyBuffer into the page
-// (asynchronous; the staging buffer is freed when the step completes); a
+// (asynchronous; the staging buffer is freed when the step completes, or,
+// in a capture, which writes through staging always, when its
+// CommandGraph is: every launch copies the same bytes again); a
 // read records the copy out of the page, waits for it, and copies out of
 // the staging buffer.
 
@@ -54,7 +56,7 @@ func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte)
 	}
 	defer vq.mu.Unlock()
 	n := uint64(len(src))
-	if a.mapped != nil && !b.opts.Staging {
+	if a.mapped != nil && !b.opts.Staging && vq.rec == nil {
 		if err := vq.hostSyncLocked("write"); err != nil {
 			return err
 		}
