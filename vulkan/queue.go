@@ -274,7 +274,9 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	}
 	var cbs []uintptr
 	if bt != nil && bt.sealed {
-		cbs = []uintptr{bt.cb}
+		if bt.cb != 0 { // a recording of ops that recorded no commands has none
+			cbs = []uintptr{bt.cb}
+		}
 	} else if bt != nil && bt.cb != 0 {
 		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
 		if err := check("vkEndCommandBuffer", call(d.fn.EndCommandBuffer, bt.cb)); err != nil {
