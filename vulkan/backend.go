@@ -48,6 +48,7 @@ type Backend struct {
 	props memory.Properties
 
 	heaps      []*storage.Budget // per heap: its budget or size, or Options.Capacity
+	reap       *reaper
 	maxAllocs  uint32
 	allocCount atomic.Int64
 
@@ -88,7 +89,7 @@ func NewBackend(opts Options) (*Backend, error) {
 		inst.destroy()
 		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
 	}
-	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev,
+	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev, reap: newReaper(),
 		allocs:   make(map[storage.ID]*allocation),
 		queues:   make(map[*Queue]struct{}),
 		storages: make(map[*Storage]struct{}),
@@ -113,6 +114,7 @@ func NewBackend(opts Options) (*Backend, error) {
 	align = max(align, info.Limits.MinStorageBufferOffsetAlignment, info.Limits.NonCoherentAtomSize)
 	probe, err := b.allocate(align, pageMemory)
 	if err != nil {
+		b.reap.close()
 		b.destroyDevice()
 		return nil, fmt.Errorf("%w: vulkan backend: device %q: a first allocation of %d bytes: %w", gpumem.ErrNotSupported, info.Name, align, err)
 	}
@@ -272,7 +274,10 @@ func (b *Backend) drainFrees() bool {
 		ss = append(ss, s)
 	}
 	b.mu.Unlock()
-	freed := false
+	b.reap.mu.Lock()
+	freed := b.reap.busy > 0
+	b.reap.mu.Unlock()
+	b.reap.wait()
 	for _, s := range ss {
 		if s.freeQueued(true) {
 			freed = true
@@ -322,9 +327,13 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	return nil
 }
 
-// WaitOutsideStreams implements gpumem.Backend: vkDeviceWaitIdle.
+// WaitOutsideStreams implements gpumem.Backend. Every submission this
+// backend makes is a step of one of its queues (relocation copies and
+// transfers included), so there is no work outside streams: it waits for
+// what each queue has issued, on its semaphore (cheaper than
+// vkDeviceWaitIdle, which also takes every VkQueue's lock).
 func (b *Backend) WaitOutsideStreams() error {
-	err := b.dev.waitIdle()
+	err := waitMarks(b.marks())
 	b.notePoison(err)
 	return err
 }
@@ -385,9 +394,11 @@ func (b *Backend) close() error {
 		errs = append(errs, q.Close())
 	}
 	errs = append(errs, b.dev.waitIdle())
+	b.reap.wait()
 	for _, s := range storages {
 		s.release()
 	}
+	b.reap.close()
 	for _, k := range kernels {
 		k.destroy()
 	}

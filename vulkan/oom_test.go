@@ -77,8 +77,18 @@ func TestTheAllocationLimitIsAnOutOfMemoryAnswer(t *testing.T) {
 	}
 	st.Dealloc(regions[0].ID)
 	// The queued free is waited for when the next allocation needs it.
-	if _, err := st.Alloc(4096); err != nil {
+	r, err := st.Alloc(4096)
+	if err != nil {
 		t.Fatalf("after a free: %v", err)
+	}
+	// So is one a Flush handed to the reaper.
+	st.Dealloc(r.ID)
+	st.Flush()
+	if _, err := st.Alloc(4096); err != nil {
+		t.Fatalf("after a flushed free: %v", err)
+	}
+	if n := b.Allocations(); n != 3 {
+		t.Fatalf("%d device allocations held, want 3", n)
 	}
 }
 

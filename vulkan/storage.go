@@ -103,9 +103,10 @@ func (s *Storage) Dealloc(id storage.ID) {
 	s.mu.Unlock()
 }
 
-// Flush implements storage.Storage: frees every queued allocation whose
-// work is done; the rest stay queued for a later Flush (or an Alloc that
-// needs the memory, or Close).
+// Flush implements storage.Storage: hands every queued allocation whose
+// work is done to the backend's reaper, which frees it off the caller's
+// path (reaper.go); the rest stay queued for a later Flush (or an Alloc
+// that needs the memory, or Close).
 func (s *Storage) Flush() { s.freeQueued(false) }
 
 // freeQueued frees the queued allocations whose work is done, or, with
@@ -127,12 +128,20 @@ func (s *Storage) freeQueued(wait bool) bool {
 			if err := waitMarks(q.after); err != nil {
 				s.b.notePoison(err)
 			}
+			s.drop(q.a)
+			continue
 		}
-		s.b.free(q.a)
-		s.budget.Give(q.a.size)
-		s.allocated.Add(^(q.a.size - 1))
+		a := q.a
+		s.b.reap.add(func() { s.drop(a) }) // reaper.go
 	}
 	return len(done) > 0
+}
+
+// drop frees a and gives its bytes back.
+func (s *Storage) drop(a *allocation) {
+	s.b.free(a)
+	s.budget.Give(a.size)
+	s.allocated.Add(^(a.size - 1))
 }
 
 // Resolve implements storage.Storage: the buffer device address of the
