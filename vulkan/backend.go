@@ -76,6 +76,9 @@ var (
 // gpumem.ErrNotSupported and ErrNoLoader or ErrNoDevice, and says why:
 // fall back to gpumem.Open.
 func NewBackend(opts Options) (*Backend, error) {
+	if opts.Granular {
+		return nil, fmt.Errorf("vulkan backend: Options.Granular: granular pages need sparse binding, which this backend does not implement (pages are whole): %w", ErrUnsupported)
+	}
 	lib, err := openLibrary(opts.Library)
 	if err != nil {
 		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)

@@ -98,3 +98,10 @@ func TestCloseReleasesEveryDeviceAllocation(t *testing.T) {
 		t.Fatal("Alloc after Close worked")
 	}
 }
+
+func TestGranularPagesAreRefusedWithErrUnsupported(t *testing.T) {
+	_, err := vulkan.NewBackend(vulkan.Options{Granular: true})
+	if !errors.Is(err, vulkan.ErrUnsupported) {
+		t.Fatalf("Options.Granular = %v, want ErrUnsupported", err)
+	}
+}

@@ -114,7 +114,8 @@
 //     space (cuMemMap); Vulkan's equivalent is sparse binding, which
 //     lavapipe lacks and this backend does not use: every page is whole
 //     (no storage.Granular), and what a page maps cannot shrink in place.
-//     ErrUnsupported names these limits.
+//     Options.Granular is refused with ErrUnsupported;
+//     gpumem.WithPageGranular(true) leaves the pages whole.
 //   - Bindings larger than maxStorageBufferRange (128 MiB on lavapipe): a
 //     page may be larger, but one descriptor cannot cover more; bind
 //     windows with UseRange, or take buffer device addresses

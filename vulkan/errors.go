@@ -24,10 +24,11 @@ var (
 	ErrNoDevice = errors.New("vulkan: no usable Vulkan device")
 
 	// ErrUnsupported is returned for what this backend cannot do on Vulkan
-	// although the cuda backend can: graph capture of a stream (a device
-	// on this backend refuses Stream.Capture with gpumem.ErrNotSupported,
-	// since the queues do not record) and granular pages (they need sparse
-	// binding; see doc.go).
+	// although the cuda backend can: granular pages (Options.Granular;
+	// they need sparse binding), a graph launched inside another capture
+	// (CUDA nests child graphs), a validation layer asked for but not
+	// installed, a device without the memory type a buffer needs. See
+	// doc.go.
 	ErrUnsupported = errors.New("vulkan: not supported by this backend")
 
 	// ErrClosed is returned by a call on a closed Backend, Queue or Kernel.

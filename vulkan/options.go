@@ -30,4 +30,12 @@ type Options struct {
 	// Capacity lowers the device memory budget, in bytes; 0 = the heap's
 	// budget (VK_EXT_memory_budget) or size.
 	Capacity uint64
+	// Granular asks for granular pages (pages that map only the granules
+	// their live slices cover, as the cuda backend's do through cuMemMap).
+	// Vulkan's way to map memory into a buffer piecewise is sparse
+	// binding, which lavapipe lacks and this backend does not implement:
+	// NewBackend refuses with ErrUnsupported (DeviceInfo.SparseBinding says
+	// whether the device could). Without it pages are whole, and
+	// gpumem.WithPageGranular(true) leaves them whole too.
+	Granular bool
 }
