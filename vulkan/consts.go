@@ -37,6 +37,7 @@ const (
 	stSemaphoreTypeCreateInfo             = 1000207002
 	stTimelineSemaphoreSubmitInfo         = 1000207003
 	stSemaphoreWaitInfo                   = 1000207004
+	stSemaphoreSignalInfo                 = 1000207005
 	stPhysicalDeviceMemoryBudgetPropsEXT  = 1000237000
 	stBufferDeviceAddressInfo             = 1000244001
 	stPhysicalDeviceBufferDeviceAddrFeat  = 1000257000

@@ -29,7 +29,7 @@ var mirrored = []any{
 	vkComputePipelineCreateInfo{}, vkDescriptorPoolSize{}, vkDescriptorPoolCreateInfo{},
 	vkDescriptorSetAllocateInfo{}, vkDescriptorBufferInfo{}, vkWriteDescriptorSet{},
 	vkDebugUtilsMessengerCreateInfoEXT{}, vkDebugUtilsMessengerCallbackDataEXT{},
-	vkPhysicalDeviceProperties2{}, vkPhysicalDeviceMaintenance3Properties{},
+	vkPhysicalDeviceProperties2{}, vkPhysicalDeviceMaintenance3Properties{}, vkSemaphoreSignalInfo{},
 }
 
 // cName maps a mirror's Go name back to C: vkFoo -> VkFoo, Field -> field.

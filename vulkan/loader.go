@@ -74,6 +74,7 @@ type deviceFuncs struct {
 	DestroySemaphore             uintptr
 	GetSemaphoreCounterValue     uintptr
 	WaitSemaphores               uintptr
+	SignalSemaphore              uintptr // tests hold steps back with it
 	QueueSubmit                  uintptr
 	CreateCommandPool            uintptr
 	DestroyCommandPool           uintptr

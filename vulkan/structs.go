@@ -577,3 +577,10 @@ type vkPhysicalDeviceMaintenance3Properties struct {
 	MaxPerSetDescriptors    uint32
 	MaxMemoryAllocationSize uint64
 }
+
+type vkSemaphoreSignalInfo struct {
+	SType     int32
+	PNext     unsafe.Pointer
+	Semaphore uint64
+	Value     uint64
+}
