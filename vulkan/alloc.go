@@ -122,7 +122,7 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 			return fail(err)
 		}
 		a.mapped = p
-		a.coherent = flagsOf&memoryPropertyHostCoherent != 0
+		a.coherent = flagsOf&memoryPropertyHostCoherent != 0 && !b.nonCoherent
 	}
 	return a, nil
 }

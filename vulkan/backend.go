@@ -49,6 +49,11 @@ type Backend struct {
 
 	heaps      []*storage.Budget // per heap: its budget or size, or Options.Capacity
 	reap       *reaper
+
+	// nonCoherent treats every mapping as not coherent, so the flush and
+	// invalidate paths run (and are validated) on drivers whose host-visible
+	// memory is all coherent, as lavapipe's is. Set by tests only.
+	nonCoherent bool
 	maxAllocs  uint32
 	allocCount atomic.Int64
 
