@@ -47,15 +47,15 @@ type Backend struct {
 	dev   *device
 	props memory.Properties
 
-	heaps      []*storage.Budget // per heap: its budget or size, or Options.Capacity
-	reap       *reaper
+	heaps []*storage.Budget // per heap: its budget or size, or Options.Capacity
+	reap  *reaper
 
 	// nonCoherent treats every mapping as not coherent, so the flush and
 	// invalidate paths run (and are validated) on drivers whose host-visible
 	// memory is all coherent, as lavapipe's is. Set by tests only.
 	nonCoherent bool
-	maxAllocs  uint32
-	allocCount atomic.Int64
+	maxAllocs   uint32
+	allocCount  atomic.Int64
 
 	amu    sync.RWMutex
 	allocs map[storage.ID]*allocation
