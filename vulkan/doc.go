@@ -63,7 +63,9 @@
 //     storage.ErrOutOfMemory; VK_ERROR_DEVICE_LOST one matching
 //     storage.ErrDevicePoisoned, and it poisons the backend (Poisoned).
 //     Frees wait until every queue completed what it had issued when the
-//     allocation was freed (vkFreeMemory does not wait for the device).
+//     allocation was freed (vkFreeMemory does not wait for the device), then
+//     run on a reaper goroutine, off the relocation's path (reaper.go); an
+//     allocation refused for memory waits for them and retries once.
 //   - Queues (queue.go): a stream.Queue per gpumem stream over the
 //     VkQueues of one compute family (several streams may share one); one
 //     timeline semaphore per queue is its fences and its completion; a
@@ -127,5 +129,7 @@
 // An op's run function runs on the goroutine that enqueues it, inside
 // Enqueue, while the device is held (stream.EnqueueRunner); its *Op is
 // valid only there. vkQueueSubmit on a shared VkQueue is serialised by a
-// lock per VkQueue.
+// lock per VkQueue; a queue's command pool and descriptor pools are used
+// only under its lock. The reaper frees memory on its own goroutine, which
+// takes no lock of the device or of a queue.
 package vulkan
