@@ -108,7 +108,7 @@ func checkWritable(flagName, path string) error {
 
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem replay", stdout)
-	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
+	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library) or vulkan (device memory through the Vulkan loader; $GPUMEM_VULKAN_DEVICE picks the device)")
 	var capacity, overhead sizeFlag
 	fs.Var(&capacity, "capacity", "say whether each policy fits a device of `SIZE` (e.g. 80GB or 24GiB; at least 1MiB): "+sizeHelp)
 	fs.Var(&overhead, "overhead", "device memory outside the allocator (CUDA context, library workspaces), `SIZE`; the allocator gets -capacity less this")
@@ -148,8 +148,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *jsonOut {
 		*format = "json"
 	}
-	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
-		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
+	if *backend != "sim" && *backend != "host" && *backend != "cuda" && *backend != "vulkan" {
+		return fmt.Errorf("%w: -backend %q: want sim, host, cuda or vulkan", errUsage, *backend)
 	}
 	if capacity.set && capacity.v < 1<<20 {
 		return fmt.Errorf("%w: -capacity %d B is below 1 MiB (omit -capacity for an unlimited device)", errUsage, capacity.v)
@@ -188,6 +188,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		open = func(o ...gpumem.Option) (*gpumem.Device, error) { return cuda.OpenDevice(cuda.Options{}, o...) }
 		alignment = cuda.Alignment
+	}
+	if *backend == "vulkan" {
+		if open, alignment, err = vulkanOpen(); err != nil {
+			return err
+		}
 	}
 	path := ""
 	if len(pos) == 1 {
@@ -460,6 +465,7 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		dev.Close()
 	}
 	fmt.Fprintln(stdout, cudaInfo())
+	fmt.Fprintln(stdout, vulkanInfo())
 	return nil
 }
 

@@ -54,7 +54,9 @@ Prints the version, commit and Go toolchain this binary was built from.`
 	infoUsage = `usage: gpumem info
 
 Lists the backends gpumem can run on here (host, sim and, when a CUDA
-driver loads, cuda) with their alignment, page size and capacity.`
+driver loads, cuda) with their alignment, page size and capacity, and the
+Vulkan devices the loader enumerates (heaps, memory types, limits,
+VK_EXT_memory_budget) with the vulkan backend's properties.`
 )
 
 // setUsage makes fs print text, then its flags.
