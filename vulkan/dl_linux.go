@@ -3,41 +3,22 @@
 package vulkan
 
 import (
-	"errors"
-	"runtime"
-
 	"github.com/ebitengine/purego"
+
+	"github.com/gpumem/gpumem/internal/dl"
 )
 
 // defaultLibrary is the loader's soname: never plain libvulkan.so, which
 // only the -dev package installs.
 const defaultLibrary = "libvulkan.so.1"
 
-// loadLibrary dlopens path with RTLD_NOW (a broken library fails here, not
-// at a later call). dlerror's message is per thread, so the goroutine is
-// locked to its thread around purego.Dlopen (which calls both). The loader
-// is never closed: drivers may keep threads running inside it.
-func loadLibrary(path string) (uintptr, error) {
-	runtime.LockOSThread()
-	lib, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
-	runtime.UnlockOSThread()
-	if err == nil {
-		return lib, nil
-	}
-	if err.Error() == "" {
-		return 0, errors.New("dlopen failed and dlerror gave no reason (is the file a shared object for this architecture?)")
-	}
-	return 0, err
-}
+// loadLibrary dlopens the loader with RTLD_NOW and RTLD_LOCAL; never
+// closed, drivers keep threads running inside it (package internal/dl says
+// why the thread is locked around dlopen).
+func loadLibrary(path string) (uintptr, error) { return dl.Open(path, false) }
 
 // lookupSymbol returns the address of name in lib, or 0 when it is absent.
-func lookupSymbol(lib uintptr, name string) uintptr {
-	addr, err := purego.Dlsym(lib, name)
-	if err != nil {
-		return 0
-	}
-	return addr
-}
+func lookupSymbol(lib uintptr, name string) uintptr { return dl.Symbol(lib, name) }
 
 // call calls the C function at fn with args (integers, handles, and
 // pointers converted with uintptr(unsafe.Pointer(p)) in the call

@@ -2,16 +2,15 @@
 
 package vulkan
 
-import "errors"
+import "github.com/gpumem/gpumem/internal/dl"
 
 const defaultLibrary = "libvulkan.so.1"
 
-// loadLibrary refuses: the backend is built and tested on Linux only.
-func loadLibrary(string) (uintptr, error) {
-	return 0, errors.New("the vulkan backend loads libvulkan.so.1 on Linux only")
-}
+// loadLibrary refuses (dl.ErrUnsupportedOS): the backend is built and
+// tested on Linux only.
+func loadLibrary(path string) (uintptr, error) { return dl.Open(path, false) }
 
-func lookupSymbol(uintptr, string) uintptr { return 0 }
+func lookupSymbol(lib uintptr, name string) uintptr { return dl.Symbol(lib, name) }
 
 // call is never reached: no loader loads here.
 func call(uintptr, ...uintptr) int32 { return vkErrInitializationFail }
