@@ -122,17 +122,17 @@ func (a *Advice) answerLines() []string {
 			lines = append(lines, l+".")
 		}
 	}
-	threshold := fmt.Sprintf("%s of margin (the larger of 1 GiB and 1%% of the capacity)", pool.Bytes(a.ChangeThreshold))
+	threshold := fmt.Sprintf("(%s: the larger of 1 GiB and 1%% of the capacity)", pool.Bytes(a.ChangeThreshold))
 	rec := a.recommended()
 	switch a.Decision {
 	case DecisionDefaultsFit:
-		l := "the defaults already fit: no setting of the grid gains " + threshold + " over them"
+		l := "the defaults already fit: no setting of the grid gains a change's worth of margin over them " + threshold
 		if g, name := a.largestGain(); g > 0 {
 			l += fmt.Sprintf("; the most, %s, gains %s", name, pool.Bytes(g))
 		}
 		lines = append(lines, l+".")
 	case DecisionWorthAChange:
-		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over the defaults (at least %s)%s.",
+		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over the defaults, at least a change's worth %s%s.",
 			*rec.TorchConf, signedBytes(*a.Gain), threshold, fitCost(rec)))
 	case DecisionDefaultsDoNotFit:
 		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s of margin and %s of headroom at its peak%s.",
@@ -192,7 +192,7 @@ func fitCost(p *PolicyResult) string {
 // retries, cudaMalloc and cudaFree calls; and gpumem's relocations.
 func (a *Advice) writeSlowPath(b *strings.Builder) {
 	c := a.Comparison
-	title := "at each setting's smallest capacity"
+	title := "at the smallest capacity"
 	var cols []string
 	if c.Capacity > 0 {
 		title = "at " + pool.Bytes(c.Capacity).String()
