@@ -1,7 +1,6 @@
 package compare
 
 import (
-	"fmt"
 	"html/template"
 	"io"
 	"strings"
@@ -20,7 +19,8 @@ func (a *Advice) WriteHTML(w io.Writer) error {
 
 // adviceRow is one row of the advice table. Class marks the recommended
 // row ("recommended") and the smallest-device pick ("smallest") for CSS
-// and for tests; Marks says the same in words, visibly.
+// and for tests; Marks says the same in words, visibly, above the
+// setting's name.
 type adviceRow struct {
 	Class   string
 	Marks   []string
@@ -29,8 +29,9 @@ type adviceRow struct {
 }
 
 // adviceTable is the advice as an HTML table: the columns grouped by run,
-// the answer at the capacity first so the verdict is never the column a
-// narrow window cuts off.
+// the answer at the capacity first, right after the setting, so the
+// verdict is never the column a narrow window cuts off; the marks sit in
+// the setting's cell rather than a column of their own.
 type adviceTable struct {
 	Answer  []string
 	Groups  []htmlGroup
@@ -42,57 +43,53 @@ type adviceTable struct {
 func (a *Advice) adviceTable() adviceTable {
 	c := a.Comparison
 	t := adviceTable{Answer: a.answerLines()}
-	t.Groups = []htmlGroup{{"", 2}}
-	t.Columns = []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}
+	t.Groups = []htmlGroup{{"", 1}}
+	t.Columns = []string{"setting (PYTORCH_CUDA_ALLOC_CONF)"}
 	slow := []string{"retries", "cudaMalloc", "cudaFree", "relocations", "bytes moved"}
 	if c.Capacity > 0 {
-		t.Groups = append(t.Groups, htmlGroup{"at " + pool.Bytes(c.Capacity).String(), 3 + len(slow)})
+		t.Groups = append(t.Groups, htmlGroup{"at " + pool.Bytes(c.Capacity).String(), 3 + len(slow)}, htmlGroup{"smallest", 1})
 		t.Columns = append(t.Columns, append([]string{"verdict", "margin", "headroom at peak"}, slow...)...)
-		t.Groups = append(t.Groups, htmlGroup{"smallest capacity", 2})
-		t.Columns = append(t.Columns, "device", "÷ peak live")
+		t.Columns = append(t.Columns, "device")
 	} else {
-		t.Groups = append(t.Groups, htmlGroup{"smallest capacity", 2 + len(slow)})
-		t.Columns = append(t.Columns, append([]string{"device", "÷ peak live"}, slow...)...)
+		t.Groups = append(t.Groups, htmlGroup{"at the smallest capacity", 1 + len(slow)})
+		t.Columns = append(t.Columns, append([]string{"device"}, slow...)...)
 	}
-	t.Groups = append(t.Groups, htmlGroup{"unlimited capacity", 2})
-	t.Columns = append(t.Columns, "peak reserved", "÷ peak live")
+	t.Groups = append(t.Groups, htmlGroup{"unlimited", 1})
+	t.Columns = append(t.Columns, "peak reserved")
 	for _, p := range c.Policies {
 		r := adviceRow{Setting: strings.SplitAfter(settingName(p), ",")}
 		if p.Name == a.Recommended {
 			r.Class, r.Marks = "recommended", append(r.Marks, "▶ recommended")
 		}
 		if p.Name == a.BestPolicy {
-			r.Class, r.Marks = strings.TrimSpace(r.Class+" smallest"), append(r.Marks, "smallest device")
+			r.Class, r.Marks = strings.TrimSpace(r.Class+" smallest"), append(r.Marks, "* smallest device")
 		}
 		device := orDash(p.MinDevice > 0, pool.Bytes(p.MinDevice).String())
-		over := orDash(p.MinCapacity > 0, fmt.Sprintf("%.3f", p.MinCapacityOver))
 		if c.Capacity > 0 {
 			v := p.Verdict
 			verdict, headroom, s := "-", "-", (*SlowPath)(nil)
 			if v != nil {
 				verdict, s = verdictWord(v), v.SlowPath
-				if !v.Fits {
-					verdict = fmt.Sprintf("out of memory at event %d (%s requested)", v.OutOfMemory.Event, pool.Bytes(v.OutOfMemory.Request))
-				} else {
+				if v.Fits {
 					headroom = pool.Bytes(v.Headroom).String()
 				}
 			}
 			r.Cells = append([]string{verdict, marginText(v), headroom}, slowPathCells(s)...)
-			r.Cells = append(r.Cells, device, over)
+			r.Cells = append(r.Cells, device)
 		} else {
-			r.Cells = append([]string{device, over}, slowPathCells(p.MinCapacitySlowPath)...)
+			r.Cells = append([]string{device}, slowPathCells(p.MinCapacitySlowPath)...)
 		}
-		r.Cells = append(r.Cells, pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive))
+		r.Cells = append(r.Cells, pool.Bytes(p.PeakReserved).String())
 		t.Rows = append(t.Rows, r)
 	}
-	if a.BestPolicy != "" {
-		t.Notes = append(t.Notes, "smallest device: "+confName(a.Best)+", the PyTorch setting that needs the smallest device.")
-	}
 	if a.UseLine != "" {
-		t.Notes = append(t.Notes, "▶ recommended at "+pool.Bytes(c.Capacity).String()+": "+a.UseLine)
+		t.Notes = append(t.Notes, "▶ recommended at "+pool.Bytes(c.Capacity).String()+": "+a.UseLine+".")
+	}
+	if a.BestPolicy != "" {
+		t.Notes = append(t.Notes, "* smallest device: "+confName(a.Best)+", the PyTorch setting that needs the smallest device.")
 	}
 	t.Notes = append(t.Notes,
-		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity.",
+		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+pool.Bytes(ChangeThreshold(c.Capacity)).String()+" more margin than the defaults (the larger of 1 GiB and 1% of the capacity).",
 		"retries: allocations that released cached memory and tried again (PyTorch's num_alloc_retries, gpumem's cleanups); cudaMalloc, cudaFree: PyTorch's num_device_alloc and num_device_free (page maps and unmaps with expandable segments); relocations: gpumem's.",
 		"garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.")
 	return t
@@ -112,10 +109,10 @@ func (a *Advice) adviceHTML() (template.HTML, error) {
 // past the window.
 var adviceTemplate = template.Must(template.New("advice").Parse(`<div id="advice">
 {{range .Answer}}<p class="answer">{{.}}</p>
-{{end}}<table id="advice-table" class="advice">
+{{end}}<div class="advice-wrap"><table id="advice-table" class="advice">
 <tr>{{range .Groups}}<th class="group" colspan="{{.Span}}">{{.Title}}</th>{{end}}</tr>
 <tr>{{range .Columns}}<th>{{.}}</th>{{end}}</tr>
-{{range .Rows}}<tr{{if .Class}} class="{{.Class}}"{{end}}><td class="mark">{{range $i, $m := .Marks}}{{if $i}}<br>{{end}}<span class="mark-label">{{$m}}</span>{{end}}</td><td class="setting">{{range .Setting}}{{.}}<wbr>{{end}}</td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
-{{end}}</table>
+{{range .Rows}}<tr{{if .Class}} class="{{.Class}}"{{end}}><td class="setting">{{range .Marks}}<span class="mark-label">{{.}}</span>{{end}}<span class="setting-name">{{range .Setting}}{{.}}<wbr>{{end}}</span></td>{{range .Cells}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table></div>
 {{range .Notes}}<p class="note">{{.}}</p>
 {{end}}</div>`))

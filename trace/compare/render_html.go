@@ -363,9 +363,11 @@ table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;pa
 th.group{background:#f0f0f4}
 pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
 .key span{display:inline-block;margin-right:1.5em}
-table.advice{font-size:.9em;max-width:100%} table.advice th{white-space:normal} table.advice td.setting{text-align:left;max-width:24em}
-table.advice td.mark{text-align:left;white-space:nowrap;color:#1a7f37;font-weight:600}
-table.advice tr.recommended{background:#e6f4ea} table.advice tr.recommended td.setting{font-weight:600}
+.advice-wrap{max-width:100%;overflow-x:auto}
+table.advice{font-size:.88em;margin:.4em 0} table.advice td,table.advice th{padding:.2em .45em;white-space:nowrap} table.advice th{white-space:normal}
+table.advice th.group{text-align:center} table.advice td.setting{text-align:left;white-space:normal;min-width:16em;max-width:22em}
+table.advice .mark-label{display:block;color:#1a7f37;font-weight:600;font-size:.9em}
+table.advice tr.recommended{background:#e6f4ea} table.advice tr.recommended .setting-name{font-weight:600}
 p.answer{font-size:1.05em;margin:.3em 0} p.note{font-size:.85em;color:#555;margin:.2em 0}
 </style></head><body>
 <h1>{{.Title}}: {{.C.Trace}}</h1>
