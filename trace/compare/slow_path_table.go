@@ -59,7 +59,7 @@ func (c *Comparison) writeSlowPath(b *strings.Builder) {
 	b.WriteString("\nthe slow path, what fitting cost:\n")
 	t := table{groups: c.slowPathGroups(), rows: rows}
 	t.write(b)
-	b.WriteString(slowPathNote + "\n")
+	writeWrapped(b, slowPathNote, proseWidth)
 }
 
 // slowPathHTML is the slow-path table for the HTML report.
