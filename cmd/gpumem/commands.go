@@ -489,6 +489,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	requireFit := fs.Bool("require-fit", false, "exit with status 3 when no PyTorch setting of the grid fits -capacity (for scripts)")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -498,6 +499,9 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: gpumem advise SNAPSHOT [-capacity SIZE]", errUsage)
+	}
+	if *requireFit && !capacity.set {
+		return fmt.Errorf("%w: -require-fit needs -capacity (the device to fit)", errUsage)
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
@@ -548,7 +552,12 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *htmlOut != "" {
-		return writeOutput(*htmlOut, stdout, a.WriteHTML)
+		if err := writeOutput(*htmlOut, stdout, a.WriteHTML); err != nil {
+			return err
+		}
+	}
+	if *requireFit && a.NoneFits() {
+		return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s", errNoFit, pool.Bytes(capacity.v))
 	}
 	return nil
 }

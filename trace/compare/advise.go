@@ -3,13 +3,9 @@ package compare
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"runtime"
-	"strings"
 	"sync"
-
-	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // AdviceGrid is the PyTorch settings Advise replays, in PYTORCH_CUDA_ALLOC_CONF
@@ -35,25 +31,74 @@ var AdviceGrid = []string{
 	"expandable_segments:True,garbage_collection_threshold:0.6",
 }
 
+// defaultsPolicy is the grid's row for PyTorch's defaults: what the user
+// runs with PYTORCH_CUDA_ALLOC_CONF unset.
+const defaultsPolicy = torchPrefix + torchDefaults
+
+// Decisions Advice.Decision takes at a capacity, in the order a user
+// asks: does it fit as it is, and would a setting buy something worth a
+// change.
+const (
+	// DecisionDefaultsFit: PyTorch's defaults fit and no setting gains
+	// ChangeThreshold of margin over them; keep them.
+	DecisionDefaultsFit = "defaults-fit"
+	// DecisionWorthAChange: the defaults fit, and the recommended setting
+	// gains at least ChangeThreshold of margin.
+	DecisionWorthAChange = "worth-a-change"
+	// DecisionDefaultsDoNotFit: the defaults run out of memory; the
+	// recommended setting fits.
+	DecisionDefaultsDoNotFit = "defaults-do-not-fit"
+	// DecisionNoneFits: no PyTorch setting of the grid fits.
+	DecisionNoneFits = "none-fits"
+)
+
+// ChangeThreshold is the margin a setting must gain over PyTorch's
+// defaults, when they fit, to be worth a change: the larger of 1 GiB and
+// 1 % of the capacity. Less is within what one run differs from the next
+// and what the model can promise (it reproduces PyTorch's reserve within
+// 2 % on recorded snapshots), and a changed allocator setting is a change
+// to a configuration that works.
+func ChangeThreshold(capacity uint64) uint64 { return max(1<<30, capacity/100) }
+
 // Advice is Advise's result: the comparison of every grid setting with
-// gpumem's adaptive policy, and the setting to use.
+// gpumem's adaptive policy, the setting that needs the smallest device
+// and, at a capacity, the answer: whether PyTorch's defaults fit, with
+// what margin and headroom, and whether a setting is worth a change.
 type Advice struct {
 	Comparison *Comparison `json:"comparison"`
 	// Best is the grid setting with the smallest smallest-capacity (the
-	// earlier in the grid on a tie), as a conf line ("" = defaults).
+	// earlier in the grid on a tie), as a conf line ("" = defaults): the
+	// smallest-device pick, whatever the capacity.
 	Best       string `json:"best_setting"`
 	BestPolicy string `json:"best_policy"`
-	// Fitting lists the policies that fit Capacity (when given), and
-	// UseLine the environment line for the best of the fitting PyTorch
-	// settings ("" when none fits or no capacity was given).
+	// Fitting lists the policies that fit Capacity (when given).
 	Fitting []string `json:"fitting,omitempty"`
-	UseLine string   `json:"use,omitempty"`
+
+	// The answer at Comparison.Capacity; absent without a capacity.
+	//
+	// Defaults is the verdict of PyTorch's defaults there (its Margin and
+	// Headroom are the room left).
+	Defaults *Verdict `json:"defaults_verdict,omitempty"`
+	// ChangeThreshold is ChangeThreshold(Capacity).
+	ChangeThreshold uint64 `json:"worth_a_change_bytes,omitempty"`
+	// Decision is one of the Decision constants.
+	Decision string `json:"decision,omitempty"`
+	// Recommended is the policy to run with (torch:defaults when the
+	// defaults already fit), RecommendedConf its conf line, Gain the
+	// margin it gains over the defaults (both fit only); absent when none
+	// fits.
+	Recommended     string  `json:"recommended_policy,omitempty"`
+	RecommendedConf *string `json:"recommended_setting,omitempty"`
+	Gain            *int64  `json:"margin_gain_bytes,omitempty"`
+	// UseLine is the environment line for the recommendation.
+	UseLine string `json:"use,omitempty"`
 }
 
 // Advise replays the trace under gpumem's adaptive policy and PyTorch's
 // model under every AdviceGrid setting, in parallel (one replay and
-// capacity search per setting), and picks the PyTorch setting that needs
-// the smallest device. opts.Policies is ignored.
+// capacity search per setting), picks the PyTorch setting that needs the
+// smallest device and, given opts.Capacity, answers for it (see decide).
+// opts.Policies is ignored.
 func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	policies := []string{Adaptive}
 	for _, conf := range AdviceGrid {
@@ -110,109 +155,91 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 		a.BestPolicy, a.Best = best.Name, *best.TorchConf
 	}
 	if c.Capacity > 0 {
-		var fit *PolicyResult
-		for i := range c.Policies {
-			p := &c.Policies[i]
-			if isTorch(p.Name) && p.Verdict != nil && p.Verdict.Fits && p.MinCapacity > 0 && (fit == nil || p.MinCapacity < fit.MinCapacity) {
-				fit = p
-			}
-		}
-		if fit != nil {
-			a.UseLine = "PYTORCH_CUDA_ALLOC_CONF=" + *fit.TorchConf
-			if *fit.TorchConf == "" {
-				a.UseLine = "unset PYTORCH_CUDA_ALLOC_CONF (PyTorch's defaults fit)"
-			}
-		}
+		a.decide()
 	}
 	return a, nil
 }
 
-// WriteText writes the advice: one row per setting with its peak reserved
-// at unlimited capacity and its smallest capacity beside gpumem's, the
-// best setting marked, and, given a capacity, which fit and the line to
-// use.
-func (a *Advice) WriteText(w io.Writer) error {
+// decide answers at the capacity. The defaults' verdict comes first. A
+// setting is recommended only when the defaults do not fit, or when it
+// gains at least ChangeThreshold of margin over them; otherwise the
+// defaults already fit. Among the PyTorch settings that fit, the one with
+// the most margin (the smallest device) wins; on a tie, the one with fewer
+// retries at the capacity, then fewer cudaMalloc calls, then the earlier
+// in the grid. Margin, not headroom at the peak, is the measure: a setting
+// that keeps releasing its cache (garbage_collection_threshold) shows a
+// low peak under the capacity but needs as large a device.
+func (a *Advice) decide() {
 	c := a.Comparison
-	var b strings.Builder
-	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, pool.Bytes(c.PeakLive))
-	c.writePyTorch(&b)
-	b.WriteString("\n")
-	t := table{left: 2, groups: []tableGroup{
-		{"", []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}},
-		{"unlimited capacity", []string{"peak reserved", "÷ live"}},
-		{"smallest capacity", []string{"capacity", "÷ live"}},
-	}}
-	if c.Capacity > 0 {
-		t.groups = append(t.groups, tableGroup{"at " + pool.Bytes(c.Capacity).String(), []string{"verdict"}})
+	a.ChangeThreshold = ChangeThreshold(c.Capacity)
+	var defaults, pick *PolicyResult
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		if p.Name == defaultsPolicy {
+			defaults = p
+			a.Defaults = p.Verdict
+		}
+		if !isTorch(p.Name) || p.Verdict == nil || !p.Verdict.Fits || p.MinDevice == 0 {
+			continue
+		}
+		if pick == nil || cheaperFit(p, pick) {
+			pick = p
+		}
 	}
-	for _, p := range c.Policies {
-		mark, name := "", "gpumem "+p.Name
-		if p.TorchConf != nil {
-			name = *p.TorchConf
-			if name == "" {
-				name = "(PyTorch's defaults)"
-			}
-		}
-		if p.Name == a.BestPolicy {
-			mark = "*"
-		}
-		row := []string{mark, name, pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
-		if p.MinCapacity > 0 {
-			row[4], row[5] = pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver)
-		}
-		if v := p.Verdict; v != nil {
-			if v.Fits {
-				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
-			} else {
-				row = append(row, fmt.Sprintf("out of memory at event %d", v.OutOfMemory.Event))
-			}
-		}
-		t.add(row...)
-	}
-	t.write(&b)
-	if a.BestPolicy != "" {
-		best := a.Best
-		if best == "" {
-			best = "PyTorch's defaults"
-		}
-		fmt.Fprintf(&b, "* the PyTorch setting that needs the smallest device: %s", best)
-		for _, p := range c.Policies {
-			if p.Name == Adaptive && p.MinCapacity > 0 {
-				for _, q := range c.Policies {
-					if q.Name == a.BestPolicy {
-						fmt.Fprintf(&b, " (%s; gpumem adaptive needs %s)", pool.Bytes(q.MinCapacity), pool.Bytes(p.MinCapacity))
-					}
-				}
-			}
-		}
-		b.WriteString("\n")
-	}
-	if c.Capacity > 0 {
-		if a.UseLine != "" {
-			fmt.Fprintf(&b, "to fit %s: %s\n", pool.Bytes(c.Capacity), a.UseLine)
+	defaultsFit := defaults != nil && defaults.Verdict != nil && defaults.Verdict.Fits
+	switch {
+	case pick == nil && !defaultsFit:
+		a.Decision = DecisionNoneFits
+		return
+	case defaultsFit:
+		a.Decision = DecisionDefaultsFit
+		if pick != nil && defaults.MinDevice > 0 && pick != defaults && defaults.MinDevice-min(defaults.MinDevice, pick.MinDevice) >= a.ChangeThreshold {
+			a.Decision = DecisionWorthAChange
 		} else {
-			fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", pool.Bytes(c.Capacity))
+			pick = defaults
 		}
+	default:
+		a.Decision = DecisionDefaultsDoNotFit
 	}
-	b.WriteString("garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.\n")
-	_, err := io.WriteString(w, b.String())
-	return err
+	a.Recommended, a.RecommendedConf = pick.Name, pick.TorchConf
+	if defaultsFit && defaults.MinDevice > 0 && pick.MinDevice > 0 {
+		g := int64(defaults.MinDevice) - int64(pick.MinDevice)
+		a.Gain = &g
+	}
+	a.UseLine = "PYTORCH_CUDA_ALLOC_CONF=" + *pick.TorchConf
+	if *pick.TorchConf == "" {
+		a.UseLine = "unset PYTORCH_CUDA_ALLOC_CONF (PyTorch's defaults)"
+	}
 }
+
+// cheaperFit reports whether p is a better fit than q: a smaller device,
+// then fewer retries and fewer cudaMalloc calls at the capacity.
+func cheaperFit(p, q *PolicyResult) bool {
+	if p.MinDevice != q.MinDevice {
+		return p.MinDevice < q.MinDevice
+	}
+	ps, qs := p.Verdict.SlowPath, q.Verdict.SlowPath
+	if ps.Retries() != qs.Retries() {
+		return ps.Retries() < qs.Retries()
+	}
+	return deviceAllocs(ps) < deviceAllocs(qs)
+}
+
+// deviceAllocs is a slow path's cudaMalloc count (0 when not measured).
+func deviceAllocs(s *SlowPath) uint64 {
+	if s == nil || s.DeviceAllocs == nil {
+		return 0
+	}
+	return *s.DeviceAllocs
+}
+
+// NoneFits reports whether a capacity was asked about and no PyTorch
+// setting of the grid fits it (advise -require-fit).
+func (a *Advice) NoneFits() bool { return a.Decision == DecisionNoneFits }
 
 // WriteJSON writes the advice as one JSON object.
 func (a *Advice) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(a)
-}
-
-// WriteHTML writes the comparison's HTML report with the advice on top.
-func (a *Advice) WriteHTML(w io.Writer) error {
-	var text strings.Builder
-	if err := a.WriteText(&text); err != nil {
-		return err
-	}
-	c := *a.Comparison
-	c.preface = text.String()
-	return c.WriteHTML(w)
 }

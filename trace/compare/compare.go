@@ -173,6 +173,10 @@ type PolicyResult struct {
 	MinCapacityReport *replay.Report `json:"at_min_capacity,omitempty"`
 	Report            *replay.Report `json:"replay,omitempty"`
 	Timeline          []replay.Point `json:"-"`
+
+	// MinCapacitySlowPath is what fitting the smallest capacity cost
+	// (slow_path.go); Verdict.SlowPath is the same at Options.Capacity.
+	MinCapacitySlowPath *SlowPath `json:"min_capacity_slow_path,omitempty"`
 }
 
 // Comparison is Run's result.
@@ -199,8 +203,9 @@ type Comparison struct {
 	Recording         []replay.Point `json:"-"`
 	// firstT and lastT are the first and last events' trace times.
 	firstT, lastT int64
-	// preface is text the HTML report shows first (gpumem advise's).
-	preface string
+	// advice, set on the copy gpumem advise renders, makes the HTML page
+	// advise's: its title and the advice first (advise_html.go).
+	advice *Advice
 	// baseConf is the torch policy's settings as a conf line.
 	baseConf string
 }
@@ -272,6 +277,9 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		res.MinCapacityCopySeconds = float64(res.MinCapacityBytesMoved) / bw
 		if res.MinCapacity > 0 {
 			res.MinDevice = res.MinCapacity + opts.Overhead
+			if res.Verdict != nil {
+				res.Verdict.setMargin(opts.Capacity, res.MinDevice)
+			}
 		}
 		if c.PeakLive > 0 {
 			res.ReservedOverLive = float64(res.PeakReserved) / float64(c.PeakLive)
@@ -412,6 +420,14 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 		PeakDevice:   res.PeakReserved,
 		FinalDevice:  res.FinalReserved,
 		WallSeconds:  time.Since(start).Seconds(),
+		// The model's slow path in the report's terms (slowPathOf):
+		// num_alloc_retries are reservations retried after the cache
+		// went back; num_device_alloc and num_device_free (cudaMalloc and
+		// cudaFree, or page mappings with expandable segments) are its
+		// storage calls.
+		ReserveRetries:  uint64(res.Stats.AllocRetries),
+		StorageAllocs:   uint64(res.Stats.SegmentAllocs + res.Stats.SegmentMaps),
+		StorageDeallocs: uint64(res.Stats.SegmentFrees + res.Stats.SegmentUnmaps),
 	}
 	if res.PeakLive > 0 {
 		rep.Fragmentation = float64(res.PeakReserved) / float64(res.PeakLive)
@@ -534,6 +550,7 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		// smallest device are the ones that made it fit.
 		res.MinCapacityRelocations = capRes.rep.Relocations
 		res.MinCapacityBytesMoved = capRes.rep.BytesMoved
+		res.MinCapacitySlowPath = slowPathOf(name, capRes.rep)
 	}
 	return res, nil
 }

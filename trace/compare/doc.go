@@ -9,9 +9,13 @@
 //
 // The policies (adaptive, adaptive-pages, adaptive-norelocate, exclusive,
 // and PyTorch's model as torch, torch-expandable and torch:CONF), the
-// capacity search, the verdict at a capacity, the breakdown at the peak,
-// PyTorch's per-window figures of a snapshot (FromSnapshot), the advice
-// over a grid of PyTorch settings (Advise), and the text, JSON and HTML
+// capacity search, the verdict at a capacity (with the margin, the
+// capacity less the smallest device), the slow path of every replay at a
+// capacity (SlowPath: PyTorch's retries and device calls, gpumem's cleanups
+// and relocations), the breakdown at the peak, PyTorch's per-window
+// figures of a snapshot (FromSnapshot), the advice over a grid of PyTorch
+// settings (Advise: the defaults' verdict first, a setting only when it is
+// worth a change, ChangeThreshold), and the text, JSON and HTML
 // renderings.
 //
 // # Invariants

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"html"
 	"image"
 	"image/png"
@@ -234,4 +235,167 @@ func TestHTMLReportAxesLinesAndPeakInARealBrowser(t *testing.T) {
 			t.Fatalf("%s: lines missing: %v", p.Name, want)
 		}
 	}
+}
+
+// adviseMeasureScript, appended to a copy of advise's page, reports the
+// viewport's width, the advice table's verdict cells' right edges, the
+// marked rows, and every pair of the table's text boxes that overlap.
+const adviseMeasureScript = `<script>
+const table = document.getElementById('advice-table');
+const heads = [...table.rows[1].cells].map(c => c.textContent.trim());
+const vcol = heads.indexOf('verdict');
+const boxes = [];
+const walker = document.createTreeWalker(table, NodeFilter.SHOW_TEXT);
+for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+  if (!n.textContent.trim()) continue;
+  const r = document.createRange();
+  r.selectNodeContents(n);
+  for (const b of r.getClientRects()) boxes.push({text: n.textContent.trim(), l: b.left, r: b.right, t: b.top, b: b.bottom});
+}
+const overlaps = [];
+for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+  const a = boxes[i], b = boxes[j];
+  const w = Math.min(a.r, b.r) - Math.max(a.l, b.l), h = Math.min(a.b, b.b) - Math.max(a.t, b.t);
+  if (w > 0.5 && h > 0.5) overlaps.push(a.text + ' / ' + b.text);
+}
+const rows = [...table.rows].slice(2);
+const out = {
+  viewport: document.documentElement.clientWidth,
+  title: document.title,
+  verdictRight: Math.max(...[...table.rows].slice(1).map(r => r.cells[vcol].getBoundingClientRect().right)),
+  tableRight: table.getBoundingClientRect().right,
+  recommended: rows.filter(r => r.classList.contains('recommended')).map(r => r.cells[0].textContent),
+  smallest: rows.filter(r => r.classList.contains('smallest')).map(r => r.cells[0].textContent),
+  overlaps: overlaps,
+  boxes: boxes.length,
+  hasPre: !!document.querySelector('pre#advice'),
+};
+const pre = document.createElement('pre');
+pre.id = 'measure';
+pre.textContent = JSON.stringify(out);
+document.body.appendChild(pre);
+</script>`
+
+// advise's HTML page in headless Chromium at 1400×900 and 1920×1080: it
+// is titled "gpumem advise"; the advice is a table, not a clipped block of
+// text; the recommended row is there, marked by its class and by a visible
+// "▶ recommended"; the verdict column lies within the window; and no two
+// of the table's text boxes overlap.
+func TestAdvisePageInARealBrowser(t *testing.T) {
+	browser := findChromium()
+	if browser == "" {
+		t.Skip("no chromium on PATH: .ci/run installs Debian's chromium; install it to run this test")
+	}
+	a, err := Advise(context.Background(), Source{Name: "pinned", Events: pinnedTrace(64)}, Options{Capacity: 8 << 30, Timeline: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Recommended == "" || a.Recommended == defaultsPolicy {
+		t.Fatalf("the trace does not recommend a change: %q", a.Recommended)
+	}
+	var page bytes.Buffer
+	if err := a.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(page.Bytes(), []byte("<script")) {
+		t.Fatal("the page has a script")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "advise.html")
+	measured := bytes.Replace(page.Bytes(), []byte("</body>"), []byte(adviseMeasureScript+"</body>"), 1)
+	if err := os.WriteFile(path, measured, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain.html")
+	if err := os.WriteFile(plain, page.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rec := policyOf(t, a, a.Recommended)
+	for _, size := range []struct{ w, h int }{{1400, 900}, {1920, 1080}} {
+		t.Run(fmt.Sprintf("%dx%d", size.w, size.h), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+				"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
+				"--hide-scrollbars", "--user-data-dir=" + filepath.Join(dir, fmt.Sprintf("profile-%d", size.w)),
+				fmt.Sprintf("--window-size=%d,%d", size.w, size.h)}
+			shot := filepath.Join(dir, fmt.Sprintf("advise-%dx%d.png", size.w, size.h))
+			if out, err := exec.CommandContext(ctx, browser, append(flags, "--screenshot="+shot, "file://"+plain)...).CombinedOutput(); err != nil {
+				t.Fatalf("chromium: %v\n%s", err, out)
+			}
+			f, err := os.Open(shot)
+			if err != nil {
+				t.Fatalf("no screenshot: %v", err)
+			}
+			img, err := png.Decode(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := img.Bounds(); b.Dx() != size.w || b.Dy() != size.h {
+				t.Fatalf("screenshot %v, want %dx%d", b, size.w, size.h)
+			}
+			// The recommended row's green: #e6f4ea, distinct from the
+			// page's other fills.
+			if n := countExact(img, 0xe6, 0xf4, 0xea); n < 2000 {
+				t.Fatalf("the recommended row's background shows on %d pixels, want ≥ 2000", n)
+			}
+			out, err := exec.CommandContext(ctx, browser, append(flags, "--dump-dom", "file://"+path)...).Output()
+			if err != nil {
+				t.Fatalf("chromium: %v", err)
+			}
+			_, after, ok := bytes.Cut(out, []byte(`<pre id="measure">`))
+			js, _, ok2 := bytes.Cut(after, []byte("</pre>"))
+			if !ok || !ok2 {
+				t.Fatalf("the browser did not run the measurement:\n%.2000s", out)
+			}
+			var m struct {
+				Viewport     float64  `json:"viewport"`
+				Title        string   `json:"title"`
+				VerdictRight float64  `json:"verdictRight"`
+				TableRight   float64  `json:"tableRight"`
+				Recommended  []string `json:"recommended"`
+				Smallest     []string `json:"smallest"`
+				Overlaps     []string `json:"overlaps"`
+				Boxes        int      `json:"boxes"`
+				HasPre       bool     `json:"hasPre"`
+			}
+			if err := json.Unmarshal([]byte(html.UnescapeString(string(js))), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Viewport < float64(size.w)-20 || m.Viewport > float64(size.w) {
+				t.Fatalf("the page was laid out %v px wide, want the %d px window", m.Viewport, size.w)
+			}
+			if !strings.HasPrefix(m.Title, "gpumem advise: ") || m.HasPre {
+				t.Fatalf("title %q, advice as a <pre>: %v", m.Title, m.HasPre)
+			}
+			if len(m.Recommended) != 1 || !strings.Contains(m.Recommended[0], "▶ recommended") || !strings.Contains(m.Recommended[0], strings.Split(*rec.TorchConf, ",")[0]) {
+				t.Fatalf("recommended rows %q, want one marked ▶ recommended for %s", m.Recommended, *rec.TorchConf)
+			}
+			if len(m.Smallest) != 1 || !strings.Contains(m.Smallest[0], "smallest device") {
+				t.Fatalf("smallest-device rows %q", m.Smallest)
+			}
+			if m.VerdictRight > m.Viewport || m.TableRight > m.Viewport {
+				t.Fatalf("the verdict column ends at %.0f px and the table at %.0f px, past the %.0f px window", m.VerdictRight, m.TableRight, m.Viewport)
+			}
+			if m.Boxes < 100 || len(m.Overlaps) > 0 {
+				t.Fatalf("%d text boxes, overlapping: %q", m.Boxes, m.Overlaps)
+			}
+		})
+	}
+}
+
+// countExact counts pixels of exactly (r, g, b).
+func countExact(img image.Image, r, g, b uint8) int {
+	n := 0
+	bounds := img.Bounds()
+	for y := bounds.Min.Y; y < bounds.Max.Y; y++ {
+		for x := bounds.Min.X; x < bounds.Max.X; x++ {
+			pr, pg, pb, _ := img.At(x, y).RGBA()
+			if uint8(pr>>8) == r && uint8(pg>>8) == g && uint8(pb>>8) == b {
+				n++
+			}
+		}
+	}
+	return n
 }

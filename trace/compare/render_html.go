@@ -39,10 +39,21 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		Rec     string // who recorded the reserve: PyTorch, or a snapshot's writer
 		HasCap  bool
 		Summary []string
-		Preface string
-	}{C: c, Preface: c.preface, Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch"}
+		// Title is the page's command; Advice the advice block of
+		// advise's page (advise_html.go).
+		Title  string
+		Advice template.HTML
+		Slow   htmlTable
+	}{C: c, Title: "gpumem replay", Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch"}
 	if c.PyTorch != nil {
 		data.Rec = c.PyTorch.Recorder()
+	}
+	if c.advice != nil {
+		advice, err := c.advice.adviceHTML()
+		if err != nil {
+			return err
+		}
+		data.Title, data.Advice = "gpumem advise", advice
 	}
 	for _, p := range c.Policies {
 		if len(p.Timeline) > 0 {
@@ -50,6 +61,7 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		}
 	}
 	data.Table, data.Parts = c.htmlTables()
+	data.Slow = c.slowPathHTML()
 	data.Summary = c.summaryLines()
 	return pageTemplate.Execute(w, data)
 }
@@ -335,7 +347,7 @@ func (c *Comparison) summaryLines() []string {
 }
 
 var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>gpumem replay: {{.C.Trace}}</title>
+<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}: {{.C.Trace}}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;background:#fff;color:#222}
 h1{font-size:1.3em} h2{font-size:1.05em;margin:1.2em 0 .3em}
@@ -355,9 +367,15 @@ table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;pa
 th.group{background:#f0f0f4}
 pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
 .key span{display:inline-block;margin-right:1.5em}
+.advice-wrap{max-width:100%;overflow-x:auto}
+table.advice{font-size:.88em;margin:.4em 0} table.advice td,table.advice th{padding:.2em .45em;white-space:nowrap} table.advice th{white-space:normal}
+table.advice th.group{text-align:center} table.advice td.setting{text-align:left;white-space:normal;min-width:16em;max-width:22em}
+table.advice .mark-label{display:block;color:#1a7f37;font-weight:600;font-size:.9em}
+table.advice tr.recommended{background:#e6f4ea} table.advice tr.recommended .setting-name{font-weight:600}
+p.answer{font-size:1.05em;margin:.3em 0} p.note{font-size:.85em;color:#555;margin:.2em 0}
 </style></head><body>
-<h1>gpumem replay: {{.C.Trace}}</h1>
-{{if .Preface}}<h2>Advice</h2><pre id="advice">{{.Preface}}</pre>{{end}}
+<h1>{{.Title}}: {{.C.Trace}}</h1>
+{{if .Advice}}<h2>Advice</h2>{{.Advice}}{{end}}
 {{range .Summary}}<p class="summary">{{.}}</p>
 {{end}}
 <p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ {{.Rec}}'s recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>
@@ -382,6 +400,12 @@ pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
 <tr>{{range .Table.Columns}}<th>{{.}}</th>{{end}}</tr>
 {{range .Table.Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
 {{end}}</table>
+{{if .Slow.Rows}}<h2>The slow path: what fitting cost</h2>
+<table id="slow-path">
+<tr>{{range .Slow.Groups}}<th class="group" colspan="{{.Span}}">{{.Title}}</th>{{end}}</tr>
+<tr>{{range .Slow.Columns}}<th>{{.}}</th>{{end}}</tr>
+{{range .Slow.Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>{{end}}
 {{if .Parts.Rows}}<h2>Where the reserved bytes sat at each policy's peak</h2>
 <table id="breakdown">
 <tr>{{range .Parts.Groups}}<th class="group" colspan="{{.Span}}">{{.Title}}</th>{{end}}</tr>

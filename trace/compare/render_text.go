@@ -64,6 +64,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		t.add(row...)
 	}
 	t.write(&b)
+	c.writeSlowPath(&b)
 	c.writeTorchNote(&b)
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {

@@ -18,6 +18,23 @@ type Verdict struct {
 	Headroom     uint64 `json:"headroom_bytes"`
 	// OutOfMemory is the first failed allocation (does not fit only).
 	OutOfMemory *replay.FailureState `json:"out_of_memory,omitempty"`
+	// Margin is the capacity less the policy's smallest device
+	// (PolicyResult.MinDevice): the room the workload could still grow
+	// into, where Headroom is only what was left at this run's peak — a
+	// policy that keeps releasing its cache shows headroom it cannot grow
+	// into. Negative when the capacity is below the smallest device;
+	// absent when the smallest capacity was not searched.
+	Margin *int64 `json:"margin_bytes,omitempty"`
+	// SlowPath is what fitting this capacity cost (up to the failed
+	// allocation when it does not fit).
+	SlowPath *SlowPath `json:"slow_path,omitempty"`
+}
+
+// setMargin sets Margin for a device of capacity bytes and the policy's
+// smallest device.
+func (v *Verdict) setMargin(capacity, minDevice uint64) {
+	m := int64(capacity) - int64(minDevice)
+	v.Margin = &m
 }
 
 // verdictAt replays events at capacity, stopping at the first failed
@@ -27,7 +44,7 @@ func verdictAt(ctx context.Context, name string, events []trace.Event, capacity,
 	if err != nil {
 		return nil, err
 	}
-	v := &Verdict{Capacity: capacity, PeakReserved: rep.PeakDevice}
+	v := &Verdict{Capacity: capacity, PeakReserved: rep.PeakDevice, SlowPath: slowPathOf(name, rep)}
 	if rep.FailedAllocs == 0 {
 		v.Fits = true
 		v.Headroom = capacity - min(capacity, rep.PeakDevice)
