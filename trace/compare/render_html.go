@@ -44,6 +44,10 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		Title  string
 		Advice template.HTML
 		Slow   htmlTable
+		// Zoomed are the panels again on a y scale from a little below
+		// peak live to the top (shown by the zoom checkbox, no script).
+		Zoomed    []chart
+		ZoomRange string
 	}{C: c, Title: "gpumem replay", Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch"}
 	if c.PyTorch != nil {
 		data.Rec = c.PyTorch.Recorder()
@@ -55,11 +59,14 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		}
 		data.Title, data.Advice = "gpumem advise", advice
 	}
+	zoom := c.zoomScales(sc)
 	for _, p := range c.Policies {
 		if len(p.Timeline) > 0 {
-			data.Charts = append(data.Charts, c.newChart(p, sc))
+			data.Charts = append(data.Charts, c.newChart(p, sc, false))
+			data.Zoomed = append(data.Zoomed, c.newChart(p, zoom, true))
 		}
 	}
+	data.ZoomRange = binaryLabel(zoom.bottom) + " to " + binaryLabel(zoom.top)
 	data.Table, data.Parts = c.htmlTables()
 	data.Slow = c.slowPathHTML()
 	data.Summary = c.summaryLines()
@@ -80,6 +87,7 @@ const (
 // scales are the axes every panel shares.
 type scales struct {
 	top      uint64 // bytes at the top of the plot
+	bottom   uint64 // bytes at the bottom: 0, or above it when zoomed (a multiple of yStep)
 	yStep    uint64
 	x0, x1   int64 // the x range: trace time (µs) or event index
 	xStep    int64
@@ -143,8 +151,11 @@ func niceDecimal(span int64) int64 {
 	return math.MaxInt64
 }
 
+// y is the height of b bytes; a level below a zoomed scale's bottom is
+// drawn on the bottom edge.
 func (sc scales) y(b uint64) float64 {
-	return marginTop + plotH - float64(b)/float64(sc.top)*plotH
+	b = max(b, sc.bottom)
+	return marginTop + plotH - float64(b-sc.bottom)/float64(max(sc.top-sc.bottom, 1))*plotH
 }
 
 func (sc scales) x(pt replay.Point) float64 {
@@ -164,7 +175,7 @@ type tick struct {
 
 func (sc scales) yTicks() []tick {
 	var out []tick
-	for b := uint64(0); b <= sc.top; b += sc.yStep {
+	for b := sc.bottom; b <= sc.top; b += sc.yStep {
 		out = append(out, tick{Pos: sc.y(b), Label: binaryLabel(b), Bytes: b})
 		if sc.top-b < sc.yStep {
 			break
@@ -219,6 +230,11 @@ type hline struct {
 // chart is one policy's panel.
 type chart struct {
 	Name                     string
+	ID, Class                string // the svg's id and class: timeline (y from 0) or timeline-zoom
+	Verdict                  string // the policy's verdict at -capacity, "" without one
+	OOM                      *oomMark
+	Hover                    []hoverColumn
+	Labels                   []placedLabel
 	Live, Reserved, Recorded string // SVG polyline points
 	PeakX, PeakY             float64
 	Peak                     uint64
@@ -233,7 +249,7 @@ type chart struct {
 	XAxisLabel               string
 }
 
-func (c *Comparison) newChart(p PolicyResult, sc scales) chart {
+func (c *Comparison) newChart(p PolicyResult, sc scales, zoomed bool) chart {
 	poly := func(pts []replay.Point, val func(replay.Point) uint64) string {
 		var b strings.Builder
 		for _, pt := range pts {
@@ -245,11 +261,15 @@ func (c *Comparison) newChart(p PolicyResult, sc scales) chart {
 		Name:     p.Name,
 		Live:     poly(p.Timeline, func(pt replay.Point) uint64 { return pt.Live }),
 		Reserved: poly(p.Timeline, func(pt replay.Point) uint64 { return pt.Device }),
-		Recorded: poly(c.Recording, func(pt replay.Point) uint64 { return pt.Device }),
+		Recorded: steps(c.Recording, sc),
 		YTicks:   sc.yTicks(), XTicks: sc.xTicks(),
 		W: chartW, H: chartH,
 		PlotX0: marginLeft, PlotX1: marginLeft + plotW, PlotY0: marginTop, PlotY1: marginTop + plotH,
 		XAxisLabel: "trace time",
+		ID:         "timeline-" + p.Name, Class: "timeline",
+	}
+	if zoomed {
+		ch.ID, ch.Class = "zoom-"+p.Name, "timeline-zoom"
 	}
 	if sc.byEvents {
 		ch.XAxisLabel = "event"
@@ -278,6 +298,17 @@ func (c *Comparison) newChart(p PolicyResult, sc scales) chart {
 		ch.Lines = append(ch.Lines, hline{Class: "min-capacity", Label: "smallest capacity " + pool.Bytes(p.MinCapacity).String(), Y: sc.y(p.MinCapacity), Bytes: p.MinCapacity,
 			LabelX: marginLeft + plotW - 4, Anchor: "end"})
 	}
+	if v := p.Verdict; v != nil {
+		if v.Fits {
+			ch.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
+		} else if o := v.OutOfMemory; o != nil {
+			ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
+			x := sc.x(replay.Point{Event: o.Event, T: o.T})
+			ch.OOM = &oomMark{X: x, Event: o.Event, Label: fmt.Sprintf("out of memory at event %d", o.Event)}
+		}
+	}
+	ch.Labels = ch.placeLabels()
+	ch.Hover = hoverColumns(p.Timeline, sc)
 	return ch
 }
 
@@ -346,7 +377,7 @@ func (c *Comparison) summaryLines() []string {
 	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }
 
-var pageTemplate = template.Must(template.New("page").Parse(`<!DOCTYPE html>
+var pageTemplate = template.Must(template.Must(template.New("page").Parse(panelTemplate)).Parse(`<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{{.Title}}: {{.C.Trace}}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;background:#fff;color:#222}
@@ -363,6 +394,12 @@ svg{background:#fff;border:1px solid #ccc}
 .min-capacity{stroke:#ff7f0e;stroke-width:1.5;stroke-dasharray:2 3}
 .line-label{font-size:11px}
 .peak{fill:#d62728;stroke:#fff;stroke-width:1}
+.oom{stroke:#8b0000;stroke-width:2}
+.oom-label{fill:#8b0000;font-weight:600}
+.hover rect{fill:transparent} .hover rect:hover{fill:rgba(0,0,0,.06)}
+h2 .verdict{font-weight:normal;font-size:.9em;color:#444} h2 .verdict.no-fit{color:#8b0000}
+.zoomed{display:none} #zoom:checked ~ .charts .full{display:none} #zoom:checked ~ .charts .zoomed{display:block}
+label.zoom{font-size:.9em}
 table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} td:first-child,th:first-child{text-align:left}
 th.group{background:#f0f0f4}
 pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
@@ -379,21 +416,11 @@ p.answer{font-size:1.05em;margin:.3em 0} p.note{font-size:.85em;color:#555;margi
 {{range .Summary}}<p class="summary">{{.}}</p>
 {{end}}
 <p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ {{.Rec}}'s recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>
-{{range .Charts}}{{$c := .}}<h2>{{.Name}}</h2>
-<svg id="timeline-{{.Name}}" class="timeline" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
-<rect class="plot" x="{{.PlotX0}}" y="{{.PlotY0}}" width="{{printf "%.2f" (.PlotWidth)}}" height="{{printf "%.2f" (.PlotHeight)}}"/>
-<g class="y-ticks">{{range .YTicks}}<g class="tick" data-bytes="{{.Bytes}}" data-y="{{printf "%.2f" .Pos}}"><line class="grid" x1="{{$c.PlotLeft}}" x2="{{$c.PlotRight}}" y1="{{printf "%.2f" .Pos}}" y2="{{printf "%.2f" .Pos}}"/><text x="{{$c.TickLabelX}}" y="{{printf "%.2f" .Pos}}" text-anchor="end" dominant-baseline="middle">{{.Label}}</text></g>{{end}}</g>
-<g class="x-ticks">{{range .XTicks}}<g class="tick"><line class="axis" x1="{{printf "%.2f" .Pos}}" x2="{{printf "%.2f" .Pos}}" y1="{{$c.PlotBottom}}" y2="{{$c.TickBottom}}"/><text x="{{printf "%.2f" .Pos}}" y="{{$c.XLabelY}}" text-anchor="middle">{{.Label}}</text></g>{{end}}</g>
-<line class="axis" x1="{{.PlotX0}}" x2="{{.PlotX0}}" y1="{{.PlotY0}}" y2="{{.PlotY1}}"/>
-<line class="axis" x1="{{.PlotX0}}" x2="{{.PlotX1}}" y1="{{.PlotY1}}" y2="{{.PlotY1}}"/>
-<text class="axis-label" x="{{.PlotX1}}" y="{{.AxisLabelY}}" text-anchor="end">{{.XAxisLabel}}</text>
-{{if .Recorded}}<polyline class="recorded" points="{{.Recorded}}"/>{{end}}
-<polyline class="reserved" points="{{.Reserved}}"/>
-<polyline class="live" points="{{.Live}}"/>
-{{range .Lines}}<g class="level" data-bytes="{{.Bytes}}"><line class="{{.Class}}" x1="{{$c.PlotLeft}}" x2="{{$c.PlotRight}}" y1="{{printf "%.2f" .Y}}" y2="{{printf "%.2f" .Y}}"/><text class="line-label" x="{{printf "%.2f" .LabelX}}" y="{{printf "%.2f" .Y}}" dy="-3" text-anchor="{{.Anchor}}">{{.Label}}</text></g>
-{{end}}<circle class="peak" data-bytes="{{.Peak}}" cx="{{printf "%.2f" .PeakX}}" cy="{{printf "%.2f" .PeakY}}" r="4"/><text class="line-label peak-label" x="{{printf "%.2f" .PeakX}}" y="{{printf "%.2f" .PeakY}}" dx="{{.PeakDX}}" dy="14" text-anchor="{{.PeakAnchor}}">{{.PeakLabel}}</text>
-</svg>
-{{end}}
+<input type="checkbox" id="zoom"><label class="zoom" for="zoom"> zoom every panel to {{.ZoomRange}}, the range where the policies differ (hover a panel for exact values)</label>
+<div class="charts">
+<div class="full">{{range .Charts}}{{template "panel" .}}{{end}}</div>
+<div class="zoomed">{{range .Zoomed}}{{template "panel" .}}{{end}}</div>
+</div>
 <h2>Figures</h2>
 <table id="figures">
 <tr>{{range .Table.Groups}}<th class="group" colspan="{{.Span}}">{{.Title}}</th>{{end}}</tr>
