@@ -119,6 +119,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run; torch:CONF runs PyTorch's model with CONF in PYTORCH_CUDA_ALLOC_CONF syntax (torch:defaults for its defaults)")
 	torchConf := fs.String("torch-conf", "", "settings of the torch policy, in PYTORCH_CUDA_ALLOC_CONF syntax such as `CONF` expandable_segments:True,max_split_size_mb:128 (default: the settings the snapshot recorded, else PyTorch's defaults)")
 	bandwidth := rateFlag{v: compare.DefaultBandwidth}
@@ -239,7 +240,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *format == "json":
 		err = c.WriteJSON(stdout)
 	default:
-		err = c.WriteText(stdout)
+		err = c.WriteTextWidth(stdout, textWidth(*wide))
 	}
 	if err != nil {
 		return err
@@ -275,6 +276,14 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	return nil
+}
+
+// textWidth is the text report's line limit: none with -wide.
+func textWidth(wide bool) int {
+	if wide {
+		return 0
+	}
+	return compare.DefaultTextWidth
 }
 
 // isPolicyError reports whether err is about a policy name or a torch:CONF
@@ -488,6 +497,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	requireFit := fs.Bool("require-fit", false, "exit with status 3 when no PyTorch setting of the grid fits -capacity (for scripts)")
 	pos, err := parseFlags(fs, args)
@@ -546,7 +556,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *format == "json":
 		err = a.WriteJSON(stdout)
 	default:
-		err = a.WriteText(stdout)
+		err = a.WriteTextWidth(stdout, textWidth(*wide))
 	}
 	if err != nil {
 		return err

@@ -125,10 +125,32 @@ func TestReplayJSONIsOneObjectWithTheDocumentedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range policies {
-		for _, k := range []string{"name", "peak_reserved_bytes", "min_capacity_bytes", "relocations", "bytes_moved", "copy_seconds", "replay_seconds"} {
+		for _, k := range []string{"name", "peak_reserved_bytes", "min_capacity_bytes", "replay_seconds"} {
 			if _, ok := p[k]; !ok {
 				t.Errorf("policy %s lacks key %q", p["name"], k)
 			}
+		}
+		// Relocation figures are a gpumem device's: absent from PyTorch's
+		// rows (it never moves memory), present, even when 0, in gpumem's.
+		_, torch := p["pytorch_alloc_conf"]
+		for _, k := range []string{"relocations", "bytes_moved", "copy_seconds", "min_capacity_relocations"} {
+			if _, ok := p[k]; ok == torch {
+				t.Errorf("policy %s: key %q present %v, want %v", p["name"], k, ok, !torch)
+			}
+		}
+	}
+	// Without the search there are no smallest-capacity figures at all.
+	var noSearch map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(mustRun(t, "replay", "-quiet", "-json", "-no-search", "-policies", "adaptive")), &noSearch); err != nil {
+		t.Fatal(err)
+	}
+	var ps []map[string]json.RawMessage
+	if err := json.Unmarshal(noSearch["policies"], &ps); err != nil || len(ps) != 1 {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"min_capacity_bytes", "min_device_bytes", "capacity_probes"} {
+		if _, ok := ps[0][k]; ok {
+			t.Errorf("-no-search: key %q present, want it absent (not measured)", k)
 		}
 	}
 	if !slices.Equal(r.policyNames(), compare.Policies()) {

@@ -23,6 +23,12 @@ const (
 // margin; then what each pays on the slow path at the capacity (at its
 // smallest capacity without one); then the smallest-device pick.
 func (a *Advice) WriteText(w io.Writer) error {
+	return a.WriteTextWidth(w, DefaultTextWidth)
+}
+
+// WriteTextWidth is WriteText with lines of at most width columns (0: no
+// limit).
+func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 	c := a.Comparison
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, pool.Bytes(c.PeakLive))
@@ -34,7 +40,7 @@ func (a *Advice) WriteText(w io.Writer) error {
 		}
 	}
 	b.WriteString("\n")
-	t := table{left: 2, groups: []tableGroup{
+	t := table{left: 2, width: width, groups: []tableGroup{
 		{"", []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}},
 		{"unlimited capacity", []string{"peak reserved", "÷ live"}},
 		{"smallest capacity", []string{"capacity", "÷ live"}},
@@ -62,7 +68,7 @@ func (a *Advice) WriteText(w io.Writer) error {
 	}
 	t.write(&b)
 	b.WriteString("\n")
-	a.writeSlowPath(&b)
+	a.writeSlowPath(&b, width)
 	if a.BestPolicy != "" {
 		var l strings.Builder
 		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s", markSmallest, confName(a.Best))
@@ -86,7 +92,7 @@ func (a *Advice) WriteText(w io.Writer) error {
 		}
 	}
 	writeWrapped(&b, "garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.", proseWidth)
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
 	return err
 }
 
@@ -190,7 +196,7 @@ func fitCost(p *PolicyResult) string {
 // writeSlowPath writes what each setting pays at the capacity (or, without
 // one, at its smallest capacity): its verdict and headroom there, its
 // retries, cudaMalloc and cudaFree calls; and gpumem's relocations.
-func (a *Advice) writeSlowPath(b *strings.Builder) {
+func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
 	c := a.Comparison
 	title := "at the smallest capacity"
 	var cols []string
@@ -198,7 +204,7 @@ func (a *Advice) writeSlowPath(b *strings.Builder) {
 		title = "at " + pool.Bytes(c.Capacity).String()
 		cols = []string{"verdict", "headroom"}
 	}
-	t := table{left: 2, groups: []tableGroup{
+	t := table{left: 2, width: width, groups: []tableGroup{
 		{"", []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}},
 		{title, append(cols, "retries", "cudaMalloc", "cudaFree")},
 	}}

@@ -14,6 +14,17 @@ import (
 // from (unlimited capacity, smallest capacity, the capacity asked about),
 // the verdicts, and where each policy's reserved bytes sat at its peak.
 func (c *Comparison) WriteText(w io.Writer) error {
+	return c.WriteTextWidth(w, DefaultTextWidth)
+}
+
+// DefaultTextWidth is the widest line WriteText writes: a terminal's
+// 120 columns. Wider tables are stacked, group by group, beside the
+// policy column; prose is wrapped.
+const DefaultTextWidth = 120
+
+// WriteTextWidth is WriteText with lines of at most width columns (0: no
+// limit, every table on one row of groups: the CLI's -wide).
+func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s: %d events over %s of trace time, peak live %s\n", c.Trace, c.Events, traceSpan(c), pool.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
@@ -28,7 +39,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "max page %s; copy time at %s\n\n", pool.Bytes(c.MaxPage), rate(c.Bandwidth))
 
-	t := table{groups: []tableGroup{
+	t := table{width: width, groups: []tableGroup{
 		{"", []string{"policy"}},
 		{"unlimited capacity", []string{"peak reserved", "÷ live", "relocations", "moved", "copy time"}},
 		{"smallest capacity", []string{"capacity", "÷ live", "relocations", "moved", "copy time"}},
@@ -64,7 +75,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 		t.add(row...)
 	}
 	t.write(&b)
-	c.writeSlowPath(&b)
+	c.writeSlowPath(&b, width)
 	c.writeTorchNote(&b)
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {
@@ -83,7 +94,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "warning: %s failed %d allocations at unlimited capacity (first at event %d: %s)\n", p.Name, p.FailedAllocs, p.Report.FirstFailure, p.Report.FirstFailureError)
 		}
 	}
-	c.writeBreakdowns(&b)
+	c.writeBreakdowns(&b, width)
 	if len(c.Warnings) > 0 {
 		keys := make([]string, 0, len(c.Warnings))
 		for k := range c.Warnings {
@@ -102,7 +113,7 @@ func (c *Comparison) WriteText(w io.Writer) error {
 			c.Policies[0].Name, r.Allocs, r.Frees, r.IgnoredFrees, r.Growths, pool.Bytes(r.FinalPageSize), r.StorageAllocs, r.StorageDeallocs,
 			pool.Bytes(r.BytesReleased), pool.Bytes(r.BytesMoved), r.MovedPerReleased)
 	}
-	_, err := io.WriteString(w, b.String())
+	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
 	return err
 }
 
@@ -142,7 +153,7 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 
 // writeBreakdowns writes, per policy, where the reserved bytes beyond the
 // live ones sat at its peak (parts no policy has are left out).
-func (c *Comparison) writeBreakdowns(b *strings.Builder) {
+func (c *Comparison) writeBreakdowns(b *strings.Builder, width int) {
 	var parts []int
 	names := []string{}
 	for i := range (&Breakdown{}).Parts() {
@@ -161,7 +172,7 @@ func (c *Comparison) writeBreakdowns(b *strings.Builder) {
 		return
 	}
 	b.WriteString("\n")
-	t := table{groups: []tableGroup{
+	t := table{width: width, groups: []tableGroup{
 		{"", []string{"policy"}},
 		{"at each policy's unlimited peak", []string{"reserved", "live"}},
 		{"reserved but not live", names},

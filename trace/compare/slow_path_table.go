@@ -51,13 +51,13 @@ const slowPathNote = "retries: allocations that released cached memory and tried
 // writeSlowPath writes what fitting cost each policy: its retries, its
 // cudaMalloc and cudaFree calls (PyTorch) and relocations (gpumem), at the
 // smallest capacity and at the capacity asked about.
-func (c *Comparison) writeSlowPath(b *strings.Builder) {
+func (c *Comparison) writeSlowPath(b *strings.Builder, width int) {
 	rows := c.slowPathRows()
 	if rows == nil {
 		return
 	}
 	b.WriteString("\nthe slow path, what fitting cost:\n")
-	t := table{groups: c.slowPathGroups(), rows: rows}
+	t := table{groups: c.slowPathGroups(), rows: rows, width: width}
 	t.write(b)
 	writeWrapped(b, slowPathNote, proseWidth)
 }
