@@ -188,6 +188,12 @@ type Snapshot struct {
 	// nested dicts of the same as map[string]any.
 	AllocatorSettings map[string]any
 
+	// EventEntries[i] is the index in the chosen device trace of the entry
+	// Events[i] came from, -1 for the prelude: a replay's failing event
+	// named as the entry a user finds in the snapshot (its event numbers
+	// differ: entries that emit nothing, implied frees, the prelude).
+	EventEntries []int32
+
 	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
 	// snapshots, which have none; "gpumem" (and what it replayed) for one
 	// gpumem wrote (WriteTorchSnapshot). The reserve figures of such a
@@ -954,6 +960,10 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		s.Counts.PreludeBytes += a.size
 	}
+	s.EventEntries = make([]int32, len(s.Events), cap(s.Events))
+	for i := range s.EventEntries {
+		s.EventEntries[i] = -1 // the prelude: no entry of the trace
+	}
 	s.Counts.Prelude = len(prelude)
 	lastT := t0
 	var net, maxNet int64
@@ -963,6 +973,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	s.FirstAlloc, s.FirstAllocEvent = -1, -1
 	var netAtWindow, maxNetWindow int64
 	for i, e := range entries {
+		for len(s.EventEntries) < len(s.Events) { // the previous entry's events
+			s.EventEntries = append(s.EventEntries, int32(i-1))
+		}
 		t := e.t
 		if t < lastT {
 			t = lastT
@@ -1025,6 +1038,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			s.Counts.Skipped[e.action]++
 			s.Counts.SkippedTotal++
 		}
+	}
+	for len(s.EventEntries) < len(s.Events) {
+		s.EventEntries = append(s.EventEntries, int32(len(entries)-1))
 	}
 	// Segments held before the window: freed in it without being allocated
 	// in it, or still held at the end and not allocated in it.

@@ -3,6 +3,7 @@ package trace
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -148,5 +149,26 @@ func TestSeveralDeviceTracesNeedAChoice(t *testing.T) {
 	one := `{"device_traces": [[], [{"action": "alloc", "addr": 2, "size": 512}]]}`
 	if s, err := ReadSnapshot(strings.NewReader(one), SnapshotOptions{}); err != nil || s.Device != 1 {
 		t.Fatalf("one non-empty device: %v, %v", s, err)
+	}
+}
+
+// Every event names the entry it came from: the prelude none, an implied
+// free and the alloc after it the same entry, entries that emit nothing
+// (free_requested, segment_alloc) no event.
+func TestEventsNameTheirTraceEntries(t *testing.T) {
+	js := `{"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "blocks": [{"address": 4096, "size": 512, "state": "active_allocated"}]}],
+ "device_traces": [[
+  {"action": "segment_alloc", "addr": 8192, "size": 2097152, "stream": 0},
+  {"action": "alloc", "addr": 8192, "size": 512, "stream": 0},
+  {"action": "alloc", "addr": 8192, "size": 1024, "stream": 0},
+  {"action": "free_requested", "addr": 8192, "size": 1024, "stream": 0},
+  {"action": "free_completed", "addr": 8192, "size": 1024, "stream": 0}]]}`
+	s, err := ReadSnapshot(strings.NewReader(js), SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{-1, 1, 2, 2, 4} // prelude alloc; alloc; implied free + alloc; free
+	if len(s.EventEntries) != len(s.Events) || fmt.Sprint(s.EventEntries) != fmt.Sprint(want) {
+		t.Fatalf("EventEntries %v for %d events, want %v", s.EventEntries, len(s.Events), want)
 	}
 }

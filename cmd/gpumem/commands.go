@@ -271,7 +271,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *requireFit != "" {
 		for _, p := range c.Policies {
 			if p.Name == *requireFit && p.Verdict != nil && !p.Verdict.Fits {
-				return fmt.Errorf("%w: policy %s runs out of memory at event %d with -capacity %s", errNoFit, p.Name, p.Verdict.OutOfMemory.Event, pool.Bytes(capacity.v))
+				where := fmt.Sprintf("event %d", p.Verdict.OutOfMemory.Event)
+				if a := p.Verdict.Allocation; a != nil {
+					where = a.String()
+				}
+				return fmt.Errorf("%w: policy %s runs out of memory at %s with -capacity %s", errNoFit, p.Name, where, pool.Bytes(capacity.v))
 			}
 		}
 	}

@@ -75,6 +75,11 @@ type Source struct {
 	TorchSettings *torch.Settings
 	// Warnings are counted oddities of the input (ignored frees, …).
 	Warnings map[string]int
+	// EventEntries and StreamHandles map events back to the snapshot
+	// (trace.Snapshot's fields of those names; nil for a native trace), so
+	// a failing allocation is named as the user finds it there.
+	EventEntries  []int32
+	StreamHandles []uint64
 }
 
 // Options tunes Run.
@@ -272,6 +277,9 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
+		}
+		if v := res.Verdict; v != nil && v.OutOfMemory != nil {
+			v.Allocation = failingAllocation(src, v.OutOfMemory.Event)
 		}
 		res.CopySeconds = float64(res.BytesMoved) / bw
 		res.MinCapacityCopySeconds = float64(res.MinCapacityBytesMoved) / bw

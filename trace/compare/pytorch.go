@@ -59,7 +59,7 @@ func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 		UnexplainedSegments:  s.UnexplainedSegments,
 		Inconsistent:         s.ReservedInconsistent,
 	}
-	src := Source{Name: name, Events: s.Events, PyTorch: p, Warnings: map[string]int{}}
+	src := Source{Name: name, Events: s.Events, PyTorch: p, Warnings: map[string]int{}, EventEntries: s.EventEntries, StreamHandles: s.StreamHandles}
 	if s.AllocatorSettings != nil {
 		settings, err := torch.SettingsFromSnapshot(s.AllocatorSettings)
 		if err != nil {

@@ -303,6 +303,9 @@ func (c *Comparison) newChart(p PolicyResult, sc scales, zoomed bool) chart {
 			ch.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
 		} else if o := v.OutOfMemory; o != nil {
 			ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
+			if a := v.Allocation; a != nil {
+				ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
+			}
 			x := sc.x(replay.Point{Event: o.Event, T: o.T})
 			ch.OOM = &oomMark{X: x, Event: o.Event, Label: fmt.Sprintf("out of memory at event %d", o.Event)}
 		}

@@ -80,8 +80,12 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {
 			o := p.Verdict.OutOfMemory
-			fmt.Fprintf(&b, "%s: out of memory at event %d (t = %s): %s requested with %s live and %s reserved; %s free on the device, %s free in reserved memory",
-				p.Name, o.Event, traceTime(c, o.T), pool.Bytes(o.Request), pool.Bytes(o.Live), pool.Bytes(o.Device),
+			where := fmt.Sprintf("event %d", o.Event)
+			if a := p.Verdict.Allocation; a != nil {
+				where = a.String()
+			}
+			fmt.Fprintf(&b, "%s: out of memory at %s (t = %s): %s requested with %s live and %s reserved; %s free on the device, %s free in reserved memory",
+				p.Name, where, traceTime(c, o.T), pool.Bytes(o.Request), pool.Bytes(o.Live), pool.Bytes(o.Device),
 				pool.Bytes(p.Verdict.Capacity-min(p.Verdict.Capacity, o.Device)), pool.Bytes(o.FreeInPages))
 			if o.LargestFree > 0 {
 				fmt.Fprintf(&b, " (largest free block %s)", pool.Bytes(o.LargestFree))
