@@ -3,11 +3,10 @@ package vulkan_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"os"
 	"testing"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/vulkantest"
 	"github.com/gpumem/gpumem/vulkan"
 )
 
@@ -17,29 +16,17 @@ const (
 )
 
 // needVulkan skips (fails under CI=true) when err says there is no loader
-// or device here.
+// or device here (vulkantest.Need).
 func needVulkan(t testing.TB, err error) {
 	t.Helper()
-	if err == nil {
-		return
-	}
-	if errors.Is(err, vulkan.ErrNoLoader) || errors.Is(err, vulkan.ErrNoDevice) {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no Vulkan device: %v (install mesa-vulkan-drivers libvulkan1)", err)
-		}
-		t.Skipf("no Vulkan device: %v", err)
-	}
-	t.Fatal(err)
+	vulkantest.Need(t, err)
 }
 
 // validated returns opts with the validation layer on when it is
 // installed; under CI=true (where .ci/run installs it) it must be.
 func validated(t testing.TB, opts vulkan.Options) vulkan.Options {
 	t.Helper()
-	if _, err := os.Stat("/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json"); err == nil || os.Getenv("CI") == "true" {
-		opts.Validation = true
-	}
-	return opts
+	return vulkantest.Validated(opts)
 }
 
 // openBackend opens a validated backend and fails the test on any
