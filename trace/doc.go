@@ -2,7 +2,7 @@
 // JSONL codec, the PyTorch memory-snapshot reader and the synthetic
 // workloads (design §13). It holds events, codecs and readers only: replaying
 // a trace on a device is package replay's job, comparing policies package
-// trace/compare's.
+// compare's.
 //
 // # Owns
 //

@@ -12,11 +12,11 @@ import (
 	"strings"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/compare"
 	"github.com/gpumem/gpumem/trace/torch"
 )
 

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/compare"
 )
 
 // loadSource reads FILE (a .jsonl trace, or a PyTorch snapshot: pickle or

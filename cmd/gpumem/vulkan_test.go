@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/trace/compare"
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/vulkan"
 )
 

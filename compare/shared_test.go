@@ -13,7 +13,7 @@ import (
 // not beside the checkout.
 func sharedSource(t *testing.T, name string) Source {
 	t.Helper()
-	path := filepath.Join("..", "..", "..", "shared", "traces", name)
+	path := filepath.Join("..", "..", "shared", "traces", name)
 	f, err := os.Open(path)
 	if err != nil {
 		t.Skipf("shared snapshot %s not available (../shared beside the checkout): %v", name, err)

@@ -17,7 +17,7 @@ import (
 func benchTraces(b *testing.B) map[string][]trace.Event {
 	out := map[string][]trace.Event{}
 	for _, name := range []string{"transformer-ctx128-fullstep", "transformer-ctx128-forward", "unet-snapshot"} {
-		f, err := os.Open(filepath.Join("..", "..", "..", "shared", "traces", name+".pickle"))
+		f, err := os.Open(filepath.Join("..", "..", "shared", "traces", name+".pickle"))
 		if err != nil {
 			continue
 		}
