@@ -30,6 +30,39 @@ func findChromium() string {
 	return ""
 }
 
+// headless runs the browser on a page (args name it and what to do:
+// --screenshot=FILE, --dump-dom, --window-size=W,H) with a profile folder
+// of its own, and returns what it printed; it fails the test on an error
+// or after two minutes.
+func headless(t *testing.T, browser, profile string, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+		"--user-data-dir=" + profile}
+	cmd := exec.CommandContext(ctx, browser, append(base, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chromium %v: %v\n%s", args, err, stderr.Bytes())
+	}
+	return out
+}
+
+// measurement returns the JSON a measuring script left in <pre
+// id="measure"> of a dumped page.
+func measurement(t *testing.T, dom []byte) []byte {
+	t.Helper()
+	_, after, ok := bytes.Cut(dom, []byte(`<pre id="measure">`))
+	js, _, ok2 := bytes.Cut(after, []byte("</pre>"))
+	if !ok || !ok2 {
+		t.Fatalf("the browser did not run the measurement:\n%.2000s", dom)
+	}
+	return []byte(html.UnescapeString(string(js)))
+}
+
 // TestHTMLReportTimelineIsDrawnInARealBrowser renders the HTML report in
 // headless Chromium and checks the screenshot shows both timeline colours:
 // the page is standalone and the SVG really draws.
@@ -65,15 +98,7 @@ func TestHTMLReportTimelineIsDrawnInARealBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	shot := filepath.Join(dir, "shot.png")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--hide-scrollbars", "--user-data-dir="+filepath.Join(dir, "profile"),
-		"--window-size=1000,700", "--screenshot="+shot, "file://"+page)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("chromium: %v\n%s", err, out)
-	}
+	headless(t, browser, filepath.Join(dir, "profile"), "--window-size=1000,700", "--screenshot="+shot, "file://"+page)
 	f, err := os.Open(shot)
 	if err != nil {
 		t.Fatalf("no screenshot: %v", err)
@@ -184,21 +209,9 @@ func TestHTMLReportAxesLinesAndPeakInARealBrowser(t *testing.T) {
 	if err := os.WriteFile(path, measured, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-		"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-		"--user-data-dir="+filepath.Join(dir, "profile"), "--dump-dom", "file://"+path).Output()
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	_, after, ok := bytes.Cut(out, []byte(`<pre id="measure">`))
-	js, _, ok2 := bytes.Cut(after, []byte("</pre>"))
-	if !ok || !ok2 {
-		t.Fatalf("the browser did not run the measurement:\n%.2000s", out)
-	}
+	js := measurement(t, headless(t, browser, filepath.Join(dir, "profile"), "--dump-dom", "file://"+path))
 	var panels map[string]panelMeasure
-	if err := json.Unmarshal([]byte(html.UnescapeString(string(js))), &panels); err != nil {
+	if err := json.Unmarshal(js, &panels); err != nil {
 		t.Fatal(err)
 	}
 	var first *panelMeasure
@@ -313,16 +326,10 @@ func TestAdvisePageInARealBrowser(t *testing.T) {
 	rec := policyOf(t, a, a.Recommended)
 	for _, size := range []struct{ w, h int }{{1400, 900}, {1920, 1080}} {
 		t.Run(fmt.Sprintf("%dx%d", size.w, size.h), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			flags := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-				"--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync",
-				"--hide-scrollbars", "--user-data-dir=" + filepath.Join(dir, fmt.Sprintf("profile-%d", size.w)),
-				fmt.Sprintf("--window-size=%d,%d", size.w, size.h)}
+			profile := filepath.Join(dir, fmt.Sprintf("profile-%d", size.w))
+			window := fmt.Sprintf("--window-size=%d,%d", size.w, size.h)
 			shot := filepath.Join(dir, fmt.Sprintf("advise-%dx%d.png", size.w, size.h))
-			if out, err := exec.CommandContext(ctx, browser, append(flags, "--screenshot="+shot, "file://"+plain)...).CombinedOutput(); err != nil {
-				t.Fatalf("chromium: %v\n%s", err, out)
-			}
+			headless(t, browser, profile, window, "--screenshot="+shot, "file://"+plain)
 			f, err := os.Open(shot)
 			if err != nil {
 				t.Fatalf("no screenshot: %v", err)
@@ -340,15 +347,7 @@ func TestAdvisePageInARealBrowser(t *testing.T) {
 			if n := countExact(img, 0xe6, 0xf4, 0xea); n < 2000 {
 				t.Fatalf("the recommended row's background shows on %d pixels, want ≥ 2000", n)
 			}
-			out, err := exec.CommandContext(ctx, browser, append(flags, "--dump-dom", "file://"+path)...).Output()
-			if err != nil {
-				t.Fatalf("chromium: %v", err)
-			}
-			_, after, ok := bytes.Cut(out, []byte(`<pre id="measure">`))
-			js, _, ok2 := bytes.Cut(after, []byte("</pre>"))
-			if !ok || !ok2 {
-				t.Fatalf("the browser did not run the measurement:\n%.2000s", out)
-			}
+			js := measurement(t, headless(t, browser, profile, window, "--dump-dom", "file://"+path))
 			var m struct {
 				Viewport     float64  `json:"viewport"`
 				Title        string   `json:"title"`
@@ -360,7 +359,7 @@ func TestAdvisePageInARealBrowser(t *testing.T) {
 				Boxes        int      `json:"boxes"`
 				HasPre       bool     `json:"hasPre"`
 			}
-			if err := json.Unmarshal([]byte(html.UnescapeString(string(js))), &m); err != nil {
+			if err := json.Unmarshal(js, &m); err != nil {
 				t.Fatal(err)
 			}
 			if m.Viewport < float64(size.w)-20 || m.Viewport > float64(size.w) {

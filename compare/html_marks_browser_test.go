@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"html"
 	"image/png"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
@@ -123,26 +120,10 @@ func TestHTMLReportMarksStepsVerdictsZoomAndHover(t *testing.T) {
 	if err := os.WriteFile(path, bytes.Replace(page.Bytes(), []byte("</body>"), []byte(marksScript+"</body>"), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) []byte {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		base := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-			"--disable-background-networking", "--disable-component-update", "--disable-sync", "--hide-scrollbars",
-			"--user-data-dir=" + filepath.Join(dir, "profile")}
-		out, err := exec.CommandContext(ctx, browser, append(base, args...)...).Output()
-		if err != nil {
-			t.Fatalf("chromium %v: %v", args, err)
-		}
-		return out
-	}
-	out := run("--dump-dom", "file://"+path)
-	_, after, ok := bytes.Cut(out, []byte(`<pre id="measure">`))
-	js, _, ok2 := bytes.Cut(after, []byte("</pre>"))
-	if !ok || !ok2 {
-		t.Fatalf("the browser did not run the measurement:\n%.2000s", out)
-	}
+	profile := filepath.Join(dir, "profile")
+	js := measurement(t, headless(t, browser, profile, "--dump-dom", "file://"+path))
 	var m marksMeasure
-	if err := json.Unmarshal([]byte(html.UnescapeString(string(js))), &m); err != nil {
+	if err := json.Unmarshal(js, &m); err != nil {
 		t.Fatal(err)
 	}
 	n := len(c.Policies)
@@ -188,7 +169,7 @@ func TestHTMLReportMarksStepsVerdictsZoomAndHover(t *testing.T) {
 	}
 	for _, size := range []string{"1400,900", "1920,1080"} {
 		shot := filepath.Join(dir, "shot-"+strings.ReplaceAll(size, ",", "x")+".png")
-		run("--window-size="+size, "--screenshot="+shot, "file://"+path)
+		headless(t, browser, profile, "--window-size="+size, "--screenshot="+shot, "file://"+path)
 		f, err := os.Open(shot)
 		if err != nil {
 			t.Fatalf("no screenshot at %s: %v", size, err)
