@@ -53,6 +53,8 @@ type hostBackend struct {
 // HostProperties returns the host and sim backends' default properties for
 // a capacity (0 = unknown): alignment 32, MaxMemory = capacity, max page =
 // capacity/4 rounded down to the alignment, or 1 GiB without a capacity.
+// A buffer larger than the max page is still served, as a dedicated
+// allocation, whenever the capacity holds it.
 func HostProperties(capacity uint64) memory.Properties {
 	const align = storage.DefaultAlignment
 	maxPage := uint64(1 << 30)

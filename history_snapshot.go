@@ -156,7 +156,11 @@ func (d *Device) torchSnapshot() *trace.TorchSnapshot {
 		}
 	}
 	d.unlock(borrowed)
-	return v.torchSnapshot(pages)
+	snap := v.torchSnapshot(pages)
+	// The writer is named, so a reader (gpumem replay) does not take this
+	// device's reserve for PyTorch's.
+	snap.WrittenBy = "gpumem (" + d.backend.Name() + " backend)"
+	return snap
 }
 
 // torchSnapshot builds the snapshot from copied pages and history.

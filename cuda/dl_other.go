@@ -2,19 +2,14 @@
 
 package cuda
 
-import (
-	"fmt"
-	"runtime"
-)
+import "github.com/gpumem/gpumem/internal/dl"
 
 // loadLibrary always fails: the driver is only loaded on linux (Windows
 // ships nvcuda.dll, which this package does not bind).
-func loadLibrary(path string) (uintptr, error) {
-	return 0, fmt.Errorf("loading %s is not supported on %s", path, runtime.GOOS)
-}
+func loadLibrary(path string) (uintptr, error) { return dl.Open(path, true) }
 
 // lookupSymbol returns 0: no library is ever loaded here.
-func lookupSymbol(lib uintptr, name string) uintptr { return 0 }
+func lookupSymbol(lib uintptr, name string) uintptr { return dl.Symbol(lib, name) }
 
 // registerFunc is unreachable: loadLibrary never succeeds on this OS.
 func registerFunc(fptr any, addr uintptr) {

@@ -1,6 +1,7 @@
 package memory_test
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -79,22 +80,33 @@ func TestArenaPageSizeFollowsLargestAllocation(t *testing.T) {
 	}
 }
 
-// Scenario 29, max page 16 MiB.
-func TestArenaGrowsToMaxPageAndRejectsOneByteMore(t *testing.T) {
+// Scenario 29, max page 16 MiB: the arena grows to the max page, and one
+// byte more is no longer ErrBufferTooBig but a dedicated allocation of its
+// own (issue 24: any size the device has the bytes for), leaving the
+// arena's page size and pages as they were.
+func TestArenaGrowsToMaxPageAndServesOneByteMoreDedicated(t *testing.T) {
 	m := newHostManager(t, memory.Properties{MaxPageSize: 16 * mib, Alignment: 32}, memory.Config{}, 0)
 	h := alloc(t, m, 16*mib, memory.Allow)
 	defer h.Release()
 	if got := arena(t, m).PageSize(); got != 16*mib {
 		t.Fatalf("page size = %d, want 16 MiB", got)
 	}
-	before := m.Report()
-	_, err := tryAlloc(m, 16*mib+1, memory.Allow)
-	wantErrIs(t, err, pool.ErrBufferTooBig)
-	if memory.MaySucceedAfterReclaim(err) {
-		t.Fatalf("MaySucceedAfterReclaim(%v) = true", err)
+	pages := arena(t, m).Current().Pages()
+	big := alloc(t, m, 16*mib+1, memory.Allow)
+	if p := big.Location().Pool(); p != memory.DedicatedIndex {
+		t.Fatalf("16 MiB + 1 on pool %d, want the dedicated pool %d", p, memory.DedicatedIndex)
 	}
-	if after := m.Report(); after.Usage() != before.Usage() {
-		t.Fatalf("usage changed by a refused reservation: %+v → %+v", before.Usage(), after.Usage())
+	if got := arena(t, m).PageSize(); got != 16*mib || arena(t, m).Current().Pages() != pages {
+		t.Fatalf("the arena changed for a dedicated allocation: page %d, %d pages", got, arena(t, m).Current().Pages())
+	}
+	if d := m.Report().Dedicated.Usage; d.BytesInUse != 16*mib+1 {
+		t.Fatalf("dedicated pool holds %d bytes in use, want 16 MiB + 1", d.BytesInUse)
+	}
+	big.Release()
+	// A held reservation of that size (Forbidden) finds the freed
+	// dedicated slot or nothing: never ErrBufferTooBig.
+	if _, err := tryAlloc(m, 16*mib+1, memory.Forbidden); err != nil && errors.Is(err, pool.ErrBufferTooBig) {
+		t.Fatalf("Forbid above the max page: %v", err)
 	}
 }
 
@@ -107,7 +119,7 @@ func TestHugeRequestIsTooBigAndChangesNothing(t *testing.T) {
 	before, pagesBefore, allocated := usage(m), a.Current().Pages(), m.BytesAllocated()
 
 	_, err := tryAlloc(m, 1<<50, memory.Allow)
-	wantErrIs(t, err, pool.ErrBufferTooBig)
+	wantErrIs(t, err, storage.ErrOutOfMemory) // a dedicated allocation the machine cannot hold
 	if usage(m) != before || a.Current().Pages() != pagesBefore || a.PageSize() != 2*mib || m.HasOutdated() {
 		t.Fatalf("layout changed by a too-big request")
 	}

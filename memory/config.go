@@ -163,7 +163,10 @@ func ParsePageGranularity(s string) (PageGranularity, error) {
 
 // Properties are what the device tells the memory about itself.
 type Properties struct {
-	// MaxPageSize is the largest single page (allocation) the memory makes.
+	// MaxPageSize is the largest page the pools make. A buffer larger than
+	// it is a dedicated allocation of its own (design §6.3), so it bounds
+	// pooling, not the buffers a device serves; a backend whose driver has
+	// a hard bound on one allocation refuses larger ones in its storage.
 	MaxPageSize uint64
 	// Alignment is the base alignment of every allocation.
 	Alignment uint64

@@ -237,8 +237,12 @@ func TestExclusivePagesNeverWantRelocation(t *testing.T) {
 	if out := m.Relocate(relocation.HostCopies{}, relocation.MemoryPressure); out.Kind != relocation.NothingToMove {
 		t.Fatalf("outcome = %+v, want NothingToMove", out)
 	}
-	_, err := tryAlloc(m, 128*mib+1, memory.Allow)
-	wantErrIs(t, err, pool.ErrBufferTooBig)
+	// Above the max page: a dedicated allocation, not an exclusive page.
+	big := alloc(t, m, 128*mib+1, memory.Allow)
+	defer big.Release()
+	if p := big.Location().Pool(); p != memory.DedicatedIndex {
+		t.Fatalf("128 MiB + 1 on pool %d, want the dedicated pool", p)
+	}
 }
 
 // Scenario 47: a location copied aside goes stale when a cleanup

@@ -290,7 +290,7 @@ func (m *Manager) reserve(size uint64, u PageUpdate, to *bindTo) (*handle.Handle
 func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
 	m.allocNr++
 	mode := m.Mode()
-	if mode == Dedicated {
+	if mode == Dedicated || m.aboveLargestPage(size) {
 		m.debug("dedicated", size)
 		return m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
 	}
@@ -321,7 +321,22 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 	return h, err
 }
 
+// aboveLargestPage reports whether size is larger than any page the
+// memory makes (Properties.MaxPageSize): such an allocation gets storage of
+// its own, as a dedicated buffer does, instead of ErrBufferTooBig. The max
+// page is a pooling choice (a quarter of the host's capacity, say), not a
+// bound on what the device can hold, and a runtime that needs one buffer
+// larger than a page must get it whenever the device has the bytes, as
+// PyTorch serves any size that fits. The storage still refuses what it
+// cannot allocate (storage.ErrOutOfMemory, naming the capacity).
+func (m *Manager) aboveLargestPage(size uint64) bool {
+	return size > m.props.MaxPageSize/m.props.Alignment*m.props.Alignment
+}
+
 func (m *Manager) reserveHeld(size uint64) *handle.Handle {
+	if m.aboveLargestPage(size) {
+		return m.dedicated.TryReserve(m.st, size, m.g)
+	}
 	switch m.Mode() {
 	case Dedicated:
 		return m.dedicated.TryReserve(m.st, size, m.g)

@@ -29,7 +29,7 @@
 // # Does not know
 //
 // How events are read or made (package trace), policies or their
-// comparison (package trace/compare), or PyTorch's allocator (package
+// comparison (package compare), or PyTorch's allocator (package
 // trace/torch).
 //
 // # Concurrency

@@ -33,7 +33,7 @@ import (
 // ErrStopped wraps an error that stopped a replay (not a failed allocation,
 // which is counted): a device error, a cancelled context, an event the
 // replay refuses (wrapping trace.ErrInvalidEvent).
-var ErrStopped = errors.New("replay: stopped")
+var ErrStopped = errors.New("replay stopped")
 
 // Options tunes Run.
 type Options struct {

@@ -18,7 +18,9 @@
 #   5. runs examples/cuda (SAXPY and a reduction in PTX, relocations
 #      between steps, a captured step launched 200 times, results checked
 #      on the host);
-#   6. prints the figures: each against its floor, and the example's check.
+#   6. when a Vulkan device enumerates (NVIDIA's driver ships one), runs the
+#      vulkan tests with CI=true, its benchmarks and examples/vulkan;
+#   7. prints the figures: each against its floor, and the example's check.
 #
 # It exits non-zero when a step fails, when the example's check fails, or
 # when a figure misses its target: relocation of the largest size at least
@@ -57,6 +59,23 @@ timeout 150 go test -count=1 -run '^$' -bench 'RelocationThroughput|AllocFree|Gr
 echo
 echo "== examples/cuda"
 timeout 60 go run ./examples/cuda -launches 200 | tee "$out/example.txt"
+
+echo
+echo "== vulkan backend on the machine's Vulkan driver (NVIDIA ships one)"
+# The vulkan tests and examples/vulkan on the GPU's Vulkan device (discrete
+# GPUs are picked first; GPUMEM_VULKAN_DEVICE picks another), with CI=true
+# so a device that does not open fails instead of skipping, then the
+# vulkan benchmarks (figures printed, not gated: the targets are the cuda
+# ones below). Skipped when the loader enumerates no Vulkan device.
+if go run ./cmd/gpumem info 2>/dev/null | grep -q '^vulkan available'; then
+	go run ./cmd/gpumem info | sed -n '/^vulkan/,$p'
+	CI=true timeout 180 go test -race -count=1 ./vulkan/ ./examples/vulkan/
+	timeout 120 go test -count=1 -run '^$' -bench . -benchtime 5x ./vulkan/ | grep -E '^(Benchmark|ok|FAIL)' | tee "$out/vulkan-bench.txt"
+	timeout 60 go run ./examples/vulkan -launches 200 | tee "$out/vulkan-example.txt"
+	grep -q 'every result checked on the host: ok$' "$out/vulkan-example.txt"
+else
+	echo "no Vulkan device enumerated here (gpumem info says why); vulkan checks skipped"
+fi
 
 echo
 echo "== figures"

@@ -7,15 +7,15 @@ import (
 	"syscall"
 )
 
-// readMachineMemory is hw.memsize, the physical memory (macOS swap grows on
+// readMachineLimit is hw.memsize, the physical memory (macOS swap grows on
 // demand and has no fixed total).
-func readMachineMemory() uint64 {
+func readMachineLimit() MachineLimit {
 	s, err := syscall.Sysctl("hw.memsize")
 	if err != nil || len(s) == 0 || len(s) > 8 {
-		return 0
+		return MachineLimit{From: "unknown"}
 	}
 	// Sysctl drops a trailing NUL byte: pad the little-endian uint64 back.
 	var b [8]byte
 	copy(b[:], s)
-	return binary.LittleEndian.Uint64(b[:])
+	return MachineLimit{Bytes: binary.LittleEndian.Uint64(b[:]), From: "RAM"}
 }

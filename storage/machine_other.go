@@ -2,6 +2,6 @@
 
 package storage
 
-// readMachineMemory: this system's memory is not read; a Host then bounds
+// readMachineLimit: this system's memory is not read; a Host then bounds
 // one allocation only by what make can give.
-func readMachineMemory() uint64 { return 0 }
+func readMachineLimit() MachineLimit { return MachineLimit{From: "unknown"} }

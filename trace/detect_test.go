@@ -10,7 +10,7 @@ import (
 	"testing"
 )
 
-func gzipped(t *testing.T, b []byte) []byte {
+func gzipBytes(t *testing.T, b []byte) []byte {
 	t.Helper()
 	var out bytes.Buffer
 	zw := gzip.NewWriter(&out)
@@ -47,12 +47,12 @@ func TestSniffTellsTracesFromSnapshotsByContent(t *testing.T) {
 		content []byte
 	}{
 		{"jsonl", trace, InputJSONL, trace},
-		{"gzipped jsonl", gzipped(t, trace), InputJSONL, trace},
+		{"gzipped jsonl", gzipBytes(t, trace), InputJSONL, trace},
 		{"one event, no header, no newline", headerless, InputJSONL, headerless},
 		{"json snapshot", jsonSnap, InputSnapshot, jsonSnap},
 		{"pretty-printed json snapshot", pretty, InputSnapshot, pretty},
 		{"pickle", pickle, InputSnapshot, pickle},
-		{"gzipped pickle", gzipped(t, pickle), InputSnapshot, pickle},
+		{"gzipped pickle", gzipBytes(t, pickle), InputSnapshot, pickle},
 	} {
 		kind, content, gz, err := Sniff(bytes.NewReader(c.in))
 		if err != nil || kind != c.want {
@@ -82,7 +82,7 @@ func TestSniffCallsALongSingleLineJSONASnapshot(t *testing.T) {
 // Text that is neither format is refused with the formats listed, the byte
 // and its offset; an empty input (plain or gzipped) is an empty snapshot.
 func TestSniffRefusesOtherContentNamingTheFormatsItReads(t *testing.T) {
-	for _, in := range [][]byte{[]byte("hello, world\n"), gzipped(t, []byte("  hello")), []byte("\x00\x00\x00")} {
+	for _, in := range [][]byte{[]byte("hello, world\n"), gzipBytes(t, []byte("  hello")), []byte("\x00\x00\x00")} {
 		_, content, _, err := Sniff(bytes.NewReader(in))
 		if !errors.Is(err, ErrUnknownFormat) || !strings.Contains(err.Error(), "PyTorch memory snapshot") || !strings.Contains(err.Error(), "JSONL") || !strings.Contains(err.Error(), "offset") {
 			t.Errorf("%q: got %v, want ErrUnknownFormat listing the formats", in, err)
@@ -91,7 +91,7 @@ func TestSniffRefusesOtherContentNamingTheFormatsItReads(t *testing.T) {
 			t.Errorf("%q: no content returned with ErrUnknownFormat", in)
 		}
 	}
-	for _, in := range [][]byte{nil, []byte(" \n\t"), gzipped(t, nil)} {
+	for _, in := range [][]byte{nil, []byte(" \n\t"), gzipBytes(t, nil)} {
 		if _, _, _, err := Sniff(bytes.NewReader(in)); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "empty") {
 			t.Errorf("%q: got %v, want an empty-input ErrSnapshot", in, err)
 		}

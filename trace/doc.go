@@ -2,7 +2,7 @@
 // JSONL codec, the PyTorch memory-snapshot reader and the synthetic
 // workloads (design §13). It holds events, codecs and readers only: replaying
 // a trace on a device is package replay's job, comparing policies package
-// trace/compare's.
+// compare's.
 //
 // # Owns
 //
@@ -33,6 +33,10 @@
 //     (line, byte offset or entry index); a pickle that names a global or
 //     builds an object is refused with [ErrPickleGlobal] before anything is
 //     looked up.
+//   - (E6) Reading a snapshot holds memory bounded by its input: the
+//     decoded values hold at most SnapshotOptions.MaxBytes/16 (1 MiB at
+//     least) plus 8 bytes per input byte read (24 for JSON), and an input
+//     past that, or past MaxBytes, is a [*TooLargeError] (limits.go).
 //
 // # Does not know
 //

@@ -149,25 +149,25 @@ const (
 var (
 	// ErrUnknownOp is returned by Decode and the Encoder for an op that is
 	// not one of alloc, free, cleanup, window, capture.
-	ErrUnknownOp = errors.New("trace: unknown op")
+	ErrUnknownOp = errors.New("unknown trace op")
 	// ErrInvalidEvent is returned for a malformed event: a missing or
 	// negative field, an impossible size, a bad mode or phase, a decreasing
 	// time, invalid JSON.
-	ErrInvalidEvent = errors.New("trace: invalid event")
+	ErrInvalidEvent = errors.New("invalid trace event")
 	// ErrBadHeader is returned by Decode for a header line of another format
 	// or version.
-	ErrBadHeader = errors.New("trace: unsupported header")
+	ErrBadHeader = errors.New("unsupported trace header")
 	// ErrPickle is returned by ReadSnapshot for a pickle it cannot decode:
 	// truncated, corrupt, an unsupported protocol or opcode, or too deep.
-	ErrPickle = errors.New("trace: bad pickle")
+	ErrPickle = errors.New("bad pickle")
 	// ErrPickleGlobal is returned by ReadSnapshot for a pickle that asks for
 	// a global, a class or an object construction. Snapshots hold plain data
 	// only; the reader never instantiates anything.
-	ErrPickleGlobal = errors.New("trace: pickle refers to a global or constructs an object")
+	ErrPickleGlobal = errors.New("pickle refers to a global or constructs an object (a memory snapshot holds plain data only)")
 	// ErrSnapshot is returned by ReadSnapshot for input that decodes but does
 	// not follow the snapshot schema of design §13.2 (a missing action, an
 	// impossible size, a missing device).
-	ErrSnapshot = errors.New("trace: bad snapshot")
+	ErrSnapshot = errors.New("bad PyTorch snapshot")
 	// ErrUnknownWorkload is returned by Synth for a name it does not know.
-	ErrUnknownWorkload = errors.New("trace: unknown synthetic workload")
+	ErrUnknownWorkload = errors.New("unknown synthetic workload")
 )

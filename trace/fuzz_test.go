@@ -18,6 +18,14 @@ func FuzzDecodeJSONL(f *testing.F) {
 	f.Add([]byte("{\"op\":\"alloc\",\"t\":1,\"id\":1,\"size\":-1,\"stream\":0}\n\n"))
 	f.Add(readFixture(f, "default.jsonl")[:2000])
 	f.Fuzz(func(t *testing.T, data []byte) {
+		// Memory: decoding allocates a bounded line buffer and a bounded
+		// amount per line, so within a multiple of the input.
+		if allocated := allocatedBy(func() {
+			for range Decode(bytes.NewReader(data)) {
+			}
+		}); allocated > jsonlAllocBound(len(data)) {
+			t.Fatalf("decoding %d bytes allocated %d bytes, more than the bound %d", len(data), allocated, jsonlAllocBound(len(data)))
+		}
 		var events []Event
 		for e, err := range Decode(bytes.NewReader(data)) {
 			if err != nil {
@@ -56,8 +64,20 @@ func FuzzReadSnapshot(f *testing.F) {
 	f.Add(pickleOf('}', 0x8c, 13, 'd', 'e', 'v', 'i', 'c', 'e', '_', 't', 'r', 'a', 'c', 'e', 's', ']', 's'))
 	f.Add(append([]byte{0x80, 2, 'c'}, "os\nsystem\n"...))
 	f.Add([]byte(`{"device_traces": [[{"action": "alloc", "addr": 5, "size": 7}, {"action": "free_completed", "addr": 6, "size": 512}]]}`))
+	// A stack of 256 Ki empty dicts: 80 bytes held per input byte, refused
+	// by the held-bytes limit (20 MiB allocated before it).
+	f.Add(pickleOf(bytes.Repeat([]byte("}"), 256<<10)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		s, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: 1 << 20})
+		var s *Snapshot
+		var err error
+		// Memory: whatever the input, what reading it allocates stays
+		// within the held-bytes limit's bound for its size (limits.go),
+		// with room for growth and the fixed buffers.
+		if allocated := allocatedBy(func() {
+			s, err = ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: 1 << 20})
+		}); allocated > snapshotAllocBound(len(data)) {
+			t.Fatalf("reading %d bytes allocated %d bytes, more than the bound %d (error: %v)", len(data), allocated, snapshotAllocBound(len(data)), err)
+		}
 		if err != nil {
 			return
 		}
@@ -108,4 +128,20 @@ func FuzzReadSnapshot(f *testing.F) {
 			}
 		}
 	})
+}
+
+// snapshotAllocBound is the most that reading an n-byte snapshot may
+// allocate under a limit of 1 MiB: three times the held-bytes budget (the
+// floor of 1 MiB plus the JSON allowance, the larger, per byte: room for
+// slices growing and the copies encoding/json makes) plus 1 MiB of fixed
+// buffers (the read window, bufio, gzip).
+func snapshotAllocBound(n int) uint64 {
+	return uint64(3*(minHeldFloor+jsonHeldPerInputByte*n) + 1<<20)
+}
+
+// jsonlAllocBound is the most that decoding an n-byte JSONL trace may
+// allocate: the line buffer grown to MaxLineBytes by doubling, and 64 bytes
+// per input byte for the lines' values.
+func jsonlAllocBound(n int) uint64 {
+	return uint64(2*MaxLineBytes + 64<<10 + 64*n)
 }

@@ -60,6 +60,14 @@
 //   - (U5) A text INT or LONG argument longer than maxIntDigits digits is
 //     refused: decimal conversion is quadratic, and no snapshot field needs
 //     more than 20 digits.
+//   - (U6) Memory is bounded by the input read: every value built adds
+//     what it holds to a count of held bytes (containers and their
+//     elements, memo entries, strings and byte strings; the stack and marks
+//     are counted by their height), and before each opcode run refuses the
+//     input with a *TooLargeError once the count passes the held-bytes
+//     budget for the bytes read so far (limits.go). The check costs a
+//     compare per opcode: the budget is worked out again only when the
+//     count passes the last allowance.
 
 package trace
 
@@ -75,6 +83,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // MaxNesting bounds how deeply tuples, lists and dicts may nest in a decoded
@@ -198,6 +207,10 @@ type unpickler struct {
 	shapes    [shapes][]any      // recent distinct-string key sequences (fillDict)
 	nextShape int
 
+	budget   heldBudget // the held-bytes limit (U6)
+	held     int64      // bytes held by the values built so far, the stack and marks aside
+	heldNext int64      // run checks the budget when held bytes pass this
+
 	stack []any
 	marks []int   // stack heights of the open marks
 	floor int     // height of the innermost mark, 0 with none: pops stop there (U2)
@@ -208,19 +221,21 @@ type unpickler struct {
 	opPos int64
 }
 
-// unpickle decodes one pickle held in memory and returns its value.
+// unpickle decodes one pickle held in memory and returns its value, its
+// held bytes bounded as for a snapshot of its size.
 func unpickle(data []byte) (any, error) {
-	u := &unpickler{buf: data, limit: int64(len(data))}
+	u := &unpickler{buf: data, limit: int64(len(data)), budget: newHeldBudget(int64(len(data)), heldPerInputByte)}
 	return u.run()
 }
 
 // unpickleFrom decodes one pickle streamed from r, whose first byte is at
 // input offset base; at most limit bytes of input (from offset 0) are read,
-// beyond that the error is tooLarge. After STOP the rest of r is read and
-// discarded, still within limit, so a compressed stream's checksum is
-// verified and the bound covers the whole input, as when it was read whole.
-func unpickleFrom(r io.Reader, base, limit int64, tooLarge error) (any, error) {
-	u := &unpickler{r: r, base: base, limit: limit, buf: make([]byte, 0, window), stack: make([]any, 0, 256)}
+// beyond that the error is tooLarge, and the values it builds hold at most
+// what budget allows (U6). After STOP the rest of r is read and discarded,
+// still within limit, so a compressed stream's checksum is verified and
+// the bound covers the whole input, as when it was read whole.
+func unpickleFrom(r io.Reader, base, limit int64, budget heldBudget, tooLarge error) (any, error) {
+	u := &unpickler{r: r, base: base, limit: limit, budget: budget, buf: make([]byte, 0, window), stack: make([]any, 0, 256)}
 	v, err := u.run()
 	if errors.Is(err, errInputLimit) {
 		return nil, tooLarge
@@ -315,6 +330,42 @@ func grow(l []any, n int) []any {
 	nl := make([]any, len(l), max(2*cap(l), len(l)+n, 8))
 	copy(nl, l)
 	return nl
+}
+
+// What the decoded values hold, in bytes, as the held-bytes limit counts
+// it (U6): Go's sizes of the value types, the slot that holds each value in
+// its container (a list's whole capacity, as grow allocates it), and a
+// string's or byte string's header. The counts are close to what the
+// values cost, not exact (a boxed integer, the spare capacity of a dict's
+// slices and of the stack are not counted, nor the keys a dict shares with
+// another); the allowance per input byte leaves room for that.
+const (
+	slotBytes       = int64(unsafe.Sizeof(any(nil)))
+	stackSlotBytes  = slotBytes
+	markBytes       = 2 * int64(unsafe.Sizeof(int(0))) // with its slice's spare capacity
+	dictBytes       = int64(unsafe.Sizeof(pyDict{}))
+	listBytes       = int64(unsafe.Sizeof(pyList{}))
+	framesListBytes = int64(unsafe.Sizeof(framesList{}))
+	tupleBytes      = int64(unsafe.Sizeof(depthTuple{}))
+	stringBytes     = int64(unsafe.Sizeof(""))
+	bytesBytes      = int64(unsafe.Sizeof([]byte(nil)))
+	bigBytes        = int64(unsafe.Sizeof(big.Int{}))
+	indexBytes      = 48 // a string-keyed map entry and its share of the map's slack
+	farMemoBytes    = 48 // a far memo entry, likewise
+)
+
+// checkHeld refuses the input when the values built so far (held bytes,
+// the stack and marks included) hold more than the budget allows for the
+// input read so far; otherwise run checks again only when held bytes pass
+// what is allowed now, so a real snapshot, which holds far less than its
+// allowance, is checked a few times in all (U6).
+func (u *unpickler) checkHeld(held int64) error {
+	read := u.base + int64(u.pos)
+	if err := u.budget.check(held, read); err != nil {
+		return err
+	}
+	u.heldNext = u.budget.allowed(read)
+	return nil
 }
 
 // errInputLimit is fill's report that the input ran past limit; the caller
@@ -656,6 +707,7 @@ func (u *unpickler) memoize(idx uint64) error {
 		u.memo[idx/memoChunk][idx%memoChunk] = v
 	case idx == n:
 		if idx%memoChunk == 0 {
+			u.held += slotBytes * memoChunk
 			u.memo = append(u.memo, make([]any, memoChunk))
 		}
 		u.memo[idx/memoChunk][idx%memoChunk] = v
@@ -666,6 +718,9 @@ func (u *unpickler) memoize(idx uint64) error {
 	default:
 		if u.far == nil {
 			u.far = make(map[uint64]any)
+		}
+		if _, ok := u.far[idx]; !ok {
+			u.held += farMemoBytes
 		}
 		u.far[idx] = v
 	}
@@ -762,6 +817,11 @@ func (u *unpickler) atFramesKey() bool {
 // run executes the pickle program until STOP.
 func (u *unpickler) run() (any, error) {
 	for {
+		if held := u.held + stackSlotBytes*int64(len(u.stack)) + markBytes*int64(len(u.marks)); held > u.heldNext {
+			if err := u.checkHeld(held); err != nil {
+				return nil, err
+			}
+		}
 		if u.pos >= len(u.buf) {
 			u.op, u.opPos = 0, u.base+int64(u.pos)
 			if err := u.fill(1); err != nil {
@@ -861,6 +921,7 @@ func (u *unpickler) run() (any, error) {
 			if err == nil {
 				if b, err = u.nextLen(n); err == nil {
 					if v, big := decodeLong(b); big != nil {
+						u.held += bigBytes + int64(len(b))
 						u.push(big)
 					} else {
 						u.pushInt(v)
@@ -904,6 +965,7 @@ func (u *unpickler) run() (any, error) {
 			var s string
 			if err == nil {
 				if s, err = u.str(b); err == nil {
+					u.held += stringBytes + int64(len(s))
 					u.push(s)
 				}
 			}
@@ -920,29 +982,37 @@ func (u *unpickler) run() (any, error) {
 			var b []byte
 			if err == nil {
 				if b, err = u.nextLen(n); err == nil {
+					u.held += bytesBytes + int64(len(b))
 					u.push(append([]byte(nil), b...))
 				}
 			}
 		case '}':
+			u.held += dictBytes
 			u.push(u.slabs.dict(1))
 		case ']': // EMPTY_LIST
 			if u.atFramesKey() {
+				u.held += framesListBytes
 				u.push(u.slabs.framesList(0))
 			} else {
+				u.held += listBytes
 				u.push(u.slabs.list(1))
 			}
 		case 0x8f: // EMPTY_SET
+			u.held += listBytes
 			u.push(u.slabs.list(1))
 		case ')':
+			u.held += tupleBytes
 			u.push(&depthTuple{t: pyTuple{}, depth: 1})
 		case 'l', 0x91: // LIST, FROZENSET
 			var items []any
 			if items, err = u.popMark(); err == nil {
 				if u.op == 'l' && u.atFramesKey() {
+					u.held += framesListBytes
 					u.push(u.slabs.framesList(len(items)))
 				} else {
 					var d int
 					if d, err = u.itemsDepth(items); err == nil {
+						u.held += listBytes + slotBytes*int64(len(items))
 						l := u.slabs.list(d)
 						l.items = slices.Clone(items)
 						u.push(l)
@@ -961,6 +1031,7 @@ func (u *unpickler) run() (any, error) {
 			var t *depthTuple
 			if err == nil {
 				if t, err = u.newTuple(items); err == nil {
+					u.held += tupleBytes + slotBytes*int64(len(items))
 					u.push(t)
 				}
 			}
@@ -970,6 +1041,7 @@ func (u *unpickler) run() (any, error) {
 				if len(items)%2 != 0 {
 					err = u.errf("odd number of dict items")
 				} else {
+					u.held += dictBytes
 					d := u.slabs.dict(1)
 					if err = u.fillDict(d, items); err == nil {
 						u.push(d)
@@ -1093,7 +1165,9 @@ func (u *unpickler) appendTo(l any, items []any) error {
 		return err
 	}
 	pl.depth = max(pl.depth, d)
+	c := cap(pl.items)
 	pl.items = append(grow(pl.items, len(items)), items...)
+	u.held += slotBytes * int64(cap(pl.items)-c) // what growing it allocated
 	return nil
 }
 
@@ -1126,10 +1200,26 @@ func (u *unpickler) fillDict(d *pyDict, kv []any) error {
 	if len(d.keys) == 0 && n > 0 && n < dictIndexAt {
 		for _, keys := range u.shapes {
 			if len(keys) == n && sameKeys(keys, kv) {
+				u.held += slotBytes * int64(n) // the values: the keys are shared
 				return u.fillShaped(d, keys, kv)
 			}
 		}
 	}
+	before, indexed := len(d.keys), d.sidx != nil
+	err := u.fillUnshaped(d, kv)
+	u.held += 2 * slotBytes * int64(len(d.keys)-before)
+	switch {
+	case d.sidx != nil && indexed:
+		u.held += indexBytes * int64(len(d.keys)-before)
+	case d.sidx != nil:
+		u.held += indexBytes * int64(len(d.keys))
+	}
+	return err
+}
+
+// fillUnshaped is fillDict for pairs whose keys no recent dict shares.
+func (u *unpickler) fillUnshaped(d *pyDict, kv []any) error {
+	n := len(kv) / 2
 	depth, err := u.itemsDepth(kv)
 	if err != nil {
 		return err

@@ -46,30 +46,35 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
 // ReadSnapshot will read when SnapshotOptions.MaxBytes is 0: 1 GiB, several
-// times the largest real snapshot seen (under 100 MiB). A pickle streams
-// through the unpickler, but its decoded values can still cost about the
-// input's size (a JSON snapshot is held whole), so the bound keeps a
-// hostile input (a gzip bomb) from taking the machine; a larger snapshot
-// needs MaxBytes (the CLI's -max-snapshot).
+// times the largest real snapshot seen (under 100 MiB). With it, the
+// held-bytes limit (limits.go) bounds what the decoded values may hold: a
+// floor of MaxBytes/16 plus a few bytes per input byte read, so a hostile
+// input (a gzip bomb, a pickle denser than any snapshot) cannot take the
+// machine; a larger or denser snapshot needs MaxBytes (the CLI's
+// -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
 
 // SnapshotOptions configures ReadSnapshot. The zero value reads the first
 // non-empty device trace with the prelude on.
 type SnapshotOptions struct {
-	// ChooseDevice selects Device's trace instead of the first non-empty one.
+	// ChooseDevice selects Device's trace. Without it the snapshot's one
+	// non-empty device trace is read (device 0 when none has entries); a
+	// snapshot with entries for several devices is a *SeveralDevicesError.
 	ChooseDevice bool
 	Device       int
 	// NoPrelude turns off the prelude: allocations made before the trace's
 	// first entry are not rebuilt, and every free of an unseen address is
 	// ignored and counted.
 	NoPrelude bool
-	// MaxBytes bounds the (decompressed) input; 0 means
+	// MaxBytes bounds the (decompressed) input and sets the held-bytes
+	// limit on its decoded values (limits.go); 0 means
 	// DefaultMaxSnapshotBytes.
 	MaxBytes int64
 }
@@ -182,7 +187,41 @@ type Snapshot struct {
 	// only; values are strings, bools, int64 or *big.Int, float64, or
 	// nested dicts of the same as map[string]any.
 	AllocatorSettings map[string]any
+
+	// EventEntries[i] is the index in the chosen device trace of the entry
+	// Events[i] came from, -1 for the prelude: a replay's failing event
+	// named as the entry a user finds in the snapshot (its event numbers
+	// differ: entries that emit nothing, implied frees, the prelude).
+	EventEntries []int32
+
+	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
+	// snapshots, which have none; "gpumem" (and what it replayed) for one
+	// gpumem wrote (WriteTorchSnapshot). The reserve figures of such a
+	// snapshot are that writer's, not PyTorch's.
+	WrittenBy string
 }
+
+// SeveralDevicesError is the error for a snapshot with trace entries for
+// more than one device when SnapshotOptions.ChooseDevice is not set: one
+// device's memory is replayed at a time, and none is dropped silently. It
+// matches ErrSnapshot.
+type SeveralDevicesError struct {
+	Devices []int // the devices whose traces have entries, in order
+}
+
+func (e *SeveralDevicesError) Error() string {
+	ds := make([]string, len(e.Devices))
+	for i, d := range e.Devices {
+		ds[i] = strconv.Itoa(d)
+	}
+	return fmt.Sprintf("%v: the snapshot has trace entries for devices %s: choose one", ErrSnapshot, strings.Join(ds, ", "))
+}
+
+// Unwrap makes a SeveralDevicesError match ErrSnapshot.
+func (e *SeveralDevicesError) Unwrap() error { return ErrSnapshot }
+
+// writtenByKey is the top-level key naming a snapshot's writer.
+const writtenByKey = "written_by"
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
 // 2–5, plain data only), the same schema as JSON (leading '{'), either
@@ -192,7 +231,9 @@ type Snapshot struct {
 // index at fault. It never panics on bad input.
 //
 // Bounds: the (decompressed) input is at most SnapshotOptions.MaxBytes
-// (default [DefaultMaxSnapshotBytes]), and its first byte must open a JSON
+// (default [DefaultMaxSnapshotBytes]) and its decoded values hold at most
+// MaxBytes/16 (1 MiB at least) plus 8 bytes per input byte read, 24 for
+// JSON, both refused with a [*TooLargeError]; its first byte must open a JSON
 // object or be a pickle opcode before the rest is read, so a stream of
 // garbage (zeros from a gzip bomb) is refused at once; tuples, lists and
 // dicts nest at most [MaxNesting] levels; integer literals have at most 40
@@ -223,28 +264,14 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	return convertSnapshot(root, opts)
 }
 
-// TooLargeError is the error for a snapshot past the size limit
-// (SnapshotOptions.MaxBytes): the caller names its own way to raise it
-// (the CLI's -max-snapshot). It matches ErrSnapshot.
-type TooLargeError struct {
-	Limit int64 // the limit, in bytes
-}
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
-}
-
-// Unwrap makes a TooLargeError match ErrSnapshot.
-func (e *TooLargeError) Unwrap() error { return ErrSnapshot }
-
-// inputTooLarge is the error for an input past limit bytes.
-func inputTooLarge(limit int64) error { return &TooLargeError{Limit: limit} }
-
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
 // space, after checking that the first other byte can start a snapshot,
 // and decodes them into the unpickler's value types. JSON (leading '{') is
-// read whole, as encoding/json needs it; a pickle streams through the
-// unpickler's window, so reading holds the decoded values, not the file.
+// read into memory, as encoding/json needs it, its white space runs cut to
+// one byte and its values counted against the held-bytes limit as it is
+// read (readJSONText); a pickle streams through the unpickler's window, so
+// reading holds the decoded values, not the file, and they are counted as
+// they are built (U6).
 // Errors from r itself are returned as they are (ReadSnapshot names a
 // gzip stream's).
 func decodeSnapshot(r io.Reader, limit int64) (any, error) {
@@ -271,25 +298,20 @@ func decodeSnapshot(r io.Reader, limit int64) (any, error) {
 			return nil, err
 		}
 		if b != '{' {
-			return unpickleFrom(br, skipped, limit, inputTooLarge(limit))
+			return unpickleFrom(br, skipped, limit, newHeldBudget(limit, heldPerInputByte), inputTooLarge(limit))
 		}
 		break
 	}
-	data, err := io.ReadAll(io.LimitReader(br, limit-skipped+1))
+	data, err := readJSONText(br, skipped, limit)
 	if err != nil {
 		return nil, err
-	}
-	if int64(len(data)) > limit-skipped {
-		return nil, inputTooLarge(limit)
 	}
 	return decodeJSONValue(data)
 }
 
-// decodeJSONValue decodes a JSON snapshot into the unpickler's value types.
+// decodeJSONValue decodes a JSON snapshot, as readJSONText returns it, into
+// the unpickler's value types.
 func decodeJSONValue(data []byte) (any, error) {
-	if err := checkJSONShape(data); err != nil {
-		return nil, err
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	var v any
@@ -299,49 +321,137 @@ func decodeJSONValue(data []byte) (any, error) {
 	return fromJSON(v), nil
 }
 
-// checkJSONShape refuses, naming the byte offset, JSON that nests objects
-// and arrays deeper than MaxNesting or holds a number with more than
-// maxIntDigits digits in a row (decimal conversion of big integers is
-// quadratic). It only tracks strings and brackets; encoding/json checks
+// What a JSON snapshot's decoded values hold, as the held-bytes limit
+// counts it for readJSONText: encoding/json's generic values (a map per
+// object, a slice per array, a boxed value in a slot per value) and then
+// fromJSON's copy of them, about 7 bytes per input byte for a real JSON
+// snapshot, 12 without stack frames.
+const (
+	jsonValueBytes  = 64  // any value: its slot in both copies, its box
+	jsonObjectBytes = 384 // an object's map and dict, beyond its values
+	jsonArrayBytes  = 64  // an array's slice and list, likewise
+)
+
+// readJSONText reads the rest of a JSON snapshot from br (skipped bytes of
+// white space already read) into memory, at most limit bytes in all, and
+// checks its shape as it goes, so that no input is held whole before it is
+// refused:
+//
+//   - a run of white space outside strings is kept as its first byte
+//     (JSON reads it so), so white space costs no memory: a gigabyte of
+//     it used to be read whole, and copied as the buffer grew, before the
+//     size limit refused it;
+//   - objects and arrays nest at most MaxNesting levels, and a number has
+//     at most maxIntDigits digits in a row (decimal conversion of big
+//     integers is quadratic), each refused naming its byte offset;
+//   - the values the text will decode to (counted as encoding/json and
+//     fromJSON hold them: jsonValueBytes and the rest), with the text
+//     itself, stay within the held-bytes budget (limits.go) for the bytes
+//     read so far, checked at every refill.
+//
+// It only tracks strings, brackets and value starts; encoding/json checks
 // the rest.
-func checkJSONShape(data []byte) error {
+func readJSONText(br *bufio.Reader, skipped, limit int64) ([]byte, error) {
+	budget := newHeldBudget(limit, jsonHeldPerInputByte)
+	var out []byte
+	var held int64 // the decoded values' bytes; the text's is cap(out)
 	depth, digits := 0, 0
 	inString, escaped := false, false
-	for i, b := range data {
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case b == '\\':
-				escaped = true
-			case b == '"':
-				inString = false
+	space := false  // the last byte was white space outside a string
+	scalar := false // the last byte was a number's or a literal's
+	at := skipped   // input offset of chunk[0]
+	for {
+		chunk, err := br.Peek(br.Buffered())
+		if len(chunk) == 0 {
+			if _, err = br.Peek(1); err == io.EOF {
+				return out, budget.check(held+int64(cap(out)), at)
+			} else if err != nil {
+				return nil, err
 			}
 			continue
 		}
-		if b >= '0' && b <= '9' {
-			if digits++; digits > maxIntDigits {
-				return fmt.Errorf("%w: json: number at byte offset %d has more than %d digits", ErrSnapshot, i-digits+1, maxIntDigits)
-			}
-			continue
+		if at+int64(len(chunk)) > limit {
+			return nil, inputTooLarge(limit)
 		}
-		digits = 0
-		switch b {
-		case '"':
-			inString = true
-		case '{', '[':
-			if depth++; depth > MaxNesting {
-				return fmt.Errorf("%w: json: nesting deeper than %d levels at byte offset %d", ErrSnapshot, MaxNesting, i)
+		from := 0 // chunk[from:i] is to be kept
+		for i := 0; i < len(chunk); i++ {
+			if inString {
+				// Most of a real JSON snapshot is strings (frame names):
+				// skip to the closing quote or a backslash at once.
+				if escaped {
+					escaped = false
+					continue
+				}
+				rest := chunk[i:]
+				n := bytes.IndexByte(rest, '"')
+				if n < 0 {
+					n = len(rest)
+				}
+				if k := bytes.IndexByte(rest[:n], '\\'); k >= 0 {
+					held += int64(k) // the string's own copy
+					i += k
+					escaped = true
+					continue
+				}
+				held += int64(n)
+				if i += n; i < len(chunk) {
+					inString = false // chunk[i] is the closing quote
+				}
+				continue
 			}
-		case '}', ']':
-			depth--
+			b := chunk[i]
+			if b == ' ' || b == '\t' || b == '\r' || b == '\n' {
+				if space {
+					out = append(out, chunk[from:i]...)
+					from = i + 1
+				}
+				space, scalar, digits = true, false, 0
+				continue
+			}
+			space = false
+			switch b {
+			case '"':
+				inString, scalar, digits = true, false, 0
+				held += jsonValueBytes
+			case '{', '[':
+				if depth++; depth > MaxNesting {
+					return nil, fmt.Errorf("%w: json: nesting deeper than %d levels at byte offset %d", ErrSnapshot, MaxNesting, at+int64(i))
+				}
+				scalar, digits = false, 0
+				held += jsonValueBytes + jsonArrayBytes
+				if b == '{' {
+					held += jsonObjectBytes - jsonArrayBytes
+				}
+			case '}', ']':
+				depth--
+				scalar, digits = false, 0
+			case ',', ':':
+				scalar, digits = false, 0
+			default: // a number's or a literal's byte
+				if !scalar {
+					scalar = true
+					held += jsonValueBytes
+				}
+				if b < '0' || b > '9' {
+					digits = 0
+				} else if digits++; digits > maxIntDigits {
+					return nil, fmt.Errorf("%w: json: number at byte offset %d has more than %d digits", ErrSnapshot, at+int64(i-digits+1), maxIntDigits)
+				}
+			}
+		}
+		out = append(out, chunk[from:]...)
+		if _, err := br.Discard(len(chunk)); err != nil {
+			return nil, err
+		}
+		at += int64(len(chunk))
+		if err := budget.check(held+int64(cap(out)), at); err != nil {
+			return nil, err
 		}
 	}
-	return nil
 }
 
 // fromJSON converts encoding/json's generic values to the unpickler's. Its
-// recursion is bounded by checkJSONShape's MaxNesting.
+// recursion is bounded by readJSONText's MaxNesting.
 func fromJSON(v any) any {
 	switch x := v.(type) {
 	case map[string]any:
@@ -644,6 +754,13 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
 	}
 	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
+	if v, ok := top.get(writtenByKey); ok {
+		w, ok := v.(string)
+		if !ok {
+			return nil, fmt.Errorf("%w: %s is %s, not a string", ErrSnapshot, writtenByKey, describe(v))
+		}
+		s.WrittenBy = w
+	}
 	if v, ok := top.get("allocator_settings"); ok {
 		d, ok := v.(*pyDict)
 		if !ok && v != nil {
@@ -663,15 +780,23 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, opts.Device, describe(traces[opts.Device]))
 		}
 	} else {
+		// Never one device silently: with traces on several, the caller
+		// must choose (SeveralDevicesError lists them).
+		var nonEmpty []int
 		for i, tv := range traces {
 			l, ok := asList(tv)
 			if !ok && tv != nil {
 				return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, i, describe(tv))
 			}
 			if len(l) > 0 {
-				s.Device, raw = i, l
-				break
+				if len(nonEmpty) == 0 {
+					s.Device, raw = i, l
+				}
+				nonEmpty = append(nonEmpty, i)
 			}
+		}
+		if len(nonEmpty) > 1 {
+			return nil, &SeveralDevicesError{Devices: nonEmpty}
 		}
 	}
 
@@ -835,6 +960,10 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		s.Counts.PreludeBytes += a.size
 	}
+	s.EventEntries = make([]int32, len(s.Events), cap(s.Events))
+	for i := range s.EventEntries {
+		s.EventEntries[i] = -1 // the prelude: no entry of the trace
+	}
 	s.Counts.Prelude = len(prelude)
 	lastT := t0
 	var net, maxNet int64
@@ -844,6 +973,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	s.FirstAlloc, s.FirstAllocEvent = -1, -1
 	var netAtWindow, maxNetWindow int64
 	for i, e := range entries {
+		for len(s.EventEntries) < len(s.Events) { // the previous entry's events
+			s.EventEntries = append(s.EventEntries, int32(i-1))
+		}
 		t := e.t
 		if t < lastT {
 			t = lastT
@@ -906,6 +1038,9 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			s.Counts.Skipped[e.action]++
 			s.Counts.SkippedTotal++
 		}
+	}
+	for len(s.EventEntries) < len(s.Events) {
+		s.EventEntries = append(s.EventEntries, int32(len(entries)-1))
 	}
 	// Segments held before the window: freed in it without being allocated
 	// in it, or still held at the end and not allocated in it.

@@ -2,6 +2,9 @@ package trace
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 )
 
@@ -127,5 +130,45 @@ func TestWindowPeakIsTheTracePeakWithoutLeadingFrees(t *testing.T) {
 	}
 	if s.FirstAlloc < 0 || s.ReservedAtFirstAlloc > s.WindowPeakReserved {
 		t.Fatalf("first alloc %d, reserved there %d", s.FirstAlloc, s.ReservedAtFirstAlloc)
+	}
+}
+
+// Entries for two devices and no choice: refused with both listed, never
+// device 0 alone; a trace on one device only needs no choice.
+func TestSeveralDeviceTracesNeedAChoice(t *testing.T) {
+	two := `{"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}], [], [{"action": "alloc", "addr": 2, "size": 512}]]}`
+	_, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{})
+	var several *SeveralDevicesError
+	if !errors.As(err, &several) || !errors.Is(err, ErrSnapshot) || len(several.Devices) != 2 || several.Devices[0] != 0 || several.Devices[1] != 2 {
+		t.Fatalf("got %v, want a SeveralDevicesError listing devices 0 and 2", err)
+	}
+	s, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{ChooseDevice: true, Device: 2})
+	if err != nil || s.Device != 2 || s.Counts.Allocs != 1 {
+		t.Fatalf("device 2 chosen: %+v, %v", s, err)
+	}
+	one := `{"device_traces": [[], [{"action": "alloc", "addr": 2, "size": 512}]]}`
+	if s, err := ReadSnapshot(strings.NewReader(one), SnapshotOptions{}); err != nil || s.Device != 1 {
+		t.Fatalf("one non-empty device: %v, %v", s, err)
+	}
+}
+
+// Every event names the entry it came from: the prelude none, an implied
+// free and the alloc after it the same entry, entries that emit nothing
+// (free_requested, segment_alloc) no event.
+func TestEventsNameTheirTraceEntries(t *testing.T) {
+	js := `{"segments": [{"device": 0, "address": 4096, "total_size": 2097152, "stream": 0, "blocks": [{"address": 4096, "size": 512, "state": "active_allocated"}]}],
+ "device_traces": [[
+  {"action": "segment_alloc", "addr": 8192, "size": 2097152, "stream": 0},
+  {"action": "alloc", "addr": 8192, "size": 512, "stream": 0},
+  {"action": "alloc", "addr": 8192, "size": 1024, "stream": 0},
+  {"action": "free_requested", "addr": 8192, "size": 1024, "stream": 0},
+  {"action": "free_completed", "addr": 8192, "size": 1024, "stream": 0}]]}`
+	s, err := ReadSnapshot(strings.NewReader(js), SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int32{-1, 1, 2, 2, 4} // prelude alloc; alloc; implied free + alloc; free
+	if len(s.EventEntries) != len(s.Events) || fmt.Sprint(s.EventEntries) != fmt.Sprint(want) {
+		t.Fatalf("EventEntries %v for %d events, want %v", s.EventEntries, len(s.Events), want)
 	}
 }

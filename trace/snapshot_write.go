@@ -29,6 +29,11 @@ type TorchSnapshot struct {
 	// values: string, bool, int, int64, uint64, float64, nested
 	// map[string]any).
 	AllocatorSettings map[string]any
+	// WrittenBy, when set, is written as the top-level key "written_by"
+	// (PyTorch's viewer ignores keys it does not know): who made the
+	// snapshot, so a reader does not take a gpumem device's reserve for
+	// PyTorch's (Snapshot.WrittenBy).
+	WrittenBy string
 }
 
 // TorchSegment is one segment of memory (a gpumem page): its blocks tile
@@ -96,6 +101,10 @@ func WriteTorchSnapshot(w io.Writer, s *TorchSnapshot) error {
 		p.endList()
 	}
 	p.endList()
+	if s.WrittenBy != "" {
+		p.key(writtenByKey)
+		p.str(s.WrittenBy)
+	}
 	if s.AllocatorSettings != nil {
 		p.key("allocator_settings")
 		if err := p.value(s.AllocatorSettings, 2); err != nil {

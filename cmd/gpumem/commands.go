@@ -12,10 +12,11 @@ import (
 	"strings"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/compare"
 	"github.com/gpumem/gpumem/trace/torch"
 )
 
@@ -107,16 +108,18 @@ func checkWritable(flagName, path string) error {
 
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("gpumem replay", stdout)
-	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) or cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library)")
+	backend := fs.String("backend", "sim", "storage for gpumem policies: sim (accounting only, any size), host (real bytes, small traces) cuda (device memory through the CUDA driver; $GPUMEM_LIBCUDA picks the library) or vulkan (device memory through the Vulkan loader; $GPUMEM_VULKAN_DEVICE picks the device)")
 	var capacity, overhead sizeFlag
 	fs.Var(&capacity, "capacity", "say whether each policy fits a device of `SIZE` (e.g. 80GB or 24GiB; at least 1MiB): "+sizeHelp)
 	fs.Var(&overhead, "overhead", "device memory outside the allocator (CUDA context, library workspaces), `SIZE`; the allocator gets -capacity less this")
 	requireFit := fs.String("require-fit", "", "exit with status 3 unless `POLICY` fits -capacity (for scripts)")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	policies := fs.String("policies", strings.Join(compare.Policies(), ","), "comma-separated policies to run; torch:CONF runs PyTorch's model with CONF in PYTORCH_CUDA_ALLOC_CONF syntax (torch:defaults for its defaults)")
 	torchConf := fs.String("torch-conf", "", "settings of the torch policy, in PYTORCH_CUDA_ALLOC_CONF syntax such as `CONF` expandable_segments:True,max_split_size_mb:128 (default: the settings the snapshot recorded, else PyTorch's defaults)")
 	bandwidth := rateFlag{v: compare.DefaultBandwidth}
@@ -146,8 +149,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *jsonOut {
 		*format = "json"
 	}
-	if *backend != "sim" && *backend != "host" && *backend != "cuda" {
-		return fmt.Errorf("%w: -backend %q: want sim, host or cuda", errUsage, *backend)
+	if *backend != "sim" && *backend != "host" && *backend != "cuda" && *backend != "vulkan" {
+		return fmt.Errorf("%w: -backend %q: want sim, host, cuda or vulkan", errUsage, *backend)
 	}
 	if capacity.set && capacity.v < 1<<20 {
 		return fmt.Errorf("%w: -capacity %d B is below 1 MiB (omit -capacity for an unlimited device)", errUsage, capacity.v)
@@ -166,7 +169,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: -require-fit %q is not among -policies %s", errUsage, *requireFit, *policies)
 		}
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
 	if *snapshotOut != "" && !slices.Contains(compare.SnapshotPolicies(), *snapshotPolicy) {
@@ -187,11 +190,16 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		open = func(o ...gpumem.Option) (*gpumem.Device, error) { return cuda.OpenDevice(cuda.Options{}, o...) }
 		alignment = cuda.Alignment
 	}
+	if *backend == "vulkan" {
+		if open, alignment, err = vulkanOpen(); err != nil {
+			return err
+		}
+	}
 	path := ""
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	src, err := loadSource(path, int64(maxSnapshot.v))
+	src, err := loadSource(path, int64(maxSnapshot.v), *device)
 	if err != nil {
 		return err
 	}
@@ -221,8 +229,8 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		opts.Progress = bar.update
 	}
 	c, err := compare.Run(ctx, src, opts)
-	if errors.Is(err, compare.ErrUnknownPolicy) {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if isPolicyError(err) {
+		return fmt.Errorf("%w: -policies: %v", errUsage, err)
 	}
 	if err != nil {
 		return err
@@ -232,7 +240,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *format == "json":
 		err = c.WriteJSON(stdout)
 	default:
-		err = c.WriteText(stdout)
+		err = c.WriteTextWidth(stdout, textWidth(*wide))
 	}
 	if err != nil {
 		return err
@@ -246,7 +254,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		err := writeOutput(*snapshotOut, stdout, func(w io.Writer) error {
 			return compare.WriteSnapshot(ctx, src, *snapshotPolicy, opts, w)
 		})
-		if errors.Is(err, compare.ErrUnknownPolicy) {
+		if isPolicyError(err) {
 			return fmt.Errorf("%w: -snapshot-policy: %v", errUsage, err)
 		}
 		if err != nil {
@@ -263,17 +271,45 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *requireFit != "" {
 		for _, p := range c.Policies {
 			if p.Name == *requireFit && p.Verdict != nil && !p.Verdict.Fits {
-				return fmt.Errorf("%w: policy %s runs out of memory at event %d with -capacity %s", errNoFit, p.Name, p.Verdict.OutOfMemory.Event, pool.Bytes(capacity.v))
+				where := fmt.Sprintf("event %d", p.Verdict.OutOfMemory.Event)
+				if a := p.Verdict.Allocation; a != nil {
+					where = a.String()
+				}
+				return fmt.Errorf("%w: policy %s runs out of memory at %s with -capacity %s", errNoFit, p.Name, where, pool.Bytes(capacity.v))
 			}
 		}
 	}
 	return nil
 }
 
+// textWidth is the text report's line limit: none with -wide.
+func textWidth(wide bool) int {
+	if wide {
+		return 0
+	}
+	return compare.DefaultTextWidth
+}
+
+// isPolicyError reports whether err is about a policy name or a torch:CONF
+// setting the user wrote: a usage error.
+func isPolicyError(err error) bool {
+	var conf *torch.ConfError
+	return errors.Is(err, compare.ErrUnknownPolicy) || errors.As(err, &conf)
+}
+
 // checkMaxSnapshot refuses a -max-snapshot of 0.
 func checkMaxSnapshot(f sizeFlag) error {
 	if f.v == 0 {
 		return fmt.Errorf("%w: -max-snapshot must be at least 1 byte", errUsage)
+	}
+	return nil
+}
+
+// checkDevice refuses a -device below 0 (-1, the default, means "the
+// snapshot's one device").
+func checkDevice(device int, fs *flag.FlagSet) error {
+	if setFlags(fs)["device"] && device < 0 {
+		return fmt.Errorf("%w: -device %d: want a device index, 0 or more", errUsage, device)
 	}
 	return nil
 }
@@ -307,6 +343,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -317,7 +354,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("%w: gpumem convert SNAPSHOT -o TRACE.jsonl", errUsage)
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
 	f, err := os.Open(pos[0])
@@ -325,7 +362,11 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer f.Close()
-	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)})
+	opts := trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)}
+	if *device >= 0 {
+		opts.ChooseDevice, opts.Device = true, *device
+	}
+	snap, err := trace.ReadSnapshot(f, opts)
 	if err != nil {
 		return fmt.Errorf("reading snapshot %s: %w", pos[0], snapshotHint(err))
 	}
@@ -425,10 +466,19 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		p := dev.Properties()
-		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory))
+		capacity := capacityString(p.MaxMemory)
+		if !b.sim && p.MaxMemory == 0 {
+			// Without WithCapacity host storage draws on the machine's
+			// memory: say how much, and where the figure comes from.
+			if l := storage.MachineMemoryLimit(); l.Bytes != 0 {
+				capacity = fmt.Sprintf("%s (the machine's memory: %s)", pool.Bytes(l.Bytes), l.From)
+			}
+		}
+		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacity)
 		dev.Close()
 	}
 	fmt.Fprintln(stdout, cudaInfo())
+	fmt.Fprintln(stdout, vulkanInfo())
 	return nil
 }
 
@@ -447,10 +497,13 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&overhead, "overhead", "device memory outside the allocator, `SIZE`; the allocator gets -capacity less this")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
+	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
+	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	requireFit := fs.Bool("require-fit", false, "exit with status 3 when no PyTorch setting of the grid fits -capacity (for scripts)")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -460,6 +513,9 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if len(pos) != 1 {
 		return fmt.Errorf("%w: gpumem advise SNAPSHOT [-capacity SIZE]", errUsage)
+	}
+	if *requireFit && !capacity.set {
+		return fmt.Errorf("%w: -require-fit needs -capacity (the device to fit)", errUsage)
 	}
 	if *format != "text" && *format != "json" {
 		return fmt.Errorf("%w: -format %q: want text or json", errUsage, *format)
@@ -479,10 +535,10 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if overhead.set && (!capacity.set || overhead.v >= capacity.v) {
 		return fmt.Errorf("%w: -overhead needs a -capacity larger than it", errUsage)
 	}
-	if err := checkMaxSnapshot(maxSnapshot); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
 		return err
 	}
-	src, err := loadSource(pos[0], int64(maxSnapshot.v))
+	src, err := loadSource(pos[0], int64(maxSnapshot.v), *device)
 	if err != nil {
 		return err
 	}
@@ -504,13 +560,18 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	case *format == "json":
 		err = a.WriteJSON(stdout)
 	default:
-		err = a.WriteText(stdout)
+		err = a.WriteTextWidth(stdout, textWidth(*wide))
 	}
 	if err != nil {
 		return err
 	}
 	if *htmlOut != "" {
-		return writeOutput(*htmlOut, stdout, a.WriteHTML)
+		if err := writeOutput(*htmlOut, stdout, a.WriteHTML); err != nil {
+			return err
+		}
+	}
+	if *requireFit && a.NoneFits() {
+		return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s", errNoFit, pool.Bytes(capacity.v))
 	}
 	return nil
 }

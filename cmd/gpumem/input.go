@@ -11,14 +11,15 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/compare"
 )
 
 // loadSource reads FILE (a .jsonl trace, or a PyTorch snapshot: pickle or
 // JSON, optionally gzipped, at most maxSnapshot bytes decompressed), or the
-// embedded default trace when path is "".
-func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
+// embedded default trace when path is "". device ≥ 0 chooses a snapshot's
+// device trace (-device); -1 reads its only one.
+func loadSource(path string, maxSnapshot int64, device int) (compare.Source, error) {
 	if path == "" {
 		name, data := trace.Default()
 		return decodeJSONL(name+" (embedded)", bytes.NewReader(data))
@@ -40,6 +41,9 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 		return compare.Source{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if kind == trace.InputJSONL {
+		if device >= 0 {
+			return compare.Source{}, fmt.Errorf("%w: -device chooses among a snapshot's devices; %s is a gpumem trace, which has one", errUsage, path)
+		}
 		if gzipped {
 			// A gzip stream can expand a thousandfold: the same bound as a
 			// snapshot's keeps a crafted file from filling memory.
@@ -54,7 +58,11 @@ func loadSource(path string, maxSnapshot int64) (compare.Source, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
-	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{MaxBytes: maxSnapshot})
+	opts := trace.SnapshotOptions{MaxBytes: maxSnapshot}
+	if device >= 0 {
+		opts.ChooseDevice, opts.Device = true, device
+	}
+	snap, err := trace.ReadSnapshot(f, opts)
 	if err != nil {
 		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, snapshotHint(err))
 	}
@@ -114,6 +122,10 @@ func snapshotHint(err error) error {
 	var tooLarge *trace.TooLargeError
 	if errors.As(err, &tooLarge) {
 		return fmt.Errorf("%w (raise -max-snapshot to read it)", err)
+	}
+	var several *trace.SeveralDevicesError
+	if errors.As(err, &several) {
+		return fmt.Errorf("%w with -device N", err)
 	}
 	return err
 }

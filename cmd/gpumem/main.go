@@ -11,11 +11,13 @@
 //	gpumem version
 //
 // replay -backend chooses where gpumem's policies run: sim (accounting
-// only, the default), host (real bytes) or cuda (device memory through the
-// CUDA driver, loaded at run time: libcuda.so.1 or $GPUMEM_LIBCUDA).
+// only, the default), host (real bytes), cuda (device memory through the
+// CUDA driver, loaded at run time: libcuda.so.1 or $GPUMEM_LIBCUDA) or
+// vulkan (device memory through the Vulkan loader: libvulkan.so.1 or
+// $GPUMEM_LIBVULKAN; $GPUMEM_VULKAN_DEVICE picks the device).
 //
 // Exit status: 0 success; 1 a replay error (no CUDA driver for -backend
-// cuda included), or failed allocations under -fail-on-oom; 2 a usage error
+// cuda, or no Vulkan device for -backend vulkan, included), or failed allocations under -fail-on-oom; 2 a usage error
 // (only errors wrapping errUsage; see exitCode); 3 -require-fit's policy
 // does not fit -capacity. main recovers nothing: a
 // Go panic is a bug, and the runtime reports it with its stack.

@@ -14,10 +14,12 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/fakecuda"
+	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/compare"
 )
 
 // sharedTraces holds the PyTorch snapshots shared between checkouts.
@@ -123,10 +125,32 @@ func TestReplayJSONIsOneObjectWithTheDocumentedKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range policies {
-		for _, k := range []string{"name", "peak_reserved_bytes", "min_capacity_bytes", "relocations", "bytes_moved", "copy_seconds", "replay_seconds"} {
+		for _, k := range []string{"name", "peak_reserved_bytes", "min_capacity_bytes", "replay_seconds"} {
 			if _, ok := p[k]; !ok {
 				t.Errorf("policy %s lacks key %q", p["name"], k)
 			}
+		}
+		// Relocation figures are a gpumem device's: absent from PyTorch's
+		// rows (it never moves memory), present, even when 0, in gpumem's.
+		_, torch := p["pytorch_alloc_conf"]
+		for _, k := range []string{"relocations", "bytes_moved", "copy_seconds", "min_capacity_relocations"} {
+			if _, ok := p[k]; ok == torch {
+				t.Errorf("policy %s: key %q present %v, want %v", p["name"], k, ok, !torch)
+			}
+		}
+	}
+	// Without the search there are no smallest-capacity figures at all.
+	var noSearch map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(mustRun(t, "replay", "-quiet", "-json", "-no-search", "-policies", "adaptive")), &noSearch); err != nil {
+		t.Fatal(err)
+	}
+	var ps []map[string]json.RawMessage
+	if err := json.Unmarshal(noSearch["policies"], &ps); err != nil || len(ps) != 1 {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"min_capacity_bytes", "min_device_bytes", "capacity_probes"} {
+		if _, ok := ps[0][k]; ok {
+			t.Errorf("-no-search: key %q present, want it absent (not measured)", k)
 		}
 	}
 	if !slices.Equal(r.policyNames(), compare.Policies()) {
@@ -269,6 +293,11 @@ func TestInfoListsTheBackends(t *testing.T) {
 	if !strings.Contains(out, "cuda  not available: ") {
 		t.Errorf("info without a driver does not say cuda is unavailable:\n%s", out)
 	}
+	// The host's capacity is the machine's memory it draws on, with its
+	// source, not "unlimited".
+	if l := storage.MachineMemoryLimit(); l.Bytes != 0 && !strings.Contains(out, "capacity "+pool.Bytes(l.Bytes).String()+" (the machine's memory: "+l.From+")") {
+		t.Errorf("info does not print the host's memory limit %+v:\n%s", l, out)
+	}
 }
 
 func TestReplayOnTheCudaBackend(t *testing.T) {
@@ -319,7 +348,7 @@ func TestReplayOnCudaWithoutDriverFailsClearly(t *testing.T) {
 // compare.Options.Open opens every policy device, the breakdown's and the
 // capacity search's included, with the policy's options and the Alignment asked for.
 func TestCompareOpensPolicyDevicesThroughOptionsOpen(t *testing.T) {
-	src, err := loadSource("", 0)
+	src, err := loadSource("", 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,9 +43,15 @@ model of PyTorch's caching allocator under a grid of settings (the
 defaults, expandable segments, max_split_size_mb 64–512,
 roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
 0.8, and the combinations that matter) beside gpumem's adaptive policy:
-each setting's peak reserved and smallest capacity, the best marked, and,
-with -capacity, which fit and the PYTORCH_CUDA_ALLOC_CONF line to use.
-Settings run in parallel.`
+each setting's peak reserved and smallest capacity, the one that needs the
+smallest device marked. With -capacity it answers in order: do PyTorch's
+defaults fit, with what margin (the capacity less their smallest device)
+and headroom at their peak; and is a setting worth a change — only when
+the defaults do not fit, or when it gains at least max(1 GiB, 1% of the
+capacity) of margin; otherwise the defaults already fit. Each setting's
+slow path at the capacity (retries, cudaMalloc and cudaFree calls) is
+shown beside it. -require-fit exits 3 when no setting fits. Settings run
+in parallel.`
 
 	versionUsage = `usage: gpumem version
 
@@ -54,7 +60,9 @@ Prints the version, commit and Go toolchain this binary was built from.`
 	infoUsage = `usage: gpumem info
 
 Lists the backends gpumem can run on here (host, sim and, when a CUDA
-driver loads, cuda) with their alignment, page size and capacity.`
+driver loads, cuda) with their alignment, page size and capacity, and the
+Vulkan devices the loader enumerates (heaps, memory types, limits,
+VK_EXT_memory_budget) with the vulkan backend's properties.`
 )
 
 // setUsage makes fs print text, then its flags.

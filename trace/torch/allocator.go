@@ -85,10 +85,10 @@ var (
 	// ErrOutOfMemory is returned by Malloc when no cached block fits and the
 	// capacity refuses a new segment even after releasing every cached
 	// segment. The allocator is unchanged except for the released cache.
-	ErrOutOfMemory = errors.New("torch: out of memory")
+	ErrOutOfMemory = errors.New("PyTorch model: out of memory")
 	// ErrInvalidRequest is returned by Malloc for a size above 2^62 or a
 	// negative stream; the allocator is unchanged.
-	ErrInvalidRequest = errors.New("torch: invalid request")
+	ErrInvalidRequest = errors.New("PyTorch model: invalid request")
 )
 
 // Config configures an Allocator.

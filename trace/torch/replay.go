@@ -11,7 +11,7 @@ import (
 // ErrReplay is returned by ReplayTorch for an event the model refuses
 // other than by running out of memory. An invalid event is reported with
 // trace's sentinels instead; an alloc of a live ID is an implied free.
-var ErrReplay = errors.New("torch: bad trace")
+var ErrReplay = errors.New("PyTorch model: bad trace")
 
 // SegmentEvent is one modelled cudaMalloc (Release false) or cudaFree, or
 // with expandable segments one page mapping (segment_map) or unmapping

@@ -82,15 +82,15 @@ const (
 var (
 	// ErrConfSyntax: the line is not comma-separated key:value pairs (a
 	// missing ':' or ',', an unclosed '[').
-	ErrConfSyntax = errors.New("torch: PYTORCH_CUDA_ALLOC_CONF syntax")
+	ErrConfSyntax = errors.New("PYTORCH_CUDA_ALLOC_CONF syntax")
 	// ErrConfUnknownKey: a key PyTorch does not know either.
-	ErrConfUnknownKey = errors.New("torch: unknown PYTORCH_CUDA_ALLOC_CONF key")
+	ErrConfUnknownKey = errors.New("unknown PYTORCH_CUDA_ALLOC_CONF key")
 	// ErrConfValue: a known key with a value PyTorch refuses (out of range,
 	// not a power of two, not True/False).
-	ErrConfValue = errors.New("torch: bad PYTORCH_CUDA_ALLOC_CONF value")
+	ErrConfValue = errors.New("bad PYTORCH_CUDA_ALLOC_CONF value")
 	// ErrConfUnmodelled: a valid setting under which the model would not be
 	// PyTorch's caching allocator (backend:cudaMallocAsync).
-	ErrConfUnmodelled = errors.New("torch: PYTORCH_CUDA_ALLOC_CONF setting not modelled")
+	ErrConfUnmodelled = errors.New("PYTORCH_CUDA_ALLOC_CONF setting not modelled")
 )
 
 // ConfError is returned by ParseConf, Settings.Validate and

@@ -1,0 +1,340 @@
+package compare
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gpumem/gpumem/internal/pool"
+)
+
+// Marks of the advice's rows: the recommendation at the capacity and the
+// smallest-device pick.
+const (
+	markRecommended = ">"
+	markSmallest    = "*"
+)
+
+// WriteText writes the advice in the order a user asks: at a capacity,
+// whether PyTorch's defaults fit, their margin and headroom, and whether a
+// setting is worth a change (answerLines); then one row per setting with
+// its peak reserved at unlimited capacity, its smallest capacity and
+// margin; then what each pays on the slow path at the capacity (at its
+// smallest capacity without one); then the smallest-device pick.
+func (a *Advice) WriteText(w io.Writer) error {
+	return a.WriteTextWidth(w, DefaultTextWidth)
+}
+
+// WriteTextWidth is WriteText with lines of at most width columns (0: no
+// limit).
+func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
+	c := a.Comparison
+	var b strings.Builder
+	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, pool.Bytes(c.PeakLive))
+	c.writePyTorch(&b)
+	if lines := a.answerLines(); len(lines) > 0 {
+		b.WriteString("\n")
+		for _, l := range lines {
+			writeWrapped(&b, l, proseWidth)
+		}
+	}
+	b.WriteString("\n")
+	t := table{left: 2, width: width, groups: []tableGroup{
+		{"", []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}},
+		{"unlimited capacity", []string{"peak reserved", "÷ live"}},
+		{"smallest capacity", []string{"capacity", "÷ live"}},
+	}}
+	if c.Overhead > 0 {
+		t.groups[2].Columns = append(t.groups[2].Columns, "device")
+	}
+	if c.Capacity > 0 {
+		// The margin is the capacity less the smallest device: it belongs
+		// with the smallest capacity it comes from.
+		t.groups[2].Columns = append(t.groups[2].Columns, "margin")
+	}
+	for _, p := range c.Policies {
+		row := []string{a.mark(p), settingName(p), pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
+		if p.MinCapacity > 0 {
+			row[4], row[5] = pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver)
+		}
+		if c.Overhead > 0 {
+			row = append(row, orDash(p.MinDevice > 0, pool.Bytes(p.MinDevice).String()))
+		}
+		if c.Capacity > 0 {
+			row = append(row, marginText(p.Verdict))
+		}
+		t.add(row...)
+	}
+	t.write(&b)
+	b.WriteString("\n")
+	a.writeSlowPath(&b, width)
+	if a.BestPolicy != "" {
+		var l strings.Builder
+		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s", markSmallest, confName(a.Best))
+		for _, p := range c.Policies {
+			if p.Name == a.BestPolicy {
+				fmt.Fprintf(&l, " (%s", pool.Bytes(p.MinCapacity))
+			}
+		}
+		for _, p := range c.Policies {
+			if p.Name == Adaptive && p.MinCapacity > 0 {
+				fmt.Fprintf(&l, "; gpumem adaptive needs %s", pool.Bytes(p.MinCapacity))
+			}
+		}
+		writeWrapped(&b, l.String()+")", proseWidth)
+	}
+	if c.Capacity > 0 {
+		if a.UseLine != "" {
+			writeWrapped(&b, fmt.Sprintf("%s to run on %s: %s", markRecommended, pool.Bytes(c.Capacity), a.UseLine), proseWidth)
+		} else {
+			fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", pool.Bytes(c.Capacity))
+		}
+	}
+	writeWrapped(&b, "garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.", proseWidth)
+	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
+	return err
+}
+
+// answerLines answer at the capacity (none without one): the defaults'
+// verdict, their margin and headroom, then the recommendation with its
+// threshold and its cost.
+func (a *Advice) answerLines() []string {
+	c := a.Comparison
+	if c.Capacity == 0 {
+		return nil
+	}
+	capacity := pool.Bytes(c.Capacity).String()
+	var lines []string
+	var defaults *PolicyResult
+	for i := range c.Policies {
+		if c.Policies[i].Name == defaultsPolicy {
+			defaults = &c.Policies[i]
+		}
+	}
+	if d := a.Defaults; d != nil && defaults != nil {
+		if d.Fits {
+			l := fmt.Sprintf("at %s PyTorch's defaults fit", capacity)
+			if d.Margin != nil {
+				l += fmt.Sprintf(", with %s of margin (%s less their smallest device, %s: the room the workload could still grow into)",
+					signedBytes(*d.Margin), capacity, pool.Bytes(defaults.MinDevice))
+			}
+			lines = append(lines, l+fmt.Sprintf(" and %s of headroom at their peak (%s reserved).", pool.Bytes(d.Headroom), pool.Bytes(d.PeakReserved)))
+		} else {
+			l := fmt.Sprintf("at %s PyTorch's defaults do not fit: out of memory at event %d", capacity, d.OutOfMemory.Event)
+			if defaults.MinDevice > 0 {
+				l += fmt.Sprintf(" (their smallest device is %s)", pool.Bytes(defaults.MinDevice))
+			}
+			lines = append(lines, l+".")
+		}
+	}
+	threshold := fmt.Sprintf("(%s: the larger of 1 GiB and 1%% of the capacity)", pool.Bytes(a.ChangeThreshold))
+	rec := a.recommended()
+	switch a.Decision {
+	case DecisionDefaultsFit:
+		l := "the defaults already fit: no setting of the grid gains a change's worth of margin over them " + threshold
+		if g, name := a.largestGain(); g > 0 {
+			l += fmt.Sprintf("; the most, %s, gains %s", name, pool.Bytes(g))
+		}
+		lines = append(lines, l+".")
+	case DecisionWorthAChange:
+		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over the defaults, at least a change's worth %s%s.",
+			*rec.TorchConf, signedBytes(*a.Gain), threshold, fitCost(rec)))
+	case DecisionDefaultsDoNotFit:
+		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s of margin and %s of headroom at its peak%s.",
+			*rec.TorchConf, marginText(rec.Verdict), pool.Bytes(rec.Verdict.Headroom), fitCost(rec)))
+	case DecisionNoneFits:
+		l := fmt.Sprintf("no PyTorch setting of the grid fits %s", capacity)
+		for _, p := range c.Policies {
+			if p.Name == Adaptive && p.Verdict != nil && p.Verdict.Fits {
+				l += fmt.Sprintf("; gpumem adaptive fits, with %s of margin", marginText(p.Verdict))
+			}
+		}
+		lines = append(lines, l+".")
+	}
+	return lines
+}
+
+// recommended is the recommended policy's row, nil when none.
+func (a *Advice) recommended() *PolicyResult {
+	for i, p := range a.Comparison.Policies {
+		if p.Name == a.Recommended {
+			return &a.Comparison.Policies[i]
+		}
+	}
+	return nil
+}
+
+// largestGain is the most margin a fitting setting gains over the
+// defaults, and that setting (0 and "" when none gains).
+func (a *Advice) largestGain() (uint64, string) {
+	var defaults uint64
+	for _, p := range a.Comparison.Policies {
+		if p.Name == defaultsPolicy {
+			defaults = p.MinDevice
+		}
+	}
+	var gain uint64
+	name := ""
+	for _, p := range a.Comparison.Policies {
+		if isTorch(p.Name) && p.Verdict != nil && p.Verdict.Fits && p.MinDevice > 0 && p.MinDevice < defaults && defaults-p.MinDevice > gain {
+			gain, name = defaults-p.MinDevice, *p.TorchConf
+		}
+	}
+	return gain, name
+}
+
+// fitCost says what a fitting setting pays at the capacity.
+func fitCost(p *PolicyResult) string {
+	s := p.Verdict.SlowPath
+	if s == nil || s.DeviceAllocs == nil {
+		return ""
+	}
+	return fmt.Sprintf(", at %d retries, %d cudaMalloc and %d cudaFree calls", s.Retries(), *s.DeviceAllocs, *s.DeviceFrees)
+}
+
+// writeSlowPath writes what each setting pays at the capacity (or, without
+// one, at its smallest capacity): its verdict and headroom there, its
+// retries, cudaMalloc and cudaFree calls; and gpumem's relocations.
+func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
+	c := a.Comparison
+	title := "at the smallest capacity"
+	var cols []string
+	if c.Capacity > 0 {
+		title = "at " + pool.Bytes(c.Capacity).String()
+		cols = []string{"verdict", "headroom"}
+	}
+	t := table{left: 2, width: width, groups: []tableGroup{
+		{"", []string{"", "setting (PYTORCH_CUDA_ALLOC_CONF)"}},
+		{title, append(cols, "retries", "cudaMalloc", "cudaFree")},
+	}}
+	var relocated []string
+	for _, p := range c.Policies {
+		s := p.MinCapacitySlowPath
+		row := []string{a.mark(p), settingName(p)}
+		if c.Capacity > 0 {
+			if p.Verdict == nil {
+				continue
+			}
+			s = p.Verdict.SlowPath
+			row = append(row, verdictWord(p.Verdict), orDash(p.Verdict.Fits, pool.Bytes(p.Verdict.Headroom).String()))
+		}
+		row = append(row, slowPathCells(s)[:3]...)
+		t.add(row...)
+		if s != nil && s.Relocations != nil {
+			at := "at its smallest capacity"
+			if c.Capacity > 0 {
+				at = title
+			}
+			relocated = append(relocated, fmt.Sprintf("gpumem %s %s: %d relocations moved %s", p.Name, at, *s.Relocations, pool.Bytes(*s.BytesMoved)))
+		}
+	}
+	t.write(b)
+	writeWrapped(b, "retries: allocations that released cached memory and tried again (PyTorch's num_alloc_retries, gpumem's cleanups); cudaMalloc, cudaFree: PyTorch's num_device_alloc and num_device_free (page maps and unmaps with expandable segments).", proseWidth)
+	for _, l := range relocated {
+		b.WriteString(l + "\n")
+	}
+}
+
+// slowPathCells are a slow path's retries, cudaMalloc, cudaFree,
+// relocations and bytes moved, "-" where not measured.
+func slowPathCells(s *SlowPath) []string {
+	if s == nil {
+		return []string{"-", "-", "-", "-", "-"}
+	}
+	n := func(v *uint64) string {
+		if v == nil {
+			return "-"
+		}
+		return fmt.Sprint(*v)
+	}
+	retries := n(s.AllocRetries)
+	if s.AllocRetries == nil {
+		retries = n(s.Cleanups)
+	}
+	moved := "-"
+	if s.BytesMoved != nil {
+		moved = pool.Bytes(*s.BytesMoved).String()
+	}
+	return []string{retries, n(s.DeviceAllocs), n(s.DeviceFrees), n(s.Relocations), moved}
+}
+
+// mark is a row's mark: recommended, smallest device, both or neither.
+func (a *Advice) mark(p PolicyResult) string {
+	m := ""
+	if p.Name == a.Recommended {
+		m += markRecommended
+	}
+	if p.Name == a.BestPolicy {
+		m += markSmallest
+	}
+	return m
+}
+
+// settingName is a row's name in the advice: the conf line, or gpumem's
+// policy.
+func settingName(p PolicyResult) string {
+	if p.TorchConf == nil {
+		return "gpumem " + p.Name
+	}
+	if *p.TorchConf == "" {
+		return "(PyTorch's defaults)"
+	}
+	return *p.TorchConf
+}
+
+// verdictWord is a verdict in a table cell.
+func verdictWord(v *Verdict) string {
+	if v.Fits {
+		return "fits"
+	}
+	return fmt.Sprintf("OOM at event %d", v.OutOfMemory.Event)
+}
+
+// marginText is a verdict's margin, "-" when not measured.
+func marginText(v *Verdict) string {
+	if v == nil || v.Margin == nil {
+		return "-"
+	}
+	return signedBytes(*v.Margin)
+}
+
+// signedBytes formats a byte difference.
+func signedBytes(n int64) string {
+	if n < 0 {
+		return "-" + pool.Bytes(uint64(-n)).String()
+	}
+	return pool.Bytes(uint64(n)).String()
+}
+
+func orDash(ok bool, s string) string {
+	if ok {
+		return s
+	}
+	return "-"
+}
+
+// proseWidth is the column the advice's sentences wrap at, so they read
+// in a terminal beside tables of at most 120 columns.
+const proseWidth = 100
+
+// writeWrapped writes s wrapped at width columns between words, the
+// continuation lines indented by two spaces.
+func writeWrapped(b *strings.Builder, s string, width int) {
+	col := 0
+	for i, word := range strings.Fields(s) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case col+1+n > width:
+			b.WriteString("\n  ")
+			col = 2
+		default:
+			b.WriteString(" ")
+			col++
+		}
+		b.WriteString(word)
+		col += n
+	}
+	b.WriteString("\n")
+}

@@ -1,0 +1,106 @@
+package compare
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gpumem/gpumem/trace"
+)
+
+// sharedSource reads one shared PyTorch snapshot, or skips when ../shared is
+// not beside the checkout.
+func sharedSource(t *testing.T, name string) Source {
+	t.Helper()
+	path := filepath.Join("..", "..", "shared", "traces", name)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Skipf("shared snapshot %s not available (../shared beside the checkout): %v", name, err)
+	}
+	defer f.Close()
+	snap, err := trace.ReadSnapshot(f, trace.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := FromSnapshot(name, snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src
+}
+
+// The figures the replay tool exists to show: on every shared snapshot the
+// granular adaptive memory needs less than PyTorch reserved, at its smallest
+// capacity no more than it does with tiled pages (1.000, 1.003 and 1.065 ×
+// peak live; issue 13 asks for at most 1.000, 1.004 and 1.065), and its peak
+// reserved stays below PyTorch's.
+func TestAdaptiveNeedsLessThanPyTorchReservedOnSharedSnapshots(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		maxOverPeak float64
+	}{
+		{"transformer-ctx128-fullstep.pickle", 1.0005},
+		{"transformer-ctx128-forward.pickle", 1.0035},
+		{"unet-snapshot.pickle", 1.066},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			src := sharedSource(t, tc.name)
+			c, err := Run(context.Background(), src, Options{Policies: []string{Adaptive}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := c.Policies[0]
+			if p.FailedAllocs != 0 || p.MinCapacity == 0 {
+				t.Fatalf("adaptive failed %d allocations; min capacity %d", p.FailedAllocs, p.MinCapacity)
+			}
+			if p.MinCapacityOver > tc.maxOverPeak {
+				t.Errorf("smallest capacity %.4f × peak live, want ≤ %.4f", p.MinCapacityOver, tc.maxOverPeak)
+			}
+			if p.MinCapacity >= src.PyTorch.PeakReserved {
+				t.Errorf("smallest capacity %d not below PyTorch's recorded reserve %d", p.MinCapacity, src.PyTorch.PeakReserved)
+			}
+			if p.PeakReserved >= src.PyTorch.PeakReserved {
+				t.Errorf("peak reserved %d not below PyTorch's recorded reserve %d", p.PeakReserved, src.PyTorch.PeakReserved)
+			}
+		})
+	}
+}
+
+// Whole pages beat PyTorch (issue 13): on every shared snapshot
+// adaptive-pages, the adaptive memory on storage without virtual memory,
+// reserves no more than PyTorch did in the trace's window, at unlimited
+// capacity and at its smallest capacity; and where relocation matters (it
+// ran at the smallest capacity) it needs less than the same memory without
+// relocation.
+func TestWholePagesNeedNoMoreThanPyTorchReservedOnSharedSnapshots(t *testing.T) {
+	for _, name := range []string{"transformer-ctx128-fullstep.pickle", "transformer-ctx128-forward.pickle", "unet-snapshot.pickle"} {
+		t.Run(name, func(t *testing.T) {
+			src := sharedSource(t, name)
+			c, err := Run(context.Background(), src, Options{Policies: []string{AdaptivePages, AdaptivePagesNoRelocate}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pages, norelocate := c.Policies[0], c.Policies[1]
+			pytorch := src.PyTorch.PeakReserved
+			for _, p := range []PolicyResult{pages, norelocate} {
+				if p.FailedAllocs != 0 || p.MinCapacity == 0 {
+					t.Fatalf("%s failed %d allocations; min capacity %d", p.Name, p.FailedAllocs, p.MinCapacity)
+				}
+				if p.PeakReserved > pytorch {
+					t.Errorf("%s peak reserved %d above PyTorch's recorded reserve %d", p.Name, p.PeakReserved, pytorch)
+				}
+				if p.MinCapacity > pytorch {
+					t.Errorf("%s smallest capacity %d above PyTorch's recorded reserve %d", p.Name, p.MinCapacity, pytorch)
+				}
+			}
+			if pages.MinCapacity > norelocate.MinCapacity {
+				t.Errorf("relocation raised the smallest capacity: %d, %d without", pages.MinCapacity, norelocate.MinCapacity)
+			}
+			if pages.MinCapacityRelocations > 0 && pages.MinCapacity >= norelocate.MinCapacity {
+				t.Errorf("%d relocations at the smallest capacity %d bought nothing: %d without relocation", pages.MinCapacityRelocations, pages.MinCapacity, norelocate.MinCapacity)
+			}
+			t.Logf("PyTorch %d; %s %d / %d; %s %d / %d (unlimited / smallest)", pytorch, pages.Name, pages.PeakReserved, pages.MinCapacity, norelocate.Name, norelocate.PeakReserved, norelocate.MinCapacity)
+		})
+	}
+}

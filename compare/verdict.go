@@ -1,0 +1,124 @@
+package compare
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/replay"
+	"github.com/gpumem/gpumem/trace"
+)
+
+// Verdict says whether a policy fits the capacity asked about
+// (Options.Capacity less Options.Overhead, the allocator's share).
+type Verdict struct {
+	Fits     bool   `json:"fits"`
+	Capacity uint64 `json:"allocator_capacity_bytes"`
+	// PeakReserved is the peak at that capacity; Headroom what was left
+	// of the capacity then (fits only).
+	PeakReserved uint64 `json:"peak_reserved_bytes"`
+	Headroom     uint64 `json:"headroom_bytes"`
+	// OutOfMemory is the first failed allocation (does not fit only).
+	OutOfMemory *replay.FailureState `json:"out_of_memory,omitempty"`
+	// Margin is the capacity less the policy's smallest device
+	// (PolicyResult.MinDevice): the room the workload could still grow
+	// into, where Headroom is only what was left at this run's peak — a
+	// policy that keeps releasing its cache shows headroom it cannot grow
+	// into. Negative when the capacity is below the smallest device;
+	// absent when the smallest capacity was not searched.
+	Margin *int64 `json:"margin_bytes,omitempty"`
+	// SlowPath is what fitting this capacity cost (up to the failed
+	// allocation when it does not fit).
+	SlowPath *SlowPath `json:"slow_path,omitempty"`
+	// Allocation is the failed allocation in the trace's own terms (does
+	// not fit only).
+	Allocation *FailingAllocation `json:"failing_allocation,omitempty"`
+}
+
+// FailingAllocation names the allocation a policy ran out of memory at as
+// a user finds it: for a snapshot, its device_traces entry (the replay's
+// event numbers differ from the entries: entries that emit nothing,
+// implied frees, the prelude) and PyTorch's stream handle.
+type FailingAllocation struct {
+	Event int    `json:"event"`
+	Size  uint64 `json:"size_bytes"`
+	// Stream is the trace's dense stream number; PyTorchStream the raw
+	// stream handle the snapshot recorded (snapshots only).
+	Stream        int     `json:"stream"`
+	PyTorchStream *uint64 `json:"pytorch_stream,omitempty"`
+	// Entry is the index in device_traces (snapshots only; absent for an
+	// allocation of the prelude, which rebuilds blocks live before the
+	// trace began).
+	Entry *int `json:"device_traces_entry,omitempty"`
+	// Prelude says the allocation is one the snapshot's prelude rebuilt
+	// (a block live before its trace began), with no entry of its own.
+	Prelude bool `json:"prelude,omitempty"`
+}
+
+// failingAllocation describes src's event i (an alloc).
+func failingAllocation(src Source, i int) *FailingAllocation {
+	if i < 0 || i >= len(src.Events) {
+		return nil
+	}
+	e := src.Events[i]
+	a := &FailingAllocation{Event: i, Size: e.Size, Stream: e.Stream}
+	if e.Stream < len(src.StreamHandles) {
+		h := src.StreamHandles[e.Stream]
+		a.PyTorchStream = &h
+	}
+	if i < len(src.EventEntries) {
+		if n := int(src.EventEntries[i]); n >= 0 {
+			a.Entry = &n
+		} else {
+			a.Prelude = true
+		}
+	}
+	return a
+}
+
+// String names the allocation: "device_traces entry 12643: 16.00 MiB on
+// stream 0 (PyTorch stream 0x…)", or by event for a native trace.
+func (a *FailingAllocation) String() string {
+	var b strings.Builder
+	switch {
+	case a.Entry != nil:
+		fmt.Fprintf(&b, "device_traces entry %d (event %d)", *a.Entry, a.Event)
+	case a.Prelude:
+		fmt.Fprintf(&b, "event %d, a block live before the trace's first entry (the snapshot's segments)", a.Event)
+	default:
+		fmt.Fprintf(&b, "event %d", a.Event)
+	}
+	fmt.Fprintf(&b, ": an allocation of %s on stream %d", pool.Bytes(a.Size), a.Stream)
+	if a.PyTorchStream != nil {
+		fmt.Fprintf(&b, " (PyTorch stream %#x)", *a.PyTorchStream)
+	}
+	return b.String()
+}
+
+// setMargin sets Margin for a device of capacity bytes and the policy's
+// smallest device.
+func (v *Verdict) setMargin(capacity, minDevice uint64) {
+	m := int64(capacity) - int64(minDevice)
+	v.Margin = &m
+}
+
+// verdictAt replays events at capacity, stopping at the first failed
+// allocation, and says whether the policy fits.
+func verdictAt(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, progress func(done, total int)) (*Verdict, error) {
+	rep, err := replayOnce(ctx, name, events, capacity, maxPage, how, true, 0, progress)
+	if err != nil {
+		return nil, err
+	}
+	v := &Verdict{Capacity: capacity, PeakReserved: rep.PeakDevice, SlowPath: slowPathOf(name, rep)}
+	if rep.FailedAllocs == 0 {
+		v.Fits = true
+		v.Headroom = capacity - min(capacity, rep.PeakDevice)
+		return v, nil
+	}
+	v.OutOfMemory = rep.FirstFailureState
+	if v.OutOfMemory == nil {
+		v.OutOfMemory = &replay.FailureState{Event: rep.FirstFailure}
+	}
+	return v, nil
+}

@@ -1,0 +1,184 @@
+// Device allocations: one VkDeviceMemory with one VkBuffer bound over all
+// of it, so every op sees (buffer, offset, size). Pages and staging
+// buffers both come from here, and both count against the allocation
+// limit.
+
+package vulkan
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/gpumem/gpumem/storage"
+)
+
+// allocation is one VkDeviceMemory and its VkBuffer.
+type allocation struct {
+	id       storage.ID
+	size     uint64 // what was asked for
+	reserved uint64 // what the heap budget holds for it (the driver's size)
+	mem      uint64 // VkDeviceMemory
+	buf      uint64 // VkBuffer
+	addr     uint64 // the buffer's device address
+	typ      int    // memory type index
+	mapped   unsafe.Pointer
+	coherent bool
+}
+
+// bytes returns the mapping as a slice (nil when not mapped).
+func (a *allocation) bytes() []byte {
+	if a.mapped == nil {
+		return nil
+	}
+	return unsafe.Slice((*byte)(a.mapped), a.size)
+}
+
+const allBufferUsage = bufferUsageTransferSrc | bufferUsageTransferDst | bufferUsageStorage | bufferUsageDeviceAddress
+
+// allocate makes an allocation of size bytes (> 0) of a memory type w
+// picks, mapped when host-visible. A refusal wraps storage.ErrOutOfMemory:
+// the heap budget's (*storage.OutOfMemoryError), the allocation limit's
+// (ErrAllocationLimit) or the driver's (*Error). Nothing is left behind.
+func (b *Backend) allocate(size uint64, w memoryWants) (*allocation, error) {
+	if err := b.takeAllocationSlot(); err != nil {
+		return nil, err
+	}
+	a, err := b.allocateSlotted(size, w)
+	if err != nil {
+		b.allocCount.Add(-1)
+		return nil, err
+	}
+	return a, nil
+}
+
+// takeAllocationSlot counts one more VkDeviceMemory, refusing past the
+// limit.
+func (b *Backend) takeAllocationSlot() error {
+	if n := b.allocCount.Add(1); uint64(n) > uint64(b.maxAllocs) {
+		b.allocCount.Add(-1)
+		return fmt.Errorf("vulkan: %d device allocations held, the limit is %d (maxMemoryAllocationCount, or Options.MaxAllocations): %w: %w",
+			n-1, b.maxAllocs, ErrAllocationLimit, storage.ErrOutOfMemory)
+	}
+	return nil
+}
+
+func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, error) {
+	d := b.dev
+	a := &allocation{id: storage.NewID(), size: size}
+	bci := &vkBufferCreateInfo{SType: stBufferCreateInfo, Size: size, Usage: allBufferUsage}
+	if err := check("vkCreateBuffer", call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&a.buf)))); err != nil {
+		b.notePoison(err)
+		return nil, fmt.Errorf("vulkan: buffer of %d bytes: %w", size, err)
+	}
+	var req vkMemoryRequirements
+	call(d.fn.GetBufferMemoryRequirements, d.h, uintptr(a.buf), uintptr(unsafe.Pointer(&req)))
+	types := w.candidates(d.info.MemoryTypes, req.MemoryTypeBits)
+	if len(types) == 0 {
+		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+		return nil, fmt.Errorf("%w: no memory type of device %q has the flags %s for a buffer (memoryTypeBits %#x)",
+			ErrUnsupported, d.info.Name, MemoryType{Flags: w.required}, req.MemoryTypeBits)
+	}
+	var errs []error
+	for _, t := range types {
+		heap := b.heaps[d.info.MemoryTypes[t].Heap]
+		if err := heap.Take(req.Size); err != nil {
+			errs = append(errs, fmt.Errorf("vulkan: memory type %d: heap %d budget: %w", t, d.info.MemoryTypes[t].Heap, err))
+			continue
+		}
+		flags := &vkMemoryAllocateFlagsInfo{SType: stMemoryAllocateFlagsInfo, Flags: memoryAllocateDeviceAddress}
+		mai := &vkMemoryAllocateInfo{SType: stMemoryAllocateInfo, PNext: unsafe.Pointer(flags), AllocationSize: req.Size, MemoryTypeIndex: uint32(t)}
+		err := check("vkAllocateMemory", call(d.fn.AllocateMemory, d.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&a.mem))))
+		if err != nil {
+			heap.Give(req.Size)
+			b.notePoison(err)
+			errs = append(errs, fmt.Errorf("vulkan: %d bytes of memory type %d: %w", req.Size, t, err))
+			if storage.IsDevicePoisoned(err) || !errors.Is(err, storage.ErrOutOfMemory) {
+				break
+			}
+			continue
+		}
+		a.typ, a.reserved = t, req.Size
+		break
+	}
+	if a.mem == 0 {
+		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+		return nil, errors.Join(errs...)
+	}
+	fail := func(err error) (*allocation, error) {
+		b.release(a)
+		b.notePoison(err)
+		return nil, err
+	}
+	if err := check("vkBindBufferMemory", call(d.fn.BindBufferMemory, d.h, uintptr(a.buf), uintptr(a.mem), 0)); err != nil {
+		return fail(err)
+	}
+	bai := &vkBufferDeviceAddressInfo{SType: stBufferDeviceAddressInfo, Buffer: a.buf}
+	a.addr = call64(d.fn.GetBufferDeviceAddress, d.h, uintptr(unsafe.Pointer(bai)))
+	flagsOf := d.info.MemoryTypes[a.typ].Flags
+	if flagsOf&memoryPropertyHostVisible != 0 {
+		var p unsafe.Pointer
+		if err := check("vkMapMemory", call(d.fn.MapMemory, d.h, uintptr(a.mem), 0, uintptr(wholeSize), 0, uintptr(unsafe.Pointer(&p)))); err != nil {
+			return fail(err)
+		}
+		a.mapped = p
+		a.coherent = flagsOf&memoryPropertyHostCoherent != 0 && !b.nonCoherent
+	}
+	return a, nil
+}
+
+// free releases a and gives back its allocation slot.
+func (b *Backend) free(a *allocation) {
+	b.release(a)
+	b.allocCount.Add(-1)
+}
+
+// release destroys a's buffer and memory (the device no longer uses them)
+// and gives back its heap budget; the slot stays taken.
+func (b *Backend) release(a *allocation) {
+	d := b.dev
+	if a.buf != 0 {
+		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+	}
+	if a.mem != 0 {
+		// vkFreeMemory unmaps implicitly.
+		call(d.fn.FreeMemory, d.h, uintptr(a.mem), 0)
+		b.heaps[d.info.MemoryTypes[a.typ].Heap].Give(a.reserved)
+	}
+	a.buf, a.mem, a.mapped = 0, 0, nil
+}
+
+// atomRange rounds [off, off+n) of an allocation out to nonCoherentAtomSize,
+// clamped to the allocation, as vkFlush/InvalidateMappedMemoryRanges want.
+func (b *Backend) atomRange(a *allocation, off, n uint64) (uint64, uint64) {
+	atom := max(1, b.dev.info.Limits.NonCoherentAtomSize)
+	start := off / atom * atom
+	end := min(storage.SatAdd(off, n), a.reserved)
+	end = min(storage.SatAdd(end, atom-1)/atom*atom, a.reserved)
+	return start, end - start
+}
+
+// flushHost makes host writes to a's mapping visible to the device (a no-op
+// on coherent memory).
+func (b *Backend) flushHost(a *allocation, off, n uint64) error {
+	if a.coherent || n == 0 {
+		return nil
+	}
+	o, s := b.atomRange(a, off, n)
+	r := &vkMappedMemoryRange{SType: stMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
+	err := check("vkFlushMappedMemoryRanges", call(b.dev.fn.FlushMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
+	b.notePoison(err)
+	return err
+}
+
+// invalidateHost makes device writes to a's mapping visible to the host.
+func (b *Backend) invalidateHost(a *allocation, off, n uint64) error {
+	if a.coherent || n == 0 {
+		return nil
+	}
+	o, s := b.atomRange(a, off, n)
+	r := &vkMappedMemoryRange{SType: stMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
+	err := check("vkInvalidateMappedMemoryRanges", call(b.dev.fn.InvalidateMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
+	b.notePoison(err)
+	return err
+}

@@ -1,0 +1,423 @@
+// The gpumem.Backend adapter: a Device on Vulkan device memory.
+//
+// Structure. A Backend holds the instance, the logical device and its
+// VkQueues, the Storages it made (one per stream memory), the Queues it
+// made (one per stream, sharing the VkQueues round robin) and the Kernels
+// loaded on it. Every allocation of every storage is registered by ID, so
+// relocation copies and ops find the VkBuffer behind a Resource.
+//
+// Invariants:
+//   - (B1) The first VK_ERROR_DEVICE_LOST any component sees is kept
+//     (Poisoned); every later allocation and submission fails with it.
+//   - (B2) Close destroys in dependency order: queues (after their work
+//     completed), storages' allocations, kernels, the device, the
+//     instance; every object the backend made is destroyed by then, which
+//     the validation layer checks in the tests.
+
+package vulkan
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// baseAlignment is the least alignment of every page (as cuda's);
+// minStorageBufferOffsetAlignment, nonCoherentAtomSize and the buffers'
+// own alignment raise it where larger.
+const baseAlignment = 256
+
+// Backend runs a gpumem.Device on one Vulkan device: storage on
+// vkAllocateMemory (one VkBuffer per allocation), queues on VkQueues with
+// timeline semaphores as fences, relocation copies with vkCmdCopyBuffer,
+// Write and Read through mapped memory or staging buffers. It implements
+// gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
+// whole Device with OpenDevice); the Device closes it.
+type Backend struct {
+	opts  Options
+	lib   *library
+	inst  *instance
+	dev   *device
+	props memory.Properties
+
+	heaps []*storage.Budget // per heap: its budget or size, or Options.Capacity
+	reap  *reaper
+
+	// nonCoherent treats every mapping as not coherent, so the flush and
+	// invalidate paths run (and are validated) on drivers whose host-visible
+	// memory is all coherent, as lavapipe's is. Set by tests only.
+	nonCoherent bool
+	maxAllocs   uint32
+	allocCount  atomic.Int64
+
+	amu    sync.RWMutex
+	allocs map[storage.ID]*allocation
+
+	mu        sync.Mutex // guards the fields below
+	queues    map[*Queue]struct{}
+	storages  map[*Storage]struct{}
+	kernels   map[*Kernel]struct{}
+	nextHW    int
+	poison    error
+	closed    bool
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var (
+	_ gpumem.Backend       = (*Backend)(nil)
+	_ gpumem.HostTransfers = (*Backend)(nil)
+)
+
+// NewBackend opens the device opts picks. When the backend cannot run here
+// (no loader, no device, a device without what it needs) the error wraps
+// gpumem.ErrNotSupported and ErrNoLoader or ErrNoDevice, and says why:
+// fall back to gpumem.Open.
+func NewBackend(opts Options) (*Backend, error) {
+	if opts.Granular {
+		return nil, fmt.Errorf("vulkan backend: Options.Granular: granular pages need sparse binding, which this backend does not implement (pages are whole): %w", ErrUnsupported)
+	}
+	lib, err := openLibrary(opts.Library)
+	if err != nil {
+		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
+	}
+	inst, err := newInstance(lib, opts.Validation)
+	if err != nil {
+		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
+	}
+	dev, err := newDevice(inst, opts)
+	if err != nil {
+		inst.destroy()
+		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
+	}
+	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev, reap: newReaper(),
+		allocs:   make(map[storage.ID]*allocation),
+		queues:   make(map[*Queue]struct{}),
+		storages: make(map[*Storage]struct{}),
+		kernels:  make(map[*Kernel]struct{}),
+	}
+	info := dev.info
+	b.maxAllocs = info.Limits.MaxMemoryAllocationCount
+	if opts.MaxAllocations > 0 && opts.MaxAllocations < b.maxAllocs {
+		b.maxAllocs = opts.MaxAllocations
+	}
+	for _, h := range info.Heaps {
+		c := h.Size
+		if info.MemoryBudget && h.Budget > 0 {
+			c = min(c, h.Budget)
+		}
+		if opts.Capacity > 0 {
+			c = min(c, opts.Capacity)
+		}
+		b.heaps = append(b.heaps, storage.NewBudget(c))
+	}
+	align := uint64(baseAlignment)
+	align = max(align, info.Limits.MinStorageBufferOffsetAlignment, info.Limits.NonCoherentAtomSize)
+	probe, err := b.allocate(align, pageMemory)
+	if err != nil {
+		b.reap.close()
+		b.destroyDevice()
+		return nil, fmt.Errorf("%w: vulkan backend: device %q: a first allocation of %d bytes: %w", gpumem.ErrNotSupported, info.Name, align, err)
+	}
+	heap := info.MemoryTypes[probe.typ].Heap
+	b.free(probe)
+	capacity := b.heaps[heap].Capacity()
+	maxPage := max(align, capacity/4/align*align)
+	if m := info.Limits.MaxMemoryAllocationSize; m > 0 {
+		maxPage = min(maxPage, max(align, m/align*align))
+	}
+	b.props = memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	return b, nil
+}
+
+// OpenDevice opens a gpumem.Device on the vulkan backend: NewBackend, then
+// gpumem.OpenBackend with more. Without a usable loader or device the
+// error wraps gpumem.ErrNotSupported.
+func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
+	b, err := NewBackend(opts)
+	if err != nil {
+		return nil, err
+	}
+	d, err := gpumem.OpenBackend(b, more...)
+	if err != nil {
+		return nil, errors.Join(err, b.Close())
+	}
+	return d, nil
+}
+
+// Info describes the device the backend runs on.
+func (b *Backend) Info() DeviceInfo { return b.dev.info }
+
+// Name implements gpumem.Backend: "vulkan".
+func (b *Backend) Name() string { return "vulkan" }
+
+// Properties implements gpumem.Backend: the alignment is the largest of
+// 256, minStorageBufferOffsetAlignment and nonCoherentAtomSize; MaxMemory
+// the page heap's budget (VK_EXT_memory_budget, else its size, or
+// Options.Capacity); MaxPageSize a quarter of that, at most
+// maxMemoryAllocationSize.
+func (b *Backend) Properties() memory.Properties { return b.props }
+
+// ValidationMessages returns what the validation layer reported so far
+// (Options.Validation; nil without it).
+func (b *Backend) ValidationMessages() []string { return b.inst.log.messages() }
+
+// Allocations returns how many VkDeviceMemory objects the backend holds
+// (pages, queued frees and staging buffers).
+func (b *Backend) Allocations() int { return int(b.allocCount.Load()) }
+
+// usable refuses a call on a closed or poisoned backend.
+func (b *Backend) usable(call string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return fmt.Errorf("vulkan: %s: %w", call, ErrClosed)
+	}
+	if b.poison != nil {
+		return fmt.Errorf("vulkan: %s on a poisoned device: %w", call, b.poison)
+	}
+	return nil
+}
+
+// NewStorage implements gpumem.Backend: a *Storage drawing on budget (and
+// on the heap's own budget).
+func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
+	if err := b.usable("new storage"); err != nil {
+		return nil, err
+	}
+	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]*allocation)}
+	b.mu.Lock()
+	b.storages[s] = struct{}{}
+	b.mu.Unlock()
+	return s, nil
+}
+
+// NewQueue implements gpumem.Backend: a Queue on the next VkQueue, round
+// robin.
+func (b *Backend) NewQueue(index int) (stream.Queue, error) {
+	if err := b.usable("new queue"); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	hw := b.dev.queues[b.nextHW%len(b.dev.queues)]
+	b.nextHW++
+	b.mu.Unlock()
+	q, err := newQueue(b, index, hw)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.queues[q] = struct{}{}
+	}
+	b.mu.Unlock()
+	if closed {
+		return nil, errors.Join(fmt.Errorf("vulkan: new queue: %w", ErrClosed), q.Close())
+	}
+	return q, nil
+}
+
+// queueOf returns q as a Queue of this backend.
+func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
+	vq, ok := q.(*Queue)
+	if !ok || vq == nil || vq.b != b {
+		return nil, fmt.Errorf("vulkan: %s: queue %T is not a queue of this vulkan backend: %w", call, q, stream.ErrInvalid)
+	}
+	return vq, nil
+}
+
+// register and unregister keep the ID -> allocation index.
+func (b *Backend) register(a *allocation) {
+	b.amu.Lock()
+	b.allocs[a.id] = a
+	b.amu.Unlock()
+}
+
+func (b *Backend) unregister(id storage.ID) {
+	b.amu.Lock()
+	delete(b.allocs, id)
+	b.amu.Unlock()
+}
+
+// lookup returns the allocation behind a resource, checking the window.
+func (b *Backend) lookup(r storage.Resource, call string) (*allocation, error) {
+	b.amu.RLock()
+	a, ok := b.allocs[r.ID]
+	b.amu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("vulkan: %s: allocation %d is not live on this backend: %w", call, r.ID, storage.ErrUnknownRegion)
+	}
+	if r.Offset > a.size || r.Size > a.size-r.Offset {
+		return nil, fmt.Errorf("vulkan: %s: window [%d, %d) lies outside allocation %d of %d bytes: %w",
+			call, r.Offset, storage.SatAdd(r.Offset, r.Size), r.ID, a.size, storage.ErrUnknownRegion)
+	}
+	return a, nil
+}
+
+// marks returns every queue's issued number (Storage's deferred frees).
+func (b *Backend) marks() []queueMark {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ms := make([]queueMark, 0, len(b.queues))
+	for q := range b.queues {
+		ms = append(ms, queueMark{q: q, seq: q.issued.Load()})
+	}
+	return ms
+}
+
+// drainFrees waits for and frees every storage's queued frees; it reports
+// whether any was freed.
+func (b *Backend) drainFrees() bool {
+	b.mu.Lock()
+	ss := make([]*Storage, 0, len(b.storages))
+	for s := range b.storages {
+		ss = append(ss, s)
+	}
+	b.mu.Unlock()
+	b.reap.mu.Lock()
+	freed := b.reap.busy > 0
+	b.reap.mu.Unlock()
+	b.reap.wait()
+	for _, s := range ss {
+		if s.freeQueued(true) {
+			freed = true
+		}
+	}
+	return freed
+}
+
+// CopyOnDevice implements gpumem.Backend: vkCmdCopyBuffer of src into dst
+// (equal sizes) in q's order, submitted by q's next Fence.
+func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error {
+	vq, err := b.queueOf(q, "copy on device")
+	if err != nil {
+		return err
+	}
+	if src.Size != dst.Size {
+		return fmt.Errorf("vulkan: copy on device: source of %d bytes, target of %d: %w", src.Size, dst.Size, stream.ErrInvalid)
+	}
+	if src.Size == 0 {
+		return nil
+	}
+	sa, err := b.lookup(src, "copy on device")
+	if err != nil {
+		return err
+	}
+	da, err := b.lookup(dst, "copy on device")
+	if err != nil {
+		return err
+	}
+	vq.mu.Lock()
+	defer vq.mu.Unlock()
+	if vq.closed {
+		return vq.closedErr("copy on device")
+	}
+	if vq.rec != nil {
+		return fmt.Errorf("vulkan: stream %d: copy on device while recording: %w", vq.index, stream.ErrCaptureState)
+	}
+	if vq.loose == nil {
+		vq.loose = &batch{}
+	}
+	cb, err := vq.commandsLocked(vq.loose)
+	if err != nil {
+		return err
+	}
+	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
+	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
+	return nil
+}
+
+// WaitOutsideStreams implements gpumem.Backend. Every submission this
+// backend makes is a step of one of its queues (relocation copies and
+// transfers included), so there is no work outside streams: it waits for
+// what each queue has issued, on its semaphore (cheaper than
+// vkDeviceWaitIdle, which also takes every VkQueue's lock).
+func (b *Backend) WaitOutsideStreams() error {
+	err := waitMarks(b.marks())
+	b.notePoison(err)
+	return err
+}
+
+// Poisoned returns the first VK_ERROR_DEVICE_LOST the backend saw (it
+// matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, close it.
+func (b *Backend) Poisoned() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.poison
+}
+
+// notePoison keeps err when it is the first device loss (B1).
+func (b *Backend) notePoison(err error) {
+	if err == nil || !storage.IsDevicePoisoned(err) {
+		return
+	}
+	b.mu.Lock()
+	if b.poison == nil {
+		b.poison = err
+	}
+	b.mu.Unlock()
+}
+
+// forget drops a closed queue.
+func (b *Backend) forget(q *Queue) {
+	b.mu.Lock()
+	delete(b.queues, q)
+	b.mu.Unlock()
+}
+
+// Close implements gpumem.Backend: closes every queue (its work completes
+// first), frees every allocation, destroys every kernel, then the device
+// and the instance (B2). Idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() { b.closeErr = b.close() })
+	return b.closeErr
+}
+
+func (b *Backend) close() error {
+	b.mu.Lock()
+	b.closed = true
+	queues := make([]*Queue, 0, len(b.queues))
+	for q := range b.queues {
+		queues = append(queues, q)
+	}
+	storages := make([]*Storage, 0, len(b.storages))
+	for s := range b.storages {
+		storages = append(storages, s)
+	}
+	kernels := make([]*Kernel, 0, len(b.kernels))
+	for k := range b.kernels {
+		kernels = append(kernels, k)
+	}
+	b.mu.Unlock()
+	var errs []error
+	for _, q := range queues {
+		errs = append(errs, q.Close())
+	}
+	errs = append(errs, b.dev.waitIdle())
+	b.reap.wait()
+	for _, s := range storages {
+		s.release()
+	}
+	b.reap.close()
+	for _, k := range kernels {
+		k.destroy()
+	}
+	b.destroyDevice()
+	if b.Poisoned() != nil {
+		return nil
+	}
+	return errors.Join(errs...)
+}
+
+func (b *Backend) destroyDevice() {
+	b.dev.destroy()
+	b.inst.destroy()
+}

@@ -1,0 +1,215 @@
+// The instance: created once per Backend (and once per Devices call), with
+// the validation layer and a debug messenger when asked for.
+
+package vulkan
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"unsafe"
+)
+
+// instance is a VkInstance with its function table.
+type instance struct {
+	lib *library
+	h   uintptr
+	fn  instanceFuncs
+	log *validationLog // nil without validation
+}
+
+// cStrings holds NUL-terminated strings and the array of their pointers, as
+// a const char* const* wants (kept alive together).
+type cStrings struct {
+	bytes [][]byte
+	ptrs  []unsafe.Pointer
+}
+
+func newCStrings(names []string) *cStrings {
+	c := &cStrings{}
+	for _, n := range names {
+		b := cString(n)
+		c.bytes = append(c.bytes, b)
+		c.ptrs = append(c.ptrs, unsafe.Pointer(&b[0]))
+	}
+	return c
+}
+
+func (c *cStrings) array() unsafe.Pointer {
+	if len(c.ptrs) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&c.ptrs[0])
+}
+
+// instanceLayers lists the layers the loader offers.
+func (l *library) instanceLayers() ([]string, error) {
+	var n uint32
+	if err := check("vkEnumerateInstanceLayerProperties", call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	props := make([]vkLayerProperties, n)
+	r := call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vkSuccess && r != vkIncomplete {
+		return nil, check("vkEnumerateInstanceLayerProperties", r)
+	}
+	names := make([]string, 0, n)
+	for _, p := range props[:n] {
+		names = append(names, goString(p.LayerName[:]))
+	}
+	return names, nil
+}
+
+// instanceExtensions lists the instance extensions the loader offers
+// (layer "" = the implementation's and implicit layers').
+func (l *library) instanceExtensions(layer string) ([]string, error) {
+	var lp uintptr
+	var lb []byte
+	if layer != "" {
+		lb = cString(layer)
+		lp = uintptr(unsafe.Pointer(&lb[0]))
+	}
+	var n uint32
+	if err := check("vkEnumerateInstanceExtensionProperties", call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	props := make([]vkExtensionProperties, n)
+	r := call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vkSuccess && r != vkIncomplete {
+		return nil, check("vkEnumerateInstanceExtensionProperties", r)
+	}
+	names := make([]string, 0, n)
+	for _, p := range props[:n] {
+		names = append(names, goString(p.ExtensionName[:]))
+	}
+	return names, nil
+}
+
+// newInstance creates a Vulkan 1.3 instance (the loader accepts any
+// apiVersion; devices report their own). With validation, the Khronos
+// layer and VK_EXT_debug_utils are enabled and every message the layer
+// sends is kept in the returned instance's log; a missing layer is an
+// error wrapping ErrUnsupported that says what to install.
+func newInstance(l *library, validation bool) (*instance, error) {
+	var layers, exts []string
+	if validation {
+		have, err := l.instanceLayers()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
+		}
+		if !slices.Contains(have, ValidationLayer) {
+			return nil, fmt.Errorf("%w: validation asked for, but the loader has no %s (install vulkan-validationlayers)", ErrUnsupported, ValidationLayer)
+		}
+		layerExts, err := l.instanceExtensions(ValidationLayer)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
+		}
+		plain, _ := l.instanceExtensions("")
+		if !slices.Contains(layerExts, extDebugUtils) && !slices.Contains(plain, extDebugUtils) {
+			return nil, fmt.Errorf("%w: validation asked for, but neither the loader nor %s offers %s", ErrUnsupported, ValidationLayer, extDebugUtils)
+		}
+		layers = append(layers, ValidationLayer)
+		exts = append(exts, extDebugUtils)
+	}
+	appName := cString("gpumem")
+	app := &vkApplicationInfo{
+		SType:            stApplicationInfo,
+		PApplicationName: unsafe.Pointer(&appName[0]),
+		PEngineName:      unsafe.Pointer(&appName[0]),
+		ApiVersion:       apiVersion13,
+	}
+	ln, en := newCStrings(layers), newCStrings(exts)
+	ci := &vkInstanceCreateInfo{
+		SType:                   stInstanceCreateInfo,
+		PApplicationInfo:        unsafe.Pointer(app),
+		EnabledLayerCount:       uint32(len(layers)),
+		PpEnabledLayerNames:     ln.array(),
+		EnabledExtensionCount:   uint32(len(exts)),
+		PpEnabledExtensionNames: en.array(),
+	}
+	var log *validationLog
+	var dbg *vkDebugUtilsMessengerCreateInfoEXT
+	if validation {
+		// Chained into the create info too, so vkCreateInstance and
+		// vkDestroyInstance themselves are validated.
+		log = newValidationLog()
+		dbg = log.createInfo()
+		ci.PNext = unsafe.Pointer(dbg)
+	}
+	var h uintptr
+	if err := check("vkCreateInstance", call(l.global.CreateInstance, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&h)))); err != nil {
+		log.close()
+		return nil, fmt.Errorf("%w: %w (is a Vulkan driver installed? mesa-vulkan-drivers ships lavapipe)", ErrNoLoader, err)
+	}
+	runtime.KeepAlive(ln)
+	runtime.KeepAlive(en)
+	runtime.KeepAlive(appName)
+	inst := &instance{lib: l, h: h, log: log}
+	if err := fillTable(&inst.fn, func(name string) uintptr { return l.instanceProc(h, name) }); err != nil {
+		call(l.instanceProc(h, "vkDestroyInstance"), h, 0)
+		log.close()
+		return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
+	}
+	if validation {
+		if err := log.attach(inst); err != nil {
+			inst.destroy()
+			return nil, err
+		}
+	}
+	return inst, nil
+}
+
+// destroy destroys the messenger and the instance (every device first).
+func (inst *instance) destroy() {
+	if inst.log != nil {
+		inst.log.detach(inst)
+	}
+	call(inst.fn.DestroyInstance, inst.h, 0)
+	if inst.log != nil {
+		inst.log.close()
+	}
+}
+
+// physicalDevices enumerates the instance's devices.
+func (inst *instance) physicalDevices() ([]uintptr, error) {
+	var n uint32
+	if err := check("vkEnumeratePhysicalDevices", call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	pds := make([]uintptr, n)
+	r := call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&pds[0])))
+	if r != vkSuccess && r != vkIncomplete {
+		return nil, check("vkEnumeratePhysicalDevices", r)
+	}
+	return pds[:n], nil
+}
+
+// deviceExtensions lists the extensions a physical device offers.
+func (inst *instance) deviceExtensions(pd uintptr) ([]string, error) {
+	var n uint32
+	if err := check("vkEnumerateDeviceExtensionProperties", call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	props := make([]vkExtensionProperties, n)
+	r := call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vkSuccess && r != vkIncomplete {
+		return nil, check("vkEnumerateDeviceExtensionProperties", r)
+	}
+	names := make([]string, 0, n)
+	for _, p := range props[:n] {
+		names = append(names, goString(p.ExtensionName[:]))
+	}
+	return names, nil
+}

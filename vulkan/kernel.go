@@ -1,0 +1,235 @@
+// Kernels: compute shaders from SPIR-V, with their pipelines.
+
+package vulkan
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"unsafe"
+)
+
+// KernelSpec says how a compute shader takes its arguments: storage
+// buffers at descriptor set 0, bindings 0 to Buffers-1, and PushConstants
+// bytes of push constants (a multiple of 4, at most maxPushConstantsSize)
+// at offset 0. Entry is the entry point ("" = "main").
+type KernelSpec struct {
+	Entry         string
+	Buffers       int
+	PushConstants uint32
+}
+
+// Kernel is a compute pipeline: a shader module, its descriptor set layout
+// and pipeline layout, made by Backend.LoadKernel. Dispatch it inside an op
+// with Op.Dispatch. Close destroys it (the Backend does at the latest).
+type Kernel struct {
+	b    *Backend
+	name string
+	spec KernelSpec
+
+	mu       sync.Mutex // guards the handles (0 once destroyed)
+	module   uint64
+	setLay   uint64
+	pipeLay  uint64
+	pipeline uint64
+}
+
+// Name returns the kernel's name.
+func (k *Kernel) Name() string { return k.name }
+
+// Spec returns how the kernel takes its arguments.
+func (k *Kernel) Spec() KernelSpec { return k.spec }
+
+const spirvMagic = 0x07230203
+
+// LoadKernel builds a compute pipeline from SPIR-V (as glslc writes it:
+// little-endian 32-bit words). The spec is checked against the module
+// first: its storage buffer bindings at set 0 must be exactly 0 to
+// spec.Buffers-1; a mismatch, a module that is not SPIR-V or a spec past
+// the device's limits is an *ArgError matching ErrArgs, and the driver saw
+// nothing. name names the kernel in errors.
+func (b *Backend) LoadKernel(name string, spirv []byte, spec KernelSpec) (*Kernel, error) {
+	if err := b.usable("load kernel " + name); err != nil {
+		return nil, err
+	}
+	if spec.Entry == "" {
+		spec.Entry = "main"
+	}
+	if err := b.checkSpec(name, spirv, spec); err != nil {
+		return nil, err
+	}
+	d := b.dev
+	k := &Kernel{b: b, name: name, spec: spec}
+	fail := func(err error) (*Kernel, error) {
+		k.destroy()
+		b.notePoison(err)
+		return nil, fmt.Errorf("vulkan: load kernel %s: %w", name, err)
+	}
+	code := slices.Clone(spirv) // word-aligned for the driver
+	words := make([]uint32, len(code)/4)
+	for i := range words {
+		words[i] = binary.LittleEndian.Uint32(code[4*i:])
+	}
+	smci := &vkShaderModuleCreateInfo{SType: stShaderModuleCreateInfo, CodeSize: uintptr(len(code)), PCode: unsafe.Pointer(&words[0])}
+	if err := check("vkCreateShaderModule", call(d.fn.CreateShaderModule, d.h, uintptr(unsafe.Pointer(smci)), 0, uintptr(unsafe.Pointer(&k.module)))); err != nil {
+		return fail(err)
+	}
+	binds := make([]vkDescriptorSetLayoutBinding, spec.Buffers)
+	for i := range binds {
+		binds[i] = vkDescriptorSetLayoutBinding{Binding: uint32(i), DescriptorType: descriptorTypeStorageBuffer, DescriptorCount: 1, StageFlags: shaderStageCompute}
+	}
+	dci := &vkDescriptorSetLayoutCreateInfo{SType: stDescriptorSetLayoutCreateInfo, BindingCount: uint32(len(binds)), PBindings: ptrOrNil(binds)}
+	if err := check("vkCreateDescriptorSetLayout", call(d.fn.CreateDescriptorSetLayout, d.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&k.setLay)))); err != nil {
+		return fail(err)
+	}
+	lays := []uint64{k.setLay}
+	pci := &vkPipelineLayoutCreateInfo{SType: stPipelineLayoutCreateInfo, SetLayoutCount: 1, PSetLayouts: unsafe.Pointer(&lays[0])}
+	var pcr *vkPushConstantRange
+	if spec.PushConstants > 0 {
+		pcr = &vkPushConstantRange{StageFlags: shaderStageCompute, Size: spec.PushConstants}
+		pci.PushConstantRangeCount, pci.PPushConstantRanges = 1, unsafe.Pointer(pcr)
+	}
+	if err := check("vkCreatePipelineLayout", call(d.fn.CreatePipelineLayout, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&k.pipeLay)))); err != nil {
+		return fail(err)
+	}
+	entry := cString(spec.Entry)
+	cpci := &vkComputePipelineCreateInfo{
+		SType: stComputePipelineCreateInfo,
+		Stage: vkPipelineShaderStageCreateInfo{
+			SType: stPipelineShaderStageCreateInfo, Stage: shaderStageCompute, Module: k.module, PName: unsafe.Pointer(&entry[0]),
+		},
+		Layout:            k.pipeLay,
+		BasePipelineIndex: -1,
+	}
+	if err := check("vkCreateComputePipelines", call(d.fn.CreateComputePipelines, d.h, 0, 1, uintptr(unsafe.Pointer(cpci)), 0, uintptr(unsafe.Pointer(&k.pipeline)))); err != nil {
+		return fail(err)
+	}
+	b.mu.Lock()
+	closed := b.closed
+	if !closed {
+		b.kernels[k] = struct{}{}
+	}
+	b.mu.Unlock()
+	if closed {
+		k.destroy()
+		return nil, fmt.Errorf("vulkan: load kernel %s: %w", name, ErrClosed)
+	}
+	return k, nil
+}
+
+// checkSpec checks spirv and spec before the driver sees them.
+func (b *Backend) checkSpec(name string, spirv []byte, spec KernelSpec) error {
+	bad := func(format string, args ...any) error {
+		return &ArgError{Kernel: name, Reason: fmt.Sprintf(format, args...)}
+	}
+	lim := b.dev.info.Limits
+	if spec.Buffers < 0 || uint32(spec.Buffers) > lim.MaxPerStageStorageBuffers {
+		return bad("KernelSpec.Buffers is %d; the device allows 0 to %d storage buffers per stage", spec.Buffers, lim.MaxPerStageStorageBuffers)
+	}
+	if spec.PushConstants%4 != 0 || spec.PushConstants > lim.MaxPushConstantsSize {
+		return bad("KernelSpec.PushConstants is %d bytes; it must be a multiple of 4 and at most %d (maxPushConstantsSize)", spec.PushConstants, lim.MaxPushConstantsSize)
+	}
+	bindings, err := spirvBindings(spirv)
+	if err != nil {
+		return bad("%v", err)
+	}
+	want := make([]uint32, spec.Buffers)
+	for i := range want {
+		want[i] = uint32(i)
+	}
+	if !slices.Equal(bindings, want) {
+		return bad("the module binds descriptor set 0 at bindings %v, KernelSpec.Buffers = %d says %v", bindings, spec.Buffers, want)
+	}
+	return nil
+}
+
+// SPIR-V opcodes and decorations spirvBindings reads.
+const (
+	spvOpDecorate          = 71
+	spvDecorationBinding   = 33
+	spvDecorationDescSet   = 34
+	spvHeaderWords         = 5
+	spvDecorateWordsMinLen = 4
+)
+
+// spirvBindings returns the sorted binding numbers of the module's
+// variables in descriptor set 0 (a variable without a DescriptorSet
+// decoration is in set 0).
+func spirvBindings(code []byte) ([]uint32, error) {
+	if len(code) < 4*spvHeaderWords || len(code)%4 != 0 {
+		return nil, fmt.Errorf("%d bytes is not a SPIR-V module (a whole number of 32-bit words, at least a header)", len(code))
+	}
+	word := func(i int) uint32 { return binary.LittleEndian.Uint32(code[4*i:]) }
+	if word(0) != spirvMagic {
+		return nil, fmt.Errorf("not a little-endian SPIR-V module (magic %#08x)", word(0))
+	}
+	binding := map[uint32]uint32{}
+	set := map[uint32]uint32{}
+	n := len(code) / 4
+	for i := spvHeaderWords; i < n; {
+		w := word(i)
+		op, count := w&0xffff, int(w>>16)
+		if count == 0 || i+count > n {
+			return nil, errors.New("truncated SPIR-V instruction stream")
+		}
+		if op == spvOpDecorate && count >= spvDecorateWordsMinLen {
+			target, dec, val := word(i+1), word(i+2), word(i+3)
+			switch dec {
+			case spvDecorationBinding:
+				binding[target] = val
+			case spvDecorationDescSet:
+				set[target] = val
+			}
+		}
+		i += count
+	}
+	var out []uint32
+	for id, bnd := range binding {
+		if set[id] == 0 {
+			out = append(out, bnd)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// Close waits for the device to be idle (work may still use the pipeline)
+// and destroys the kernel. Idempotent.
+func (k *Kernel) Close() error {
+	k.b.mu.Lock()
+	_, live := k.b.kernels[k]
+	closed := k.b.closed
+	k.b.mu.Unlock()
+	if !live || closed {
+		return nil // closed before, or the backend's Close destroys it
+	}
+	err := k.b.dev.waitIdle()
+	k.b.notePoison(err)
+	k.destroy()
+	k.b.mu.Lock()
+	delete(k.b.kernels, k)
+	k.b.mu.Unlock()
+	return err
+}
+
+// destroy destroys whatever handles the kernel holds.
+func (k *Kernel) destroy() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	d := k.b.dev
+	if k.pipeline != 0 {
+		call(d.fn.DestroyPipeline, d.h, uintptr(k.pipeline), 0)
+	}
+	if k.pipeLay != 0 {
+		call(d.fn.DestroyPipelineLayout, d.h, uintptr(k.pipeLay), 0)
+	}
+	if k.setLay != 0 {
+		call(d.fn.DestroyDescriptorSetLayout, d.h, uintptr(k.setLay), 0)
+	}
+	if k.module != 0 {
+		call(d.fn.DestroyShaderModule, d.h, uintptr(k.module), 0)
+	}
+	k.pipeline, k.pipeLay, k.setLay, k.module = 0, 0, 0, 0
+}

@@ -1,0 +1,159 @@
+package vulkan_test
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/vulkan"
+)
+
+func f32bytes(v []float32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(x))
+	}
+	return b
+}
+
+func u32bytes(v []uint32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], x)
+	}
+	return b
+}
+
+func mustKernel(t testing.TB, b *vulkan.Backend, name string) *vulkan.Kernel {
+	t.Helper()
+	k, err := b.LoadShipped(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestSaxpyDispatchesOnTheResolvedBuffers(t *testing.T) {
+	d, b := openDevice(t, vulkan.Options{})
+	saxpy := mustKernel(t, b, vulkan.KernelSaxpy)
+	s := d.DefaultStream()
+	const n = 10000
+	xs, ys := make([]float32, n), make([]float32, n)
+	for i := range xs {
+		xs[i], ys[i] = float32(i), float32(2*i+1)
+	}
+	x, y := mustAlloc(t, s, 4*n), mustAlloc(t, s, 4*n)
+	mustWrite(t, x, f32bytes(xs))
+	mustWrite(t, y, f32bytes(ys))
+	err := vulkan.Enqueue(s, "saxpy", []gpumem.Use{{Buffer: x, Access: gpumem.Read}, {Buffer: y, Access: gpumem.ReadWrite}}, func(op *vulkan.Op) error {
+		return op.Dispatch(saxpy, vulkan.GroupsFor(n, 64), []vulkan.Binding{vulkan.Use(0), vulkan.Use(1)}, vulkan.Push(uint32(n), float32(3)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, n)
+	for i := range want {
+		want[i] = 3*xs[i] + ys[i]
+	}
+	wantBytes(t, y, f32bytes(want))
+}
+
+func TestReductionSumsOnTheDevice(t *testing.T) {
+	d, b := openDevice(t, vulkan.Options{})
+	reduce := mustKernel(t, b, vulkan.KernelReduceU32)
+	s := d.DefaultStream()
+	const n = 200000
+	vs := make([]uint32, n)
+	var want uint32
+	for i := range vs {
+		vs[i] = uint32(i*7 + 3)
+		want += vs[i]
+	}
+	in := mustAlloc(t, s, 4*n)
+	mustWrite(t, in, u32bytes(vs))
+	g1 := vulkan.GroupsFor(n, 256)            // 782 partial sums
+	g2 := vulkan.GroupsFor(uint64(g1.X), 256) // 4
+	part := mustAlloc(t, s, 4*uint64(g1.X))
+	out := mustAlloc(t, s, 4*uint64(g2.X))
+	uses := []gpumem.Use{{Buffer: in, Access: gpumem.Read}, {Buffer: part, Access: gpumem.ReadWrite}, {Buffer: out, Access: gpumem.Write}}
+	err := vulkan.Enqueue(s, "reduce", uses, func(op *vulkan.Op) error {
+		if err := op.Dispatch(reduce, g1, []vulkan.Binding{vulkan.Use(0), vulkan.Use(1)}, vulkan.Push(uint32(n))); err != nil {
+			return err
+		}
+		return op.Dispatch(reduce, g2, []vulkan.Binding{vulkan.Use(1), vulkan.Use(2)}, vulkan.Push(g1.X))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := out.Read(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum uint32
+	for i := range g2.X {
+		sum += binary.LittleEndian.Uint32(got[4*i:])
+	}
+	if sum != want {
+		t.Fatalf("device sum %d, host sum %d", sum, want)
+	}
+}
+
+func TestDispatchArgumentsAreCheckedBeforeTheDriver(t *testing.T) {
+	d, b := openDevice(t, vulkan.Options{})
+	saxpy := mustKernel(t, b, vulkan.KernelSaxpy)
+	s := d.DefaultStream()
+	for name, call := range map[string]func(op *vulkan.Op) error{
+		"one buffer for two": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1)))
+		},
+		"a use the op lacks": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(1)}, vulkan.Push(uint32(1), float32(1)))
+		},
+		"push constants too short": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(0)}, vulkan.Push(uint32(1)))
+		},
+		"zero groups": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 0, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1)))
+		},
+		"misaligned window": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.UseRange(0, 4, 64), vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1)))
+		},
+		"window past the use": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.UseRange(0, 0, 8192), vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1)))
+		},
+		"a string push constant": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(0)}, vulkan.Push("one", float32(1)))
+		},
+	} {
+		// A fresh buffer each time: gpumem skips ops on what a failed op
+		// wrote.
+		x := mustAlloc(t, s, 4096)
+		uses := []gpumem.Use{{Buffer: x, Access: gpumem.ReadWrite}}
+		got := errors.New("the op did not run")
+		if err := vulkan.Enqueue(s, name, uses, func(op *vulkan.Op) error { got = call(op); return got }); err != nil {
+			t.Fatalf("%s: Enqueue: %v", name, err)
+		}
+		var ae *vulkan.ArgError
+		if !errors.Is(got, vulkan.ErrArgs) || !errors.As(got, &ae) {
+			t.Errorf("%s: Dispatch = %v, want an *ArgError", name, got)
+		}
+	}
+	if _, err := b.LoadKernel("saxpy as one buffer", mustSPIRV(t, vulkan.KernelSaxpy), vulkan.KernelSpec{Buffers: 1, PushConstants: 8}); !errors.Is(err, vulkan.ErrArgs) {
+		t.Fatalf("LoadKernel with a spec the module contradicts = %v, want ErrArgs", err)
+	}
+	if _, err := b.LoadKernel("text", []byte("#version 450 is GLSL, not SPIR-V"), vulkan.KernelSpec{}); !errors.Is(err, vulkan.ErrArgs) {
+		t.Fatalf("LoadKernel of GLSL text = %v, want ErrArgs", err)
+	}
+}
+
+func mustSPIRV(t testing.TB, name string) []byte {
+	t.Helper()
+	c, err := vulkan.ShippedSPIRV(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}

@@ -1,0 +1,261 @@
+// Ops that dispatch compute shaders: the bridge between a gpumem op and
+// the device.
+//
+// A gpumem op's run function runs inside Enqueue, in stream order, after
+// the device resolved every use to its current place (after any
+// relocation) and ordered the op after the other streams' writers of what
+// it reads. What it records through its *Op goes into the op's command
+// buffer, submitted when the function returns: ordered exactly as a host
+// op's work would be. A failed dispatch fails the op, and gpumem marks
+// what it writes as failed, as for any op.
+
+package vulkan
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Op is one running op on a vulkan stream, as its run function sees it
+// (see Enqueue). Call its methods only from the run function, before it
+// returns.
+type Op struct {
+	q     *Queue
+	name  string
+	res   []storage.Resource
+	ended atomic.Bool
+}
+
+// Enqueue submits an op on s, a stream of a device on the vulkan backend,
+// as gpumem's Stream.Enqueue does, with an *Op for run: Dispatch records
+// compute shader dispatches over the op's uses. Ordering across streams
+// and failure marks hold as for any op. A stream of another backend is
+// refused with an error wrapping stream.ErrInvalid.
+//
+// run runs on the enqueuing goroutine with the device held: like any op
+// under a backend that runs ops at enqueue, it may call Free, Clone,
+// Window, Stats and Report on the device and gets gpumem.ErrCalledFromOp
+// for the rest.
+func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) error) error {
+	q, ok := s.Queue().(*Queue)
+	if !ok {
+		return fmt.Errorf("vulkan: enqueue %q: %s runs on the %s backend, not vulkan: %w",
+			name, s.Name(), s.Device().Backend().Name(), stream.ErrInvalid)
+	}
+	if run == nil {
+		return fmt.Errorf("vulkan: enqueue %q: nil run function: %w", name, stream.ErrInvalid)
+	}
+	return s.Enqueue(name, uses, func(res []storage.Resource) error {
+		op := &Op{q: q, name: name, res: res}
+		defer op.ended.Store(true)
+		return run(op)
+	})
+}
+
+// Name returns the op's name.
+func (op *Op) Name() string { return op.name }
+
+// Uses returns the number of uses the op declared.
+func (op *Op) Uses() int { return len(op.res) }
+
+// DeviceAddress returns the buffer device address and size of the op's
+// i-th use (for shaders that take addresses, GL_EXT_buffer_reference).
+// Valid only until the run function returns: the buffer may move after.
+func (op *Op) DeviceAddress(i int) (addr uint64, size uint64, err error) {
+	if err := op.live("device address"); err != nil {
+		return 0, 0, err
+	}
+	if i < 0 || i >= len(op.res) {
+		return 0, 0, fmt.Errorf("vulkan: op %q: use %d of an op with %d uses: %w", op.name, i, len(op.res), stream.ErrInvalid)
+	}
+	return uint64(op.res[i].Ptr), op.res[i].Size, nil
+}
+
+// live refuses a call after the op returned or from another goroutine.
+func (op *Op) live(call string) error {
+	if op.ended.Load() {
+		return fmt.Errorf("vulkan: op %q: %s: %w", op.name, call, ErrOpEnded)
+	}
+	if !op.q.RunsOpsOn(stream.CurrentGoroutine()) {
+		return fmt.Errorf("vulkan: op %q: %s from another goroutine than the op's run function: %w", op.name, call, stream.ErrInvalid)
+	}
+	return nil
+}
+
+// Binding binds (a window of) one of the op's uses as a storage buffer.
+type Binding struct {
+	use      int
+	off, len uint64
+	whole    bool
+}
+
+// Use binds the whole of the op's i-th use.
+func Use(i int) Binding { return Binding{use: i, whole: true} }
+
+// UseRange binds size bytes of the op's i-th use from off (relative to the
+// use); off must keep the binding at a multiple of
+// minStorageBufferOffsetAlignment.
+func UseRange(i int, off, size uint64) Binding { return Binding{use: i, off: off, len: size} }
+
+// Groups is a dispatch's workgroup counts.
+type Groups struct{ X, Y, Z uint32 }
+
+// GroupsFor returns the 1-D groups covering n items with local size local
+// (the shader's local_size_x).
+func GroupsFor(n uint64, local uint32) Groups {
+	g := (n + uint64(local) - 1) / uint64(max(local, 1))
+	return Groups{X: uint32(min(g, math.MaxUint32)), Y: 1, Z: 1}
+}
+
+// Push encodes push constants as std430 lays scalars out in a push
+// constant block: each of uint32, int32, float32 (4 bytes) or uint64,
+// int64, float64 (8 bytes, aligned to 8), little-endian. Another type is
+// refused by Dispatch as an *ArgError.
+func Push(vals ...any) PushConstants { return PushConstants{vals: vals} }
+
+// PushConstants are a dispatch's scalars (see Push).
+type PushConstants struct{ vals []any }
+
+func (p PushConstants) encode() ([]byte, error) {
+	var out []byte
+	for i, v := range p.vals {
+		switch x := v.(type) {
+		case uint32:
+			out = binary.LittleEndian.AppendUint32(out, x)
+		case int32:
+			out = binary.LittleEndian.AppendUint32(out, uint32(x))
+		case float32:
+			out = binary.LittleEndian.AppendUint32(out, math.Float32bits(x))
+		case uint64, int64, float64:
+			for len(out)%8 != 0 {
+				out = append(out, 0)
+			}
+			var u uint64
+			switch y := x.(type) {
+			case uint64:
+				u = y
+			case int64:
+				u = uint64(y)
+			case float64:
+				u = math.Float64bits(y)
+			}
+			out = binary.LittleEndian.AppendUint64(out, u)
+		default:
+			return nil, fmt.Errorf("push constant %d is a %T; use uint32, int32, float32, uint64, int64 or float64", i, v)
+		}
+	}
+	return out, nil
+}
+
+// Dispatch records k over groups with buffers bound at set 0, bindings 0
+// to len(buffers)-1, and push constants. Every argument is checked first:
+// a count that differs from the kernel's spec, a use the op does not have,
+// a window past its use, an offset off minStorageBufferOffsetAlignment, a
+// binding larger than maxStorageBufferRange, push constants of another
+// size, or groups of 0 or past maxComputeWorkGroupCount is an *ArgError
+// matching ErrArgs, and nothing is recorded.
+func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushConstants) error {
+	if k == nil {
+		return fmt.Errorf("vulkan: op %q: dispatch of a nil *Kernel: %w", op.name, stream.ErrInvalid)
+	}
+	if err := op.live("dispatch " + k.name); err != nil {
+		return err
+	}
+	b := op.q.b
+	if k.b != b {
+		return fmt.Errorf("vulkan: op %q: dispatch %s: the kernel was loaded on another backend: %w", op.name, k.name, stream.ErrInvalid)
+	}
+	bad := func(format string, args ...any) error {
+		return &ArgError{Kernel: k.name, Reason: fmt.Sprintf(format, args...)}
+	}
+	lim := b.dev.info.Limits
+	if len(buffers) != k.spec.Buffers {
+		return bad("%d buffers bound, the kernel takes %d", len(buffers), k.spec.Buffers)
+	}
+	pc, err := push.encode()
+	if err != nil {
+		return bad("%v", err)
+	}
+	if uint32(len(pc)) != k.spec.PushConstants {
+		return bad("%d bytes of push constants, the kernel takes %d", len(pc), k.spec.PushConstants)
+	}
+	for i, g := range []uint32{groups.X, groups.Y, groups.Z} {
+		if g == 0 || g > lim.MaxComputeWorkGroupCount[i] {
+			return bad("workgroup count %d of dimension %d is outside 1..%d (maxComputeWorkGroupCount)", g, i, lim.MaxComputeWorkGroupCount[i])
+		}
+	}
+	infos := make([]vkDescriptorBufferInfo, len(buffers))
+	for i, bd := range buffers {
+		if bd.use < 0 || bd.use >= len(op.res) {
+			return bad("binding %d: use %d of an op with %d uses", i, bd.use, len(op.res))
+		}
+		r := op.res[bd.use]
+		off, n := bd.off, bd.len
+		if bd.whole {
+			off, n = 0, r.Size
+		}
+		if n == 0 || off > r.Size || n > r.Size-off {
+			return bad("binding %d: window [%d, %d) of use %d of %d bytes", i, off, storage.SatAdd(off, n), bd.use, r.Size)
+		}
+		at := r.Offset + off
+		if align := max(lim.MinStorageBufferOffsetAlignment, 1); at%align != 0 {
+			return bad("binding %d: offset %d in its allocation is not a multiple of minStorageBufferOffsetAlignment %d", i, at, align)
+		}
+		if n > uint64(lim.MaxStorageBufferRange) {
+			return bad("binding %d: %d bytes exceed maxStorageBufferRange %d", i, n, lim.MaxStorageBufferRange)
+		}
+		a, err := b.lookup(r, "dispatch "+k.name)
+		if err != nil {
+			return err
+		}
+		infos[i] = vkDescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
+	}
+
+	q := op.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.op == nil {
+		return fmt.Errorf("vulkan: op %q: dispatch %s outside an op: %w", op.name, k.name, stream.ErrInvalid)
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pipeline == 0 {
+		return fmt.Errorf("vulkan: op %q: dispatch %s: %w", op.name, k.name, ErrClosed)
+	}
+	d := b.dev
+	var sets []uint64
+	if len(infos) > 0 {
+		set, err := q.allocSetLocked(k.setLay)
+		if err != nil {
+			return err
+		}
+		q.op.sets = append(q.op.sets, set)
+		writes := make([]vkWriteDescriptorSet, len(infos))
+		for i := range infos {
+			writes[i] = vkWriteDescriptorSet{SType: stWriteDescriptorSet, DstSet: set.h, DstBinding: uint32(i),
+				DescriptorCount: 1, DescriptorType: descriptorTypeStorageBuffer, PBufferInfo: unsafe.Pointer(&infos[i])}
+		}
+		call(d.fn.UpdateDescriptorSets, d.h, uintptr(len(writes)), uintptr(unsafe.Pointer(&writes[0])), 0, 0)
+		sets = append(sets, set.h)
+	}
+	cb, err := q.commandsLocked(q.op)
+	if err != nil {
+		return err
+	}
+	call(d.fn.CmdBindPipeline, cb, pipelineBindPointCompute, uintptr(k.pipeline))
+	if len(sets) > 0 {
+		call(d.fn.CmdBindDescriptorSets, cb, pipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
+	}
+	if len(pc) > 0 {
+		call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), shaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
+	}
+	call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
+	return nil
+}

@@ -1,0 +1,715 @@
+// Queue: a stream.Queue over a VkQueue, with a timeline semaphore as its
+// fences.
+//
+// Structure. Every step that takes a sequence number (an op, a batch of
+// relocation copies, a host synchronisation inside an op) is one
+// vkQueueSubmit that signals the queue's timeline semaphore to that number:
+// the step is complete once the semaphore's counter reaches it, so
+// Completed reads the counter and fences need no other object. An op's
+// commands are recorded into one command buffer while its run function
+// runs (the op runs inside Enqueue, on the caller's goroutine) and
+// submitted after it returns; relocation copies go into a loose command
+// buffer submitted by the next Fence, Flush, Enqueue or Close.
+//
+// Ordering. Several gpumem streams may share one VkQueue, and submissions
+// on one VkQueue may overlap: every recorded command is preceded by a full
+// pipeline barrier, whose first scope reaches back over everything
+// submitted earlier on the VkQueue, so a stream's commands run in its
+// order (and after the other streams' earlier commands on the same
+// VkQueue, a stricter order than gpumem needs). Each command buffer ends
+// with a barrier making device writes visible to the host, for Read's
+// mapped path. A cross-stream WaitFence adds a semaphore wait, on the
+// other queue's semaphore at the fence's number, to the next submission.
+//
+// Invariants:
+//   - (V1) issued only grows, under mu, and only after vkQueueSubmit
+//     accepted the submission that signals it: a fence (and a semaphore
+//     wait) never names a value no submission will signal.
+//   - (V2) A step's command buffer, staging buffers and descriptor sets are
+//     reclaimed only once the semaphore's counter reached its number
+//     (poll), or at Close after waiting for every issued step.
+//   - (V3) Ops run one at a time (opMu), and only the goroutine running
+//     one records into the op batch; everything else touches the queue's
+//     state under mu, which is never held while an op's run function runs.
+//   - (V4) vkQueueSubmit on a shared VkQueue runs under its hwQueue.mu.
+
+package vulkan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/gpumem/gpumem/stream"
+)
+
+// Queue is a stream.Queue on a VkQueue, made by Backend.NewQueue. Enqueue
+// runs the op at once on the caller's goroutine, recording its commands,
+// and submits them; Completed reads the timeline semaphore; Wait waits for
+// it on the host (vkWaitSemaphores). Captures record the ops into one
+// command buffer that Replay submits again (capture.go). Every method is
+// safe for concurrent use.
+type Queue struct {
+	b     *Backend
+	index int
+	hw    *hwQueue
+	sem   uint64 // VkSemaphore, timeline
+	pool  uint64 // VkCommandPool, used under mu
+
+	opMu    sync.Mutex    // one op at a time (V3)
+	running atomic.Uint64 // goroutine running an op now, 0 when none
+
+	issued    atomic.Uint64
+	completed atomic.Uint64
+
+	semMu sync.RWMutex // read: the semaphore is queried; write: Close destroys it
+	gone  bool         // the semaphore is destroyed; under semMu
+
+	mu       sync.Mutex // guards the fields below
+	op       *batch     // the running op's commands
+	loose    *batch     // device copies outside ops
+	waits    []semWait  // for the next submission
+	inflight []*step
+	freeCBs  []uintptr
+	descPool []*descriptorPool
+	failures []stream.OpFailure
+	asyncErr error
+	rec      *recording // open capture (capture.go)
+	execs    map[*CommandGraph]struct{}
+	closed   bool
+}
+
+// batch is a command buffer being recorded and what it holds on to.
+type batch struct {
+	cb      uintptr // 0 until the first command
+	staging []*allocation
+	sets    []descriptorSet
+	// reusable: the buffer is begun for resubmission (a capture's);
+	// sealed: it is ended and owned by a CommandGraph, so a submission
+	// neither records into it nor reclaims it.
+	reusable, sealed bool
+}
+
+// step is a submitted batch, complete when the semaphore reaches seq.
+type step struct {
+	seq     uint64
+	cb      uintptr // 0: none to reclaim (none, or a CommandGraph's)
+	staging []*allocation
+	sets    []descriptorSet
+}
+
+// semWait is a semaphore wait of a later submission.
+type semWait struct {
+	sem   uint64
+	value uint64
+}
+
+// queueMark is a point in a queue's order (Storage's deferred frees).
+type queueMark struct {
+	q   *Queue
+	seq uint64
+}
+
+var (
+	_ stream.Queue         = (*Queue)(nil)
+	_ stream.Executor      = (*Queue)(nil)
+	_ stream.Completer     = (*Queue)(nil)
+	_ stream.EnqueueRunner = (*Queue)(nil)
+	_ stream.Issuer        = (*Queue)(nil)
+)
+
+func newQueue(b *Backend, index int, hw *hwQueue) (*Queue, error) {
+	d := b.dev
+	q := &Queue{b: b, index: index, hw: hw}
+	tci := &vkSemaphoreTypeCreateInfo{SType: stSemaphoreTypeCreateInfo, SemaphoreType: semaphoreTypeTimeline}
+	sci := &vkSemaphoreCreateInfo{SType: stSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
+	if err := check("vkCreateSemaphore", call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&q.sem)))); err != nil {
+		b.notePoison(err)
+		return nil, fmt.Errorf("vulkan: stream %d: %w", index, err)
+	}
+	pci := &vkCommandPoolCreateInfo{SType: stCommandPoolCreateInfo, Flags: commandPoolResetCommandBuffer, QueueFamilyIndex: d.family}
+	if err := check("vkCreateCommandPool", call(d.fn.CreateCommandPool, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&q.pool)))); err != nil {
+		call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
+		b.notePoison(err)
+		return nil, fmt.Errorf("vulkan: stream %d: %w", index, err)
+	}
+	return q, nil
+}
+
+// Index returns the index of the gpumem stream the queue serves.
+func (q *Queue) Index() int { return q.index }
+
+func (q *Queue) closedErr(call string) error {
+	return fmt.Errorf("vulkan: stream %d: %s: %w", q.index, call, stream.ErrClosed)
+}
+
+// runOp runs op, turning a panic into an error wrapping
+// stream.ErrOpPanicked.
+func runOp(op stream.Op) (err error) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if e, ok := r.(error); ok {
+			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
+		} else {
+			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
+		}
+	}()
+	return op.Run()
+}
+
+// Enqueue implements stream.Queue: op.Run runs now, on the caller's
+// goroutine, after every op enqueued before it; the commands it records
+// (copies, dispatches) are submitted when it returns, as one step whose
+// number is returned. A failed Run is reported by TakeFailures (what it
+// recorded is still submitted, so the step completes). Enqueue fails when
+// the queue is closed or the submission is refused.
+func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
+	if op.Run == nil {
+		return 0, fmt.Errorf("vulkan: enqueue: op %q has no Run: %w", op.Name, stream.ErrInvalid)
+	}
+	q.opMu.Lock()
+	defer q.opMu.Unlock()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return 0, q.closedErr("enqueue")
+	}
+	if err := q.submitLooseLocked(); err != nil {
+		q.mu.Unlock()
+		return 0, err
+	}
+	rec := q.rec
+	if rec != nil {
+		if rec.invalid != nil {
+			q.mu.Unlock()
+			return 0, fmt.Errorf("vulkan: enqueue %q on an invalidated recording: %w", op.Name, rec.invalid)
+		}
+		q.op = rec.bt // recorded into the capture's command buffer
+	} else {
+		q.op = &batch{}
+	}
+	q.mu.Unlock()
+
+	q.running.Store(uint64(stream.CurrentGoroutine()))
+	runErr := runOp(op)
+	q.running.Store(0)
+	q.b.notePoison(runErr)
+
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	bt := q.op
+	q.op = nil
+	if rec != nil {
+		if runErr != nil {
+			return 0, fmt.Errorf("vulkan: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
+		}
+		rec.ops++
+		return 0, nil
+	}
+	seq, err := q.submitLocked(bt, op.Name)
+	if err != nil {
+		return 0, err
+	}
+	if runErr != nil {
+		q.failures = append(q.failures, stream.OpFailure{Seq: seq, Name: op.Name, Err: runErr})
+	}
+	q.pollLocked()
+	return seq, nil
+}
+
+// commandsLocked returns bt's command buffer, begun, with a full barrier
+// recorded before the command the caller records next (see Ordering).
+func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
+	d := q.b.dev
+	if bt.cb == 0 {
+		var cb uintptr
+		if n := len(q.freeCBs); n > 0 {
+			cb = q.freeCBs[n-1]
+			q.freeCBs = q.freeCBs[:n-1]
+		} else {
+			ai := &vkCommandBufferAllocateInfo{SType: stCommandBufferAllocateInfo, CommandPool: q.pool, Level: commandBufferLevelPrimary, CommandBufferCount: 1}
+			if err := check("vkAllocateCommandBuffers", call(d.fn.AllocateCommandBuffers, d.h, uintptr(unsafe.Pointer(ai)), uintptr(unsafe.Pointer(&cb)))); err != nil {
+				q.b.notePoison(err)
+				return 0, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
+			}
+		}
+		flags := uint32(commandBufferOneTimeSubmit)
+		if bt.reusable {
+			flags = commandBufferSimultaneousUse
+		}
+		bi := &vkCommandBufferBeginInfo{SType: stCommandBufferBeginInfo, Flags: flags}
+		if err := check("vkBeginCommandBuffer", call(d.fn.BeginCommandBuffer, cb, uintptr(unsafe.Pointer(bi)))); err != nil {
+			q.freeCBs = append(q.freeCBs, cb)
+			q.b.notePoison(err)
+			return 0, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
+		}
+		bt.cb = cb
+	}
+	q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageAllCommands, accessMemoryRead|accessMemoryWrite)
+	return bt.cb, nil
+}
+
+// barrier records a global memory barrier.
+func (q *Queue) barrier(cb uintptr, srcStage, srcAccess, dstStage, dstAccess uint32) {
+	mb := &vkMemoryBarrier{SType: stMemoryBarrier, SrcAccessMask: srcAccess, DstAccessMask: dstAccess}
+	call(q.b.dev.fn.CmdPipelineBarrier, cb, uintptr(srcStage), uintptr(dstStage), 0, 1, uintptr(unsafe.Pointer(mb)), 0, 0, 0, 0)
+}
+
+// submitLocked submits bt (nil or empty: a submission without commands,
+// which still waits and signals) with the pending semaphore waits, and
+// signals the semaphore to the next number, which it returns (V1).
+func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
+	d := q.b.dev
+	if err := q.b.Poisoned(); err != nil {
+		q.dropBatchLocked(bt)
+		return 0, fmt.Errorf("vulkan: stream %d: submit %q on a poisoned device: %w", q.index, name, err)
+	}
+	var cbs []uintptr
+	if bt != nil && bt.sealed {
+		if bt.cb != 0 { // a recording of ops that recorded no commands has none
+			cbs = []uintptr{bt.cb}
+		}
+	} else if bt != nil && bt.cb != 0 {
+		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
+		if err := check("vkEndCommandBuffer", call(d.fn.EndCommandBuffer, bt.cb)); err != nil {
+			q.b.notePoison(err)
+			q.dropBatchLocked(bt)
+			return 0, fmt.Errorf("vulkan: stream %d: step %q: %w", q.index, name, err)
+		}
+		cbs = []uintptr{bt.cb}
+	}
+	seq := q.issued.Load() + 1
+	signal := []uint64{seq}
+	sems := []uint64{q.sem}
+	var waitSems, waitVals []uint64
+	var stages []uint32
+	for _, w := range q.waits {
+		waitSems = append(waitSems, w.sem)
+		waitVals = append(waitVals, w.value)
+		stages = append(stages, pipelineStageAllCommands)
+	}
+	tsi := &vkTimelineSemaphoreSubmitInfo{
+		SType:                     stTimelineSemaphoreSubmitInfo,
+		WaitSemaphoreValueCount:   uint32(len(waitVals)),
+		PWaitSemaphoreValues:      ptrOrNil(waitVals),
+		SignalSemaphoreValueCount: 1,
+		PSignalSemaphoreValues:    unsafe.Pointer(&signal[0]),
+	}
+	si := &vkSubmitInfo{
+		SType:                stSubmitInfo,
+		PNext:                unsafe.Pointer(tsi),
+		WaitSemaphoreCount:   uint32(len(waitSems)),
+		PWaitSemaphores:      ptrOrNil(waitSems),
+		PWaitDstStageMask:    ptrOrNil(stages),
+		CommandBufferCount:   uint32(len(cbs)),
+		PCommandBuffers:      ptrOrNil(cbs),
+		SignalSemaphoreCount: 1,
+		PSignalSemaphores:    unsafe.Pointer(&sems[0]),
+	}
+	q.hw.mu.Lock()
+	r := call(d.fn.QueueSubmit, q.hw.h, 1, uintptr(unsafe.Pointer(si)), 0)
+	q.hw.mu.Unlock()
+	if err := check("vkQueueSubmit", r); err != nil {
+		q.b.notePoison(err)
+		q.dropBatchLocked(bt)
+		if q.asyncErr == nil {
+			q.asyncErr = fmt.Errorf("vulkan: stream %d: step %q was not submitted: %w", q.index, name, err)
+		}
+		return 0, q.asyncErr
+	}
+	q.waits = nil
+	st := &step{seq: seq}
+	if bt != nil && !bt.sealed {
+		st.cb, st.staging, st.sets = bt.cb, bt.staging, bt.sets
+	}
+	q.inflight = append(q.inflight, st)
+	q.issued.Store(seq)
+	return seq, nil
+}
+
+// ptrOrNil returns a pointer to s's first element, nil when s is empty.
+func ptrOrNil[T any](s []T) unsafe.Pointer {
+	if len(s) == 0 {
+		return nil
+	}
+	return unsafe.Pointer(&s[0])
+}
+
+// dropBatchLocked gives back what a batch that will not be submitted held.
+// Its command buffer was never submitted, so it can be reset now.
+func (q *Queue) dropBatchLocked(bt *batch) {
+	if bt == nil || bt.sealed {
+		return
+	}
+	if bt.cb != 0 {
+		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		q.freeCBs = append(q.freeCBs, bt.cb)
+	}
+	for _, a := range bt.staging {
+		q.b.free(a)
+	}
+	q.freeSetsLocked(bt.sets)
+}
+
+// submitLooseLocked submits the relocation copies recorded outside ops.
+func (q *Queue) submitLooseLocked() error {
+	if q.loose == nil {
+		return nil
+	}
+	bt := q.loose
+	q.loose = nil
+	_, err := q.submitLocked(bt, "device copies")
+	return err
+}
+
+// pollLocked reclaims what the completed steps held (V2) and advances
+// completed.
+func (q *Queue) pollLocked() {
+	v, err := q.counter()
+	if err != nil {
+		q.noteAsyncLocked(err)
+		return
+	}
+	q.reclaimLocked(v)
+}
+
+func (q *Queue) reclaimLocked(v uint64) {
+	n := 0
+	for n < len(q.inflight) && q.inflight[n].seq <= v {
+		st := q.inflight[n]
+		if st.cb != 0 {
+			call(q.b.dev.fn.ResetCommandBuffer, st.cb, 0)
+			q.freeCBs = append(q.freeCBs, st.cb)
+		}
+		for _, a := range st.staging {
+			q.b.free(a)
+		}
+		q.freeSetsLocked(st.sets)
+		q.inflight[n] = nil
+		n++
+	}
+	q.inflight = q.inflight[n:]
+	q.advance(v)
+}
+
+// advance raises completed to v (it only grows).
+func (q *Queue) advance(v uint64) {
+	for {
+		c := q.completed.Load()
+		if v <= c || q.completed.CompareAndSwap(c, v) {
+			return
+		}
+	}
+}
+
+// counter reads the semaphore's value.
+func (q *Queue) counter() (uint64, error) {
+	q.semMu.RLock()
+	defer q.semMu.RUnlock()
+	if q.gone {
+		return q.completed.Load(), nil
+	}
+	var v uint64
+	err := check("vkGetSemaphoreCounterValue", call(q.b.dev.fn.GetSemaphoreCounterValue, q.b.dev.h, uintptr(q.sem), uintptr(unsafe.Pointer(&v))))
+	return v, err
+}
+
+// noteAsyncLocked keeps the first error of the device's work.
+func (q *Queue) noteAsyncLocked(err error) {
+	q.b.notePoison(err)
+	if q.asyncErr == nil {
+		q.asyncErr = fmt.Errorf("vulkan: stream %d: work after step %d did not complete: %w", q.index, q.completed.Load(), err)
+		q.failures = append(q.failures, stream.OpFailure{Seq: q.issued.Load(), Name: "device work", Err: q.asyncErr})
+	}
+}
+
+// Flush implements stream.Queue: submits the relocation copies recorded
+// outside ops (ops are submitted at Enqueue).
+func (q *Queue) Flush() error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return q.closedErr("flush")
+	}
+	return q.submitLooseLocked()
+}
+
+// Fence implements stream.Queue: a fence covering every step so far,
+// relocation copies included (they are submitted now).
+func (q *Queue) Fence() (stream.Fence, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return stream.Fence{}, q.closedErr("fence")
+	}
+	if err := q.submitLooseLocked(); err != nil {
+		return stream.Fence{}, err
+	}
+	return stream.Fence{Q: q, Seq: q.issued.Load()}, nil
+}
+
+// Issued implements stream.Issuer: the number of the last step submitted.
+func (q *Queue) Issued() uint64 { return q.issued.Load() }
+
+// Completed implements stream.Queue: the semaphore's counter (a query
+// that never blocks), or the last value seen once the device failed.
+func (q *Queue) Completed() uint64 {
+	if v, err := q.counter(); err == nil {
+		q.advance(v)
+	}
+	return q.completed.Load()
+}
+
+// Wait implements stream.Queue: blocks until f has passed, ctx is done or
+// the device failed (the error then matches gpumem.ErrDevicePoisoned).
+//
+// On a recording queue, or with a fence of a recording queue, it returns
+// at once with stream.ErrCaptureUnsupported and invalidates that
+// recording, as the host queues do.
+func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
+	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
+		return err
+	}
+	if f.Seq == 0 {
+		return nil
+	}
+	if nilQueue(f.Q) {
+		return fmt.Errorf("vulkan: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
+	}
+	t, ok := f.Q.(*Queue)
+	if !ok {
+		return f.Q.Wait(ctx, f)
+	}
+	if t != q {
+		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
+			return err
+		}
+	}
+	return t.waitSeq(ctx, f.Seq)
+}
+
+// WaitCompleted implements stream.Completer.
+func (q *Queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+
+// waitPoll is how long one vkWaitSemaphores call waits before ctx is
+// looked at again.
+const waitPoll = 20 * time.Millisecond
+
+// waitSeq blocks until step seq completed, ctx is done or the device
+// failed.
+func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
+	if issued := q.issued.Load(); seq > issued {
+		return fmt.Errorf("vulkan: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
+			seq, issued, q.index, stream.ErrInvalid)
+	}
+	d := q.b.dev
+	sems, vals := []uint64{q.sem}, []uint64{seq}
+	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
+	for {
+		if q.completed.Load() >= seq {
+			return nil
+		}
+		q.mu.Lock()
+		aerr := q.asyncErr
+		q.mu.Unlock()
+		if aerr != nil {
+			return aerr
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("vulkan: wait for step %d of stream %d (completed %d): %w", seq, q.index, q.completed.Load(), err)
+		}
+		q.semMu.RLock()
+		r := int32(vkSuccess) // a destroyed semaphore's queue waited for all it issued
+		if !q.gone {
+			r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
+		}
+		q.semMu.RUnlock()
+		switch r {
+		case vkSuccess:
+			q.advance(seq)
+		case vkTimeout:
+		default:
+			q.mu.Lock()
+			q.noteAsyncLocked(check("vkWaitSemaphores", r))
+			aerr = q.asyncErr
+			q.mu.Unlock()
+			return aerr
+		}
+	}
+}
+
+// WaitFence implements stream.Queue: later work on this queue waits, on
+// the device, for f (a semaphore wait in the next submission); the caller
+// does not block. A fence of this queue, or one already passed, adds
+// nothing; a fence of another backend's queue is waited for on the host.
+func (q *Queue) WaitFence(f stream.Fence) error {
+	if f.Seq == 0 || (!nilQueue(f.Q) && f.Q == stream.Queue(q)) {
+		return q.Flush()
+	}
+	if nilQueue(f.Q) {
+		return fmt.Errorf("vulkan: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
+	}
+	t, ok := f.Q.(*Queue)
+	if !ok || t.b != q.b {
+		if f.Q.Completed() >= f.Seq {
+			return q.Flush()
+		}
+		return f.Q.Wait(context.Background(), f)
+	}
+	if issued := t.issued.Load(); f.Seq > issued {
+		return fmt.Errorf("vulkan: wait fence: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
+			f.Seq, issued, t.index, stream.ErrInvalid)
+	}
+	if t.Completed() >= f.Seq {
+		return nil
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return q.closedErr("wait fence")
+	}
+	if q.rec != nil {
+		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
+		return fmt.Errorf("vulkan: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+	}
+	for i, w := range q.waits {
+		if w.sem == t.sem {
+			q.waits[i].value = max(w.value, f.Seq)
+			return nil
+		}
+	}
+	q.waits = append(q.waits, semWait{sem: t.sem, value: f.Seq})
+	return nil
+}
+
+// TakeFailures implements stream.Queue.
+func (q *Queue) TakeFailures() []stream.OpFailure {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	f := q.failures
+	q.failures = nil
+	return f
+}
+
+// RunsOpsOn implements stream.Executor: ops run on the goroutine that
+// enqueues them, while it is inside Enqueue.
+func (q *Queue) RunsOpsOn(g stream.Goroutine) bool {
+	return g != 0 && uint64(g) == q.running.Load()
+}
+
+// RunsOpsAtEnqueue implements stream.EnqueueRunner: yes.
+func (q *Queue) RunsOpsAtEnqueue() bool { return true }
+
+// hostSyncLocked submits what the running op recorded so far (with the
+// pending waits) and waits for it on the host, so the host may touch
+// mapped memory next in stream order. Called inside an op, with mu held;
+// it releases mu while waiting.
+func (q *Queue) hostSyncLocked(name string) error {
+	if q.rec != nil {
+		return fmt.Errorf("vulkan: %s inside a capture needs a host synchronisation: %w: %w", name,
+			stream.ErrCaptureUnsupported, q.invalidateLocked(name+" waited on the host"))
+	}
+	bt := q.op
+	q.op = &batch{}
+	seq, err := q.submitLocked(bt, name+" (host sync)")
+	if err != nil {
+		return err
+	}
+	q.mu.Unlock()
+	err = q.waitSeq(context.Background(), seq)
+	q.mu.Lock()
+	return err
+}
+
+// Close implements stream.Queue: the steps already enqueued complete, then
+// the command buffers, descriptor pools, command pool and semaphore are
+// destroyed. Idempotent; later calls return errors wrapping
+// stream.ErrClosed except Completed, Wait and TakeFailures.
+func (q *Queue) Close() error {
+	q.opMu.Lock()
+	defer q.opMu.Unlock()
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return nil
+	}
+	err := q.submitLooseLocked()
+	q.closed = true
+	if q.rec != nil {
+		q.discardRecordingLocked()
+	}
+	issued := q.issued.Load()
+	execs := make([]*CommandGraph, 0, len(q.execs))
+	for x := range q.execs {
+		execs = append(execs, x)
+	}
+	q.mu.Unlock()
+	if werr := q.waitSeq(context.Background(), issued); werr != nil {
+		err = errors.Join(err, werr)
+		// The device failed: wait for it to be idle before destroying
+		// what its work may use.
+		_ = q.b.dev.waitIdle()
+		issued = ^uint64(0)
+	}
+	q.mu.Lock()
+	q.reclaimLocked(issued)
+	for _, x := range execs {
+		x.releaseLocked()
+	}
+	d := q.b.dev
+	if len(q.freeCBs) > 0 {
+		call(d.fn.FreeCommandBuffers, d.h, uintptr(q.pool), uintptr(len(q.freeCBs)), uintptr(unsafe.Pointer(&q.freeCBs[0])))
+		q.freeCBs = nil
+	}
+	for _, p := range q.descPool {
+		call(d.fn.DestroyDescriptorPool, d.h, uintptr(p.h), 0)
+	}
+	q.descPool = nil
+	call(d.fn.DestroyCommandPool, d.h, uintptr(q.pool), 0)
+	q.mu.Unlock()
+	q.semMu.Lock()
+	q.gone = true
+	call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
+	q.semMu.Unlock()
+	q.b.forget(q)
+	if q.b.Poisoned() != nil {
+		return nil
+	}
+	return err
+}
+
+// nilQueue reports whether q is nil or a typed nil.
+func nilQueue(q stream.Queue) bool {
+	if q == nil {
+		return true
+	}
+	v := reflect.ValueOf(q)
+	return v.Kind() == reflect.Pointer && v.IsNil()
+}
+
+// marksPassed reports whether every mark's step has completed.
+func marksPassed(ms []queueMark) bool {
+	for _, m := range ms {
+		if m.q.Completed() < m.seq {
+			return false
+		}
+	}
+	return true
+}
+
+// waitMarks waits for every mark's step.
+func waitMarks(ms []queueMark) error {
+	var errs []error
+	for _, m := range ms {
+		errs = append(errs, m.q.waitSeq(context.Background(), m.seq))
+	}
+	return errors.Join(errs...)
+}

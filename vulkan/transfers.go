@@ -1,0 +1,150 @@
+// Host transfers (gpumem.HostTransfers): Write and Read inside ops.
+//
+// Where a page's memory is host-visible (integrated GPUs, lavapipe) and
+// Options.Staging is off, the host copies through the mapping: the op
+// first submits what it recorded and waits for the stream's earlier work
+// (a host synchronisation inside the op, which takes a sequence number),
+// then copies, flushing or invalidating by nonCoherentAtomSize where the
+// memory is not coherent. Otherwise a host-visible staging buffer carries
+// the bytes: a write fills it and records vkCmdCopyBuffer into the page
+// (asynchronous; the staging buffer is freed when the step completes, or,
+// in a capture, which writes through staging always, when its
+// CommandGraph is: every launch copies the same bytes again); a
+// read records the copy out of the page, waits for it, and copies out of
+// the staging buffer.
+
+package vulkan
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/stream"
+)
+
+// opQueue returns q as this backend's queue with an op running, locked.
+func (b *Backend) opQueue(q stream.Queue, call string) (*Queue, error) {
+	vq, err := b.queueOf(q, call)
+	if err != nil {
+		return nil, err
+	}
+	vq.mu.Lock()
+	if vq.op == nil {
+		vq.mu.Unlock()
+		return nil, fmt.Errorf("vulkan: %s outside an op of stream %d (call it from the op's run function): %w", call, vq.index, stream.ErrInvalid)
+	}
+	return vq, nil
+}
+
+// CopyToDevice implements gpumem.HostTransfers: src into dst, inside an op
+// on q. src may be reused when it returns.
+func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte) error {
+	if uint64(len(src)) > dst.Size {
+		return fmt.Errorf("vulkan: copy to device: %d bytes into a window of %d: %w", len(src), dst.Size, stream.ErrInvalid)
+	}
+	if len(src) == 0 {
+		return nil
+	}
+	a, err := b.lookup(dst, "copy to device")
+	if err != nil {
+		return err
+	}
+	vq, err := b.opQueue(q, "copy to device")
+	if err != nil {
+		return err
+	}
+	defer vq.mu.Unlock()
+	n := uint64(len(src))
+	if a.mapped != nil && !b.opts.Staging && vq.rec == nil {
+		if err := vq.hostSyncLocked("write"); err != nil {
+			return err
+		}
+		copy(a.bytes()[dst.Offset:dst.Offset+n], src)
+		return b.flushHost(a, dst.Offset, n)
+	}
+	st, err := b.staging(n)
+	if err != nil {
+		return err
+	}
+	vq.op.staging = append(vq.op.staging, st)
+	copy(st.bytes(), src)
+	if err := b.flushHost(st, 0, n); err != nil {
+		return err
+	}
+	cb, err := vq.commandsLocked(vq.op)
+	if err != nil {
+		return err
+	}
+	region := &vkBufferCopy{SrcOffset: 0, DstOffset: dst.Offset, Size: n}
+	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(st.buf), uintptr(a.buf), 1, uintptr(unsafe.Pointer(region)))
+	return nil
+}
+
+// CopyToHost implements gpumem.HostTransfers: src into dst, inside an op
+// on q; the bytes are in dst when it returns.
+func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) error {
+	if uint64(len(dst)) > src.Size {
+		return fmt.Errorf("vulkan: copy to host: %d bytes from a window of %d: %w", len(dst), src.Size, stream.ErrInvalid)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	a, err := b.lookup(src, "copy to host")
+	if err != nil {
+		return err
+	}
+	vq, err := b.opQueue(q, "copy to host")
+	if err != nil {
+		return err
+	}
+	defer vq.mu.Unlock()
+	n := uint64(len(dst))
+	if a.mapped != nil && !b.opts.Staging {
+		if err := vq.hostSyncLocked("read"); err != nil {
+			return err
+		}
+		if err := b.invalidateHost(a, src.Offset, n); err != nil {
+			return err
+		}
+		copy(dst, a.bytes()[src.Offset:src.Offset+n])
+		return nil
+	}
+	st, err := b.staging(n)
+	if err != nil {
+		return err
+	}
+	cb, err := vq.commandsLocked(vq.op)
+	if err != nil {
+		b.free(st)
+		return err
+	}
+	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: 0, Size: n}
+	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(a.buf), uintptr(st.buf), 1, uintptr(unsafe.Pointer(region)))
+	err = vq.hostSyncLocked("read")
+	// Held by the batch after the synchronisation, so it lives until the
+	// op's step completes, past the copy out below.
+	vq.op.staging = append(vq.op.staging, st)
+	if err != nil {
+		return err
+	}
+	if err := b.invalidateHost(st, 0, n); err != nil {
+		return err
+	}
+	copy(dst, st.bytes())
+	return nil
+}
+
+// staging allocates a host-visible staging buffer of n bytes. It is not
+// registered: only the queue that made it uses it.
+func (b *Backend) staging(n uint64) (*allocation, error) {
+	a, err := b.allocate(n, stagingMemory)
+	if err != nil {
+		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes: %w", n, err)
+	}
+	if a.mapped == nil {
+		b.free(a)
+		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes is not host-visible: %w", n, ErrUnsupported)
+	}
+	return a, nil
+}
