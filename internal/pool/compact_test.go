@@ -17,27 +17,7 @@ import (
 func compactPages(t *testing.T, st storage.Storage, g *handle.ErrorGraph, pages ...[]uint64) (*Sliced, [][]*handle.Handle) {
 	t.Helper()
 	p := NewSliced(4*MiB, 4*MiB, false, 32, 5, Limits{})
-	var live [][]*handle.Handle
-	var fillers []*handle.Handle
-	for i, sizes := range pages {
-		var hs []*handle.Handle
-		var used uint64
-		for _, s := range sizes {
-			h := slicedReserve(t, p, st, s*MiB, g)
-			if int(h.Location().Page()) != i {
-				t.Fatalf("setup: %d MiB landed at %v, want page %d", s, h.Location(), i)
-			}
-			hs = append(hs, h)
-			used += s
-		}
-		if used < 4 {
-			fillers = append(fillers, slicedReserve(t, p, st, (4-used)*MiB, g))
-		}
-		live = append(live, hs)
-	}
-	for _, f := range fillers {
-		f.Release()
-	}
+	live := fillPages(t, func(size uint64) *handle.Handle { return slicedReserve(t, p, st, size, g) }, 4, pages)
 	return p, live
 }
 

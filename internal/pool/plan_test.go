@@ -23,28 +23,39 @@ var wideSizing = PageSizing{Min: 8 * MiB, Max: 10 * MiB, Align: 32}
 func outdatedPages(t *testing.T, st storage.Storage, g *handle.ErrorGraph, pages ...[]uint64) (*Arena, [][]*handle.Handle) {
 	t.Helper()
 	a := NewArena(wideSizing, Limits{}, nil)
+	live := fillPages(t, func(size uint64) *handle.Handle { return arenaReserve(t, a, st, size, g) }, 8, pages)
+	return a, live
+}
+
+// fillPages lays out pages of pageMiB MiB through reserve, one page per
+// entry of pages holding live allocations of the sizes (in MiB) given:
+// each page is filled with a filler that is then freed, so the next
+// entry's allocations start a new page. It returns the live handles per
+// page.
+func fillPages(t *testing.T, reserve func(size uint64) *handle.Handle, pageMiB uint64, pages [][]uint64) [][]*handle.Handle {
+	t.Helper()
 	var live [][]*handle.Handle
 	var fillers []*handle.Handle
 	for i, sizes := range pages {
 		var hs []*handle.Handle
 		var used uint64
 		for _, s := range sizes {
-			h := arenaReserve(t, a, st, s*MiB, g)
+			h := reserve(s * MiB)
 			if int(h.Location().Page()) != i {
 				t.Fatalf("setup: %d MiB landed at %v, want page %d", s, h.Location(), i)
 			}
 			hs = append(hs, h)
 			used += s
 		}
-		if used < 8 {
-			fillers = append(fillers, arenaReserve(t, a, st, (8-used)*MiB, g))
+		if used < pageMiB {
+			fillers = append(fillers, reserve((pageMiB-used)*MiB))
 		}
 		live = append(live, hs)
 	}
 	for _, f := range fillers {
 		f.Release()
 	}
-	return a, live
+	return live
 }
 
 // growTo10 grows the arena to 10 MiB pages (wideSizing's Max), leaving the
