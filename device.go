@@ -26,6 +26,9 @@ type Device struct {
 	wrap    func(storage.Storage) storage.Storage
 	// noRelocate: WithoutRelocation; the device reports nothing movable.
 	noRelocate bool
+	// noCompact: WithoutCompaction; the device never compacts current
+	// pages (relocation off outdated pages still runs).
+	noCompact bool
 
 	// mu guards every field below, every manager, pool, location write, the
 	// error graph, capture records and deferred-release lists (D3).
@@ -118,6 +121,7 @@ func openWith(b Backend, o options) (*Device, error) {
 		log:        log,
 		wrap:       o.wrapStorage,
 		noRelocate: o.noRelocate,
+		noCompact:  o.noCompact,
 		g:          handle.NewErrorGraph(),
 		foreign:    make(crossStreamNotes),
 		writers:    make(map[*handle.Descriptor][]*writeRecord),
@@ -239,7 +243,7 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 	if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
 		return err
 	}
-	if err := d.reclaimLocked(ctx, of, true, relocation.Explicit); err != nil {
+	if err := d.reclaimLocked(ctx, of, reclaimHow{relocate: true, reason: relocation.Explicit}); err != nil {
 		return err
 	}
 	d.counters.explicitCleanups++
@@ -251,20 +255,29 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 	return nil
 }
 
+// reclaimHow says what a reclaim moves before it gives pages back: with
+// relocate, what outdated pages hold (for reason); with compact, the
+// sparsest current pages within that pass's limits; with neither, nothing
+// (the make-room path's first stage cleans up alone).
+type reclaimHow struct {
+	relocate bool
+	reason   relocation.Reason
+	compact  *compactPass
+}
+
 // reclaimLocked is the reclaim sequence, written once (explicit cleanups,
-// and making room for a failed reservation): wait for the streams with the
-// lock released when the sequence would wait (settle.go; the caller's
-// context bounds it, and a capture that began meanwhile refuses it), drain
-// every stream's deferred cross-stream uses, then for each stream of of, in
-// order, relocate what its outdated pages hold for reason (only when
-// relocate: the make-room path's first stage cleans up alone) and give back
-// its empty pages (relocation.ReclaimFor), and forward its held releases:
-// explicit means now.
-func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, relocate bool, reason relocation.Reason) error {
+// defragmentation, and making room for a failed reservation): wait for the
+// streams with the lock released when the sequence would wait (settle.go;
+// the caller's context bounds it, and a capture that began meanwhile
+// refuses it), drain every stream's deferred cross-stream uses, then for
+// each stream of of, in order, move what how says and give back its empty
+// pages (relocation.ReclaimFor, or relocation.ReclaimCompacting), and
+// forward its held releases: explicit means now.
+func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, how reclaimHow) error {
 	if invariantsOn {
 		d.assertLocked("reclaimLocked")
 	}
-	if d.cleanupWaitsLocked(of...) {
+	if how.compact != nil || d.cleanupWaitsLocked(of...) {
 		if err := d.settleLocked(ctx); err != nil {
 			return err
 		}
@@ -276,7 +289,14 @@ func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, relocate bool,
 		s.drainDeferredLocked()
 	}
 	for _, s := range of {
-		if err := relocation.ReclaimFor(streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !relocate}, reason); err != nil {
+		x := streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !how.relocate && how.compact == nil, compact: how.compact}
+		var err error
+		if how.compact != nil {
+			err = relocation.ReclaimCompacting(x)
+		} else {
+			err = relocation.ReclaimFor(x, how.reason)
+		}
+		if err != nil {
 			return err
 		}
 	}

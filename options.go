@@ -23,6 +23,7 @@ type options struct {
 	log         *slog.Logger
 	wrapStorage func(storage.Storage) storage.Storage
 	noRelocate  bool
+	noCompact   bool
 	userWrap    func(storage.Storage) storage.Storage // WithStorageWrapper's
 	granular    *bool                                 // WithPageGranular's; granular.go
 	history     *HistoryOptions                       // WithHistory's; history.go
@@ -66,3 +67,10 @@ func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
 // their last allocation is freed. For comparing policies (the replay tool's
 // adaptive-norelocate), not for production.
 func WithoutRelocation() Option { return optionFunc(func(o *options) { o.noRelocate = true }) }
+
+// WithoutCompaction turns compaction of current pages off: the make-room
+// path stops after relocating off outdated pages, and Defragment moves
+// nothing. For comparing policies (the replay tool's -nocompact), and for
+// a runtime whose kernels cannot afford the copies; WithoutRelocation
+// implies it.
+func WithoutCompaction() Option { return optionFunc(func(o *options) { o.noCompact = true }) }

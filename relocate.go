@@ -24,6 +24,10 @@ type streamsOf struct {
 	// through them cleans up without relocating: the make-room path's
 	// first stage.
 	cleanOnly bool
+	// compact, when set, bounds what CompactMemory may move and gathers
+	// what it moved and freed (a Defragment pass, or the make-room path's
+	// compacting stage); nil compacts without limits.
+	compact *compactPass
 }
 
 var _ relocation.Streams = streamsOf{}
@@ -153,85 +157,126 @@ func (c *deviceCopies) WaitCopies() error {
 	return c.s.waitAllLocked()
 }
 
+// roomStage is one stage of the make-room path (design §8.1): each runs
+// only after the retry the one before it allowed failed reclaimably, so up
+// to a stage a device does exactly what a device without that stage does.
+type roomStage uint8
+
+const (
+	// stageCleanup gives back what every stream's memory caches and
+	// nothing needs, moving nothing.
+	stageCleanup roomStage = iota
+	// stageRelocate relocates off outdated pages (ArenaFull or
+	// MemoryPressure), then cleans up.
+	stageRelocate
+	// stageCompact empties the sparsest current pages into the others'
+	// room (relocation.ReclaimCompacting), then cleans up.
+	stageCompact
+	numRoomStages
+)
+
+func (s roomStage) String() string {
+	switch s {
+	case stageCleanup:
+		return "cleanup"
+	case stageRelocate:
+		return "relocate"
+	case stageCompact:
+		return "compact"
+	}
+	return fmt.Sprintf("roomStage(%d)", uint8(s))
+}
+
 // reserveWithRetry runs one reservation of size bytes under u (reserve);
-// a failure a reclaim may cure (and only under Allow) makes room in two
-// stages, retrying after each with the page update makeRoom returns:
-// first a cleanup without relocation, then, if the reservation still
-// fails, a reclaim that relocates (design §8.1). Up to the second stage a
-// relocating device does exactly what one without relocation does, so
-// relocation can only let a trace run on less memory, never on more: a
-// relocation changes where later allocations land. Only the last failure
-// is reported. A second stage with nothing to move (errNothingToRelocate)
-// is skipped: the cleanup's retry failed, and its failure stands. When
-// makeRoom cannot (the caller's context ended, or it is an op, which cannot
-// wait), its error is returned with nothing retried, wrapping the first
-// failure unless it is the context's. reserve is a
-// function, not an interface, so that a caller's closure over its locals
-// stays on its stack; the retry logic is tested against a scripted one.
-func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, relocate bool) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+// a failure a reclaim may cure (and only under Allow) makes room in up to
+// three stages, retrying after each with the page update makeRoom returns:
+// a cleanup without relocation; if the reservation still fails, a reclaim
+// that relocates off outdated pages; if it fails again, a compaction of
+// current pages (design §8.1). Up to a stage a device does exactly what one
+// without that stage does, so relocation and compaction can only let a
+// trace run on less memory, never on more: each changes where later
+// allocations land, and each runs only where the reservation would have
+// failed without it. Only the last failure is reported. A stage with
+// nothing to move (errNothingToMove) is skipped, and the failure before it
+// stands for the next stage, or is returned after the last. When makeRoom
+// cannot (the caller's context ended, or it is an op, which cannot wait),
+// its error is returned with nothing retried, wrapping the first failure
+// unless it is the context's. reserve is a function, not an interface, so
+// that a caller's closure over its locals stays on its stack; the retry
+// logic is tested against a scripted one.
+func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, stage roomStage) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
 	h, err = reserve(u)
 	if err == nil {
 		return h, false, nil
 	}
 	first := err
-	for _, relocate := range [...]bool{false, true} {
+	warned := false
+	for stage := stageCleanup; stage < numRoomStages; stage++ {
 		if u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
-			if retried {
-				return nil, true, err
-			}
-			return nil, false, err
+			return nil, retried, err
 		}
-		if !retried {
+		if !warned {
 			warn(fmt.Sprintf("gpumem: allocation of %d bytes failed, retrying after reclaim: %v", size, err))
+			warned = true
 		}
-		var roomErr error
-		u, roomErr = makeRoom(err, relocate)
+		next, roomErr := makeRoom(err, stage)
 		if roomErr != nil {
-			if errors.Is(roomErr, errNothingToRelocate) {
-				return nil, retried, err
+			if errors.Is(roomErr, errNothingToMove) {
+				continue
 			}
 			if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
 				return nil, retried, roomErr
 			}
 			return nil, retried, fmt.Errorf("%w (no reclaim: %w)", first, roomErr)
 		}
+		u = next
 		retried = true
 		if h, err = reserve(u); err == nil {
 			return h, true, nil
 		}
 	}
-	return nil, true, err
+	return nil, retried, err
 }
 
-// errNothingToRelocate is makeRoomLocked's answer to the relocating stage
-// when nothing it would relocate is outdated (or the device never
-// relocates): a second cleanup and retry would repeat the first.
-var errNothingToRelocate = errors.New("gpumem: nothing outdated to relocate")
+// errNothingToMove is makeRoomLocked's answer to a relocating or
+// compacting stage with nothing it would move (nothing outdated, no
+// current page a compaction could empty, or the device never moves): a
+// cleanup and retry would repeat the one before.
+var errNothingToMove = errors.New("gpumem: nothing to relocate or compact")
 
 // makeRoomLocked frees what a failed reservation of s may need, in the
-// stage reserveWithRetry asks for. Without relocate: the cleanup of every
+// stage reserveWithRetry asks for. stageCleanup: the cleanup of every
 // stream, s first (cached pages of other streams count against the same
-// device), moving nothing. With relocate: page sizes exhausted → a
-// relocation of s that may allocate (ArenaFull); otherwise the same cleanup
-// relocating every stream for MemoryPressure; errNothingToRelocate when
-// that relocation has nothing outdated to move. It waits for the streams
-// with the lock released first (settle.go) and returns the page update the
-// retry may make, as the state is after that wait.
-func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, relocate bool) (memory.PageUpdate, error) {
+// device), moving nothing. stageRelocate: page sizes exhausted → a
+// relocation of s that may allocate (ArenaFull); otherwise the same
+// cleanup relocating every stream for MemoryPressure. stageCompact: the
+// same cleanup compacting every stream's current pages, s first, until
+// the room err says was missing is freed (compactGoal); never for
+// exhausted page sizes, which a denser current pool does not cure. Either
+// moving stage answers errNothingToMove when it has nothing to move. It
+// waits for the streams with the lock released first (settle.go) and
+// returns the page update the retry may make, as the state is after that
+// wait.
+func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, stage roomStage) (memory.PageUpdate, error) {
 	if invariantsOn {
 		d.assertLocked("makeRoomLocked")
 	}
 	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
-	if relocate {
+	switch stage {
+	case stageRelocate:
 		if x := (streamsOf{d: d, s: s}); (exhausted && !x.HasOutdated()) || (!exhausted && !x.DeviceHasOutdated()) {
-			return 0, errNothingToRelocate
+			return 0, errNothingToMove
 		}
-	}
-	if relocate && exhausted {
-		if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
-			return 0, rerr
+		if exhausted {
+			if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
+				return 0, rerr
+			}
+			return d.retryUpdateLocked(s)
 		}
-		return d.retryUpdateLocked(s)
+	case stageCompact:
+		if exhausted || !d.deviceCanCompactLocked() {
+			return 0, errNothingToMove
+		}
 	}
 	if u, uerr := d.retryUpdateLocked(s); uerr != nil || u != memory.Allow {
 		return u, uerr // a capture records: no reclaim under it
@@ -242,7 +287,11 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, reloc
 			order = append(order, t)
 		}
 	}
-	if rerr := d.reclaimLocked(ctx, order, relocate, relocation.MemoryPressure); rerr != nil {
+	how := reclaimHow{relocate: stage == stageRelocate, reason: relocation.MemoryPressure}
+	if stage == stageCompact {
+		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: compactGoal(err)}}}
+	}
+	if rerr := d.reclaimLocked(ctx, order, how); rerr != nil {
 		if !errors.Is(rerr, relocation.ErrRecording) {
 			return 0, rerr // the context ended, or an op cannot wait
 		}
@@ -255,6 +304,35 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, reloc
 	return d.retryUpdateLocked(s)
 }
 
+// compactGoal is the room a failed reservation lacked, as its
+// storage.OutOfMemoryError says: the bytes it requested less what the
+// budget had left. A compaction under pressure stops planning once its
+// pages free that much (pool.CompactLimits.Goal), so it copies no more
+// than the retry needs; 0 (no goal) when the error carries no figures.
+func compactGoal(err error) uint64 {
+	var oom *storage.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Capacity == 0 {
+		return 0
+	}
+	left := oom.Capacity - min(oom.Capacity, oom.Allocated)
+	if oom.Requested <= left {
+		return 0 // refused for another reason (a host limit): no goal known
+	}
+	return oom.Requested - left
+}
+
+// deviceCanCompactLocked reports whether any stream's memory might give a
+// current page back by compaction (false under WithoutRelocation or
+// WithoutCompaction).
+func (d *Device) deviceCanCompactLocked() bool {
+	for _, t := range d.streams {
+		if (streamsOf{d: d, s: t}).CanCompact() {
+			return true
+		}
+	}
+	return false
+}
+
 // retryUpdateLocked is the page update a retried reservation of s may make
 // now; ErrClosed once the device closed (a wait let Close in).
 func (d *Device) retryUpdateLocked(s *Stream) (memory.PageUpdate, error) {
@@ -265,15 +343,28 @@ func (d *Device) retryUpdateLocked(s *Stream) (memory.PageUpdate, error) {
 }
 
 // CanCompact: the relocating stream's memory might give a current page back
-// by compaction (false under WithoutRelocation).
+// by compaction (false under WithoutRelocation and WithoutCompaction, and
+// once the pass's limits are spent).
 func (x streamsOf) CanCompact() bool {
-	return !x.d.noRelocate && !x.cleanOnly && x.s.mem.CanCompact()
+	if x.d.noRelocate || x.d.noCompact || x.cleanOnly || (x.compact != nil && x.compact.spent()) {
+		return false
+	}
+	return x.s.mem.CanCompact()
 }
 
 // CompactMemory compacts the relocating stream's current pages, copying on
-// that stream, without limits.
+// that stream, within what the pass's limits leave (none without a pass),
+// and charges what it moved and freed to the pass.
 func (x streamsOf) CompactMemory() {
-	o := x.s.mem.Compact(&deviceCopies{d: x.d, s: x.s}, pool.CompactLimits{})
+	var lim pool.CompactLimits
+	if x.compact != nil {
+		lim = x.compact.lim
+	}
+	before := x.s.mem.Stats().Relocation
+	o := x.s.mem.Compact(&deviceCopies{d: x.d, s: x.s}, lim)
+	if x.compact != nil {
+		x.compact.charge(x.s.mem.Stats().Relocation, before)
+	}
 	if h := x.d.hist; h != nil {
 		h.relocationLocked(x.s, relocation.Compact, o)
 	}

@@ -113,29 +113,34 @@ func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Ha
 
 // A makeRoom that cannot wait (the caller's context ended, or it is an op)
 // ends the reservation without a further retry: the context's error as it
-// is, another error wrapping the first failure; at either stage.
+// is, another error wrapping the first failure; at any stage. A stage with
+// nothing to move is skipped, the failure before it standing.
 func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
+	nothing := map[roomStage]error{stageRelocate: errNothingToMove, stageCompact: errNothingToMove}
 	for _, c := range []struct {
 		name      string
-		script    []error // the reservations' answers
-		failAt    bool    // makeRoom fails at the stage that relocates (true) or the first (false)
-		room      error
+		script    []error             // the reservations' answers
+		room      map[roomStage]error // makeRoom's answer per stage (absent: room made)
 		want      []error
 		wantRetry bool
 	}{
-		{"stage 1, context", []error{oom}, false, context.DeadlineExceeded, []error{context.DeadlineExceeded}, false},
-		{"stage 1, op", []error{oom}, false, ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, false},
-		{"stage 2, context", []error{oom, oom}, true, context.DeadlineExceeded, []error{context.DeadlineExceeded}, true},
-		{"stage 2, op", []error{oom, oom}, true, ErrCalledFromOp, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, true},
-		{"stage 2 with nothing to relocate keeps the cleanup retry's failure", []error{oom, oom}, true, errNothingToRelocate, []error{storage.ErrOutOfMemory}, true},
+		{"stage 1, context", []error{oom}, map[roomStage]error{stageCleanup: context.DeadlineExceeded}, []error{context.DeadlineExceeded}, false},
+		{"stage 1, op", []error{oom}, map[roomStage]error{stageCleanup: ErrCalledFromOp}, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, false},
+		{"stage 2, context", []error{oom, oom}, map[roomStage]error{stageRelocate: context.DeadlineExceeded}, []error{context.DeadlineExceeded}, true},
+		{"stage 2, op", []error{oom, oom}, map[roomStage]error{stageRelocate: ErrCalledFromOp}, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, true},
+		{"stage 3, context", []error{oom, oom, oom}, map[roomStage]error{stageCompact: context.Canceled}, []error{context.Canceled}, true},
+		{"stage 3, op", []error{oom, oom, oom}, map[roomStage]error{stageCompact: ErrCalledFromOp}, []error{ErrCalledFromOp, storage.ErrOutOfMemory}, true},
+		{"nothing to relocate or compact keeps the cleanup retry's failure", []error{oom, oom}, nothing, []error{storage.ErrOutOfMemory}, true},
+		{"nothing to relocate, then the compacting stage cannot wait", []error{oom, oom},
+			map[roomStage]error{stageRelocate: errNothingToMove, stageCompact: context.DeadlineExceeded}, []error{context.DeadlineExceeded}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			r := &scriptedReserver{script: c.script}
 			_, retried, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
-				func(_ error, relocate bool) (memory.PageUpdate, error) {
-					if relocate == c.failAt {
-						return 0, c.room
+				func(_ error, stage roomStage) (memory.PageUpdate, error) {
+					if err := c.room[stage]; err != nil {
+						return 0, err
 					}
 					return memory.Allow, nil
 				},
@@ -151,8 +156,8 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 					t.Errorf("error %v does not wrap %v", err, w)
 				}
 			}
-			if errors.Is(err, errNothingToRelocate) {
-				t.Errorf("error %v leaks the internal errNothingToRelocate", err)
+			if errors.Is(err, errNothingToMove) {
+				t.Errorf("error %v leaks the internal errNothingToMove", err)
 			}
 		})
 	}
@@ -160,14 +165,16 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 
 // room is one makeRoom call: the failure it answers and its stage.
 type room struct {
-	err      error
-	relocate bool
+	err   error
+	stage roomStage
 }
 
 // design §12.7 scenario 53: the retry logic against a scripted memory. A
 // reclaimable failure makes room without relocating and retries; only if
 // that retry fails reclaimably too does it make room relocating and retry
-// again, so relocation runs only once a cleanup alone did not cure it.
+// again, and only if that fails too does it compact and retry a last time:
+// relocation runs only once a cleanup alone did not cure it, compaction
+// only once relocation did not either.
 func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
 	exhausted := fmt.Errorf("arena: %w", pool.ErrPageSizesExhausted)
@@ -176,6 +183,7 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 	poisoned := fmt.Errorf("%w (and %w)", storage.ErrOutOfMemory, storage.ErrDevicePoisoned)
 	secondOOM := fmt.Errorf("second: %w", storage.ErrOutOfMemory)
 	thirdOOM := fmt.Errorf("third: %w", storage.ErrOutOfMemory)
+	fourthOOM := fmt.Errorf("fourth: %w", storage.ErrOutOfMemory)
 	cases := []struct {
 		name      string
 		u         memory.PageUpdate
@@ -185,17 +193,21 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 	}{
 		{"success needs no retry", memory.Allow, []error{nil}, nil, nil},
 		{"out of memory cured by a cleanup never relocates", memory.Allow, []error{oom, nil}, nil,
-			[]room{{oom, false}}},
+			[]room{{oom, stageCleanup}}},
 		{"page sizes exhausted cured by a cleanup never relocates", memory.Allow, []error{exhausted, nil}, nil,
-			[]room{{exhausted, false}}},
+			[]room{{exhausted, stageCleanup}}},
 		{"out of memory a cleanup does not cure relocates, then succeeds", memory.Allow, []error{oom, secondOOM, nil}, nil,
-			[]room{{oom, false}, {secondOOM, true}}},
+			[]room{{oom, stageCleanup}, {secondOOM, stageRelocate}}},
 		{"the relocating stage answers the cleanup retry's failure", memory.Allow, []error{oom, exhausted, nil}, nil,
-			[]room{{oom, false}, {exhausted, true}}},
-		{"a failed last retry returns its error", memory.Allow, []error{oom, secondOOM, thirdOOM}, thirdOOM,
-			[]room{{oom, false}, {secondOOM, true}}},
+			[]room{{oom, stageCleanup}, {exhausted, stageRelocate}}},
+		{"out of memory a relocation does not cure compacts, then succeeds", memory.Allow, []error{oom, secondOOM, thirdOOM, nil}, nil,
+			[]room{{oom, stageCleanup}, {secondOOM, stageRelocate}, {thirdOOM, stageCompact}}},
+		{"a failed last retry returns its error", memory.Allow, []error{oom, secondOOM, thirdOOM, fourthOOM}, fourthOOM,
+			[]room{{oom, stageCleanup}, {secondOOM, stageRelocate}, {thirdOOM, stageCompact}}},
 		{"a cleanup retry failing otherwise returns that error without relocating", memory.Allow, []error{exhausted, tooBig}, tooBig,
-			[]room{{exhausted, false}}},
+			[]room{{exhausted, stageCleanup}}},
+		{"a relocation retry failing otherwise returns that error without compacting", memory.Allow, []error{oom, secondOOM, tooBig}, tooBig,
+			[]room{{oom, stageCleanup}, {secondOOM, stageRelocate}}},
 		{"buffer too big is not retried", memory.Allow, []error{tooBig}, tooBig, nil},
 		{"page update forbidden is not retried", memory.Forbidden, []error{forbidden}, forbidden, nil},
 		{"page update forbidden is not retried even under Allow", memory.Allow, []error{forbidden}, forbidden, nil},
@@ -208,8 +220,8 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 			var rooms []room
 			var warns []string
 			h, retried, err := reserveWithRetry(r.at(4096), 4096, c.u,
-				func(err error, relocate bool) (memory.PageUpdate, error) {
-					rooms = append(rooms, room{err, relocate})
+				func(err error, stage roomStage) (memory.PageUpdate, error) {
+					rooms = append(rooms, room{err, stage})
 					return memory.Allow, nil
 				},
 				func(msg string) { warns = append(warns, msg) })
@@ -297,7 +309,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), false)
+		_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), stageCleanup)
 		d.mu.Unlock()
 		st := d.Stats()
 		if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || outdatedPages(d) != 2 {
@@ -309,7 +321,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), true)
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
 	d.mu.Unlock()
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.MemoryPressure] != 0 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -324,7 +336,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	allocatedBefore = st.BytesAllocated
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory), true)
+	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
 	d.mu.Unlock()
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -338,10 +350,10 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, err := d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), true)
+		_, err := d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), stageRelocate)
 		d.mu.Unlock()
-		if !errors.Is(err, errNothingToRelocate) {
-			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToRelocate", cause, err)
+		if !errors.Is(err, errNothingToMove) {
+			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToMove", cause, err)
 		}
 	}
 	for i, k := range keep {

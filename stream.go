@@ -168,8 +168,8 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
 	}
 	reserved, retried, err := reserveWithRetry(reserve, size, u,
-		func(err error, relocate bool) (memory.PageUpdate, error) {
-			return d.makeRoomLocked(ctx, s, err, relocate)
+		func(err error, stage roomStage) (memory.PageUpdate, error) {
+			return d.makeRoomLocked(ctx, s, err, stage)
 		},
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {

@@ -119,6 +119,10 @@ type Options struct {
 	// TorchSettings, when set, are the torch policy's settings in place of
 	// the snapshot's recorded ones (the CLI's -torch-conf).
 	TorchSettings *torch.Settings
+	// NoCompact opens every gpumem policy's device WithoutCompaction (the
+	// CLI's -nocompact): what compacting current pages buys is the
+	// difference from a run without it.
+	NoCompact bool
 }
 
 // deviceOptions are the Options fields that choose how a policy's device
@@ -127,12 +131,13 @@ type deviceOptions struct {
 	host      bool
 	open      func(opts ...gpumem.Option) (*gpumem.Device, error)
 	alignment uint64
+	noCompact bool
 	// torchBase is the torch policy's settings (see torchSettings).
 	torchBase torch.Settings
 }
 
 func (o Options) device() deviceOptions {
-	return deviceOptions{host: o.Host, open: o.Open, alignment: o.Alignment}
+	return deviceOptions{host: o.Host, open: o.Open, alignment: o.Alignment, noCompact: o.NoCompact}
 }
 
 // PolicyResult is one policy's figures. PeakReserved, Relocations,
@@ -161,11 +166,18 @@ type PolicyResult struct {
 	MinCapacityRelocations uint64  `json:"min_capacity_relocations"`
 	MinCapacityBytesMoved  uint64  `json:"min_capacity_bytes_moved"`
 	MinCapacityCopySeconds float64 `json:"min_capacity_copy_seconds"`
-	Relocations            uint64  `json:"relocations"`
-	BytesMoved             uint64  `json:"bytes_moved"`
-	CopySeconds            float64 `json:"copy_seconds"`
-	ReplaySeconds          float64 `json:"replay_seconds"`
-	FailedAllocs           int     `json:"failed_allocs"`
+	// MinCapacityCompactions, …CompactBytesMoved and …CompactPagesFreed
+	// are compaction's share at the smallest capacity (its bytes are also
+	// in MinCapacityBytesMoved): what compacting current pages did to make
+	// the workload fit there.
+	MinCapacityCompactions       uint64  `json:"min_capacity_compactions"`
+	MinCapacityCompactBytesMoved uint64  `json:"min_capacity_compact_bytes_moved"`
+	MinCapacityCompactPagesFreed uint64  `json:"min_capacity_compact_pages_freed"`
+	Relocations                  uint64  `json:"relocations"`
+	BytesMoved                   uint64  `json:"bytes_moved"`
+	CopySeconds                  float64 `json:"copy_seconds"`
+	ReplaySeconds                float64 `json:"replay_seconds"`
+	FailedAllocs                 int     `json:"failed_allocs"`
 	// TorchConf is a PyTorch policy's settings as a PYTORCH_CUDA_ALLOC_CONF
 	// line ("" for PyTorch's defaults); absent for gpumem's policies.
 	TorchConf *string `json:"pytorch_alloc_conf,omitempty"`
@@ -377,6 +389,9 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	case Exclusive:
 		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
 	}
+	if dev.noCompact {
+		opts = append(opts, gpumem.WithoutCompaction())
+	}
 	if dev.open != nil {
 		return dev.open(opts...)
 	}
@@ -558,6 +573,9 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		// smallest device are the ones that made it fit.
 		res.MinCapacityRelocations = capRes.rep.Relocations
 		res.MinCapacityBytesMoved = capRes.rep.BytesMoved
+		res.MinCapacityCompactions = capRes.rep.Compactions
+		res.MinCapacityCompactBytesMoved = capRes.rep.CompactBytesMoved
+		res.MinCapacityCompactPagesFreed = capRes.rep.CompactPagesFreed
 		res.MinCapacitySlowPath = slowPathOf(name, capRes.rep)
 	}
 	return res, nil

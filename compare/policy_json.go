@@ -8,11 +8,13 @@ import (
 
 // notMeasuredByPyTorch are the figures of a gpumem device that PyTorch's
 // model has no counterpart for: it never moves memory.
-var notMeasuredByPyTorch = []string{"relocations", "bytes_moved", "copy_seconds", "min_capacity_relocations", "min_capacity_bytes_moved", "min_capacity_copy_seconds"}
+var notMeasuredByPyTorch = []string{"relocations", "bytes_moved", "copy_seconds", "min_capacity_relocations", "min_capacity_bytes_moved", "min_capacity_copy_seconds",
+	"min_capacity_compactions", "min_capacity_compact_bytes_moved", "min_capacity_compact_pages_freed"}
 
 // notSearched are the figures of the smallest-capacity search, which
 // -no-search (Options.SkipCapacity) does not run.
-var notSearched = []string{"min_capacity_bytes", "min_capacity_over_peak_live", "capacity_probes", "min_device_bytes", "min_capacity_relocations", "min_capacity_bytes_moved", "min_capacity_copy_seconds"}
+var notSearched = []string{"min_capacity_bytes", "min_capacity_over_peak_live", "capacity_probes", "min_device_bytes", "min_capacity_relocations", "min_capacity_bytes_moved", "min_capacity_copy_seconds",
+	"min_capacity_compactions", "min_capacity_compact_bytes_moved", "min_capacity_compact_pages_freed"}
 
 // MarshalJSON writes the result with the figures its policy does not
 // measure left out rather than written as 0, so a reader can tell "no

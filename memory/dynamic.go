@@ -413,14 +413,14 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 		if !p.c.CanCompact() {
 			continue
 		}
-		o := a.compactOne(st, q, p.c.PlanCompact, p.sliced, lim)
+		o, info := a.compactOne(st, q, p.c.PlanCompact, p.sliced, lim)
 		switch {
 		case o.Kind == relocation.Moved:
 			total.Kind = relocation.Moved
 			total.Moves += o.Moves
 			total.Bytes += o.Bytes
 			total.Err = nil
-			lim = lim.Less(uint64(o.Bytes), o.Moves)
+			lim = lim.Less(uint64(o.Bytes), o.Moves, info.BytesFreed)
 		case o.Kind != relocation.NothingToMove && total.Kind == relocation.NothingToMove:
 			total = o
 		}
@@ -432,13 +432,14 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 }
 
 // compactOne plans one pool's compaction with plan, copies it through q and
-// commits it on sliced, then gives the emptied pages back.
-func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, plan func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan), sliced *pool.Sliced, lim pool.CompactLimits) relocation.Outcome {
+// commits it on sliced, then gives the emptied pages back. The plan's
+// figures are returned only for a compaction that landed.
+func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, plan func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan), sliced *pool.Sliced, lim pool.CompactLimits) (relocation.Outcome, pool.CompactPlan) {
 	r, info := plan(lim, st, a.g)
 	if r.IsEmpty() {
 		out := relocation.Outcome{Kind: relocation.NothingToMove}
 		a.stats.Record(relocation.Compact, out)
-		return out
+		return out, pool.CompactPlan{}
 	}
 	moves, bytes := r.Len(), r.Bytes()
 	landed, err := r.Copy(st, q)
@@ -452,7 +453,7 @@ func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, 
 		}
 		out := relocation.Outcome{Kind: kind, Moves: moves, Bytes: bytes, Err: err}
 		a.stats.Record(relocation.Compact, out)
-		return out
+		return out, pool.CompactPlan{}
 	}
 	sliced.Commit(landed, a.g)
 	sliced.ReleaseEmpty(st, a.g)
@@ -461,5 +462,5 @@ func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, 
 	a.stats.Record(relocation.Compact, out)
 	a.stats.CompactPagesFreed += uint64(info.Pages)
 	a.stats.CompactBytesFreed += info.BytesFreed
-	return out
+	return out, info
 }

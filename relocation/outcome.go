@@ -61,6 +61,10 @@ type Stats struct {
 	CompactBytesMoved uint64 // requested bytes those moves copied
 	CompactPagesFreed uint64 // current pages a compaction emptied and gave back
 	CompactBytesFreed uint64 // bytes of those pages (mapped bytes on granular storage)
+	// CompactNothingToMove counts compactions whose plan was empty (also
+	// in NothingToMove), so Runs[Compact] less it is the compactions that
+	// moved or tried to.
+	CompactNothingToMove uint64
 }
 
 // Record counts one relocation for r that ended with o: Runs[r], and the
@@ -74,6 +78,9 @@ func (s *Stats) Record(r Reason, o Outcome) {
 	switch o.Kind {
 	case NothingToMove:
 		s.NothingToMove++
+		if r == Compact {
+			s.CompactNothingToMove++
+		}
 	case Moved:
 		if o.Moves < 0 {
 			panic(fmt.Sprintf("relocation: Record of %d moves", o.Moves))
@@ -110,4 +117,5 @@ func (s *Stats) Add(o Stats) {
 	s.CompactBytesMoved += o.CompactBytesMoved
 	s.CompactPagesFreed += o.CompactPagesFreed
 	s.CompactBytesFreed += o.CompactBytesFreed
+	s.CompactNothingToMove += o.CompactNothingToMove
 }

@@ -118,12 +118,21 @@ type Report struct {
 	PagesReleased       uint64            `json:"pages_released"`
 	BytesReleased       uint64            `json:"bytes_released"`
 	MovedPerReleased    float64           `json:"bytes_moved_per_byte_released"`
-	Abandoned           uint64            `json:"relocations_abandoned"`
-	Leaked              uint64            `json:"relocations_leaked"`
-	ReserveRetries      uint64            `json:"reserve_retries"`
-	CapturesSealed      uint64            `json:"captures_sealed"`
-	CapturesDoomed      uint64            `json:"captures_doomed"`
-	CapturesAbandoned   uint64            `json:"captures_abandoned"`
+	// Compactions counts compactions of current pages that moved something
+	// (or tried to, see Abandoned); their moves and bytes are also in
+	// Moves and BytesMoved, the pages they emptied are CompactPagesFreed,
+	// not PagesReleased.
+	Compactions       uint64 `json:"compactions"`
+	CompactMoves      uint64 `json:"compact_moves"`
+	CompactBytesMoved uint64 `json:"compact_bytes_moved"`
+	CompactPagesFreed uint64 `json:"compact_pages_freed"`
+	CompactBytesFreed uint64 `json:"compact_bytes_freed"`
+	Abandoned         uint64 `json:"relocations_abandoned"`
+	Leaked            uint64 `json:"relocations_leaked"`
+	ReserveRetries    uint64 `json:"reserve_retries"`
+	CapturesSealed    uint64 `json:"captures_sealed"`
+	CapturesDoomed    uint64 `json:"captures_doomed"`
+	CapturesAbandoned uint64 `json:"captures_abandoned"`
 	// CaptureErrors counts capture events the device refused (a phase out
 	// of order, a close while another graph records, …); the replay goes
 	// on.
@@ -406,7 +415,14 @@ func (r *replayer) finish(start time.Time) {
 	if rep.BytesReleased > 0 {
 		rep.MovedPerReleased = float64(rep.BytesMoved) / float64(rep.BytesReleased)
 	}
-	rep.Relocations = st.Relocation.Runs[0] + st.Relocation.Runs[1] + st.Relocation.Runs[2] + st.Relocation.Runs[3] - st.Relocation.NothingToMove
+	rs := st.Relocation
+	rep.Relocations = rs.Runs[relocation.Explicit] + rs.Runs[relocation.MemoryPressure] + rs.Runs[relocation.ArenaFull] + rs.Runs[relocation.Capture] -
+		(rs.NothingToMove - rs.CompactNothingToMove)
+	rep.Compactions = rs.Runs[relocation.Compact] - rs.CompactNothingToMove
+	rep.CompactMoves = rs.CompactMoves
+	rep.CompactBytesMoved = rs.CompactBytesMoved
+	rep.CompactPagesFreed = rs.CompactPagesFreed
+	rep.CompactBytesFreed = rs.CompactBytesFreed
 	rep.Abandoned = st.Relocation.Abandoned
 	rep.Leaked = st.Relocation.Leaked
 	rep.ReserveRetries = st.ReserveRetries

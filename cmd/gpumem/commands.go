@@ -125,6 +125,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	bandwidth := rateFlag{v: compare.DefaultBandwidth}
 	fs.Var(&bandwidth, "bandwidth", "device copy bandwidth for the relocation time estimate, `RATE` such as 2TB/s, 900GB/s or 2e12 (B/s)")
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
+	noCompact := fs.Bool("nocompact", false, "gpumem policies never compact current pages (to see what compaction buys)")
 	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz")
@@ -207,6 +208,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Policies:     compare.ParsePolicies(*policies),
 		Bandwidth:    bandwidth.v,
 		SkipCapacity: *noSearch,
+		NoCompact:    *noCompact,
 		Host:         *backend == "host",
 		Capacity:     capacity.v,
 		Overhead:     overhead.v,

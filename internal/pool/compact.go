@@ -35,26 +35,37 @@ const CompactMovedPerFreed = 2
 // at most MaxBytes requested bytes copied and MaxMoves allocations moved,
 // each 0 for no bound (a negative MaxMoves: nothing may move, see Less). A
 // page whose moves would pass a bound is left alone, so a pass empties whole
-// pages only.
+// pages only. Goal, when nonzero, ends the plan as soon as the pages it
+// empties free that many bytes: the make-room path sets it to the room its
+// failed reservation lacked, so a compaction under pressure copies no more
+// than the retry needs.
 type CompactLimits struct {
 	MaxBytes uint64
 	MaxMoves int
+	Goal     uint64
 }
 
 // Less returns the limits left after a pass that copied bytes in moves
-// moves; an unbounded limit stays unbounded.
-func (l CompactLimits) Less(bytes uint64, moves int) CompactLimits {
+// moves and freed freed bytes; an unbounded limit stays unbounded, and a
+// limit used up (or a goal reached) leaves the limits spent.
+func (l CompactLimits) Less(bytes uint64, moves int, freed uint64) CompactLimits {
+	spent := CompactLimits{MaxMoves: -1}
 	if l.MaxBytes > 0 {
 		l.MaxBytes -= min(l.MaxBytes, bytes)
 		if l.MaxBytes == 0 {
-			l.MaxBytes, l.MaxMoves = 0, -1 // spent
-			return l
+			return spent
 		}
 	}
 	if l.MaxMoves > 0 {
 		l.MaxMoves -= min(l.MaxMoves, moves)
 		if l.MaxMoves == 0 {
-			l.MaxMoves = -1 // spent
+			return spent
+		}
+	}
+	if l.Goal > 0 {
+		l.Goal -= min(l.Goal, freed)
+		if l.Goal == 0 {
+			return spent
 		}
 	}
 	return l
@@ -142,6 +153,7 @@ func movableLive(pg *page) (uint64, bool) {
 //     landed yet), and a source never takes targets, so source and target
 //     are always on distinct pages (R5).
 //
+// The plan ends early once the pages it empties free lim.Goal bytes.
 // Targets are never a new page: room Held only, since a compaction that
 // took a page to empty one would free nothing.
 func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
@@ -231,6 +243,9 @@ func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.Er
 			bytes += c.live
 			plan.Pages++
 			plan.BytesFreed += freed - mapped
+			if lim.Goal > 0 && plan.BytesFreed >= lim.Goal {
+				break
+			}
 			continue
 		}
 		for _, m := range moves[mark:] {

@@ -1,0 +1,118 @@
+// Compaction at a moment the runtime chooses (design §7.7): Defragment, its
+// options and result, and the pass that bounds and counts one compaction.
+//
+// The make-room path compacts on its own, as its last stage, only when a
+// reservation would fail otherwise. A runtime that knows a quiet moment
+// (between training steps, after loading weights) can compact then instead,
+// in bounded passes as the Vulkan Memory Allocator's defragmentation does,
+// and keep a later allocation off the slow path. Unlike VMA, nothing is left
+// to the caller: the device copies, re-points every Buffer and gives the
+// emptied pages back.
+
+package gpumem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/relocation"
+)
+
+// ErrInvalidLimits is returned by Defragment for a negative
+// DefragOptions.MaxMoves.
+var ErrInvalidLimits = errors.New("gpumem: invalid defragmentation limits")
+
+// DefragOptions bounds one Defragment pass. A pass empties whole pages only:
+// a page whose moves would pass a bound is left for a later pass.
+type DefragOptions struct {
+	// MaxBytes bounds the requested bytes the pass copies (0: no bound).
+	MaxBytes uint64
+	// MaxMoves bounds the allocations the pass moves (0: no bound; a
+	// negative value is refused with ErrInvalidLimits).
+	MaxMoves int
+}
+
+// DefragResult is what one Defragment pass did, summed over the streams it
+// compacted.
+type DefragResult struct {
+	Moves      uint64 // allocations moved
+	BytesMoved uint64 // requested bytes those moves copied
+	PagesFreed uint64 // current pages emptied and given back
+	BytesFreed uint64 // bytes of those pages (mapped bytes on granular storage)
+}
+
+// compactPass bounds what one compaction may still move (lim) and gathers
+// what it moved and freed (res), across the streams it runs on.
+type compactPass struct {
+	lim pool.CompactLimits
+	res DefragResult
+}
+
+// spent reports whether the pass may move nothing more.
+func (p *compactPass) spent() bool { return p.lim.Spent() }
+
+// charge adds what one stream's compaction did (its relocation counters
+// after less before) to the result and takes it off the limits.
+func (p *compactPass) charge(after, before relocation.Stats) {
+	moves := after.CompactMoves - before.CompactMoves
+	bytes := after.CompactBytesMoved - before.CompactBytesMoved
+	freed := after.CompactBytesFreed - before.CompactBytesFreed
+	p.res.Moves += moves
+	p.res.BytesMoved += bytes
+	p.res.PagesFreed += after.CompactPagesFreed - before.CompactPagesFreed
+	p.res.BytesFreed += freed
+	p.lim = p.lim.Less(bytes, int(moves), freed)
+}
+
+// Defragment compacts every stream's current pages now, in creation order,
+// within opts: the sparsest pages' allocations move into free room of the
+// stream's other pages (never onto a new page), every Buffer is re-pointed,
+// and the emptied pages go back. Outdated pages are relocated first, as a
+// Cleanup would. Pages a graph guards, and pages with an allocation a
+// mapping or queued cross-stream work binds, stay put.
+//
+// Like Cleanup it waits, without the device lock, until every stream's
+// work is done (a move may touch memory any stream uses), so it is for a
+// quiet moment: ctx bounds that wait (its error is returned with nothing
+// moved). It is refused while a stream records a graph (ErrRecording),
+// from inside an op (ErrCalledFromOp), on a closed device (ErrClosed), and
+// for a negative MaxMoves (ErrInvalidLimits). A device opened
+// WithoutCompaction or WithoutRelocation moves nothing and returns a zero
+// result. What a pass moved before a failure is kept and returned with the
+// error.
+func (d *Device) Defragment(ctx context.Context, opts DefragOptions) (DefragResult, error) {
+	if opts.MaxMoves < 0 {
+		return DefragResult{}, fmt.Errorf("%w: MaxMoves is %d (0 means no bound)", ErrInvalidLimits, opts.MaxMoves)
+	}
+	if err := ctx.Err(); err != nil {
+		return DefragResult{}, err
+	}
+	if err := d.lockUnlessBorrowed("Device.Defragment"); err != nil {
+		return DefragResult{}, err
+	}
+	defer d.mu.Unlock()
+	if d.closed {
+		return DefragResult{}, ErrClosed
+	}
+	if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
+		return DefragResult{}, err
+	}
+	pass := &compactPass{lim: pool.CompactLimits{MaxBytes: opts.MaxBytes, MaxMoves: opts.MaxMoves}}
+	// Relocation off outdated pages first: their live allocations belong
+	// on current pages, and compaction then keeps those dense.
+	if err := d.reclaimLocked(ctx, d.streams, reclaimHow{relocate: true, reason: relocation.Explicit}); err != nil {
+		return pass.res, err
+	}
+	if d.noRelocate || d.noCompact {
+		return pass.res, nil
+	}
+	err := d.reclaimLocked(ctx, d.streams, reclaimHow{compact: pass})
+	if h := d.hist; h != nil {
+		for _, s := range d.streams {
+			h.cleanupLocked(s, true)
+		}
+	}
+	return pass.res, err
+}
