@@ -44,14 +44,26 @@ type DefragResult struct {
 }
 
 // compactPass bounds what one compaction may still move (lim) and gathers
-// what it moved and freed (res), across the streams it runs on.
+// what it moved and freed (res), across the streams it runs on. For the
+// make-room path, hole is the failed reservation's size on holeFor: a hole
+// for it there is tried before any page is emptied.
 type compactPass struct {
-	lim pool.CompactLimits
-	res DefragResult
+	lim     pool.CompactLimits
+	res     DefragResult
+	hole    uint64
+	holeFor *Stream
 }
 
 // spent reports whether the pass may move nothing more.
 func (p *compactPass) spent() bool { return p.lim.Spent() }
+
+// wantsHole reports whether the pass makes a hole on s (p may be nil).
+func (p *compactPass) wantsHole(s *Stream) bool {
+	return p != nil && p.hole > 0 && p.holeFor == s
+}
+
+// holeMade ends the pass: the retry has the room it lacked.
+func (p *compactPass) holeMade() { p.lim = pool.CompactLimits{MaxMoves: -1} }
 
 // charge adds what one stream's compaction did (its relocation counters
 // after less before) to the result and takes it off the limits.

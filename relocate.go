@@ -245,19 +245,22 @@ func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), s
 var errNothingToMove = errors.New("gpumem: nothing to relocate or compact")
 
 // makeRoomLocked frees what a failed reservation of s may need, in the
-// stage reserveWithRetry asks for. stageCleanup: the cleanup of every
+// stage reserveWithRetry asks for, for a reservation of size bytes on s.
+// stageCleanup: the cleanup of every
 // stream, s first (cached pages of other streams count against the same
 // device), moving nothing. stageRelocate: page sizes exhausted → a
 // relocation of s that may allocate (ArenaFull); otherwise the same
 // cleanup relocating every stream for MemoryPressure. stageCompact: the
-// same cleanup compacting every stream's current pages, s first, until
-// the room err says was missing is freed (compactGoal); never for
+// same cleanup compacting: first a hole for size in s's pages (the room is
+// there but no single slice holds it), else every stream's sparsest
+// current pages emptied, s first, until the room err says was missing is
+// freed (compactGoal); never for
 // exhausted page sizes, which a denser current pool does not cure. Either
 // moving stage answers errNothingToMove when it has nothing to move. It
 // waits for the streams with the lock released first (settle.go) and
 // returns the page update the retry may make, as the state is after that
 // wait.
-func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, stage roomStage) (memory.PageUpdate, error) {
+func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (memory.PageUpdate, error) {
 	if invariantsOn {
 		d.assertLocked("makeRoomLocked")
 	}
@@ -274,7 +277,7 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, stage
 			return d.retryUpdateLocked(s)
 		}
 	case stageCompact:
-		if exhausted || !d.deviceCanCompactLocked() {
+		if exhausted || !d.deviceCanCompactLocked(s, size) {
 			return 0, errNothingToMove
 		}
 	}
@@ -289,7 +292,7 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, err error, stage
 	}
 	how := reclaimHow{relocate: stage == stageRelocate, reason: relocation.MemoryPressure}
 	if stage == stageCompact {
-		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: compactGoal(err)}}}
+		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: compactGoal(err)}, hole: size, holeFor: s}}
 	}
 	if rerr := d.reclaimLocked(ctx, order, how); rerr != nil {
 		if !errors.Is(rerr, relocation.ErrRecording) {
@@ -321,12 +324,14 @@ func compactGoal(err error) uint64 {
 	return oom.Requested - left
 }
 
-// deviceCanCompactLocked reports whether any stream's memory might give a
-// current page back by compaction (false under WithoutRelocation or
+// deviceCanCompactLocked reports whether a compaction might make room for
+// a reservation of size on s: a hole in s's pages, or a current page of
+// any stream given back (false under WithoutRelocation or
 // WithoutCompaction).
-func (d *Device) deviceCanCompactLocked() bool {
+func (d *Device) deviceCanCompactLocked(s *Stream, size uint64) bool {
+	pass := &compactPass{hole: size, holeFor: s}
 	for _, t := range d.streams {
-		if (streamsOf{d: d, s: t}).CanCompact() {
+		if (streamsOf{d: d, s: t, compact: pass}).CanCompact() {
 			return true
 		}
 	}
@@ -349,6 +354,9 @@ func (x streamsOf) CanCompact() bool {
 	if x.d.noRelocate || x.d.noCompact || x.cleanOnly || (x.compact != nil && x.compact.spent()) {
 		return false
 	}
+	if x.compact.wantsHole(x.s) && x.s.mem.CanMakeHole(x.compact.hole) {
+		return true
+	}
 	return x.s.mem.CanCompact()
 }
 
@@ -361,6 +369,17 @@ func (x streamsOf) CompactMemory() {
 		lim = x.compact.lim
 	}
 	before := x.s.mem.Stats().Relocation
+	if x.compact.wantsHole(x.s) && x.s.mem.CanMakeHole(x.compact.hole) {
+		o := x.s.mem.MakeHole(&deviceCopies{d: x.d, s: x.s}, x.compact.hole, lim)
+		if h := x.d.hist; h != nil {
+			h.relocationLocked(x.s, relocation.Compact, o)
+		}
+		if o.Kind == relocation.Moved {
+			x.compact.charge(x.s.mem.Stats().Relocation, before)
+			x.compact.holeMade()
+			return
+		}
+	}
 	o := x.s.mem.Compact(&deviceCopies{d: x.d, s: x.s}, lim)
 	if x.compact != nil {
 		x.compact.charge(x.s.mem.Stats().Relocation, before)

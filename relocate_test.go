@@ -309,7 +309,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), stageCleanup)
+		_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageCleanup)
 		d.mu.Unlock()
 		st := d.Stats()
 		if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || outdatedPages(d) != 2 {
@@ -321,7 +321,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
+	_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
 	d.mu.Unlock()
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.MemoryPressure] != 0 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -336,7 +336,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	allocatedBefore = st.BytesAllocated
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
+	_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
 	d.mu.Unlock()
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -350,7 +350,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, err := d.makeRoomLocked(nil, a, fmt.Errorf("x: %w", cause), stageRelocate)
+		_, err := d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageRelocate)
 		d.mu.Unlock()
 		if !errors.Is(err, errNothingToMove) {
 			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToMove", cause, err)

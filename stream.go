@@ -169,7 +169,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	}
 	reserved, retried, err := reserveWithRetry(reserve, size, u,
 		func(err error, stage roomStage) (memory.PageUpdate, error) {
-			return d.makeRoomLocked(ctx, s, err, stage)
+			return d.makeRoomLocked(ctx, s, size, err, stage)
 		},
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {

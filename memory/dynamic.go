@@ -50,6 +50,13 @@ type Relocating interface {
 	// CanCompact reports, without planning, whether a compaction might
 	// empty a current page (pool.Sliced.CanCompact).
 	CanCompact() bool
+	// CanMakeHole reports, without planning, whether MakeHole might make
+	// room for a reservation of size in the pool that would serve it.
+	CanMakeHole(size uint64) bool
+	// MakeHole moves the live allocations of the cheapest run of slices
+	// that would hold a reservation of size onto other pages, so that
+	// reservation finds room without a new page.
+	MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome
 	// Compact empties the sparsest current pages into the room of the
 	// others, within lim, and gives the emptied pages back.
 	Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome
@@ -429,6 +436,45 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 		}
 	}
 	return total
+}
+
+// holePool is the sliced pool a reservation of size would be served from
+// in room held today (the small pool, or the arena's current pool when size
+// fits its pages), or nil: zero bytes, or a growth, which no hole cures.
+func (a *AdaptiveMemory) holePool(size uint64) *pool.Sliced {
+	switch {
+	case size == 0:
+		return nil
+	case a.small.Accept(size):
+		return a.small
+	}
+	if kind, _ := a.arena.Sizing().Fit(size, a.arena.PageSize()); kind != pool.Fits {
+		return nil
+	}
+	return a.arena.Current()
+}
+
+// CanMakeHole implements Relocating: the pool that would serve size might
+// be compacted into a hole for it (pool.Sliced.CanHole).
+func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
+	p := a.holePool(size)
+	return p != nil && p.CanHole(size)
+}
+
+// MakeHole implements Relocating (design §7.7): in the pool that would
+// serve size, the cheapest run of slices that holds it has its live
+// allocations moved onto the pool's other pages (pool.Sliced.PlanHole),
+// one relocation for relocation.Compact within lim, so a retried
+// reservation of size finds room without a new page.
+func (a *AdaptiveMemory) MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
+	p := a.holePool(size)
+	if p == nil {
+		return relocation.Outcome{Kind: relocation.NothingToMove}
+	}
+	o, _ := a.compactOne(st, q, func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+		return p.PlanHole(size, l, st, g)
+	}, p, lim)
+	return o
 }
 
 // compactOne plans one pool's compaction with plan, copies it through q and

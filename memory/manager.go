@@ -505,6 +505,25 @@ func (m *Manager) Compact(q relocation.CopyQueue, lim pool.CompactLimits) reloca
 	return out
 }
 
+// CanMakeHole reports whether a compaction might make room for a
+// reservation of size without a new page.
+func (m *Manager) CanMakeHole(size uint64) bool {
+	return m.relocating != nil && m.relocating.CanMakeHole(size)
+}
+
+// MakeHole moves allocations so that a reservation of size finds room
+// without a new page, within lim, through q (design §7.7).
+func (m *Manager) MakeHole(q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
+	if m.relocating == nil {
+		return relocation.Outcome{Kind: relocation.NothingToMove}
+	}
+	out := m.relocating.MakeHole(m.st, q, size, lim)
+	if invariantsOn {
+		m.checkInvariants("MakeHole")
+	}
+	return out
+}
+
 // Cleanup gives back what each pool's policy allows (design §6.4): persistent,
 // then dedicated (every free dedicated buffer goes back at once), then the
 // dynamic memory; Explicit flushes the storage. Renumbering rewrites

@@ -352,3 +352,203 @@ func (a *Arena) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.Err
 // CanCompact reports whether a compaction of the current pool might empty a
 // page (Sliced.CanCompact).
 func (a *Arena) CanCompact() bool { return a.Current().CanCompact() }
+
+// holeWindow is a run of adjacent slices [from, to] of one page that
+// together hold a reservation once their live allocations move away: live
+// is the bytes those moves copy.
+type holeWindow struct {
+	page, from, to int
+	live           uint64
+	moves          int
+}
+
+// cheaper orders windows by the bytes their moves copy, then by the moves,
+// then by page and offset (so a plan is deterministic).
+func (w holeWindow) cheaper(v holeWindow) bool {
+	if w.live != v.live {
+		return w.live < v.live
+	}
+	if w.moves != v.moves {
+		return w.moves < v.moves
+	}
+	if w.page != v.page {
+		return w.page < v.page
+	}
+	return w.from < v.from
+}
+
+// holeCandidates is how many pages' cheapest windows PlanHole tries before
+// it gives up: a window whose allocations find no room elsewhere is rarely
+// followed by a much dearer one that does, and each try costs a scan of
+// the pool's free slices per move.
+const holeCandidates = 8
+
+// PlanHole plans the moves that make room for one reservation of size
+// bytes in the pool's pages without a new page: on one page, the run of
+// adjacent slices that holds size (padded) and whose live allocations are
+// the fewest bytes to copy has those allocations moved into free room of
+// the other pages (best fit, largest first), so the run coalesces into one
+// free slice the retried reservation takes. It is the make-room path's
+// answer when the free room of the pages would hold the reservation but no
+// single hole does, and no page can be emptied (PlanCompact).
+//
+// Only pages backed whole take part: on granular storage a run's free part
+// may need granules mapped, which is what failed, and the retry takes the
+// first fitting slice, which may be another that needs them; there the
+// answer is PlanCompact's, which unmaps what it empties. Guarded pages and
+// runs holding a bound allocation are never chosen; a move's target is never
+// on the run's page (R5). The cheapest window of each page is a candidate,
+// the candidates tried cheapest first (at most holeCandidates), all or
+// nothing each, within lim; the first that places every allocation is the
+// plan. The plan frees no page: CompactPlan.Pages and BytesFreed are 0.
+//
+// Cost: one pass over every page's slices (two pointers per page) plus a
+// best-fit scan per move of the tried candidates.
+func (p *Sliced) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	var plan CompactPlan
+	if lim.Spent() || len(p.pages) < 2 {
+		return relocation.New(nil), plan
+	}
+	_, need := padded(size, p.align)
+	var cands []holeWindow
+	for pi, pg := range p.pages {
+		if pg.guarded() || pg.granule > 0 || pg.size() < need {
+			continue
+		}
+		pg.coalesce(g)
+		if w, ok := pg.cheapestWindow(pi, need); ok {
+			cands = append(cands, w)
+		}
+	}
+	slices.SortFunc(cands, func(x, y holeWindow) int {
+		if x.cheaper(y) {
+			return -1
+		}
+		if y.cheaper(x) {
+			return 1
+		}
+		return 0
+	})
+	exclude := make([]bool, len(p.pages))
+	for k, w := range cands {
+		if k == holeCandidates {
+			break
+		}
+		if w.live == 0 {
+			// Already a hole: the reservation failed for another reason
+			// (the storage), and moving nothing cures nothing.
+			break
+		}
+		if (lim.MaxBytes > 0 && w.live > lim.MaxBytes) || (lim.MaxMoves > 0 && w.moves > lim.MaxMoves) {
+			continue
+		}
+		pg := p.pages[w.page]
+		var live []int
+		for i := w.from; i <= w.to; i++ {
+			if !pg.slices[i].h.IsFree() {
+				live = append(live, i)
+			}
+		}
+		slices.SortStableFunc(live, func(x, y int) int {
+			a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
+			switch {
+			case a > b:
+				return -1
+			case a < b:
+				return 1
+			}
+			return 0
+		})
+		// Clones first: targets are never carved on this page, so its
+		// slice indices stay true while they are placed.
+		clones := make([]*handle.Handle, len(live))
+		for n, i := range live {
+			clones[n] = pg.slices[i].h.Clone()
+		}
+		exclude[w.page] = true
+		var moves []relocation.Move
+		ok := true
+		for n, h := range clones {
+			src := pg.slices[live[n]].Region
+			t, _ := p.bestFit(src.Size, exclude, st, g)
+			if t == nil {
+				ok = false
+				break
+			}
+			dst := p.Slice(t.Location())
+			moves = append(moves, relocation.NewMove(h, t, relocation.StorageCopy{Source: src, Target: dst.Region}))
+		}
+		exclude[w.page] = false
+		if ok {
+			return relocation.New(moves), plan
+		}
+		for _, m := range moves {
+			m.Target().Release()
+			m.Allocation().Release()
+		}
+		for _, h := range clones[len(moves):] {
+			h.Release()
+		}
+	}
+	return relocation.New(nil), plan
+}
+
+// cheapestWindow finds the page's run of adjacent slices whose effective
+// sizes sum to at least need and whose live slices (none bound) hold the
+// fewest requested bytes: two pointers over the slices, the run shrunk
+// from the left while it still holds need. false when no run qualifies.
+// The page's slices must be coalesced.
+func (pg *page) cheapestWindow(index int, need uint64) (holeWindow, bool) {
+	best := holeWindow{page: -1}
+	var span, live uint64
+	moves, from := 0, 0
+	for j := range pg.slices {
+		s := &pg.slices[j]
+		if !s.h.IsFree() && s.h.IsBound() {
+			from, span, live, moves = j+1, 0, 0, 0
+			continue
+		}
+		span += s.EffectiveSize()
+		if !s.h.IsFree() {
+			live += s.Region.Size
+			moves++
+		}
+		for from < j {
+			t := &pg.slices[from]
+			if span-t.EffectiveSize() < need {
+				break
+			}
+			span -= t.EffectiveSize()
+			if !t.h.IsFree() {
+				live -= t.Region.Size
+				moves--
+			}
+			from++
+		}
+		if span >= need {
+			w := holeWindow{page: index, from: from, to: j, live: live, moves: moves}
+			if best.page < 0 || w.cheaper(best) {
+				best = w
+			}
+		}
+	}
+	return best, best.page >= 0
+}
+
+// CanHole reports, without planning, whether PlanHole might make room for
+// size bytes: at least two unguarded pages backed whole, whose free room
+// together holds size padded (the run's own free bytes plus the room its
+// moves take elsewhere is at least that). O(slices).
+func (p *Sliced) CanHole(size uint64) bool {
+	_, need := padded(size, p.align)
+	var free uint64
+	n := 0
+	for _, pg := range p.pages {
+		if pg.guarded() || pg.granule > 0 {
+			continue
+		}
+		n++
+		free += pg.size() - min(pg.size(), pg.occupied())
+	}
+	return n >= 2 && free >= need
+}
