@@ -158,6 +158,7 @@ func TestWaitingCallsFromInsideAnOpAreRefused(t *testing.T) {
 				"Read":         func() error { _, err := b.Read(bg); return err },
 				"Map":          func() error { m, err := b.Map(bg); m.Release(); return err },
 				"Device.Close": d.Close,
+				"Defragment":   func() error { _, err := d.Defragment(bg, DefragOptions{}); return err },
 			}
 			if be.name == "sim" { // Sim holds no host bytes to read or map
 				delete(calls, "Read")

@@ -1,0 +1,223 @@
+package gpumem
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// sparsePages lays out three 10 MiB pages on s, each a 4 MiB pattern then
+// 6 MiB free: 30 MiB reserved, 12 MiB live, no hole of 7 MiB. The first
+// 9 MiB reservation sets the page size (design §5.3) and is freed.
+func sparsePages(t *testing.T, s *Stream) (live []*Buffer, want [][]byte) {
+	t.Helper()
+	mustFree(t, mustAlloc(t, s, 9*mib))
+	var gaps []*Buffer
+	for i := range 3 {
+		b := mustAlloc(t, s, 4*mib)
+		w := pattern(4*mib, byte(10+i))
+		mustWrite(t, b, w)
+		live, want = append(live, b), append(want, w)
+		gaps = append(gaps, mustAlloc(t, s, 6*mib))
+	}
+	for _, g := range gaps {
+		mustFree(t, g)
+	}
+	if got := arenaPageSize(s.d, 0); got != 10*mib {
+		t.Fatalf("setup: page size %d, want 10 MiB", got)
+	}
+	if got := s.d.Stats().BytesReserved; got != 30*mib {
+		t.Fatalf("setup: %d bytes reserved, want three 10 MiB pages", got)
+	}
+	return live, want
+}
+
+func compactDevice(t *testing.T, opts ...Option) *Device {
+	t.Helper()
+	opts = append([]Option{WithCapacity(30 * mib),
+		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 30 * mib})}, opts...)
+	return openHost(t, opts...)
+}
+
+// design §7.7: a reservation that neither a cleanup nor a relocation off
+// outdated pages can cure, on a device whose pages hold the room in pieces,
+// is served after a compaction made a hole for it; the same program on a
+// device without compaction fails (so compaction ran only where the
+// reservation would have failed: do no harm), and every byte survives.
+func TestMakeRoomCompactsOnlyWhenTheReservationWouldFailOtherwise(t *testing.T) {
+	for _, compacting := range []bool{true, false} {
+		var opts []Option
+		if !compacting {
+			opts = append(opts, WithoutCompaction())
+		}
+		d := compactDevice(t, opts...)
+		s := d.DefaultStream()
+		live, want := sparsePages(t, s)
+		// A 6 MiB reservation fits a gap: no compaction.
+		six := mustAlloc(t, s, 6*mib)
+		if st := d.Stats().Relocation; st.Runs[relocation.Compact] != 0 {
+			t.Fatalf("compacting=%v: %d compactions for a reservation a gap served", compacting, st.Runs[relocation.Compact])
+		}
+		mustFree(t, six)
+		b, err := s.Alloc(bg, 7*mib)
+		st := d.Stats()
+		if !compacting {
+			if !errors.Is(err, ErrOutOfMemory) {
+				t.Fatalf("without compaction, 7 MiB = %v, want ErrOutOfMemory", err)
+			}
+			if st.Relocation.Runs[relocation.Compact] != 0 {
+				t.Fatalf("WithoutCompaction compacted %d times", st.Relocation.Runs[relocation.Compact])
+			}
+		} else {
+			if err != nil {
+				t.Fatalf("7 MiB with 18 MiB free in 6 MiB gaps: %v", err)
+			}
+			if st.Relocation.CompactMoves != 1 || st.Relocation.CompactBytesMoved != 4*mib {
+				t.Fatalf("compaction moved %d allocations, %d bytes; want one 4 MiB pattern", st.Relocation.CompactMoves, st.Relocation.CompactBytesMoved)
+			}
+			if st.BytesReserved != 30*mib {
+				t.Fatalf("%d bytes reserved, want the three pages and no more", st.BytesReserved)
+			}
+			mustWrite(t, b, pattern(7*mib, 99))
+			wantBytes(t, b, pattern(7*mib, 99))
+		}
+		for i, l := range live {
+			wantBytes(t, l, want[i])
+		}
+	}
+}
+
+// Defragment empties the sparsest page into the others' room, gives it
+// back and counts it; while another stream's op still runs it waits for
+// that op, so nothing it writes is lost in the move.
+func TestDefragmentEmptiesSparsePagesAfterEveryStreamsWorkAndEveryByteSurvives(t *testing.T) {
+	d := compactDevice(t, WithCapacity(64*mib))
+	s := d.DefaultStream()
+	live, want := sparsePages(t, s)
+	other, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A gated op on the first page's pattern, queued on the pattern's own
+	// stream, rewrites it once the gate opens; another stream's op waits
+	// on the same gate.
+	gate, release := newGate(t)
+	rewritten := pattern(4*mib, 77)
+	opDone := make(chan struct{})
+	err = s.Enqueue("gated rewrite", []Use{{Buffer: live[0], Access: Write}}, func(res []storage.Resource) error {
+		<-gate
+		copy(res[0].Bytes, rewritten)
+		close(opDone)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Enqueue("gated other", nil, func([]storage.Resource) error { <-gate; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res DefragResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := d.Defragment(bg, DefragOptions{})
+		done <- outcome{res, err}
+	}()
+	release()
+	var o outcome
+	within(t, "Defragment", func() { o = <-done })
+	select {
+	case <-opDone:
+	default:
+		t.Fatal("Defragment returned before the op it had to wait for ran")
+	}
+	if o.err != nil {
+		t.Fatalf("Defragment: %v", o.err)
+	}
+	if o.res.PagesFreed != 1 || o.res.BytesFreed != 10*mib || o.res.Moves != 1 || o.res.BytesMoved != 4*mib {
+		t.Fatalf("Defragment = %+v, want one 4 MiB move emptying one 10 MiB page", o.res)
+	}
+	if got := d.Stats().BytesReserved; got != 20*mib {
+		t.Fatalf("%d bytes reserved after Defragment, want 20 MiB", got)
+	}
+	want[0] = rewritten
+	for i, l := range live {
+		wantBytes(t, l, want[i])
+	}
+	// Nothing left to empty: a second pass moves nothing.
+	if res, err := d.Defragment(bg, DefragOptions{}); err != nil || res != (DefragResult{}) {
+		t.Fatalf("second Defragment = %+v, %v; want nothing moved", res, err)
+	}
+}
+
+func TestDefragmentKeepsItsLimitsAndRefusesMisuse(t *testing.T) {
+	d := compactDevice(t, WithCapacity(64*mib))
+	s := d.DefaultStream()
+	live, want := sparsePages(t, s)
+	if _, err := d.Defragment(bg, DefragOptions{MaxMoves: -1}); !errors.Is(err, ErrInvalidLimits) {
+		t.Fatalf("MaxMoves -1 = %v, want ErrInvalidLimits", err)
+	}
+	if res, err := d.Defragment(bg, DefragOptions{MaxBytes: 2 * mib}); err != nil || res.Moves != 0 {
+		t.Fatalf("MaxBytes 2 MiB = %+v, %v; want nothing moved (each page holds 4 MiB)", res, err)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := d.Defragment(ctx, DefragOptions{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("with an ended context = %v, want context.Canceled", err)
+	}
+	// Capture runs fn twice: as warmup, then recorded.
+	calls := 0
+	g, err := s.Capture(bg, func(ctx context.Context, cs *Stream) error {
+		calls++
+		if calls == 2 {
+			if _, err := d.Defragment(bg, DefragOptions{}); !errors.Is(err, ErrRecording) {
+				t.Errorf("Defragment while recording = %v, want ErrRecording", err)
+			}
+		}
+		return nil
+	})
+	if err != nil || calls != 2 {
+		t.Fatalf("Capture: %v after %d calls of fn", err, calls)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.Stats().Relocation.CompactMoves; got != 0 {
+		t.Fatalf("%d moves after refused passes, want 0", got)
+	}
+	if res, err := d.Defragment(bg, DefragOptions{MaxMoves: 1}); err != nil || res.Moves != 1 || res.PagesFreed != 1 {
+		t.Fatalf("MaxMoves 1 = %+v, %v; want one move, one page", res, err)
+	}
+	for i, l := range live {
+		wantBytes(t, l, want[i])
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Defragment(bg, DefragOptions{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestDefragmentMovesNothingWithoutCompaction(t *testing.T) {
+	for name, opt := range map[string]Option{"WithoutCompaction": WithoutCompaction(), "WithoutRelocation": WithoutRelocation()} {
+		d := compactDevice(t, opt)
+		s := d.DefaultStream()
+		live, want := sparsePages(t, s)
+		if res, err := d.Defragment(bg, DefragOptions{}); err != nil || res != (DefragResult{}) {
+			t.Fatalf("%s: Defragment = %+v, %v; want nothing moved", name, res, err)
+		}
+		if got := d.Stats().BytesReserved; got != 30*mib {
+			t.Fatalf("%s: %d bytes reserved, want 30 MiB kept", name, got)
+		}
+		for i, l := range live {
+			wantBytes(t, l, want[i])
+		}
+	}
+}
