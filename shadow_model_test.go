@@ -696,7 +696,7 @@ func smSoakRun(t *testing.T, d time.Duration) {
 
 type smTotals struct {
 	seeds, ops, compared, faults, violations, skips, fails, ooms, relocVerifies, captures, launches uint64
-	guardDoomed, moves, growths                                                                     uint64
+	guardDoomed, moves, growths, compactMoves, compactPages                                         uint64
 }
 
 func (s *smTotals) add(o smTotals) {
@@ -714,14 +714,16 @@ func (s *smTotals) add(o smTotals) {
 	s.moves += o.moves
 	s.growths += o.growths
 	s.guardDoomed += o.guardDoomed
+	s.compactMoves += o.compactMoves
+	s.compactPages += o.compactPages
 }
 
 func (s smTotals) String() string {
 	return fmt.Sprintf("%d seeds, %d operations, %d faults injected, %d bytes compared, %d violations; "+
 		"%d failing ops, %d skipped ops, %d out-of-memory, %d growths, %d relocation moves, %d post-relocation verifications, "+
-		"%d captures (%d doomed by another graph's page guard), %d launches",
+		"%d captures (%d doomed by another graph's page guard), %d launches; compaction moved %d allocations and gave back %d pages",
 		s.seeds, s.ops, s.faults, s.compared, s.violations, s.fails, s.skips, s.ooms, s.growths, s.moves, s.relocVerifies,
-		s.captures, s.guardDoomed, s.launches)
+		s.captures, s.guardDoomed, s.launches, s.compactMoves, s.compactPages)
 }
 
 // smRunSeed runs one seed: opens the device, runs the goroutines, checks
@@ -825,7 +827,8 @@ func smRunConfig(t *testing.T, seed uint64, cfg smConfig, totalOps int) smTotals
 	res := smTotals{seeds: 1, ops: run.ops.Load(), compared: run.compared.Load(), faults: faults,
 		skips: run.skips.Load(), fails: run.fails.Load(), ooms: run.ooms.Load(), relocVerifies: run.relocVerifies.Load(),
 		captures: run.captures.Load(), launches: run.launches.Load(), moves: st.Relocation.Moves,
-		growths: st.Growths, guardDoomed: run.guardDoomed.Load()}
+		growths: st.Growths, guardDoomed: run.guardDoomed.Load(),
+		compactMoves: st.Relocation.CompactMoves, compactPages: st.Relocation.CompactPagesFreed}
 	if err := d.Close(); err != nil {
 		run.violate(-1, "Device.Close: %v", err)
 	}
@@ -972,6 +975,7 @@ const (
 	smSyncOp
 	smStreamCleanupOp
 	smDeviceCleanupOp
+	smDefragmentOp
 	smStatsOp
 	smCaptureOp
 	smLaunchOp
@@ -987,7 +991,7 @@ const (
 var smWeights = [smNumOps]int{
 	smAllocOp: 100, smAllocWindowOp: 10, smFreeOp: 70, smCloneOp: 15, smWriteOp: 70,
 	smEnqueueOp: 300, smFailingOp: 35, smConsumeFailedOp: 35, smEnqueueThenFreeOp: 35,
-	smReadOp: 110, smMapOp: 15, smSyncOp: 30, smStreamCleanupOp: 8, smDeviceCleanupOp: 10,
+	smReadOp: 110, smMapOp: 15, smSyncOp: 30, smStreamCleanupOp: 8, smDeviceCleanupOp: 10, smDefragmentOp: 6,
 	smStatsOp: 10, smCaptureOp: 6, smLaunchOp: 25, smGraphCloseOp: 4, smRacyCloseOp: 2,
 	smMisuseOp: 10, smFaultOp: 8, smDelayOp: 5,
 }
@@ -1074,6 +1078,8 @@ func (w *smWorker) do(k smOpKind) {
 		w.cleanup(w.r.IntN(len(run.streams)))
 	case smDeviceCleanupOp:
 		w.cleanup(-1)
+	case smDefragmentOp:
+		w.defragment()
 	case smStatsOp:
 		w.logf("Stats")
 		run.checkStats(w.id, run.d.Stats())
@@ -1906,6 +1912,41 @@ func (w *smWorker) cleanup(s int) {
 		return
 	}
 	w.checkRelocated("Cleanup")
+}
+
+// defragment runs Device.Defragment with limits drawn at random (none,
+// a few moves, a few MiB), then verifies the goroutine's buffers if
+// anything moved. The result must agree with the device's counters.
+func (w *smWorker) defragment() {
+	run := w.run
+	epoch := run.captureEpoch.Load()
+	var opts gpumem.DefragOptions
+	switch w.r.IntN(3) {
+	case 1:
+		opts.MaxMoves = 1 + w.r.IntN(4)
+	case 2:
+		opts.MaxBytes = 1 + w.r.Uint64N(4<<20)
+	}
+	w.logf("Device.Defragment %+v", opts)
+	res, err := run.d.Defragment(smBG, opts)
+	run.pulse()
+	if err != nil {
+		w.log.note(err.Error())
+		if !errors.Is(err, gpumem.ErrRecording) || !run.captureMayRecord(epoch) {
+			w.fail("Defragment: %v", err)
+		}
+		return
+	}
+	if opts.MaxMoves > 0 && res.Moves > uint64(opts.MaxMoves) {
+		w.fail("Defragment %+v moved %d allocations", opts, res.Moves)
+	}
+	if opts.MaxBytes > 0 && res.BytesMoved > opts.MaxBytes {
+		w.fail("Defragment %+v moved %d bytes", opts, res.BytesMoved)
+	}
+	if res.Moves > 0 && res.PagesFreed == 0 {
+		w.fail("Defragment moved %d allocations and gave no page back", res.Moves)
+	}
+	w.checkRelocated("Defragment")
 }
 
 // checkRelocated verifies every buffer of the goroutine when a relocation
