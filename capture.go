@@ -285,6 +285,17 @@ func (s *Stream) ensurePrimedRoomLocked() {
 	}
 }
 
+// captureWindowOpenLocked reports whether any stream has a capture window
+// open (prepared for warmup, or recording).
+func (d *Device) captureWindowOpenLocked() bool {
+	for _, t := range d.streams {
+		if t.capture.Phase() != stream.NoCapture {
+			return true
+		}
+	}
+	return false
+}
+
 // checkToken refuses a nil token or one of another stream.
 func (s *Stream) checkToken(tok *CaptureToken) error {
 	if tok == nil || tok.s != s {

@@ -65,10 +65,11 @@ type Device struct {
 
 // counters are the device's own statistics (under mu).
 type counters struct {
-	reserveRetries   uint64
-	explicitCleanups uint64
-	failedReserves   map[string]uint64
-	captures         CaptureStats
+	reserveRetries     uint64
+	dedicatedFallbacks uint64
+	explicitCleanups   uint64
+	failedReserves     map[string]uint64
+	captures           CaptureStats
 }
 
 // Open opens a device on the host backend: real host bytes and one worker

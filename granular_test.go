@@ -57,7 +57,9 @@ func TestWithPageGranularMapsOnlyWhatBuffersCover(t *testing.T) {
 }
 
 // The user's storage wrapper wraps the granular storage whichever option
-// comes first, so a Faulty refuses its mappings.
+// comes first, so a Faulty refuses its mappings: the allocation is then
+// served by storage of its own size (the fallback after every make-room
+// stage), and with plain allocations refused too, it fails.
 func TestStorageWrapperWrapsTheGranularStorageInEitherOrder(t *testing.T) {
 	ctx := context.Background()
 	for _, first := range []bool{true, false} {
@@ -78,8 +80,16 @@ func TestStorageWrapperWrapsTheGranularStorageInEitherOrder(t *testing.T) {
 			t.Fatalf("granular option first=%v: the wrapper sees granule %d", first, faulty.Granule())
 		}
 		faulty.RefuseNextMaps(1 << 10)
-		if _, err := d.DefaultStream().Alloc(ctx, 3*granuleMiB); !errors.Is(err, storage.ErrOutOfMemory) {
-			t.Fatalf("allocation with every mapping refused: %v", err)
+		b, err := d.DefaultStream().Alloc(ctx, 3*granuleMiB)
+		if err != nil || faulty.Refusals() == 0 || d.Stats().DedicatedFallbacks != 1 {
+			t.Fatalf("allocation with every mapping refused: %v after %d refusals, %d fallbacks; want one served by the fallback", err, faulty.Refusals(), d.Stats().DedicatedFallbacks)
+		}
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+		faulty.RefuseNextAllocs(1 << 10)
+		if _, err := d.DefaultStream().Alloc(ctx, 5*granuleMiB); !errors.Is(err, storage.ErrOutOfMemory) {
+			t.Fatalf("allocation with every mapping and allocation refused: %v", err)
 		}
 		d.Close()
 	}

@@ -192,26 +192,46 @@ func (s roomStage) String() string {
 // three stages, retrying after each with the page update makeRoom returns:
 // a cleanup without relocation; if the reservation still fails, a reclaim
 // that relocates off outdated pages; if it fails again, a compaction of
-// current pages (design §8.1). Up to a stage a device does exactly what one
-// without that stage does, so relocation and compaction can only let a
-// trace run on less memory, never on more: each changes where later
-// allocations land, and each runs only where the reservation would have
-// failed without it. Only the last failure is reported. A stage with
-// nothing to move (errNothingToMove) is skipped, and the failure before it
-// stands for the next stage, or is returned after the last. When makeRoom
-// cannot (the caller's context ended, or it is an op, which cannot wait),
-// its error is returned with nothing retried, wrapping the first failure
-// unless it is the context's. reserve is a function, not an interface, so
-// that a caller's closure over its locals stays on its stack; the retry
-// logic is tested against a scripted one.
-func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, stage roomStage) (memory.PageUpdate, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
+// current pages (design §8.1). Before each moving stage, and after the
+// last, storage of the buffer's own size is tried (exact): the page the
+// memory needs may not fit where the size does. Up to a step a device does
+// exactly what one without that step does, so relocation and compaction
+// can only let a trace run on less memory, never on more: each changes
+// where later allocations land, and each runs only where the reservation,
+// and its own size, would have failed without it. Only the last failure is
+// reported. A stage with nothing to move (errNothingToMove) is skipped,
+// and the failure before it stands for the next stage, or is returned
+// after the last. When makeRoom cannot (the caller's context ended, or it
+// is an op, which cannot wait), its error is returned with nothing
+// retried, wrapping the first failure unless it is the context's. reserve
+// is a function, not an interface, so that a caller's closure over its
+// locals stays on its stack; the retry logic is tested against a scripted
+// one.
+func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), size uint64, u memory.PageUpdate, makeRoom func(err error, stage roomStage) (memory.PageUpdate, error), exact func() (*handle.Handle, error), warn func(string)) (h *handle.Handle, retried bool, err error) {
 	h, err = reserve(u)
 	if err == nil {
 		return h, false, nil
 	}
 	first := err
 	warned := false
+	// changed: room was made since exact was last tried (so it may now
+	// succeed where it failed).
+	changed := false
+	tryExact := func() *handle.Handle {
+		if !changed || u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
+			return nil
+		}
+		changed = false
+		h, xerr := exact()
+		if xerr != nil {
+			return nil
+		}
+		return h
+	}
 	for stage := stageCleanup; stage < numRoomStages; stage++ {
+		if h := tryExact(); h != nil {
+			return h, true, nil
+		}
 		if u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
 			return nil, retried, err
 		}
@@ -231,9 +251,13 @@ func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), s
 		}
 		u = next
 		retried = true
+		changed = true
 		if h, err = reserve(u); err == nil {
 			return h, true, nil
 		}
+	}
+	if h := tryExact(); h != nil {
+		return h, true, nil
 	}
 	return nil, retried, err
 }

@@ -144,6 +144,7 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 					}
 					return memory.Allow, nil
 				},
+				refuseExact,
 				func(string) {})
 			if retried != c.wantRetry || err == nil {
 				t.Fatalf("retried=%v err=%v, want retried=%v and an error", retried, err, c.wantRetry)
@@ -158,6 +159,61 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 			}
 			if errors.Is(err, errNothingToMove) {
 				t.Errorf("error %v leaks the internal errNothingToMove", err)
+			}
+		})
+	}
+}
+
+// refuseExact is an exact fallback the storage refuses.
+func refuseExact() (*handle.Handle, error) { return nil, storage.ErrOutOfMemory }
+
+// The exact fallback (storage of the buffer's own size) is tried after the
+// cleanup's retry failed and again after each moving stage's, always before
+// the next moving stage, so relocation and compaction stay later resorts:
+// a device without them does what one with them does up to that point.
+func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
+	oom := fmt.Errorf("wrapped: %w", storage.ErrOutOfMemory)
+	for _, c := range []struct {
+		name      string
+		script    []error
+		exactOK   []bool // the fallback's answers, in order
+		wantRooms []roomStage
+		wantOK    bool
+	}{
+		{"served by the exact size after the cleanup, no relocation", []error{oom, oom}, []bool{true}, []roomStage{stageCleanup}, true},
+		{"served by the exact size after the relocation, no compaction", []error{oom, oom, oom}, []bool{false, true}, []roomStage{stageCleanup, stageRelocate}, true},
+		{"refused twice, compaction makes room for the reservation", []error{oom, oom, oom, nil}, []bool{false, false}, []roomStage{stageCleanup, stageRelocate, stageCompact}, true},
+		{"compaction frees pages the exact size then takes", []error{oom, oom, oom, oom}, []bool{false, false, true}, []roomStage{stageCleanup, stageRelocate, stageCompact}, true},
+		{"refused every time", []error{oom, oom, oom, oom}, []bool{false, false, false}, []roomStage{stageCleanup, stageRelocate, stageCompact}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := &scriptedReserver{script: c.script}
+			var rooms []roomStage
+			answers := c.exactOK
+			exact := func() (*handle.Handle, error) {
+				if len(answers) == 0 {
+					t.Fatal("exact fallback tried beyond the script")
+				}
+				ok := answers[0]
+				answers = answers[1:]
+				if !ok {
+					return nil, storage.ErrOutOfMemory
+				}
+				return handle.New(handle.Uninit), nil
+			}
+			h, _, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
+				func(_ error, stage roomStage) (memory.PageUpdate, error) {
+					rooms = append(rooms, stage)
+					return memory.Allow, nil
+				}, exact, func(string) {})
+			if (err == nil) != c.wantOK {
+				t.Fatalf("error = %v, want success %v", err, c.wantOK)
+			}
+			if h != nil {
+				h.Release()
+			}
+			if !slices.Equal(rooms, c.wantRooms) || len(r.script) != 0 || len(answers) != 0 {
+				t.Fatalf("stages %v (want %v), %d reservations and %d fallback answers left", rooms, c.wantRooms, len(r.script), len(answers))
 			}
 		})
 	}
@@ -224,6 +280,7 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 					rooms = append(rooms, room{err, stage})
 					return memory.Allow, nil
 				},
+				refuseExact,
 				func(msg string) { warns = append(warns, msg) })
 			if err != c.wantErr {
 				t.Fatalf("error = %v, want %v", err, c.wantErr)
@@ -426,15 +483,16 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 	wantBytes(t, b, want)
 }
 
-// pressureDevice is design §8.4 example 2 on a 21 MiB device: a 1 MiB
+// pressureDevice is design §8.4 example 2 on a 20.5 MiB device: a 1 MiB
 // pattern alone on an outdated 2 MiB page, 9 MiB on the 10 MiB current page
 // (1 MiB free), 12 MiB held. Another 9 MiB needs a 10 MiB page: 22 MiB >
-// 21, and no cleanup frees anything; only moving the 1 MiB into the current
-// page's free MiB makes room.
+// 20.5, storage of its own 9 MiB too (21 MiB), and no cleanup frees
+// anything; only moving the 1 MiB into the current page's free MiB makes
+// room.
 func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
 	t.Helper()
-	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 21 * mib}),
-		WithCapacity(21*mib))
+	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
+		WithCapacity(20*mib+mib/2))
 	d, faults = faultyDevice(t, opts...)
 	s := d.DefaultStream()
 	small = mustAlloc(t, s, 1*mib)
@@ -463,8 +521,11 @@ func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.
 		t.Fatalf("9 MiB with the relocation's copy refused = %v, want ErrOutOfMemory", err)
 	}
 	st := d.Stats()
-	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Abandoned != 1 || st.ReserveRetries != 1 {
-		t.Fatalf("stats %+v, want one abandoned MemoryPressure run after one retried reservation", st)
+	// The relocation's copy is refused, then the compaction's (a hole for
+	// the 9 MiB in the current page, the 9 MiB moved to the outdated one):
+	// both abandoned.
+	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Compact] != 1 || st.Relocation.Abandoned != 2 || st.ReserveRetries != 1 {
+		t.Fatalf("stats %+v, want one abandoned MemoryPressure run and one abandoned compaction after one retried reservation", st)
 	}
 	if got := small.h.Location(); got != loc {
 		t.Fatalf("location %v → %v after an abandoned relocation", loc, got)

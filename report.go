@@ -103,10 +103,15 @@ type Stats struct {
 	StorageAllocs    uint64
 	StorageDeallocs  uint64
 	ReserveRetries   uint64
-	ExplicitCleanups uint64
-	GuardedPages     uint64            // live page and allocation guards (one per touched page of each sealed graph)
-	FailedReserves   map[string]uint64 // by error kind (FailureKind)
-	Captures         CaptureStats
+	// DedicatedFallbacks counts reservations served with storage of their
+	// own (the dedicated pool) after every make-room stage failed: the
+	// page the dynamic memory needed did not fit the device, the exact
+	// size did (design §8.1).
+	DedicatedFallbacks uint64
+	ExplicitCleanups   uint64
+	GuardedPages       uint64            // live page and allocation guards (one per touched page of each sealed graph)
+	FailedReserves     map[string]uint64 // by error kind (FailureKind)
+	Captures           CaptureStats
 }
 
 // Report describes every stream's pools.
@@ -125,10 +130,11 @@ func (d *Device) Stats() Stats {
 	borrowed := d.lockOrBorrow()
 	defer d.unlock(borrowed)
 	st := Stats{
-		ReserveRetries:   d.counters.reserveRetries,
-		ExplicitCleanups: d.counters.explicitCleanups,
-		Captures:         d.counters.captures,
-		FailedReserves:   make(map[string]uint64, len(d.counters.failedReserves)),
+		ReserveRetries:     d.counters.reserveRetries,
+		DedicatedFallbacks: d.counters.dedicatedFallbacks,
+		ExplicitCleanups:   d.counters.explicitCleanups,
+		Captures:           d.counters.captures,
+		FailedReserves:     make(map[string]uint64, len(d.counters.failedReserves)),
 	}
 	for k, v := range d.counters.failedReserves {
 		st.FailedReserves[k] = v

@@ -167,10 +167,27 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	reserve := func(u memory.PageUpdate) (*handle.Handle, error) {
 		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
 	}
+	// The page the dynamic memory needs may not fit the device when the
+	// buffer's own size does: storage of that size serves it then (as
+	// PyTorch serves a large allocation from a segment of its own size).
+	// Not while a capture window is open: a warmup buffer's free primes
+	// room the recording reserves from the pools, and a dedicated buffer
+	// primes none (its storage goes back when freed).
+	exact := func() (*handle.Handle, error) {
+		if d.closed || s.pageUpdateLocked() != memory.Allow || d.captureWindowOpenLocked() {
+			return nil, ErrClosed // not tried: the retry's error stands
+		}
+		h, err := s.mem.ReserveExact(size)
+		if err == nil {
+			d.counters.dedicatedFallbacks++
+		}
+		return h, err
+	}
 	reserved, retried, err := reserveWithRetry(reserve, size, u,
 		func(err error, stage roomStage) (memory.PageUpdate, error) {
 			return d.makeRoomLocked(ctx, s, size, err, stage)
 		},
+		exact,
 		func(msg string) { d.log.Warn(msg, "stream", s.name) })
 	if retried {
 		d.counters.reserveRetries++

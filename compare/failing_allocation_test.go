@@ -44,8 +44,8 @@ func TestOutOfMemoryNamesTheSnapshotEntry(t *testing.T) {
 	if err := c.WriteText(&text); err != nil || !strings.Contains(text.String(), "out of memory at device_traces entry 3 (event") {
 		t.Fatalf("the report does not name the entry (%v):\n%s", err, text.String())
 	}
-	// At 1 MiB the prelude's block itself fails: said as such.
-	c, err = Run(context.Background(), src, Options{Policies: []string{Adaptive}, SkipCapacity: true, Capacity: 1 << 20})
+	// At 512 KiB the prelude's 1 MiB block itself fails: said as such.
+	c, err = Run(context.Background(), src, Options{Policies: []string{Adaptive}, SkipCapacity: true, Capacity: 1 << 19})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -395,32 +395,50 @@ var (
 	_ Dynamic         = (*ExclusivePools)(nil)
 )
 
-// CanCompact implements Relocating: the arena's current pool or the small
-// pool might give a page back.
+// CanCompact implements Relocating: the arena (any of its pools) or the
+// small pool might give a page back.
 func (a *AdaptiveMemory) CanCompact() bool {
 	return a.arena.CanCompact() || a.small.CanCompact()
 }
 
-// Compact implements Relocating (design §7.7): the arena's current pool
-// first (its pages are the large ones), then the small pool, each one
-// relocation (plan, copy, commit) for relocation.Compact within what lim
-// leaves; the emptied pages go back at once (a reservation retried right
-// after needs the room). The outcome sums both: Moved if either moved,
-// else the first failure, else NothingToMove.
+// compactTarget is one place a compaction plans and lands: the arena (its
+// pools together) or the small pool.
+type compactTarget struct {
+	can    func() bool
+	plan   func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan)
+	commit func(*relocation.Landed, storage.Storage, *handle.ErrorGraph)
+}
+
+func (a *AdaptiveMemory) arenaTarget() compactTarget {
+	return compactTarget{can: a.arena.CanCompact, plan: a.arena.PlanCompact,
+		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
+			a.arena.Commit(l, st, g) // drains the outdated pools it emptied
+			a.arena.Current().ReleaseEmpty(st, g)
+		}}
+}
+
+func (a *AdaptiveMemory) smallTarget() compactTarget {
+	return compactTarget{can: a.small.CanCompact, plan: a.small.PlanCompact,
+		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
+			a.small.Commit(l, g)
+			a.small.ReleaseEmpty(st, g)
+		}}
+}
+
+// Compact implements Relocating (design §7.7): the arena first (its pages
+// are the large ones; sources and targets on its current and outdated
+// pools), then the small pool, each one relocation (plan, copy, commit)
+// for relocation.Compact within what lim leaves; the emptied pages go back
+// at once (a reservation retried right after needs the room). The outcome
+// sums both: Moved if either moved, else the first failure, else
+// NothingToMove.
 func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome {
-	type compactable interface {
-		CanCompact() bool
-		PlanCompact(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan)
-	}
 	var total relocation.Outcome
-	for _, p := range [...]struct {
-		c      compactable
-		sliced *pool.Sliced
-	}{{a.arena, a.arena.Current()}, {a.small, a.small}} {
-		if !p.c.CanCompact() {
+	for _, t := range [...]compactTarget{a.arenaTarget(), a.smallTarget()} {
+		if !t.can() {
 			continue
 		}
-		o, info := a.compactOne(st, q, p.c.PlanCompact, p.sliced, lim)
+		o, info := a.compactOne(st, q, t.plan, t.commit, lim)
 		switch {
 		case o.Kind == relocation.Moved:
 			total.Kind = relocation.Moved
@@ -438,49 +456,59 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 	return total
 }
 
-// holePool is the sliced pool a reservation of size would be served from
-// in room held today (the small pool, or the arena's current pool when size
-// fits its pages), or nil: zero bytes, or a growth, which no hole cures.
-func (a *AdaptiveMemory) holePool(size uint64) *pool.Sliced {
+// holeTarget is where a reservation of size would be served from in room
+// held today (the small pool, or the arena's current pool when size fits
+// its pages), as a compaction target making a hole there; false for zero
+// bytes or a growth, which no hole cures.
+func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 	switch {
 	case size == 0:
-		return nil
+		return compactTarget{}, false
 	case a.small.Accept(size):
-		return a.small
+		t := a.smallTarget()
+		t.can = func() bool { return a.small.CanHole(size) }
+		t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+			return a.small.PlanHole(size, l, st, g)
+		}
+		return t, true
 	}
 	if kind, _ := a.arena.Sizing().Fit(size, a.arena.PageSize()); kind != pool.Fits {
-		return nil
+		return compactTarget{}, false
 	}
-	return a.arena.Current()
+	t := a.arenaTarget()
+	t.can = func() bool { return a.arena.CanHole(size) }
+	t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+		return a.arena.PlanHole(size, l, st, g)
+	}
+	return t, true
 }
 
 // CanMakeHole implements Relocating: the pool that would serve size might
 // be compacted into a hole for it (pool.Sliced.CanHole).
 func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
-	p := a.holePool(size)
-	return p != nil && p.CanHole(size)
+	t, ok := a.holeTarget(size)
+	return ok && t.can()
 }
 
 // MakeHole implements Relocating (design §7.7): in the pool that would
 // serve size, the cheapest run of slices that holds it has its live
-// allocations moved onto the pool's other pages (pool.Sliced.PlanHole),
-// one relocation for relocation.Compact within lim, so a retried
-// reservation of size finds room without a new page.
+// allocations moved onto other pages (pool.Sliced.PlanHole; for the arena,
+// onto any of its pools' pages), one relocation for relocation.Compact
+// within lim, so a retried reservation of size finds room without a new
+// page.
 func (a *AdaptiveMemory) MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
-	p := a.holePool(size)
-	if p == nil {
+	t, ok := a.holeTarget(size)
+	if !ok {
 		return relocation.Outcome{Kind: relocation.NothingToMove}
 	}
-	o, _ := a.compactOne(st, q, func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
-		return p.PlanHole(size, l, st, g)
-	}, p, lim)
+	o, _ := a.compactOne(st, q, t.plan, t.commit, lim)
 	return o
 }
 
-// compactOne plans one pool's compaction with plan, copies it through q and
-// commits it on sliced, then gives the emptied pages back. The plan's
-// figures are returned only for a compaction that landed.
-func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, plan func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan), sliced *pool.Sliced, lim pool.CompactLimits) (relocation.Outcome, pool.CompactPlan) {
+// compactOne plans one compaction with plan, copies it through q and lands
+// it with commit (which gives the emptied pages back). The plan's figures
+// are returned only for a compaction that landed.
+func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, plan func(pool.CompactLimits, storage.Storage, *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan), commit func(*relocation.Landed, storage.Storage, *handle.ErrorGraph), lim pool.CompactLimits) (relocation.Outcome, pool.CompactPlan) {
 	r, info := plan(lim, st, a.g)
 	if r.IsEmpty() {
 		out := relocation.Outcome{Kind: relocation.NothingToMove}
@@ -501,8 +529,7 @@ func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, 
 		a.stats.Record(relocation.Compact, out)
 		return out, pool.CompactPlan{}
 	}
-	sliced.Commit(landed, a.g)
-	sliced.ReleaseEmpty(st, a.g)
+	commit(landed, st, a.g)
 	st.Flush()
 	out := relocation.Outcome{Kind: relocation.Moved, Moves: moves, Bytes: bytes}
 	a.stats.Record(relocation.Compact, out)

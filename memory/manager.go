@@ -321,6 +321,20 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 	return h, err
 }
 
+// ReserveExact serves size from storage of its own size (the direct pool,
+// as a dedicated buffer), for a reservation the device's make-room stages
+// could not serve: the page the dynamic memory needed does not fit what
+// the device has left, the exact size may. The storage's refusal is
+// returned as it is. On error nothing changed (M2).
+func (m *Manager) ReserveExact(size uint64) (*handle.Handle, error) {
+	m.debug("dedicated (fallback)", size)
+	h, err := m.dedicated.AllocMayRelease(m.st, size, true, m.g)
+	if invariantsOn {
+		m.checkInvariants("ReserveExact")
+	}
+	return h, err
+}
+
 // aboveLargestPage reports whether size is larger than any page the
 // memory makes (Properties.MaxPageSize): such an allocation gets storage of
 // its own, as a dedicated buffer does, instead of ErrBufferTooBig. The max

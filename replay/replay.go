@@ -127,12 +127,15 @@ type Report struct {
 	CompactBytesMoved uint64 `json:"compact_bytes_moved"`
 	CompactPagesFreed uint64 `json:"compact_pages_freed"`
 	CompactBytesFreed uint64 `json:"compact_bytes_freed"`
-	Abandoned         uint64 `json:"relocations_abandoned"`
-	Leaked            uint64 `json:"relocations_leaked"`
-	ReserveRetries    uint64 `json:"reserve_retries"`
-	CapturesSealed    uint64 `json:"captures_sealed"`
-	CapturesDoomed    uint64 `json:"captures_doomed"`
-	CapturesAbandoned uint64 `json:"captures_abandoned"`
+	// DedicatedFallbacks counts allocations served from storage of their
+	// own size because no page the memory needed fitted the device.
+	DedicatedFallbacks uint64 `json:"dedicated_fallbacks"`
+	Abandoned          uint64 `json:"relocations_abandoned"`
+	Leaked             uint64 `json:"relocations_leaked"`
+	ReserveRetries     uint64 `json:"reserve_retries"`
+	CapturesSealed     uint64 `json:"captures_sealed"`
+	CapturesDoomed     uint64 `json:"captures_doomed"`
+	CapturesAbandoned  uint64 `json:"captures_abandoned"`
 	// CaptureErrors counts capture events the device refused (a phase out
 	// of order, a close while another graph records, …); the replay goes
 	// on.
@@ -426,6 +429,7 @@ func (r *replayer) finish(start time.Time) {
 	rep.Abandoned = st.Relocation.Abandoned
 	rep.Leaked = st.Relocation.Leaked
 	rep.ReserveRetries = st.ReserveRetries
+	rep.DedicatedFallbacks = st.DedicatedFallbacks
 	rep.CapturesSealed = st.Captures.Sealed
 	rep.CapturesDoomed = st.Captures.Doomed
 	rep.CapturesAbandoned = st.Captures.Abandoned

@@ -10,6 +10,8 @@
 package pool
 
 import (
+	"fmt"
+	"math/bits"
 	"slices"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -84,10 +86,48 @@ type CompactPlan struct {
 	Refused int
 }
 
-// compactSource is one candidate page: its index and live bytes.
+// compactScope is the pools one compaction plans over, in order: sources
+// and targets may be any unguarded page of any of them, so a move may cross
+// from one pool to another. A single pool (Sliced.PlanCompact, the small
+// pool) or an arena's current and outdated pools (Arena.PlanCompact).
+type compactScope []*Sliced
+
+// scopePage names one page of a scope: pool k of the scope, page i.
+type scopePage struct{ k, i int }
+
+func (sc compactScope) page(at scopePage) *page { return sc[at.k].pages[at.i] }
+
+// marks returns a page mark per page of the scope, all false.
+func (sc compactScope) marks() [][]bool {
+	m := make([][]bool, len(sc))
+	for k, p := range sc {
+		m[k] = make([]bool, len(p.pages))
+	}
+	return m
+}
+
+// compactSource is one candidate page: where it is, its size and live
+// bytes.
 type compactSource struct {
-	index int
-	live  uint64
+	at         scopePage
+	size, live uint64
+}
+
+// sparser orders candidates by density, live bytes per page byte, least
+// first (exactly: live·size' < live'·size in 128 bits), then by the scope's
+// order. On one pool, whose pages share one size, that is least live bytes.
+func (c compactSource) sparser(d compactSource) int {
+	h1, l1 := bits.Mul64(c.live, d.size)
+	h2, l2 := bits.Mul64(d.live, c.size)
+	switch {
+	case h1 < h2 || (h1 == h2 && l1 < l2):
+		return -1
+	case h1 > h2 || (h1 == h2 && l1 > l2):
+		return 1
+	case c.at.k != d.at.k:
+		return c.at.k - d.at.k
+	}
+	return c.at.i - d.at.i
 }
 
 // CanCompact reports, without planning, whether a compaction might empty a
@@ -96,22 +136,27 @@ type compactSource struct {
 // emptying a page of live bytes L into the others needs L of their room,
 // and the page itself holds pageSize − L, so the room in all is at least a
 // page. The plan decides. O(slices).
-func (p *Sliced) CanCompact() bool {
+func (p *Sliced) CanCompact() bool { return compactScope{p}.canCompact() }
+
+// canCompact is CanCompact over the scope: the free room of its unguarded
+// pages is at least the smallest movable page.
+func (sc compactScope) canCompact() bool {
 	var free uint64
-	movable := 0
+	smallest := uint64(0)
 	unguarded := 0
-	for _, pg := range p.pages {
-		if pg.guarded() {
-			continue
+	for _, p := range sc {
+		for _, pg := range p.pages {
+			if pg.guarded() {
+				continue
+			}
+			unguarded++
+			if l, ok := movableLive(pg); ok && l > 0 && (smallest == 0 || pg.size() < smallest) {
+				smallest = pg.size()
+			}
+			free += pg.size() - min(pg.size(), pg.occupied())
 		}
-		unguarded++
-		l, ok := movableLive(pg)
-		if ok && l > 0 {
-			movable++
-		}
-		free += pg.size() - min(pg.size(), pg.occupied())
 	}
-	return movable > 0 && unguarded >= 2 && free >= p.pageSize
+	return smallest > 0 && unguarded >= 2 && free >= smallest
 }
 
 // movableLive sums the requested bytes of the page's live slices; false when
@@ -138,9 +183,9 @@ func movableLive(pg *page) (uint64, bool) {
 //
 // In order:
 //  1. Candidates: unguarded pages holding live slices, none of them bound (a
-//     mapping, a queued cross-stream use, a graph's record), sorted by live
-//     bytes ascending (the pool's pages share one size, so least live bytes
-//     is least dense), ties by index.
+//     mapping, a queued cross-stream use, a graph's record), sorted by
+//     density (live bytes per page byte) ascending: on one pool, whose
+//     pages share one size, least live bytes. Ties by position.
 //  2. For each candidate in turn that no earlier chosen page took a target
 //     on: its live slices, largest first, each take the best fit (the
 //     smallest free slice that holds it) among the unguarded pages that are
@@ -157,88 +202,61 @@ func movableLive(pg *page) (uint64, bool) {
 // Targets are never a new page: room Held only, since a compaction that
 // took a page to empty one would free nothing.
 func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return compactScope{p}.plan(lim, st, g)
+}
+
+// plan is PlanCompact over the scope.
+func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
 	var plan CompactPlan
 	if lim.Spent() {
 		return relocation.New(nil), plan
 	}
 	var cands []compactSource
-	for i, pg := range p.pages {
-		if pg.guarded() {
-			continue
-		}
-		pg.coalesce(g)
-		if l, ok := movableLive(pg); ok && l > 0 {
-			cands = append(cands, compactSource{index: i, live: l})
+	for k, p := range sc {
+		for i, pg := range p.pages {
+			if pg.guarded() {
+				continue
+			}
+			pg.coalesce(g)
+			if l, ok := movableLive(pg); ok && l > 0 {
+				cands = append(cands, compactSource{at: scopePage{k, i}, size: pg.size(), live: l})
+			}
 		}
 	}
 	if len(cands) < 2 {
 		return relocation.New(nil), plan
 	}
-	slices.SortStableFunc(cands, func(x, y compactSource) int {
-		switch {
-		case x.live < y.live:
-			return -1
-		case x.live > y.live:
-			return 1
-		}
-		return 0
-	})
-	source := make([]bool, len(p.pages))
-	target := make([]bool, len(p.pages))
+	slices.SortFunc(cands, compactSource.sparser)
+	source := sc.marks()
+	target := sc.marks()
 	var moves []relocation.Move
 	var bytes uint64
 	for _, c := range cands {
-		if target[c.index] {
+		if target[c.at.k][c.at.i] {
 			continue
 		}
 		if lim.MaxBytes > 0 && bytes+c.live > lim.MaxBytes {
 			continue
 		}
-		pg := p.pages[c.index]
+		pg := sc.page(c.at)
 		live := pg.liveSlices()
 		if lim.MaxMoves > 0 && len(moves)+len(live) > lim.MaxMoves {
 			continue
 		}
-		slices.SortStableFunc(live, func(x, y int) int {
-			a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
-			switch {
-			case a > b:
-				return -1
-			case a < b:
-				return 1
-			}
-			return 0
-		})
-		// Clones first: carving targets renumbers no slice of this page
-		// (it takes none), so the indices stay true while the targets are
-		// placed.
-		clones := make([]*handle.Handle, len(live))
-		for k, i := range live {
-			clones[k] = pg.slices[i].h.Clone()
-		}
 		freed := pg.size() - pg.unmappedBytes()
-		source[c.index] = true
+		source[c.at.k][c.at.i] = true
 		mark := len(moves)
+		var ok bool
 		var mapped uint64
-		ok := true
-		for k, h := range clones {
-			src := pg.slices[live[k]].Region
-			t, newly := p.bestFit(src.Size, source, st, g)
-			if t == nil {
-				ok = false
-				break
-			}
-			mapped += newly
-			dst := p.Slice(t.Location())
-			moves = append(moves, relocation.NewMove(h, t, relocation.StorageCopy{Source: src, Target: dst.Region}))
-		}
+		moves, ok, mapped = sc.moveAway(pg, live, source, st, g, moves)
 		if ok && (mapped >= freed || c.live > CompactMovedPerFreed*(freed-mapped)) {
 			ok = false
 			plan.Refused++
 		}
 		if ok {
 			for _, m := range moves[mark:] {
-				target[m.Target().Location().Page()] = true
+				loc := m.Target().Location()
+				target[sc.index(loc.Pool())][loc.Page()] = true
 			}
 			bytes += c.live
 			plan.Pages++
@@ -248,17 +266,68 @@ func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.Er
 			}
 			continue
 		}
-		for _, m := range moves[mark:] {
-			m.Target().Release()
-			m.Allocation().Release()
-		}
-		for _, h := range clones[len(moves)-mark:] {
-			h.Release()
-		}
-		moves = moves[:mark]
-		source[c.index] = false
+		moves = releaseMoves(moves, mark)
+		source[c.at.k][c.at.i] = false
 	}
 	return relocation.New(moves), plan
+}
+
+// index returns the position in the scope of the pool of that index.
+func (sc compactScope) index(pool uint8) int {
+	for k, p := range sc {
+		if p.index == pool {
+			return k
+		}
+	}
+	panic(fmt.Sprintf("pool: compaction target in pool %d, outside its scope", pool))
+}
+
+// moveAway plans the moves of the page's live slices (indices live), largest
+// first, each into the best fit on an unmarked page of the scope, appending
+// them to moves. ok is false when one found no room: the moves appended so
+// far are then still in moves for the caller to release. mapped is the bytes
+// of granules the targets newly mapped.
+func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) (_ []relocation.Move, ok bool, mapped uint64) {
+	slices.SortStableFunc(live, func(x, y int) int {
+		a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
+		switch {
+		case a > b:
+			return -1
+		case a < b:
+			return 1
+		}
+		return 0
+	})
+	// Clones first: targets are never carved on this page (it is marked),
+	// so its slice indices stay true while they are placed.
+	clones := make([]*handle.Handle, len(live))
+	for n, i := range live {
+		clones[n] = pg.slices[i].h.Clone()
+	}
+	for n, h := range clones {
+		src := pg.slices[live[n]].Region
+		t, newly := sc.bestFit(src.Size, exclude, st, g)
+		if t == nil {
+			for _, c := range clones[n:] {
+				c.Release()
+			}
+			return moves, false, mapped
+		}
+		mapped += newly
+		dst := sc[sc.index(t.Location().Pool())].Slice(t.Location())
+		moves = append(moves, relocation.NewMove(h, t, relocation.StorageCopy{Source: src, Target: dst.Region}))
+	}
+	return moves, true, mapped
+}
+
+// releaseMoves releases the moves from mark on (both handles each) and
+// returns moves cut back to mark.
+func releaseMoves(moves []relocation.Move, mark int) []relocation.Move {
+	for _, m := range moves[mark:] {
+		m.Target().Release()
+		m.Allocation().Release()
+	}
+	return moves[:mark]
 }
 
 // occupied sums the effective sizes of the page's slices that are not free.
@@ -284,42 +353,45 @@ func (pg *page) liveSlices() []int {
 }
 
 // bestFit reserves size bytes in the smallest free slice that holds it, on
-// an unguarded page not marked in exclude, and returns a clone of its
-// handle and the bytes of granules it newly mapped; nil when none holds it
-// (or the storage refused every mapping tried).
-func (p *Sliced) bestFit(size uint64, exclude []bool, st storage.Storage, g *handle.ErrorGraph) (*handle.Handle, uint64) {
-	pad, need := padded(size, p.align)
+// an unguarded page of the scope not marked in exclude, and returns a clone
+// of its handle and the bytes of granules it newly mapped; nil when none
+// holds it (or the storage refused every mapping tried).
+func (sc compactScope) bestFit(size uint64, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph) (*handle.Handle, uint64) {
 	for {
-		bestPage, bestSlice := -1, -1
+		best, bestSlice := scopePage{-1, -1}, -1
 		var bestSize uint64
-		for i, pg := range p.pages {
-			if pg.guarded() || exclude[i] {
-				continue
-			}
-			pg.coalesce(g)
-			if !pg.changed.Raised() && pg.maxFree < need {
-				continue
-			}
-			for j := range pg.slices {
-				s := &pg.slices[j]
-				if !s.h.IsFree() {
+		for k, p := range sc {
+			_, need := padded(size, p.align)
+			for i, pg := range p.pages {
+				if pg.guarded() || exclude[k][i] {
 					continue
 				}
-				if eff := s.EffectiveSize(); eff >= need && (bestPage < 0 || eff < bestSize) {
-					bestPage, bestSlice, bestSize = i, j, eff
+				pg.coalesce(g)
+				if !pg.changed.Raised() && pg.maxFree < need {
+					continue
+				}
+				for j := range pg.slices {
+					s := &pg.slices[j]
+					if !s.h.IsFree() {
+						continue
+					}
+					if eff := s.EffectiveSize(); eff >= need && (best.k < 0 || eff < bestSize) {
+						best, bestSlice, bestSize = scopePage{k, i}, j, eff
+					}
 				}
 			}
 		}
-		if bestPage < 0 {
+		if best.k < 0 {
 			return nil, 0
 		}
-		pg := p.pages[bestPage]
+		p, pg := sc[best.k], sc.page(best)
+		pad, need := padded(size, p.align)
 		before := pg.unmappedBytes()
 		if err := pg.back(st, pg.slices[bestSlice].Region.Offset, need); err != nil {
 			// The storage refused the granules: leave this page out of the
 			// search and look again (a mapped hole elsewhere may hold it).
-			exclude[bestPage] = true
-			defer func() { exclude[bestPage] = false }()
+			exclude[best.k][best.i] = true
+			defer func() { exclude[best.k][best.i] = false }()
 			continue
 		}
 		newly := before - pg.unmappedBytes()
@@ -341,17 +413,32 @@ func (p *Sliced) Commit(l *relocation.Landed, g *handle.ErrorGraph) {
 	commitMoves(l, p.Slice, &p.spares, g)
 }
 
-// PlanCompact plans a compaction of the arena's current pool
-// (Sliced.PlanCompact). Outdated pools are relocation's (Plan): their pages
-// go back whole once emptied onto the current pool, which compaction then
-// keeps dense.
+// PlanCompact plans a compaction over the arena's current and outdated
+// pools (compactScope.plan): the sparsest pages of any of them empty into
+// free room of the others, so under pressure an outdated page's free room
+// takes another outdated page's allocations, or the current pool's, when
+// the current pages have none (relocation off outdated pages moves into
+// current pages only). Arena.Commit lands it; the current pool's emptied
+// pages then go back at its ReleaseEmpty, the outdated pools' at the
+// commit's drain.
 func (a *Arena) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
-	return a.Current().PlanCompact(lim, st, g)
+	return a.scope().plan(lim, st, g)
 }
 
-// CanCompact reports whether a compaction of the current pool might empty a
-// page (Sliced.CanCompact).
-func (a *Arena) CanCompact() bool { return a.Current().CanCompact() }
+// CanCompact reports whether a compaction of the arena might empty a page
+// (Sliced.CanCompact over its pools).
+func (a *Arena) CanCompact() bool { return a.scope().canCompact() }
+
+// scope is the arena's pools as one compaction sees them: the current pool
+// first (its free room is where moves belong), then the outdated ones in
+// growth order.
+func (a *Arena) scope() compactScope {
+	sc := compactScope{a.Current()}
+	for _, slot := range a.outdated {
+		sc = append(sc, a.slots[slot])
+	}
+	return sc
+}
 
 // holeWindow is a run of adjacent slices [from, to] of one page that
 // together hold a reservation once their live allocations move away: live
@@ -405,8 +492,26 @@ const holeCandidates = 8
 // Cost: one pass over every page's slices (two pointers per page) plus a
 // best-fit scan per move of the tried candidates.
 func (p *Sliced) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return compactScope{p}.hole(size, lim, st, g)
+}
+
+// PlanHole is Sliced.PlanHole for a reservation the arena's current pool
+// serves: the run lies on a current page, the moves may take free room on
+// any page of the arena, outdated pages included.
+func (a *Arena) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return a.scope().hole(size, lim, st, g)
+}
+
+// CanHole is Sliced.CanHole for the arena: the current pool's pages take
+// the run, every pool's free room counts.
+func (a *Arena) CanHole(size uint64) bool { return a.scope().canHole(size) }
+
+// hole is PlanHole with the run on a page of the scope's first pool and
+// the targets anywhere else in the scope.
+func (sc compactScope) hole(size uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
 	var plan CompactPlan
-	if lim.Spent() || len(p.pages) < 2 {
+	p := sc[0]
+	if lim.Spent() || sc.pageCount() < 2 {
 		return relocation.New(nil), plan
 	}
 	_, need := padded(size, p.align)
@@ -429,7 +534,7 @@ func (p *Sliced) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g 
 		}
 		return 0
 	})
-	exclude := make([]bool, len(p.pages))
+	exclude := sc.marks()
 	for k, w := range cands {
 		if k == holeCandidates {
 			break
@@ -449,48 +554,24 @@ func (p *Sliced) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g 
 				live = append(live, i)
 			}
 		}
-		slices.SortStableFunc(live, func(x, y int) int {
-			a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
-			switch {
-			case a > b:
-				return -1
-			case a < b:
-				return 1
-			}
-			return 0
-		})
-		// Clones first: targets are never carved on this page, so its
-		// slice indices stay true while they are placed.
-		clones := make([]*handle.Handle, len(live))
-		for n, i := range live {
-			clones[n] = pg.slices[i].h.Clone()
-		}
-		exclude[w.page] = true
-		var moves []relocation.Move
-		ok := true
-		for n, h := range clones {
-			src := pg.slices[live[n]].Region
-			t, _ := p.bestFit(src.Size, exclude, st, g)
-			if t == nil {
-				ok = false
-				break
-			}
-			dst := p.Slice(t.Location())
-			moves = append(moves, relocation.NewMove(h, t, relocation.StorageCopy{Source: src, Target: dst.Region}))
-		}
-		exclude[w.page] = false
+		exclude[0][w.page] = true
+		moves, ok, _ := sc.moveAway(pg, live, exclude, st, g, nil)
+		exclude[0][w.page] = false
 		if ok {
 			return relocation.New(moves), plan
 		}
-		for _, m := range moves {
-			m.Target().Release()
-			m.Allocation().Release()
-		}
-		for _, h := range clones[len(moves):] {
-			h.Release()
-		}
+		releaseMoves(moves, 0)
 	}
 	return relocation.New(nil), plan
+}
+
+// pageCount is the pages of every pool of the scope.
+func (sc compactScope) pageCount() int {
+	n := 0
+	for _, p := range sc {
+		n += len(p.pages)
+	}
+	return n
 }
 
 // cheapestWindow finds the page's run of adjacent slices whose effective
@@ -539,16 +620,21 @@ func (pg *page) cheapestWindow(index int, need uint64) (holeWindow, bool) {
 // size bytes: at least two unguarded pages backed whole, whose free room
 // together holds size padded (the run's own free bytes plus the room its
 // moves take elsewhere is at least that). O(slices).
-func (p *Sliced) CanHole(size uint64) bool {
-	_, need := padded(size, p.align)
+func (p *Sliced) CanHole(size uint64) bool { return compactScope{p}.canHole(size) }
+
+// canHole is CanHole over the scope.
+func (sc compactScope) canHole(size uint64) bool {
+	_, need := padded(size, sc[0].align)
 	var free uint64
 	n := 0
-	for _, pg := range p.pages {
-		if pg.guarded() || pg.granule > 0 {
-			continue
+	for _, p := range sc {
+		for _, pg := range p.pages {
+			if pg.guarded() || pg.granule > 0 {
+				continue
+			}
+			n++
+			free += pg.size() - min(pg.size(), pg.occupied())
 		}
-		n++
-		free += pg.size() - min(pg.size(), pg.occupied())
 	}
 	return n >= 2 && free >= need
 }
