@@ -106,6 +106,10 @@ type AdaptiveMemory struct {
 	g       *handle.ErrorGraph
 	log     *slog.Logger
 	stats   relocation.Stats
+	// granule is the storage's mapping granule (0: pages backed whole):
+	// there a compaction for a failed reservation frees granules
+	// (PlanUnmap) instead of making a hole (PlanHole).
+	granule uint64
 }
 
 // NewAdaptive builds the adaptive memory for p on storage with mapping
@@ -120,11 +124,12 @@ func NewAdaptive(p Properties, granule uint64, g *handle.ErrorGraph, log *slog.L
 	}
 	smallPage := min(storage.RoundUp(small, p.Alignment), sizing.Max)
 	return &AdaptiveMemory{
-		tiny:  pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
-		small: pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
-		arena: pool.NewArena(sizing, lim, log),
-		g:     g,
-		log:   log,
+		granule: granule,
+		tiny:    pool.NewExclusive(0, math.MaxUint64, p.Alignment, tinyIndex, lim),
+		small:   pool.NewSliced(smallPage, min(storage.RoundUp(SmallSlice, p.Alignment), smallPage), false, p.Alignment, smallIndex, lim),
+		arena:   pool.NewArena(sizing, lim, log),
+		g:       g,
+		log:     log,
 	}
 }
 
@@ -483,9 +488,30 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 	return t, true
 }
 
+// unmapTargets are the compaction targets that free mapped granules on
+// granular storage (pool.Arena.PlanUnmap, then the small pool's), for a
+// reservation that failed for want of budget to map: goal is the bytes it
+// lacked (lim.Goal).
+func (a *AdaptiveMemory) unmapTargets() [2]compactTarget {
+	ar, sm := a.arenaTarget(), a.smallTarget()
+	ar.can, sm.can = a.arena.CanUnmap, a.small.CanUnmap
+	ar.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+		return a.arena.PlanUnmap(l.Goal, l, st, g)
+	}
+	sm.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+		return a.small.PlanUnmap(l.Goal, l, st, g)
+	}
+	return [2]compactTarget{ar, sm}
+}
+
 // CanMakeHole implements Relocating: the pool that would serve size might
-// be compacted into a hole for it (pool.Sliced.CanHole).
+// be compacted into a hole for it (pool.Sliced.CanHole); on granular
+// storage, some mapped granule might be freed (pool.Sliced.CanUnmap).
 func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
+	if a.granule > 0 {
+		t := a.unmapTargets()
+		return t[0].can() || t[1].can()
+	}
 	t, ok := a.holeTarget(size)
 	return ok && t.can()
 }
@@ -497,6 +523,17 @@ func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
 // within lim, so a retried reservation of size finds room without a new
 // page.
 func (a *AdaptiveMemory) MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
+	if a.granule > 0 {
+		for _, t := range a.unmapTargets() {
+			if !t.can() {
+				continue
+			}
+			if o, _ := a.compactOne(st, q, t.plan, t.commit, lim); o.Kind != relocation.NothingToMove {
+				return o
+			}
+		}
+		return relocation.Outcome{Kind: relocation.NothingToMove}
+	}
 	t, ok := a.holeTarget(size)
 	if !ok {
 		return relocation.Outcome{Kind: relocation.NothingToMove}

@@ -248,7 +248,7 @@ func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.Err
 		mark := len(moves)
 		var ok bool
 		var mapped uint64
-		moves, ok, mapped = sc.moveAway(pg, live, source, st, g, moves)
+		moves, ok, mapped = sc.moveAway(pg, live, source, false, st, g, moves)
 		if ok && (mapped >= freed || c.live > CompactMovedPerFreed*(freed-mapped)) {
 			ok = false
 			plan.Refused++
@@ -287,7 +287,7 @@ func (sc compactScope) index(pool uint8) int {
 // them to moves. ok is false when one found no room: the moves appended so
 // far are then still in moves for the caller to release. mapped is the bytes
 // of granules the targets newly mapped.
-func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) (_ []relocation.Move, ok bool, mapped uint64) {
+func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, mappedOnly bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) (_ []relocation.Move, ok bool, mapped uint64) {
 	slices.SortStableFunc(live, func(x, y int) int {
 		a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
 		switch {
@@ -306,7 +306,7 @@ func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, st stora
 	}
 	for n, h := range clones {
 		src := pg.slices[live[n]].Region
-		t, newly := sc.bestFit(src.Size, exclude, st, g)
+		t, newly := sc.bestFit(src.Size, exclude, mappedOnly, st, g)
 		if t == nil {
 			for _, c := range clones[n:] {
 				c.Release()
@@ -353,10 +353,11 @@ func (pg *page) liveSlices() []int {
 }
 
 // bestFit reserves size bytes in the smallest free slice that holds it, on
-// an unguarded page of the scope not marked in exclude, and returns a clone
-// of its handle and the bytes of granules it newly mapped; nil when none
-// holds it (or the storage refused every mapping tried).
-func (sc compactScope) bestFit(size uint64, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph) (*handle.Handle, uint64) {
+// an unguarded page of the scope not marked in exclude (with mappedOnly,
+// only where every granule it covers is mapped already), and returns a
+// clone of its handle and the bytes of granules it newly mapped; nil when
+// none holds it (or the storage refused every mapping tried).
+func (sc compactScope) bestFit(size uint64, exclude [][]bool, mappedOnly bool, st storage.Storage, g *handle.ErrorGraph) (*handle.Handle, uint64) {
 	for {
 		best, bestSlice := scopePage{-1, -1}, -1
 		var bestSize uint64
@@ -375,7 +376,11 @@ func (sc compactScope) bestFit(size uint64, exclude [][]bool, st storage.Storage
 					if !s.h.IsFree() {
 						continue
 					}
-					if eff := s.EffectiveSize(); eff >= need && (best.k < 0 || eff < bestSize) {
+					eff := s.EffectiveSize()
+					if eff < need || (best.k >= 0 && eff >= bestSize) {
+						continue
+					}
+					if !mappedOnly || pg.rangeMapped(s.Region.Offset, need) {
 						best, bestSlice, bestSize = scopePage{k, i}, j, eff
 					}
 				}
@@ -555,7 +560,7 @@ func (sc compactScope) hole(size uint64, lim CompactLimits, st storage.Storage, 
 			}
 		}
 		exclude[0][w.page] = true
-		moves, ok, _ := sc.moveAway(pg, live, exclude, st, g, nil)
+		moves, ok, _ := sc.moveAway(pg, live, exclude, false, st, g, nil)
 		exclude[0][w.page] = false
 		if ok {
 			return relocation.New(moves), plan
@@ -637,4 +642,207 @@ func (sc compactScope) canHole(size uint64) bool {
 		}
 	}
 	return n >= 2 && free >= need
+}
+
+// rangeMapped reports whether every granule [off, off+n) touches is mapped
+// (always on a page backed whole).
+func (pg *page) rangeMapped(off, n uint64) bool {
+	if pg.granule == 0 || n == 0 {
+		return true
+	}
+	first, count := storage.Granules(off, n, pg.granule)
+	for k := first; k < first+count; k++ {
+		if !pg.mapped[k] {
+			return false
+		}
+	}
+	return true
+}
+
+// PlanUnmap plans the moves that give back at least goal bytes of mapped
+// granules on granular pages (one granule's worth when goal is 0), without
+// emptying a page: on one page, the run of adjacent slices whose live
+// allocations are the fewest bytes to copy and whose moving frees that
+// many granules (granules no live slice outside the run touches) has those
+// allocations moved into free room of the other pages that is mapped
+// already, so the moves map nothing and the cleanup after the commit
+// unmaps the freed granules. It is the granular counterpart of PlanHole:
+// there a reservation fails for want of budget to map granules, and the
+// free room that would give it back lies in pieces inside mapped granules.
+// Moves copy at most CompactMovedPerFreed times the bytes freed. The
+// candidates are each page's cheapest run, tried cheapest first (at most
+// holeCandidates); CompactPlan.BytesFreed is the run's granule bytes.
+func (p *Sliced) PlanUnmap(goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return compactScope{p}.unmap(goal, lim, st, g)
+}
+
+// PlanUnmap is Sliced.PlanUnmap over the arena's pools: the run on any of
+// their pages, the targets on any other.
+func (a *Arena) PlanUnmap(goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return a.scope().unmap(goal, lim, st, g)
+}
+
+// unmapWindow is a run whose moving frees freed bytes of mapped granules.
+type unmapWindow struct {
+	holeWindow
+	freed uint64
+}
+
+// unmap is PlanUnmap over the scope.
+func (sc compactScope) unmap(goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	var plan CompactPlan
+	if lim.Spent() || sc.pageCount() < 2 {
+		return relocation.New(nil), plan
+	}
+	var cands []unmapWindow
+	at := make([]scopePage, 0)
+	for k, p := range sc {
+		for i, pg := range p.pages {
+			if pg.guarded() || pg.granule == 0 {
+				continue
+			}
+			pg.coalesce(g)
+			want := max(goal, pg.granule)
+			if w, ok := pg.cheapestUnmapWindow(len(at), want); ok && w.live > 0 && w.live <= CompactMovedPerFreed*w.freed {
+				cands = append(cands, w)
+				at = append(at, scopePage{k, i})
+			}
+		}
+	}
+	slices.SortFunc(cands, func(x, y unmapWindow) int {
+		if x.cheaper(y.holeWindow) {
+			return -1
+		}
+		if y.cheaper(x.holeWindow) {
+			return 1
+		}
+		return 0
+	})
+	exclude := sc.marks()
+	for n, w := range cands {
+		if n == holeCandidates {
+			break
+		}
+		if (lim.MaxBytes > 0 && w.live > lim.MaxBytes) || (lim.MaxMoves > 0 && w.moves > lim.MaxMoves) {
+			continue
+		}
+		where := at[w.page]
+		pg := sc.page(where)
+		var live []int
+		for i := w.from; i <= w.to; i++ {
+			if !pg.slices[i].h.IsFree() {
+				live = append(live, i)
+			}
+		}
+		exclude[where.k][where.i] = true
+		moves, ok, _ := sc.moveAway(pg, live, exclude, true, st, g, nil)
+		exclude[where.k][where.i] = false
+		if ok {
+			plan.BytesFreed = w.freed
+			return relocation.New(moves), plan
+		}
+		releaseMoves(moves, 0)
+	}
+	return relocation.New(nil), plan
+}
+
+// cheapestUnmapWindow finds the page's run of adjacent slices (live ones
+// unbound) whose moving frees at least want bytes of mapped granules and
+// whose live slices hold the fewest requested bytes: two pointers, the run
+// shrunk from the left while it still frees want. A run frees the mapped
+// granules that lie wholly inside the free room it joins once its live
+// slices are gone: from the first free slice before it to the last free
+// one after it. The page's slices must be coalesced.
+func (pg *page) cheapestUnmapWindow(index int, want uint64) (unmapWindow, bool) {
+	best := unmapWindow{holeWindow: holeWindow{page: -1}}
+	var live uint64
+	moves, from := 0, 0
+	for j := range pg.slices {
+		s := &pg.slices[j]
+		if !s.h.IsFree() && s.h.IsBound() {
+			from, live, moves = j+1, 0, 0
+			continue
+		}
+		if !s.h.IsFree() {
+			live += s.Region.Size
+			moves++
+		}
+		for from < j {
+			t := &pg.slices[from]
+			tl := uint64(0)
+			if !t.h.IsFree() {
+				tl = t.Region.Size
+			}
+			if pg.runFrees(from+1, j) < want {
+				break
+			}
+			live -= tl
+			if !t.h.IsFree() {
+				moves--
+			}
+			from++
+		}
+		if f := pg.runFrees(from, j); f >= want {
+			w := unmapWindow{holeWindow: holeWindow{page: index, from: from, to: j, live: live, moves: moves}, freed: f}
+			if best.page < 0 || w.cheaper(best.holeWindow) {
+				best = w
+			}
+		}
+	}
+	return best, best.page >= 0
+}
+
+// runFrees is the bytes of mapped granules that moving the live slices of
+// [from, to] would free: those wholly inside the free room the run joins.
+func (pg *page) runFrees(from, to int) uint64 {
+	if from > to {
+		return 0
+	}
+	for from > 0 && pg.slices[from-1].h.IsFree() {
+		from--
+	}
+	for to+1 < len(pg.slices) && pg.slices[to+1].h.IsFree() {
+		to++
+	}
+	start := pg.slices[from].Region.Offset
+	end := pg.slices[to].Region.Offset + pg.slices[to].EffectiveSize()
+	if to == len(pg.slices)-1 {
+		end = pg.size()
+	}
+	first := (start + pg.granule - 1) / pg.granule
+	last := end / pg.granule
+	if end == pg.size() {
+		last = uint64(len(pg.mapped))
+	}
+	var freed uint64
+	for k := first; k < last; k++ {
+		if pg.mapped[k] {
+			freed += pg.granuleBytes(int(k))
+		}
+	}
+	return freed
+}
+
+// CanUnmap reports, without planning, whether PlanUnmap might free a
+// granule: two unguarded granular pages or more, with free room inside
+// their mapped granules. O(slices + granules).
+func (p *Sliced) CanUnmap() bool { return compactScope{p}.canUnmap() }
+
+// CanUnmap is Sliced.CanUnmap over the arena's pools.
+func (a *Arena) CanUnmap() bool { return a.scope().canUnmap() }
+
+func (sc compactScope) canUnmap() bool {
+	n := 0
+	var free uint64
+	for _, p := range sc {
+		for _, pg := range p.pages {
+			if pg.guarded() || pg.granule == 0 {
+				continue
+			}
+			n++
+			mapped := pg.size() - pg.unmappedBytes()
+			free += mapped - min(mapped, pg.occupied())
+		}
+	}
+	return n >= 2 && free > 0
 }

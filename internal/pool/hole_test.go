@@ -172,3 +172,59 @@ func TestCheapestWindowIsTheLeastLiveRunThatHoldsNeed(t *testing.T) {
 		}
 	}
 }
+
+// PlanUnmap on granular pages: page 0's first granule holds one live 1 MiB
+// slice beside a free MiB; page 1 has a free MiB inside a mapped granule.
+// Moving the slice there maps nothing and frees the granule, which the
+// cleanup then unmaps; every byte survives.
+func TestPlanUnmapFreesAGranuleByMovingIntoMappedRoom(t *testing.T) {
+	st := storage.NewGranularHost(32, 2*MiB, nil)
+	g := handle.NewErrorGraph()
+	p := NewSliced(8*MiB, 8*MiB, false, 32, 5, Limits{})
+	x := slicedReserve(t, p, st, MiB, g)
+	y := slicedReserve(t, p, st, MiB, g)
+	slicedReserve(t, p, st, 6*MiB, g)
+	w := slicedReserve(t, p, st, 7*MiB, g)
+	if y.Location().Page() != 0 || w.Location().Page() != 1 {
+		t.Fatalf("setup: y at %v, w at %v", y.Location(), w.Location())
+	}
+	x.Release()
+	p.UnmapFree(st)
+	mappedBefore := p.Usage().BytesReserved - p.Usage().BytesUnmapped
+	src, _ := st.Resolve(p.Slice(y.Location()).Region)
+	for i := range src.Bytes {
+		src.Bytes[i] = byte(i%241 + 7)
+	}
+	want := slices.Clone(src.Bytes)
+
+	if !p.CanUnmap() {
+		t.Fatal("CanUnmap = false with a free mapped MiB on page 1")
+	}
+	plan, info := p.PlanUnmap(0, CompactLimits{}, st, g)
+	if got := moveIDs(plan); !slices.Equal(got, ids(y)) {
+		t.Fatalf("plan moves %v, want y %v", got, ids(y))
+	}
+	if info.BytesFreed != 2*MiB || info.Pages != 0 {
+		t.Fatalf("plan info %+v, want one 2 MiB granule freed, no page", info)
+	}
+	landed, err := plan.Copy(st, relocation.HostCopies{})
+	if err != nil {
+		t.Fatalf("Copy: %v", err)
+	}
+	p.Commit(landed, g)
+	if n := p.UnmapFree(st); n != 2*MiB {
+		t.Fatalf("UnmapFree after the commit unmapped %d bytes, want the 2 MiB granule", n)
+	}
+	p.Check()
+	if after := p.Usage().BytesReserved - p.Usage().BytesUnmapped; after != mappedBefore-2*MiB {
+		t.Fatalf("mapped bytes %d → %d, want 2 MiB fewer", mappedBefore, after)
+	}
+	dst, _ := st.Resolve(p.Slice(y.Location()).Region)
+	if y.Location().Page() != 1 || !bytes.Equal(dst.Bytes, want) {
+		t.Fatalf("y at %v, bytes equal %v; want page 1 and its bytes", y.Location(), bytes.Equal(dst.Bytes, want))
+	}
+	// A goal above what any run frees plans nothing.
+	if plan, _ := p.PlanUnmap(16*MiB, CompactLimits{}, st, g); !plan.IsEmpty() {
+		t.Fatal("a 16 MiB goal was planned on 16 MiB of pages")
+	}
+}
