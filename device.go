@@ -406,14 +406,20 @@ type countedStorage struct {
 	issuer stream.Issuer   // q, when it reports its last step without locking
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
+	// The holds Stream.HoldReleases opened (holds.go): opened counts them,
+	// passed is how many of the first ones passed, every one up to it;
+	// passedLater marks later ones passed out of order.
+	vOpened, vPassed uint64
+	vPassedLater     map[uint64]bool
 }
 
 // heldRelease is a deallocation (n == 0) or an unmap of granules
-// [first, first+n) of allocation id, waiting for seq on the stream.
+// [first, first+n) of allocation id, waiting for seq on the stream and for
+// the HoldReleases hold vseq (0: none) to pass.
 type heldRelease struct {
-	seq      uint64
-	id       storage.ID
-	first, n uint64
+	seq, vseq uint64
+	id        storage.ID
+	first, n  uint64
 }
 
 // recording reports whether the stream's queue records a graph.
@@ -445,9 +451,15 @@ func (c *countedStorage) releasePassed() {
 	if len(c.held) == 0 || c.recording() {
 		return
 	}
-	n := len(c.held)
-	c.held = dropPassed(c.held, c.q.Completed(), func(h heldRelease) uint64 { return h.seq }, c.forward)
-	if len(c.held) != n {
+	done := c.q.Completed()
+	k := 0
+	for k < len(c.held) && c.held[k].seq <= done && c.held[k].vseq <= c.vPassed {
+		c.forward(c.held[k])
+		k++
+	}
+	if k > 0 {
+		clear(c.held[:k])
+		c.held = c.held[k:]
 		c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
 	}
 }
@@ -523,11 +535,25 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 
 func (c *countedStorage) Dealloc(id storage.ID) {
 	c.deallocs.Add(1)
-	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
-		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id})
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
+		c.hold(seq, id, 0, 0)
 		return
 	}
 	c.dealloc(id)
+}
+
+// hold holds a release (n == 0: the dealloc of id; else an unmap) behind
+// seq, the stream's open HoldReleases hold and every release held before
+// it, which keeps the list in order.
+func (c *countedStorage) hold(seq uint64, id storage.ID, first, n uint64) {
+	h := heldRelease{seq: seq, id: id, first: first, n: n}
+	if c.vBusy() {
+		h.vseq = c.vOpened
+	}
+	if k := len(c.held); k > 0 {
+		h.seq, h.vseq = max(h.seq, c.held[k-1].seq), max(h.vseq, c.held[k-1].vseq)
+	}
+	c.held = append(c.held, h)
 }
 
 // holdsFor reports whether a release of allocation id is held: its dealloc
@@ -539,15 +565,6 @@ func (c *countedStorage) holdsFor(id storage.ID) bool {
 		}
 	}
 	return false
-}
-
-// lastHeldSeq is the seq of the newest held release (0 when none), so a
-// release appended after it keeps the list in seq order.
-func (c *countedStorage) lastHeldSeq() uint64 {
-	if len(c.held) == 0 {
-		return 0
-	}
-	return c.held[len(c.held)-1].seq
 }
 
 // CheckCopy forwards to the wrapped storage's fault injection, if any.

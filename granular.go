@@ -138,8 +138,8 @@ func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
 	if !ok || n == 0 {
 		return
 	}
-	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
-		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id, first: first, n: n})
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
+		c.hold(seq, id, first, n)
 		return
 	}
 	c.unmap(g, id, first, n)
@@ -169,10 +169,10 @@ func (c *countedStorage) withdrawUnmaps(id storage.ID, first, n uint64) {
 			continue
 		}
 		if h.first < first {
-			kept = append(kept, heldRelease{seq: h.seq, id: id, first: h.first, n: first - h.first})
+			kept = append(kept, heldRelease{seq: h.seq, vseq: h.vseq, id: id, first: h.first, n: first - h.first})
 		}
 		if hend := h.first + h.n; hend > end {
-			kept = append(kept, heldRelease{seq: h.seq, id: id, first: end, n: hend - end})
+			kept = append(kept, heldRelease{seq: h.seq, vseq: h.vseq, id: id, first: end, n: hend - end})
 		}
 	}
 	c.held = kept
