@@ -3,6 +3,7 @@ package trace
 import (
 	"bytes"
 	"errors"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -114,3 +115,54 @@ func TestHeldEventsOutOfPlaceAreRefusedNamingLineAndField(t *testing.T) {
 }
 
 func lineOf(n int) string { return "line " + strconv.Itoa(n) + ":" }
+
+// A PyTorch snapshot's free_requested is the free and its free_completed
+// the release: completed by the very next entry it is a plain free there
+// (as before), completed later a held free and a release. An alloc at a
+// held free's address releases it first. The result encodes (E3).
+func TestSnapshotFreeRequestedThenCompletedLaterIsAHeldFree(t *testing.T) {
+	js := `{"device_traces": [[
+  {"action": "alloc", "addr": 16777216, "size": 1048576, "stream": 0, "time_us": 1},
+  {"action": "alloc", "addr": 18874368, "size": 2048, "stream": 0, "time_us": 2},
+  {"action": "free_requested", "addr": 16777216, "size": 1048576, "stream": 0, "time_us": 3},
+  {"action": "alloc", "addr": 20971520, "size": 4096, "stream": 0, "time_us": 4},
+  {"action": "free_completed", "addr": 16777216, "size": 1048576, "stream": 0, "time_us": 5},
+  {"action": "free_requested", "addr": 18874368, "size": 2048, "stream": 0, "time_us": 6},
+  {"action": "free_completed", "addr": 18874368, "size": 2048, "stream": 0, "time_us": 7},
+  {"action": "free_requested", "addr": 20971520, "size": 4096, "stream": 0, "time_us": 8},
+  {"action": "alloc", "addr": 20971520, "size": 512, "stream": 0, "time_us": 9}]]}`
+	s := mustSnapshot(t, []byte(js), SnapshotOptions{})
+	want := []Event{
+		{Op: OpAlloc, T: 1, ID: 1, Size: 1 << 20},
+		{Op: OpAlloc, T: 2, ID: 2, Size: 2048},
+		{Op: OpFree, T: 3, ID: 1, Held: true},
+		{Op: OpAlloc, T: 4, ID: 3, Size: 4096},
+		{Op: OpRelease, T: 5, ID: 1},
+		{Op: OpFree, T: 7, ID: 2},
+		{Op: OpFree, T: 8, ID: 3, Held: true},
+		{Op: OpRelease, T: 9, ID: 3}, // an alloc at its address: PyTorch had completed the free
+		{Op: OpAlloc, T: 9, ID: 4, Size: 512},
+	}
+	if !slices.Equal(s.Events, want) {
+		t.Fatalf("events\n got %v\nwant %v", s.Events, want)
+	}
+	c := s.Counts
+	if c.FreeRequests != 3 || c.HeldFrees != 2 || c.Frees != 2 || c.PendingAtEnd != 0 || c.ImpliedFrees != 0 {
+		t.Fatalf("counts %+v: want 3 free requests, 2 held, 2 frees completed, none pending", c)
+	}
+	if s.PeakLive != 1<<20+2048 || s.FinalLive != 512 {
+		t.Fatalf("live peak %d final %d; want the held free's bytes gone at its free_requested", s.PeakLive, s.FinalLive)
+	}
+	encodes(t, s.Events)
+}
+
+// encodes fails the test unless the Encoder takes every event (E1, E3).
+func encodes(t *testing.T, events []Event) {
+	t.Helper()
+	enc := NewEncoder(io.Discard)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
