@@ -1,8 +1,11 @@
 package replay
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 
+	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -82,5 +85,44 @@ func TestReplayHoldsAStreamsReleasesUntilThePass(t *testing.T) {
 	}
 	if rep.Skipped != 1 || rep.EventsByOp["hold"] != 1 || rep.EventsByOp["pass"] != 2 {
 		t.Fatalf("%d skipped, events by op %v; want the second pass skipped", rep.Skipped, rep.EventsByOp)
+	}
+}
+
+// A trace without held releases replays as it did before they existed:
+// the embedded default trace's figures, measured on the code before this
+// change, on whole pages and on granular ones under a capacity.
+func TestTraceWithoutHeldReleasesReplaysAsBefore(t *testing.T) {
+	_, data := trace.Default()
+	var events []trace.Event
+	for e, err := range trace.Decode(bytes.NewReader(data)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	for _, c := range []struct {
+		name                                 string
+		opts                                 []gpumem.Option
+		peakDevice, finalDevice, finalReserv uint64
+	}{
+		{"whole pages", []gpumem.Option{gpumem.WithSim()}, 4801876608, 4474720896, 4474720896},
+		{"granular pages", []gpumem.Option{gpumem.WithSim(), gpumem.WithPageGranular(true), gpumem.WithCapacity(6 << 30)}, 4155953792, 3956724352, 4481012352},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dev, err := gpumem.Open(c.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dev.Close()
+			rep, err := Run(t.Context(), dev, slices.Values(events), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := []uint64{rep.PeakLive, rep.PeakDevice, uint64(rep.PeakDeviceEvent), rep.FinalDevice, rep.FinalReserved, rep.StorageAllocs, rep.StorageDeallocs, rep.Growths, rep.PagesReleased, rep.BytesReleased, uint64(rep.Frees)}
+			want := []uint64{3709259859, c.peakDevice, 2934, c.finalDevice, c.finalReserv, 95, 51, 9, 51, 5142216704, 1500}
+			if !slices.Equal(got, want) || rep.HeldFrees != 0 || rep.IgnoredReleases != 0 {
+				t.Fatalf("peak live, peak device, its event, final device, final reserved, storage allocs, deallocs, growths, pages released, bytes released, frees:\n got %v\nwant %v (held frees %d, ignored releases %d)", got, want, rep.HeldFrees, rep.IgnoredReleases)
+			}
+		})
 	}
 }
