@@ -460,7 +460,20 @@ func (c *countedStorage) releasePassed() {
 	if k > 0 {
 		clear(c.held[:k])
 		c.held = c.held[k:]
+		c.notePassed()
 		c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
+	}
+}
+
+// notePassed records, after held releases went, what the oldest one still
+// held waits for.
+func (c *countedStorage) notePassed() {
+	if h := c.d.hist; h != nil {
+		if len(c.held) == 0 {
+			h.passedLocked(c.stream, false, 0, 0)
+		} else {
+			h.passedLocked(c.stream, true, c.held[0].seq, c.held[0].vseq)
+		}
 	}
 }
 
@@ -480,38 +493,41 @@ func (c *countedStorage) forgetHeld() {
 		c.forward(h)
 	}
 	c.held = nil
+	c.notePassed()
 	c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
 }
 
 func (c *countedStorage) forward(h heldRelease) {
 	if h.n == 0 {
-		c.dealloc(h.id)
+		c.dealloc(h.id, true)
 		return
 	}
 	if g, ok := c.Storage.(storage.Granular); ok {
-		c.unmap(g, h.id, h.first, h.n)
+		c.unmap(g, h.id, h.first, h.n, true)
 	}
 }
 
-// dealloc hands allocation id back to the storage now, and records it.
-func (c *countedStorage) dealloc(id storage.ID) {
+// dealloc hands allocation id back to the storage now, and records it
+// (forwarded: a release that had been held).
+func (c *countedStorage) dealloc(id storage.ID, forwarded bool) {
 	c.Storage.Dealloc(id)
 	if h := c.d.hist; h != nil {
 		_, reserved := c.mapped[id]
-		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved)
+		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved, forwarded)
 	}
 	delete(c.sizes, id)
 	delete(c.mapped, id)
 }
 
-// unmap unmaps granules [first, first+n) of id now, and records it.
-func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64) {
+// unmap unmaps granules [first, first+n) of id now, and records it
+// (forwarded: an unmap that had been held).
+func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64, forwarded bool) {
 	g.Unmap(id, first, n)
 	if _, ok := c.mapped[id]; ok {
 		c.mapped[id] -= min(n, c.mapped[id])
 	}
 	if h := c.d.hist; h != nil {
-		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule())
+		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule(), forwarded)
 	}
 }
 
@@ -539,7 +555,7 @@ func (c *countedStorage) Dealloc(id storage.ID) {
 		c.hold(seq, id, 0, 0)
 		return
 	}
-	c.dealloc(id)
+	c.dealloc(id, false)
 }
 
 // hold holds a release (n == 0: the dealloc of id; else an unmap) behind
@@ -554,6 +570,13 @@ func (c *countedStorage) hold(seq uint64, id storage.ID, first, n uint64) {
 		h.seq, h.vseq = max(h.seq, c.held[k-1].seq), max(h.vseq, c.held[k-1].vseq)
 	}
 	c.held = append(c.held, h)
+	if hist := c.d.hist; hist != nil {
+		held := c.sizes[id]
+		if m, reserved := c.mapped[id]; reserved && n == 0 {
+			held = m * c.Granule() // a reservation's dealloc holds its mapped granules
+		}
+		hist.heldLocked(c.stream, h, c.sizes[id], held, c.Granule())
+	}
 }
 
 // holdsFor reports whether a release of allocation id is held: its dealloc

@@ -126,7 +126,7 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 func (c *countedStorage) mappedNow(id storage.ID, first, n uint64) {
 	c.mapped[id] += n
 	if h := c.d.hist; h != nil {
-		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule())
+		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule(), false)
 	}
 }
 
@@ -142,7 +142,7 @@ func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
 		c.hold(seq, id, first, n)
 		return
 	}
-	c.unmap(g, id, first, n)
+	c.unmap(g, id, first, n, false)
 }
 
 // holdsUnmapIn reports whether a held unmap of id overlaps [first, first+n).
@@ -175,7 +175,11 @@ func (c *countedStorage) withdrawUnmaps(id storage.ID, first, n uint64) {
 			kept = append(kept, heldRelease{seq: h.seq, vseq: h.vseq, id: id, first: end, n: hend - end})
 		}
 	}
+	changed := len(kept) != len(c.held) || (len(kept) > 0 && kept[0] != c.held[0])
 	c.held = kept
+	if changed {
+		c.notePassed()
+	}
 }
 
 // BytesReserved implements storage.Granular: the wrapped storage's address
