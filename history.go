@@ -253,22 +253,13 @@ type boundFree struct {
 	stream int32
 }
 
-// add records the releases of held frees that happened since the last
-// entry, then e (see put), and returns e's slot.
-func (h *history) add(e histEntry) int {
-	if len(h.bound) > 0 {
-		h.noteReleasedLocked()
-	}
-	return h.put(e)
-}
-
 // noteReleasedLocked records a release entry for every held free whose
 // memory no binding holds any more.
 func (h *history) noteReleasedLocked() {
 	kept := h.bound[:0]
 	for _, f := range h.bound {
 		if f.desc.IsFree() {
-			h.put(histEntry{kind: HistoryRelease, stream: f.stream, id: uint64(f.id), size: f.size})
+			h.add(histEntry{kind: HistoryRelease, stream: f.stream, id: uint64(f.id), size: f.size})
 			continue
 		}
 		kept = append(kept, f)
@@ -277,10 +268,14 @@ func (h *history) noteReleasedLocked() {
 	h.bound = kept
 }
 
-// put appends e (stamped with the clock, see timePeriod) to the ring,
+// add appends e (stamped with the clock, see timePeriod) to the ring,
 // overwriting the oldest entry once the ring holds MaxEntries, and returns
-// its slot.
-func (h *history) put(e histEntry) int {
+// its slot. The releases of held frees that happened since the last entry
+// are recorded first.
+func (h *history) add(e histEntry) int {
+	if len(h.bound) > 0 && e.kind != HistoryRelease {
+		h.noteReleasedLocked()
+	}
 	if h.next%timePeriod == 0 || e.kind > HistoryFree {
 		h.now = int64(time.Since(h.start))
 	}
