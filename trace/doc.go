@@ -27,8 +27,10 @@
 //     stream.
 //   - (E2) Decode(Encoder output) yields the encoded events unchanged.
 //   - (E3) A converted snapshot is a valid native trace: unique IDs, frees
-//     only of live IDs, dense streams 0…Streams−1, and PeakLive/FinalLive
-//     are the peak and final sums of live sizes over its events.
+//     only of live IDs, releases only of IDs a held free left taken (the
+//     Encoder takes it), dense streams 0…Streams−1, and PeakLive/FinalLive
+//     are the peak and final sums of live sizes over its events (a held
+//     free's bytes end at its free).
 //   - (E4) Synth(name, seed, params) yields the same events on every
 //     iteration and every run; a different seed yields different events.
 //   - (E5) Bad input never panics: a malformed line, pickle or snapshot is
