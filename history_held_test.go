@@ -2,6 +2,7 @@ package gpumem_test
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"testing"
 
@@ -95,17 +96,8 @@ func TestHeldReleasesReplayToTheDevicesOwnPeaks(t *testing.T) {
 				if err := d.WriteTrace(&tr); err != nil {
 					t.Fatal(err)
 				}
-				ops := map[string]int{}
-				held := 0
-				for e, err := range trace.Decode(bytes.NewReader(tr.Bytes())) {
-					if err != nil {
-						t.Fatal(err)
-					}
-					ops[e.Op.String()]++
-					if e.Held {
-						held++
-					}
-				}
+				ops := opsOf(t, tr.Bytes())
+				held := ops["held free"]
 				if cross && (held != 6 || ops["release"] != 6) {
 					t.Fatalf("trace: %d held frees, ops %v; want the six buffers freed held and released", held, ops)
 				}
@@ -126,6 +118,13 @@ func TestHeldReleasesReplayToTheDevicesOwnPeaks(t *testing.T) {
 					if rep.FailedAllocs != 0 || rep.IgnoredFrees != 0 || rep.IgnoredReleases != 0 || rep.Skipped != 0 {
 						t.Fatalf("replay on %s: %d failed allocs, %d ignored frees, %d ignored releases, %d skipped", on.name, rep.FailedAllocs, rep.IgnoredFrees, rep.IgnoredReleases, rep.Skipped)
 					}
+				}
+				// The replay's stand-ins are held releases like the real ones:
+				// a replay that records writes the same held frees, releases,
+				// holds and passes again.
+				again := recordedReplay(t, tr.Bytes(), append(slices.Clone(opts), gpumem.WithSim())...)
+				if fmt.Sprint(opsOf(t, again)) != fmt.Sprint(ops) {
+					t.Fatalf("the replay's own trace has ops %v, the device's %v", opsOf(t, again), ops)
 				}
 				t.Logf("peak live %d MiB, peak device %d MiB; ops %v", p.peakLive>>20, p.peakDevice>>20, ops)
 			})
@@ -267,4 +266,46 @@ func TestHistoryRecordsHeldFreesAndReleasesInOrder(t *testing.T) {
 	if held != 2 || heldFree != 2 || passed != 1 || d.BytesAllocated() != 0 {
 		t.Fatalf("%d held, %d held page frees, %d passed, %d device bytes; want 2, 2, 1, 0", held, heldFree, passed, d.BytesAllocated())
 	}
+}
+
+// opsOf counts a trace's events by op, and its held frees as "held free".
+func opsOf(t *testing.T, tr []byte) map[string]int {
+	t.Helper()
+	ops := map[string]int{}
+	for e, err := range trace.Decode(bytes.NewReader(tr)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		ops[e.Op.String()]++
+		if e.Held {
+			ops["held free"]++
+		}
+	}
+	return ops
+}
+
+// recordedReplay replays tr on a device opened with opts that records its
+// history, and returns that device's trace.
+func recordedReplay(t *testing.T, tr []byte, opts ...gpumem.Option) []byte {
+	t.Helper()
+	dev, err := gpumem.Open(append(opts, gpumem.WithHistory(gpumem.HistoryOptions{}))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	var events []trace.Event
+	for e, err := range trace.Decode(bytes.NewReader(tr)) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	if _, err := replay.Run(t.Context(), dev, slices.Values(events), replay.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := dev.WriteTrace(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out.Bytes()
 }
