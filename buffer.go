@@ -91,7 +91,7 @@ func (b *Buffer) Free() error {
 	if h := d.hist; h != nil && b.h.Descriptor().Handles() <= 2 {
 		// The last user reference (the slice holds the other handle): the
 		// buffer is freed.
-		h.freeLocked(b.s, b.h.ID(), b.size)
+		h.freeLocked(b.s, b.h.ID(), b.size, b.h.Descriptor())
 	}
 	b.h.Release()
 	return nil

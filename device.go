@@ -427,14 +427,20 @@ type countedStorage struct {
 	issuer stream.Issuer   // q, when it reports its last step without locking
 	// held is in seq order; an unmap precedes the dealloc of its allocation.
 	held []heldRelease
+	// The holds Stream.HoldReleases opened (holds.go): opened counts them,
+	// passed is how many of the first ones passed, every one up to it;
+	// passedLater marks later ones passed out of order.
+	vOpened, vPassed uint64
+	vPassedLater     map[uint64]bool
 }
 
 // heldRelease is a deallocation (n == 0) or an unmap of granules
-// [first, first+n) of allocation id, waiting for seq on the stream.
+// [first, first+n) of allocation id, waiting for seq on the stream and for
+// the HoldReleases hold vseq (0: none) to pass.
 type heldRelease struct {
-	seq      uint64
-	id       storage.ID
-	first, n uint64
+	seq, vseq uint64
+	id        storage.ID
+	first, n  uint64
 }
 
 // recording reports whether the stream's queue records a graph.
@@ -466,10 +472,29 @@ func (c *countedStorage) releasePassed() {
 	if len(c.held) == 0 || c.recording() {
 		return
 	}
-	n := len(c.held)
-	c.held = dropPassed(c.held, c.q.Completed(), func(h heldRelease) uint64 { return h.seq }, c.forward)
-	if len(c.held) != n {
+	done := c.q.Completed()
+	k := 0
+	for k < len(c.held) && c.held[k].seq <= done && c.held[k].vseq <= c.vPassed {
+		c.forward(c.held[k])
+		k++
+	}
+	if k > 0 {
+		clear(c.held[:k])
+		c.held = c.held[k:]
+		c.notePassed()
 		c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
+	}
+}
+
+// notePassed records, after held releases went, what the oldest one still
+// held waits for.
+func (c *countedStorage) notePassed() {
+	if h := c.d.hist; h != nil {
+		if len(c.held) == 0 {
+			h.passedLocked(c.stream, false, 0, 0)
+		} else {
+			h.passedLocked(c.stream, true, c.held[0].seq, c.held[0].vseq)
+		}
 	}
 }
 
@@ -489,38 +514,41 @@ func (c *countedStorage) forgetHeld() {
 		c.forward(h)
 	}
 	c.held = nil
+	c.notePassed()
 	c.Storage.Flush() // a storage that queues releases (cuda) carries them out now
 }
 
 func (c *countedStorage) forward(h heldRelease) {
 	if h.n == 0 {
-		c.dealloc(h.id)
+		c.dealloc(h.id, true)
 		return
 	}
 	if g, ok := c.Storage.(storage.Granular); ok {
-		c.unmap(g, h.id, h.first, h.n)
+		c.unmap(g, h.id, h.first, h.n, true)
 	}
 }
 
-// dealloc hands allocation id back to the storage now, and records it.
-func (c *countedStorage) dealloc(id storage.ID) {
+// dealloc hands allocation id back to the storage now, and records it
+// (forwarded: a release that had been held).
+func (c *countedStorage) dealloc(id storage.ID, forwarded bool) {
 	c.Storage.Dealloc(id)
 	if h := c.d.hist; h != nil {
 		_, reserved := c.mapped[id]
-		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved)
+		h.pageFreeLocked(c.stream, id, c.sizes[id], c.Granule(), reserved, forwarded)
 	}
 	delete(c.sizes, id)
 	delete(c.mapped, id)
 }
 
-// unmap unmaps granules [first, first+n) of id now, and records it.
-func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64) {
+// unmap unmaps granules [first, first+n) of id now, and records it
+// (forwarded: an unmap that had been held).
+func (c *countedStorage) unmap(g storage.Granular, id storage.ID, first, n uint64, forwarded bool) {
 	g.Unmap(id, first, n)
 	if _, ok := c.mapped[id]; ok {
 		c.mapped[id] -= min(n, c.mapped[id])
 	}
 	if h := c.d.hist; h != nil {
-		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule())
+		h.mapLocked(HistoryUnmap, c.stream, id, c.sizes[id], first, n, c.Granule(), forwarded)
 	}
 }
 
@@ -544,11 +572,32 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 
 func (c *countedStorage) Dealloc(id storage.ID) {
 	c.deallocs.Add(1)
-	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
-		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id})
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
+		c.hold(seq, id, 0, 0)
 		return
 	}
-	c.dealloc(id)
+	c.dealloc(id, false)
+}
+
+// hold holds a release (n == 0: the dealloc of id; else an unmap) behind
+// seq, the stream's open HoldReleases hold and every release held before
+// it, which keeps the list in order.
+func (c *countedStorage) hold(seq uint64, id storage.ID, first, n uint64) {
+	h := heldRelease{seq: seq, id: id, first: first, n: n}
+	if c.vBusy() {
+		h.vseq = c.vOpened
+	}
+	if k := len(c.held); k > 0 {
+		h.seq, h.vseq = max(h.seq, c.held[k-1].seq), max(h.vseq, c.held[k-1].vseq)
+	}
+	c.held = append(c.held, h)
+	if hist := c.d.hist; hist != nil {
+		held := c.sizes[id]
+		if m, reserved := c.mapped[id]; reserved && n == 0 {
+			held = m * c.Granule() // a reservation's dealloc holds its mapped granules
+		}
+		hist.heldLocked(c.stream, h, c.sizes[id], held, c.Granule())
+	}
 }
 
 // holdsFor reports whether a release of allocation id is held: its dealloc
@@ -560,15 +609,6 @@ func (c *countedStorage) holdsFor(id storage.ID) bool {
 		}
 	}
 	return false
-}
-
-// lastHeldSeq is the seq of the newest held release (0 when none), so a
-// release appended after it keeps the list in seq order.
-func (c *countedStorage) lastHeldSeq() uint64 {
-	if len(c.held) == 0 {
-		return 0
-	}
-	return c.held[len(c.held)-1].seq
 }
 
 // CheckCopy forwards to the wrapped storage's fault injection, if any.

@@ -126,7 +126,7 @@ func (c *countedStorage) Map(id storage.ID, first, n uint64) error {
 func (c *countedStorage) mappedNow(id storage.ID, first, n uint64) {
 	c.mapped[id] += n
 	if h := c.d.hist; h != nil {
-		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule())
+		h.mapLocked(HistoryMap, c.stream, id, c.sizes[id], first, n, c.Granule(), false)
 	}
 }
 
@@ -138,11 +138,11 @@ func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
 	if !ok || n == 0 {
 		return
 	}
-	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) {
-		c.held = append(c.held, heldRelease{seq: max(seq, c.lastHeldSeq()), id: id, first: first, n: n})
+	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
+		c.hold(seq, id, first, n)
 		return
 	}
-	c.unmap(g, id, first, n)
+	c.unmap(g, id, first, n, false)
 }
 
 // holdsUnmapIn reports whether a held unmap of id overlaps [first, first+n).
@@ -169,13 +169,17 @@ func (c *countedStorage) withdrawUnmaps(id storage.ID, first, n uint64) {
 			continue
 		}
 		if h.first < first {
-			kept = append(kept, heldRelease{seq: h.seq, id: id, first: h.first, n: first - h.first})
+			kept = append(kept, heldRelease{seq: h.seq, vseq: h.vseq, id: id, first: h.first, n: first - h.first})
 		}
 		if hend := h.first + h.n; hend > end {
-			kept = append(kept, heldRelease{seq: h.seq, id: id, first: end, n: hend - end})
+			kept = append(kept, heldRelease{seq: h.seq, vseq: h.vseq, id: id, first: end, n: hend - end})
 		}
 	}
+	changed := len(kept) != len(c.held) || (len(kept) > 0 && kept[0] != c.held[0])
 	c.held = kept
+	if changed {
+		c.notePassed()
+	}
 }
 
 // BytesReserved implements storage.Granular: the wrapped storage's address

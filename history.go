@@ -7,11 +7,24 @@
 // succeeded (buffer ID, requested size, stream, where it landed and, with
 // HistoryOptions.Stacks, the caller's stack) and every one that failed
 // (with the device's bytes at that moment); the Free that drops a
-// buffer's last reference; windows opening and closing; capture phases;
+// buffer's last reference, marked held when something still binds the
+// buffer's memory (another stream's queued use, a mapping, a capture, a
+// graph), and the release of that memory when the last binding goes;
+// windows opening and closing; capture phases;
 // cleanups (explicit ones, and the reclaims a failed reservation runs);
 // arena growths; relocations (reason, outcome, moves, bytes) and each
 // move's old and new address; storage allocations and deallocations
-// (pages, slots, granular reservations) and granule maps and unmaps.
+// (pages, slots, granular reservations) and granule maps and unmaps; the
+// storage releases held back for a stream's queued work (design §9.9) when
+// they are held, and when held ones go back (or are withdrawn).
+//
+// Held releases. A held free's release is noticed when the device next
+// records an entry (a binding goes without a call the history hears of:
+// a stream's queued use passes, a mapping is released), so it comes before
+// whatever that call did with the memory, and WriteTrace, WriteSnapshot and
+// History of a running recording notice pending ones first. The held
+// frees still waiting are a list the recorder looks through then: empty,
+// the cost is one length check per entry.
 //
 // Costs. Recording off is one nil check per hook (d.hist). On, an entry is
 // a 64-byte value written into a ring that grows to MaxEntries and is then
@@ -160,12 +173,16 @@ const (
 	HistoryPageFree                           // a storage deallocation
 	HistoryMap                                // granules mapped
 	HistoryUnmap                              // granules unmapped
+	HistoryRelease                            // a held free's memory released: no binding left
+	HistoryHeld                               // a storage release held back for the stream's queued work
+	HistoryPassed                             // held storage releases went back (or were withdrawn)
 )
 
 var historyKindNames = [...]string{
 	HistoryAlloc: "alloc", HistoryAllocFailed: "alloc_failed", HistoryFree: "free", HistoryWindow: "window",
 	HistoryCapture: "capture", HistoryCleanup: "cleanup", HistoryGrowth: "growth", HistoryRelocation: "relocation",
 	HistoryMove: "move", HistoryPageAlloc: "page_alloc", HistoryPageFree: "page_free", HistoryMap: "map", HistoryUnmap: "unmap",
+	HistoryRelease: "release", HistoryHeld: "held", HistoryPassed: "passed",
 }
 
 func (k HistoryKind) String() string {
@@ -180,8 +197,8 @@ func (k HistoryKind) String() string {
 // (see the record methods and HistoryEntry).
 type histEntry struct {
 	kind   HistoryKind
-	aux    uint8 // window mode, capture phase, relocation reason, cleanup explicit, page granular
-	aux2   uint8 // relocation outcome; alloc-failed: out of memory
+	aux    uint8 // window mode, capture phase, relocation reason, cleanup explicit, page granular, free held, held unmap, passed some left
+	aux2   uint8 // relocation outcome; alloc-failed: out of memory; page free, unmap: forwarded after being held
 	npc    uint8 // recorded stack frames (Stacks)
 	stream int32
 	t      int64  // nanoseconds since the recording started
@@ -204,6 +221,7 @@ type history struct {
 	bases   map[storage.ID]uint64 // live storage allocations' addresses
 	growths []uint64              // per stream, its arena's growth counter when last read
 	nextAdr uint64
+	bound   []boundFree // held frees whose release has not been noticed yet
 	// captures numbers capture windows (trace graph numbers).
 }
 
@@ -227,10 +245,37 @@ func newHistory(o HistoryOptions, since func() time.Time) *history {
 // it; nothing does yet).
 func (d *Device) histSince() time.Time { return time.Now() }
 
+// boundFree is a buffer freed while something still bound its memory.
+type boundFree struct {
+	desc   *handle.Descriptor
+	id     BufferID
+	size   uint64
+	stream int32
+}
+
+// noteReleasedLocked records a release entry for every held free whose
+// memory no binding holds any more.
+func (h *history) noteReleasedLocked() {
+	kept := h.bound[:0]
+	for _, f := range h.bound {
+		if f.desc.IsFree() {
+			h.add(histEntry{kind: HistoryRelease, stream: f.stream, id: uint64(f.id), size: f.size})
+			continue
+		}
+		kept = append(kept, f)
+	}
+	clear(h.bound[len(kept):])
+	h.bound = kept
+}
+
 // add appends e (stamped with the clock, see timePeriod) to the ring,
 // overwriting the oldest entry once the ring holds MaxEntries, and returns
-// its slot.
+// its slot. The releases of held frees that happened since the last entry
+// are recorded first.
 func (h *history) add(e histEntry) int {
+	if len(h.bound) > 0 && e.kind != HistoryRelease {
+		h.noteReleasedLocked()
+	}
 	if h.next%timePeriod == 0 || e.kind > HistoryFree {
 		h.now = int64(time.Since(h.start))
 	}
@@ -326,8 +371,19 @@ func (h *history) allocFailedLocked(d *Device, s *Stream, id BufferID, size uint
 	h.add(e)
 }
 
-func (h *history) freeLocked(s *Stream, id BufferID, size uint64) {
-	h.add(histEntry{kind: HistoryFree, stream: int32(s.index), id: uint64(id), size: size})
+// freeLocked records the free of buffer id, whose last user handle is
+// about to go: held when something else (a binding) still holds its
+// memory, whose release is then recorded when noticed.
+func (h *history) freeLocked(s *Stream, id BufferID, size uint64, desc *handle.Descriptor) {
+	e := histEntry{kind: HistoryFree, stream: int32(s.index), id: uint64(id), size: size}
+	held := desc.IsBound()
+	if held {
+		e.aux = 1
+	}
+	h.add(e)
+	if held {
+		h.bound = append(h.bound, boundFree{desc: desc, id: id, size: size, stream: int32(s.index)})
+	}
 }
 
 func (h *history) windowLocked(s *Stream, m memory.Mode) {
@@ -395,12 +451,15 @@ func (h *history) pageAllocLocked(stream int, r storage.Region, granule uint64, 
 }
 
 // pageFreeLocked records a storage deallocation (its address in a;
-// reserved: a granular reservation, aux 1) and forgets the allocation's
-// base.
-func (h *history) pageFreeLocked(stream int, id storage.ID, size, granule uint64, reserved bool) {
+// reserved: a granular reservation, aux 1; forwarded: one that had been
+// held, aux2 1) and forgets the allocation's base.
+func (h *history) pageFreeLocked(stream int, id storage.ID, size, granule uint64, reserved, forwarded bool) {
 	e := histEntry{kind: HistoryPageFree, stream: int32(stream), id: uint64(id), size: size, a: h.base(id, size, granule), b: granule}
 	if reserved {
 		e.aux = 1
+	}
+	if forwarded {
+		e.aux2 = 1
 	}
 	h.add(e)
 	delete(h.bases, id)
@@ -408,9 +467,38 @@ func (h *history) pageFreeLocked(stream int, id storage.ID, size, granule uint64
 
 // mapLocked records granules [first, first+n) of id (of size bytes)
 // mapped or unmapped: a = the allocation's address, b = first, c = n, size
-// = their bytes.
-func (h *history) mapLocked(kind HistoryKind, stream int, id storage.ID, size, first, n, granule uint64) {
-	h.add(histEntry{kind: kind, stream: int32(stream), id: uint64(id), a: h.base(id, size, granule), b: first, c: n, size: n * granule})
+// = their bytes; forwarded: an unmap that had been held (aux2 1).
+func (h *history) mapLocked(kind HistoryKind, stream int, id storage.ID, size, first, n, granule uint64, forwarded bool) {
+	e := histEntry{kind: kind, stream: int32(stream), id: uint64(id), a: h.base(id, size, granule), b: first, c: n, size: n * granule}
+	if forwarded {
+		e.aux2 = 1
+	}
+	h.add(e)
+}
+
+// heldLocked records a storage release held back: the dealloc of r.id (an
+// allocation of size bytes, holding held of them), or an unmap of its
+// granules [first, first+n): a = the address of what is held, size = its
+// bytes, b and c = the seq and vseq it waits for (aux 1: an unmap).
+func (h *history) heldLocked(stream int, r heldRelease, size, held, granule uint64) {
+	e := histEntry{kind: HistoryHeld, stream: int32(stream), id: uint64(r.id), size: held, a: h.base(r.id, size, granule), b: r.seq, c: r.vseq}
+	if r.n != 0 {
+		e.aux = 1
+		e.a += r.first * granule
+		e.size = r.n * granule
+	}
+	h.add(e)
+}
+
+// passedLocked records that held releases of the stream went back or were
+// withdrawn: with left, the oldest still held waits for (seq, vseq) (aux
+// 1, b, c); without, none is held.
+func (h *history) passedLocked(stream int, left bool, seq, vseq uint64) {
+	e := histEntry{kind: HistoryPassed, stream: int32(stream)}
+	if left {
+		e.aux, e.b, e.c = 1, seq, vseq
+	}
+	h.add(e)
 }
 
 // recordAllocLocked records b's allocation: where it landed and, when the

@@ -35,7 +35,8 @@ type History struct {
 //	HistoryAlloc        Stream, Buffer, Size (requested), Address, Stack (with Stacks)
 //	HistoryAllocFailed  Stream, Buffer (never handed out), Size (requested),
 //	                    OutOfMemory, DeviceBytes, InUseBytes, Capacity
-//	HistoryFree         Stream, Buffer, Size
+//	HistoryFree         Stream, Buffer, Size, Held (its memory stays bound until its HistoryRelease)
+//	HistoryRelease      Stream, Buffer, Size: a held free's memory left its last binding
 //	HistoryWindow       Stream, Mode (memory.Auto: the innermost window closed)
 //	HistoryCapture      Stream, Phase (prepare, begin, end, abort, launch, close), Graph
 //	HistoryCleanup      Stream, Explicit (false: the reclaim a failed reservation ran)
@@ -43,8 +44,10 @@ type History struct {
 //	HistoryRelocation   Stream, Reason, Outcome, Moves, Size (bytes moved)
 //	HistoryMove         Stream, Size, Address (old), To (new)
 //	HistoryPageAlloc    Stream, Address, Size, Granular (a reservation: its granules map later)
-//	HistoryPageFree     Stream, Address, Size, Granular
-//	HistoryMap, Unmap   Stream, Address (of the first granule), Size (their bytes), Granules
+//	HistoryPageFree     Stream, Address, Size, Granular, Held (it had been held: a HistoryHeld came first)
+//	HistoryMap, Unmap   Stream, Address (of the first granule), Size (their bytes), Granules, Held (an unmap that had been held)
+//	HistoryHeld         Stream, Address (of the page, or of the first granule), Size, Granular (an unmap, else a deallocation)
+//	HistoryPassed       Stream: held releases of the stream went back (or were withdrawn)
 //
 // Time is since the recording started, from the monotonic clock; it never
 // decreases along a history. Addresses are the history's own numbering of
@@ -68,6 +71,7 @@ type HistoryEntry struct {
 	Granular    bool
 	Granules    uint64
 	OutOfMemory bool
+	Held        bool
 	DeviceBytes uint64 // bytes held from storage when the Alloc failed
 	InUseBytes  uint64 // Stats.BytesInUse then: requested bytes of buffers not yet freed
 	Capacity    uint64 // the device's capacity (0: none set)
@@ -94,8 +98,12 @@ func (d *Device) historyLocked() *history {
 	return d.stopped
 }
 
-// viewLocked copies h.
+// viewLocked copies h, noticing first what held frees of a running
+// recording were released since its last entry.
 func viewLocked(h *history, recording bool) *histView {
+	if recording && len(h.bound) > 0 {
+		h.noteReleasedLocked()
+	}
 	v := &histView{opts: h.opts, recording: recording, recorded: h.next, dropped: h.dropped(), bases: make(map[storage.ID]uint64, len(h.bases))}
 	v.entries, v.stacks = h.entries()
 	for id, a := range h.bases {
@@ -157,7 +165,11 @@ func (v *histView) public() History {
 			p.Buffer, p.Size, p.OutOfMemory = BufferID(e.id), e.size, e.aux2 == 1
 			p.DeviceBytes, p.InUseBytes, p.Capacity = e.a, e.b, e.c
 		case HistoryFree:
+			p.Buffer, p.Size, p.Held = BufferID(e.id), e.size, e.aux == 1
+		case HistoryRelease:
 			p.Buffer, p.Size = BufferID(e.id), e.size
+		case HistoryHeld:
+			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
 		case HistoryWindow:
 			p.Mode = memory.Mode(e.aux)
 		case HistoryCapture:
@@ -173,10 +185,10 @@ func (v *histView) public() History {
 		case HistoryPageAlloc:
 			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
 		case HistoryPageFree:
-			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
+			p.Address, p.Size, p.Granular, p.Held = e.a, e.size, e.aux == 1, e.aux2 == 1
 		case HistoryMap, HistoryUnmap:
 			granule := e.size / max(e.c, 1)
-			p.Address, p.Size, p.Granules = e.a+e.b*granule, e.size, e.c
+			p.Address, p.Size, p.Granules, p.Held = e.a+e.b*granule, e.size, e.c, e.aux2 == 1
 		}
 		out.Entries[i] = p
 	}

@@ -30,13 +30,19 @@
 // its allocation's stack when the history recorded one.
 //
 // device_traces is the history, in order, in memory_viz's actions: alloc
-// (with frames), free_requested then free_completed at the same time for a
-// free (gpumem frees when the last reference goes; reuse waits for queued
-// work without a second event), segment_alloc/segment_free for storage
+// (with frames); free_requested then free_completed at the same time for a
+// free, or, for a held free (another stream's queued use, a mapping, a
+// capture or a graph still bound the buffer), free_requested at the free
+// and free_completed at its release, as PyTorch records a block freed with
+// stream uses pending (a free on the buffer's own stream is reused in
+// stream order at once, as PyTorch's is); segment_alloc/segment_free for storage
 // allocations backed whole, segment_map/segment_unmap for granules (and
 // the granules a freed reservation still mapped, where the history saw them
 // mapped), and oom for a failed Alloc (addr: the capacity's free bytes, 0
-// without a capacity). A relocation moves live buffers to new addresses,
+// without a capacity). A storage release held back for a stream's queued
+// work is a segment_free or segment_unmap when it really went (PyTorch has
+// no action for the hold itself, so a snapshot's reader cannot replay it:
+// WriteTrace's holds can). A relocation moves live buffers to new addresses,
 // which PyTorch never does: each move is a free at the old address and an
 // alloc at the new one, with the buffer's frames, so the viewer's timeline
 // stays consistent with the segments; a relocation that did not commit
@@ -253,6 +259,7 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 	var out []trace.TorchTraceEntry
 	at := map[BufferID]uint64{}       // live buffers' addresses
 	byAddr := map[uint64]BufferID{}   // and back
+	pending := map[BufferID]uint64{}  // held frees' addresses, until their release
 	mapped := map[storage.ID][]bool{} // granules the history saw mapped
 	var moves []trace.TorchTraceEntry // the running relocation's moves (as allocs at the new address)
 	var moveFrom []uint64             // their old addresses
@@ -281,9 +288,17 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 			}
 			delete(at, BufferID(e.id))
 			delete(byAddr, a)
-			out = append(out,
-				trace.TorchTraceEntry{Action: "free_requested", Addr: a, Size: e.size, Stream: st, TimeUS: t},
-				trace.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, trace.TorchTraceEntry{Action: "free_requested", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+			if e.aux == 1 { // held: completed at its release
+				pending[BufferID(e.id)] = a
+				continue
+			}
+			out = append(out, trace.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+		case HistoryRelease:
+			if a, ok := pending[BufferID(e.id)]; ok {
+				delete(pending, BufferID(e.id))
+				out = append(out, trace.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+			}
 		case HistoryAllocFailed:
 			var free uint64
 			if e.c > e.a {

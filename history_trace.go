@@ -5,7 +5,21 @@
 // What becomes an event:
 //
 //   - HistoryAlloc → alloc (ID = the buffer ID, its requested size, its
-//     stream); HistoryFree → free.
+//     stream); HistoryFree → free, with "held" when something still bound
+//     the buffer's memory (another stream's queued use, a mapping, a
+//     capture, a graph); HistoryRelease → release of that ID, when the
+//     last binding went (left out when the trace has not its held free).
+//   - HistoryHeld → hold on its stream when the held release waits for
+//     work the stream's open holds do not cover (a new fence: the first
+//     since the stream's held releases last all went, or one queued
+//     later); HistoryPassed → a pass for each of the stream's open holds
+//     whose releases all went back (or were withdrawn). A storage release
+//     the device made at once while holds were open means the stream's
+//     work had passed them all: they pass first. A replay then holds its
+//     own storage releases where the device held its (Stream.HoldReleases)
+//     and reproduces the device's bytes under the same policy; another
+//     policy's releases are held where this device's were, which is where
+//     the stream had work queued.
 //   - HistoryAllocFailed → alloc of the buffer ID the failed call took,
 //     then its free: a replay that fails the same way counts the failure
 //     and ignores the free; one that succeeds does not keep the buffer.
@@ -135,6 +149,15 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 	for _, b := range prelude {
 		out = append(out, trace.Event{Op: trace.OpAlloc, T: t0, ID: uint64(b.id), Size: b.size, Stream: b.stream})
 	}
+	heldFree := map[uint64]bool{} // held frees written, not released yet
+	type fence struct{ seq, vseq uint64 }
+	open := map[int][]fence{} // per stream, the holds written and not passed, oldest first
+	pass := func(st, n int, t int64) {
+		for range n {
+			out = append(out, trace.Event{Op: trace.OpPass, T: t, Stream: st})
+		}
+		open[st] = open[st][n:]
+	}
 	for _, e := range v.entries {
 		t, st := e.t/1000, int(e.stream)
 		switch e.kind {
@@ -144,7 +167,36 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st},
 				trace.Event{Op: trace.OpFree, T: t, ID: e.id})
 		case HistoryFree:
-			out = append(out, trace.Event{Op: trace.OpFree, T: t, ID: e.id})
+			out = append(out, trace.Event{Op: trace.OpFree, T: t, ID: e.id, Held: e.aux == 1})
+			if e.aux == 1 {
+				heldFree[e.id] = true
+			}
+		case HistoryRelease:
+			if heldFree[e.id] {
+				delete(heldFree, e.id)
+				out = append(out, trace.Event{Op: trace.OpRelease, T: t, ID: e.id})
+			}
+		case HistoryHeld:
+			f := fence{e.b, e.c}
+			if fs := open[st]; len(fs) == 0 || fs[len(fs)-1] != f {
+				open[st] = append(fs, f)
+				out = append(out, trace.Event{Op: trace.OpHold, T: t, Stream: st})
+			}
+		case HistoryPassed:
+			fs := open[st]
+			n := len(fs)
+			if e.aux == 1 { // the oldest still held waits for (b, c): the holds before it passed
+				oldest := fence{e.b, e.c}
+				n = 0
+				for n < len(fs) && fs[n] != oldest && fs[n].seq <= oldest.seq && fs[n].vseq <= oldest.vseq {
+					n++
+				}
+			}
+			pass(st, n, t)
+		case HistoryPageFree, HistoryUnmap:
+			if e.aux2 == 0 && len(open[st]) > 0 {
+				pass(st, len(open[st]), t) // made at once: the stream's work had passed its holds
+			}
 		case HistoryWindow:
 			out = append(out, trace.Event{Op: trace.OpWindow, T: t, Stream: st, Mode: memory.Mode(e.aux).String()})
 		case HistoryCapture:

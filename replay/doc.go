@@ -3,7 +3,8 @@
 //
 // # Owns
 //
-// [Run] with its [Options], the [Report] it returns (event counts, failed
+// [Run] with its [Options], the [Report] it returns (event counts, held
+// frees, failed
 // allocations by kind, live/device/reserved peaks, storage, growth,
 // relocation and capture counters; the JSON field names are the CLI's),
 // the timeline [Point] and [ErrStopped]. The replay's rules (streams made
@@ -14,8 +15,9 @@
 //
 // # Invariants
 //
-//   - (R1) A failed allocation, an ignored free, an implied free and a
-//     capture phase the device refuses are counted, never fatal; only a
+//   - (R1) A failed allocation, an ignored free, an implied free, an
+//     ignored release, a pass with no open hold and a capture phase the
+//     device refuses are counted, never fatal; only a
 //     cancelled context, a closed device, a device error it cannot count or
 //     an event it refuses (wrapping trace.ErrInvalidEvent) stop the replay,
 //     with ErrStopped naming the event; with Options.FailFast, so does the

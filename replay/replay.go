@@ -6,8 +6,15 @@
 // map to buffers; a failed allocation is counted and the replay goes on
 // (its later free is ignored); an alloc of an ID still live frees it first
 // (an implied free, counted); capture phases the device refuses are
-// counted, never fatal. Live bytes are the sum of the live allocations'
-// requested sizes; a trace whose live bytes would pass 2^63 stops the
+// counted, never fatal. Held releases (design §9.9, §13.1) are replayed
+// with the device's stand-ins for queued work: a held free holds its
+// buffer (gpumem.Buffer.Hold) before freeing it, and the release of its ID
+// lets go (a release with nothing held — its allocation failed here — is
+// counted and ignored); a hold opens gpumem.Stream.HoldReleases on its
+// stream and a pass passes that stream's oldest open one (a pass with none
+// open is skipped). A trace without these replays as before. Live bytes
+// end at the free, held or not. Live bytes are the sum of the live
+// allocations' requested sizes; a trace whose live bytes would pass 2^63 stops the
 // replay with an error naming the event. Live, device and reserved
 // bytes are sampled after every event, so the peaks are exact. On Sim
 // storage nothing is copied and ops run inline, so a replay costs the
@@ -83,6 +90,11 @@ type Report struct {
 	Allocs       int            `json:"allocs"`
 	Frees        int            `json:"frees"`
 	IgnoredFrees int            `json:"ignored_frees"`
+	// HeldFrees counts frees whose memory stayed taken until their
+	// release; IgnoredReleases releases that found nothing held (the
+	// allocation had failed here).
+	HeldFrees       int `json:"held_frees"`
+	IgnoredReleases int `json:"ignored_releases"`
 	// ImpliedFrees counts allocs of an ID still live: the old allocation
 	// is freed first (design §13.4).
 	ImpliedFrees int `json:"implied_frees"`
@@ -154,13 +166,15 @@ type replayer struct {
 	windows  map[int][]func()
 	tokens   map[int]*gpumem.CaptureToken
 	graphs   map[int]*gpumem.Graph
-	capOwner map[int]int // graph → stream
+	capOwner map[int]int       // graph → stream
+	held     map[uint64]func() // a held free's ID → its hold's release
+	holds    map[int][]func()  // a stream's open holds' passes, oldest first
 	live     uint64
 	rep      *Report
 	// byOp counts events per op (index Op; the last slot for any other),
 	// turned into Report.EventsByOp at the end: a map update per event
 	// cost more than the rest of the replay's own bookkeeping.
-	byOp [8]int
+	byOp [10]int
 }
 
 // Run applies events to dev in order and reports what it measured. It
@@ -177,6 +191,8 @@ func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], 
 		tokens:   make(map[int]*gpumem.CaptureToken),
 		graphs:   make(map[int]*gpumem.Graph),
 		capOwner: make(map[int]int),
+		held:     make(map[uint64]func()),
+		holds:    make(map[int][]func()),
 		rep: &Report{
 			Backend:            dev.Backend().Name(),
 			EventsByOp:         make(map[string]int),
@@ -300,7 +316,45 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 		delete(r.buffers, e.ID)
 		r.live -= b.Size()
 		rep.Frees++
+		if e.Held {
+			release, err := b.Hold()
+			if err != nil {
+				return err
+			}
+			if old, ok := r.held[e.ID]; ok {
+				old() // an ID held twice (refused by Decode): the first hold ends
+			}
+			r.held[e.ID] = release
+			rep.HeldFrees++
+		}
 		return b.Free()
+	case trace.OpRelease:
+		release, ok := r.held[e.ID]
+		if !ok {
+			rep.IgnoredReleases++
+			return nil
+		}
+		delete(r.held, e.ID)
+		release()
+	case trace.OpHold:
+		s, err := r.stream(e.Stream)
+		if err != nil {
+			return err
+		}
+		pass, err := s.HoldReleases()
+		if err != nil {
+			return err
+		}
+		r.holds[e.Stream] = append(r.holds[e.Stream], pass)
+	case trace.OpPass:
+		open := r.holds[e.Stream]
+		if len(open) == 0 {
+			rep.Skipped++
+			return nil
+		}
+		open[0]()
+		open[0] = nil
+		r.holds[e.Stream] = open[1:]
 	case trace.OpCleanup:
 		s, err := r.stream(e.Stream)
 		if err != nil {

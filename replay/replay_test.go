@@ -40,6 +40,7 @@ func TestReplayRefusesStreamsBeyondMaxStreams(t *testing.T) {
 			{Op: trace.OpCleanup, T: 1, Stream: stream},
 			{Op: trace.OpWindow, T: 1, Stream: stream, Mode: trace.ModePersistent},
 			{Op: trace.OpCapture, T: 1, Stream: stream, Phase: trace.PhasePrepare},
+			{Op: trace.OpHold, T: 1, Stream: stream},
 		} {
 			events := []trace.Event{{Op: trace.OpAlloc, T: 0, ID: 1, Size: 512}, e}
 			_, err := replayEvents(t, events)

@@ -6,7 +6,8 @@
 //
 // # Owns
 //
-// [Event] and [Op] (alloc, free, cleanup, window, capture) with [Header];
+// [Event] and [Op] (alloc, free, cleanup, window, capture, and the held
+// releases: a free with Held, release, hold, pass) with [Header];
 // the JSONL codec [Decode] and [Encoder] (design §13.1, keys in the listed
 // order); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
 // pickle (its own unpickler, plain data only, no globals), JSON or gzip — and
@@ -21,11 +22,15 @@
 // # Invariants
 //
 //   - (E1) Every event Decode yields or the Encoder writes passes
-//     [Event.Validate]; times never decrease along a trace.
+//     [Event.Validate]; times never decrease along a trace; a release
+//     follows a held free of its ID (once), a pass an open hold of its
+//     stream.
 //   - (E2) Decode(Encoder output) yields the encoded events unchanged.
 //   - (E3) A converted snapshot is a valid native trace: unique IDs, frees
-//     only of live IDs, dense streams 0…Streams−1, and PeakLive/FinalLive
-//     are the peak and final sums of live sizes over its events.
+//     only of live IDs, releases only of IDs a held free left taken (the
+//     Encoder takes it), dense streams 0…Streams−1, and PeakLive/FinalLive
+//     are the peak and final sums of live sizes over its events (a held
+//     free's bytes end at its free).
 //   - (E4) Synth(name, seed, params) yields the same events on every
 //     iteration and every run; a different seed yields different events.
 //   - (E5) Bad input never panics: a malformed line, pickle or snapshot is

@@ -16,9 +16,13 @@ const (
 	OpCleanup               // explicit cleanup of Stream
 	OpWindow                // open (Mode persistent/dedicated) or close (auto) a window on Stream
 	OpCapture               // a graph-capture Phase of Graph on Stream
+	OpRelease               // the memory of ID, freed with Held, is released: reusable from now on
+	OpHold                  // Stream's queued work holds its storage releases from now on
+	OpPass                  // Stream's oldest open hold passed: what it held goes back
 )
 
-var opNames = [...]string{OpAlloc: "alloc", OpFree: "free", OpCleanup: "cleanup", OpWindow: "window", OpCapture: "capture"}
+var opNames = [...]string{OpAlloc: "alloc", OpFree: "free", OpCleanup: "cleanup", OpWindow: "window", OpCapture: "capture",
+	OpRelease: "release", OpHold: "hold", OpPass: "pass"}
 
 // String returns the op's JSONL spelling, or "op(N)" for an invalid op.
 func (o Op) String() string {
@@ -69,15 +73,27 @@ const MaxStreams = 1024
 // Event is one native trace event. Which fields are meaningful depends on Op:
 //
 //	OpAlloc    T, ID, Size, Stream
-//	OpFree     T, ID
+//	OpFree     T, ID, Held
 //	OpCleanup  T, Stream
 //	OpWindow   T, Stream, Mode
 //	OpCapture  T, Stream, Phase, Graph
+//	OpRelease  T, ID
+//	OpHold     T, Stream
+//	OpPass     T, Stream
 //
 // The other fields are zero. T is in microseconds and non-decreasing along a
 // trace; ID is a logical allocation identity (not an address), unique among
 // the allocs of one trace, so a trace replays against any placement policy.
 // Stream is a dense stream number 0, 1, …
+//
+// Held releases (design §9.9, §13.1). A free with Held is a free whose
+// memory something still used — another stream's queued op, a mapping, a
+// graph — so it was not reusable yet: the allocation's live bytes end at
+// the free, its memory stays taken until the OpRelease of its ID. An
+// OpHold and its OpPass bracket a span in which the stream's queued work
+// held back the storage releases (page deallocations, granule unmaps) it
+// made; a stream's holds pass in the order they were opened. A trace
+// without these replays as it always did.
 type Event struct {
 	Op     Op
 	T      int64
@@ -87,25 +103,32 @@ type Event struct {
 	Mode   string
 	Phase  string
 	Graph  int
+	Held   bool
 }
 
 // Validate reports whether e is a well-formed event of its op: a known op, a
 // time of at least 0, a size at most [MaxSize], a stream in [0, MaxStreams),
-// a non-negative graph, a known window mode or capture phase. The error wraps [ErrInvalidEvent] or [ErrUnknownOp].
+// a non-negative graph, a known window mode or capture phase, Held only on
+// a free. The error wraps [ErrInvalidEvent] or [ErrUnknownOp]. Whether a
+// release follows a held free of its ID, or a pass an open hold, depends on
+// the events before it: Decode and the Encoder check that too.
 func (e Event) Validate() error {
 	if e.T < 0 {
 		// Times are microseconds from the trace's start: a negative one is
 		// a corrupt or hand-made file, and spans computed from it overflow.
 		return fmt.Errorf("%w: field \"t\" is %d, want microseconds >= 0", ErrInvalidEvent, e.T)
 	}
+	if e.Held && e.Op != OpFree {
+		return fmt.Errorf("%w: field \"held\" on a %s event (only a free is held)", ErrInvalidEvent, e.Op)
+	}
 	switch e.Op {
 	case OpAlloc:
 		if e.Size > MaxSize {
 			return fmt.Errorf("%w: alloc size %d exceeds %d", ErrInvalidEvent, e.Size, MaxSize)
 		}
-	case OpFree:
+	case OpFree, OpRelease:
 		return nil
-	case OpCleanup:
+	case OpCleanup, OpHold, OpPass:
 	case OpWindow:
 		switch e.Mode {
 		case ModePersistent, ModeDedicated, ModeAuto:
@@ -148,11 +171,11 @@ const (
 // the position (line, entry index) and the offending value.
 var (
 	// ErrUnknownOp is returned by Decode and the Encoder for an op that is
-	// not one of alloc, free, cleanup, window, capture.
+	// not one of alloc, free, cleanup, window, capture, release, hold, pass.
 	ErrUnknownOp = errors.New("unknown trace op")
 	// ErrInvalidEvent is returned for a malformed event: a missing or
 	// negative field, an impossible size, a bad mode or phase, a decreasing
-	// time, invalid JSON.
+	// time, invalid JSON, a release or pass that nothing before it opened.
 	ErrInvalidEvent = errors.New("invalid trace event")
 	// ErrBadHeader is returned by Decode for a header line of another format
 	// or version.

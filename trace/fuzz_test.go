@@ -14,6 +14,12 @@ func FuzzDecodeJSONL(f *testing.F) {
 	f.Add([]byte(`{"op":"window","t":0,"stream":0,"mode":"persistent"}
 {"op":"capture","t":1,"stream":2,"phase":"launch","graph":3,"x":[1]}
 {"op":"cleanup","t":1,"stream":2}`))
+	f.Add([]byte(`{"op":"alloc","t":1,"id":1,"size":10,"stream":0}
+{"op":"free","t":2,"id":1,"held":true}
+{"op":"hold","t":2,"stream":1}
+{"op":"release","t":3,"id":1}
+{"op":"pass","t":4,"stream":1}
+`))
 	f.Add([]byte(`{"op":"nope","t":0}`))
 	f.Add([]byte("{\"op\":\"alloc\",\"t\":1,\"id\":1,\"size\":-1,\"stream\":0}\n\n"))
 	f.Add(readFixture(f, "default.jsonl")[:2000])

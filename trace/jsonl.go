@@ -28,6 +28,7 @@ type wireEvent struct {
 	Mode   *string `json:"mode"`
 	Phase  *string `json:"phase"`
 	Graph  *int    `json:"graph"`
+	Held   *bool   `json:"held"`
 
 	Format  *string `json:"format"`
 	Version *int    `json:"version"`
@@ -38,7 +39,10 @@ type wireEvent struct {
 // are skipped; unknown fields are ignored. The first malformed line ends the
 // sequence with an error naming its 1-based line number and wrapping
 // [ErrUnknownOp], [ErrInvalidEvent] or [ErrBadHeader]; a read error ends it
-// with that error wrapped. Times must not decrease.
+// with that error wrapped. Times must not decrease; a release must name an
+// ID freed with "held":true and not released since, a pass a stream with
+// an open hold, and an ID awaiting its release may not be allocated or
+// freed held again.
 func Decode(r io.Reader) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		sc := bufio.NewScanner(r)
@@ -47,6 +51,7 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 		first := true
 		var lastT int64
 		haveT := false
+		holds := newHoldChecker("line")
 		for sc.Scan() {
 			line++
 			b := bytes.TrimSpace(sc.Bytes())
@@ -76,6 +81,9 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 			e, err := w.event()
 			if err == nil && haveT && e.T < lastT {
 				err = fmt.Errorf("%w: field \"t\" is %d, before the previous line's %d (times must not decrease)", ErrInvalidEvent, e.T, lastT)
+			}
+			if err == nil {
+				err = holds.check(e, line)
 			}
 			if err != nil {
 				yield(Event{}, fmt.Errorf("line %d: %w", line, err))
@@ -128,7 +136,15 @@ func (w *wireEvent) event() (Event, error) {
 			return Event{}, err
 		}
 		e.ID = *w.ID
-	case OpCleanup:
+		if w.Held != nil {
+			e.Held = *w.Held
+		}
+	case OpRelease:
+		if err := need("id", w.ID != nil); err != nil {
+			return Event{}, err
+		}
+		e.ID = *w.ID
+	case OpCleanup, OpHold, OpPass:
 		if err := need("stream", w.Stream != nil); err != nil {
 			return Event{}, err
 		}
@@ -167,11 +183,12 @@ type Encoder struct {
 	buf   []byte
 	lastT int64
 	n     int
+	holds *holdChecker
 }
 
 // NewEncoder returns an Encoder writing to w. Each call writes one line with
 // one Write call.
-func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w} }
+func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w, holds: newHoldChecker("event")} }
 
 // WriteHeader writes the header line. Format and Version are filled in when
 // empty; another format or version is refused with [ErrBadHeader]. It must
@@ -204,14 +221,19 @@ func (enc *Encoder) WriteHeader(h Header) error {
 	return err
 }
 
-// Encode writes one event. An invalid event (see [Event.Validate]) or a time
-// before the previous event's is refused and nothing is written.
+// Encode writes one event. An invalid event (see [Event.Validate]), a time
+// before the previous event's, or a release or pass that Decode would
+// refuse after the events written before it is refused and nothing is
+// written.
 func (enc *Encoder) Encode(e Event) error {
 	if err := e.Validate(); err != nil {
 		return fmt.Errorf("event %d: %w", enc.n, err)
 	}
 	if enc.n > 0 && e.T < enc.lastT {
 		return fmt.Errorf("%w: event %d: time %d before previous %d", ErrInvalidEvent, enc.n, e.T, enc.lastT)
+	}
+	if err := enc.holds.check(e, enc.n); err != nil {
+		return fmt.Errorf("event %d: %w", enc.n, err)
 	}
 	b := enc.buf[:0]
 	b = append(b, `{"op":"`...)
@@ -229,7 +251,13 @@ func (enc *Encoder) Encode(e Event) error {
 	case OpFree:
 		b = append(b, `,"id":`...)
 		b = strconv.AppendUint(b, e.ID, 10)
-	case OpCleanup:
+		if e.Held {
+			b = append(b, `,"held":true`...)
+		}
+	case OpRelease:
+		b = append(b, `,"id":`...)
+		b = strconv.AppendUint(b, e.ID, 10)
+	case OpCleanup, OpHold, OpPass:
 		b = append(b, `,"stream":`...)
 		b = strconv.AppendInt(b, int64(e.Stream), 10)
 	case OpWindow:

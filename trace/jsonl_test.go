@@ -232,7 +232,7 @@ func TestEncoderRefusesInvalidEventsAndWritesNothing(t *testing.T) {
 }
 
 func TestParseOpAndString(t *testing.T) {
-	for o := OpAlloc; o <= OpCapture; o++ {
+	for o := OpAlloc; o <= OpPass; o++ {
 		p, err := ParseOp(o.String())
 		if err != nil || p != o {
 			t.Fatalf("%v: %v %v", o, p, err)

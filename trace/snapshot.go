@@ -23,8 +23,16 @@
 //     ignored and counted.
 //  3. Replay the entries: alloc → alloc with a fresh logical ID (size =
 //     requested_size when present, else size); an alloc at a live address
-//     first frees the old ID (an implied free, counted); free_requested only
-//     marks the allocation pending; free_completed → free; segment_* feed
+//     first frees the old ID (an implied free, counted); free_requested →
+//     free, where PyTorch's allocated bytes drop, and free_completed, where
+//     the block may be reused (PyTorch waits for the block's other-stream
+//     uses) → the release of a held free: a free_requested whose
+//     free_completed is the very next entry is a plain free at that entry
+//     (as before held frees were read), any other is a free with "held"
+//     and its free_completed a release (none if the trace ends first: still
+//     held at the dump); a free_completed of a live allocation whose free
+//     was never requested is a plain free; an alloc
+//     at the address of a held free first releases it. segment_* feed
 //     PyTorch's reserved-bytes timeline; oom and snapshot are counted; any
 //     other action is skipped and counted by name.
 //
@@ -85,16 +93,17 @@ type SnapshotOptions struct {
 type SnapshotCounts struct {
 	Entries               int            // entries in the chosen device trace
 	Allocs                int            // alloc entries (each one native alloc)
-	Frees                 int            // free_completed entries that became a native free
+	Frees                 int            // free_completed entries that completed a free: a native free, or the release of a held one
 	IgnoredFrees          int            // free_completed of an address not live and of unknown size
-	FreeRequests          int            // free_requested of a live allocation (marked pending)
+	FreeRequests          int            // free_requested of a live allocation (held, or completed by the next entry)
 	UnmatchedFreeRequests int            // free_requested of an address not live
+	HeldFrees             int            // of FreeRequests, those not completed by the next entry: frees with "held"
 	ImpliedFrees          int            // native frees implied by an alloc at a live address
 	Prelude               int            // prelude allocs in all (PreludeFromSegments + PreludeFromFrees)
 	PreludeFromSegments   int            // rule (a): active blocks of `segments` never seen in the trace
 	PreludeFromFrees      int            // rule (b): first seen as a free with a known size
 	PreludeBytes          uint64         // bytes of all prelude allocs
-	PendingAtEnd          int            // live allocations whose free was requested but not completed
+	PendingAtEnd          int            // held frees not completed at the dump (no release)
 	SegmentEvents         int            // segment_alloc/free/map/unmap entries
 	OOMs                  int            // oom entries
 	Snapshots             int            // snapshot entries
@@ -685,14 +694,14 @@ type converter struct {
 	s       *Snapshot
 	streams map[uint64]int
 	live    map[uint64]*liveAlloc
+	held    map[uint64]uint64 // address of a held free → its ID, until free_completed
 	nextID  uint64
 	liveSum uint64
 }
 
 type liveAlloc struct {
-	id      uint64
-	size    uint64
-	pending bool
+	id   uint64
+	size uint64
 }
 
 // stream returns the dense stream of a raw handle, numbering a new one; a
@@ -729,14 +738,30 @@ func (c *converter) alloc(t int64, addr, size, stream uint64) error {
 	return nil
 }
 
-func (c *converter) free(t int64, addr uint64) bool {
+// free frees the allocation live at addr, held (its memory taken until
+// release) or not; false when none is live there.
+func (c *converter) free(t int64, addr uint64, held bool) bool {
 	a, ok := c.live[addr]
 	if !ok {
 		return false
 	}
-	c.s.Events = append(c.s.Events, Event{Op: OpFree, T: t, ID: a.id})
+	c.s.Events = append(c.s.Events, Event{Op: OpFree, T: t, ID: a.id, Held: held})
 	c.liveSum -= a.size
 	delete(c.live, addr)
+	if held {
+		c.held[addr] = a.id
+	}
+	return true
+}
+
+// release releases the held free at addr; false when none is held there.
+func (c *converter) release(t int64, addr uint64) bool {
+	id, ok := c.held[addr]
+	if !ok {
+		return false
+	}
+	c.s.Events = append(c.s.Events, Event{Op: OpRelease, T: t, ID: id})
+	delete(c.held, addr)
 	return true
 }
 
@@ -948,7 +973,7 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	}
 
 	// Step 3: emit.
-	c := &converter{s: s, streams: map[uint64]int{}, live: map[uint64]*liveAlloc{}, nextID: 1}
+	c := &converter{s: s, streams: map[uint64]int{}, live: map[uint64]*liveAlloc{}, held: map[uint64]uint64{}, nextID: 1}
 	s.Events = make([]Event, 0, len(prelude)+len(entries))
 	var t0 int64
 	if len(entries) > 0 {
@@ -991,8 +1016,12 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 				if _, live := c.live[e.addr]; live {
 					s.FirstAllocEvent++ // after the implied free
 				}
+				if _, held := c.held[e.addr]; held {
+					s.FirstAllocEvent++ // after the implied release
+				}
 			}
-			if c.free(t, e.addr) {
+			c.release(t, e.addr) // PyTorch never reuses a block before its free completes
+			if c.free(t, e.addr, false) {
 				s.Counts.ImpliedFrees++
 			}
 			if err := c.alloc(t, e.addr, e.size, e.stream); err != nil {
@@ -1000,14 +1029,18 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 			}
 			s.Counts.Allocs++
 		case actFreeRequested:
-			if a, ok := c.live[e.addr]; ok {
-				a.pending = true
-				s.Counts.FreeRequests++
-			} else {
+			if _, ok := c.live[e.addr]; !ok {
 				s.Counts.UnmatchedFreeRequests++
+				break
 			}
+			s.Counts.FreeRequests++
+			if i+1 < len(entries) && entries[i+1].kind == actFreeCompleted && entries[i+1].addr == e.addr {
+				break // completed by the next entry (no other stream used the block): a plain free there
+			}
+			c.free(t, e.addr, true)
+			s.Counts.HeldFrees++
 		case actFreeCompleted:
-			if c.free(t, e.addr) {
+			if c.release(t, e.addr) || c.free(t, e.addr, false) {
 				s.Counts.Frees++
 			} else {
 				s.Counts.IgnoredFrees++
@@ -1081,11 +1114,7 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 		s.StartSegments = append(s.StartSegments, StartSegment{Address: rs.addr, Size: rs.size, Stream: dense, Small: rs.small})
 	}
 
-	for _, a := range c.live {
-		if a.pending {
-			s.Counts.PendingAtEnd++
-		}
-	}
+	s.Counts.PendingAtEnd = len(c.held)
 	s.FinalLive = c.liveSum
 	s.Streams = len(s.StreamHandles)
 

@@ -63,9 +63,10 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 		{Op: OpFree, T: 105, ID: 6},                         // free_completed, not free_requested
 		{Op: OpFree, T: 107, ID: 4},                         // the prelude block from rule (b)
 		{Op: OpAlloc, T: 110, ID: 8, Size: 2048, Stream: 0}, // no time_us: index 11, raised to 110
+		{Op: OpFree, T: 112, ID: 1, Held: true},             // free_requested never completed: held at the dump
 	}
 	wantCounts := SnapshotCounts{
-		Entries: 14, Allocs: 4, Frees: 2, IgnoredFrees: 1, FreeRequests: 2, ImpliedFrees: 1,
+		Entries: 14, Allocs: 4, Frees: 2, IgnoredFrees: 1, FreeRequests: 2, HeldFrees: 1, ImpliedFrees: 1,
 		Prelude: 4, PreludeFromSegments: 2, PreludeFromFrees: 2, PreludeBytes: 1000 + 512 + 300 + 8192,
 		PendingAtEnd: 1, SegmentEvents: 2, OOMs: 1, Snapshots: 1, Skipped: map[string]int{"annotate": 1},
 		SkippedTotal: 1, MissingTimes: 1, ClampedTimes: 1,
@@ -92,13 +93,14 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 			if !slices.Equal(s.StartSegments, wantStart) {
 				t.Fatalf("start segments %+v want %+v", s.StartSegments, wantStart)
 			}
-			wantPoints := []ReservedPoint{{Entry: 0, Event: 4, T: 100, Bytes: 24 * MiB}, {Entry: 13, Event: 11, T: 120, Bytes: 22 * MiB}}
+			wantPoints := []ReservedPoint{{Entry: 0, Event: 4, T: 100, Bytes: 24 * MiB}, {Entry: 13, Event: 12, T: 120, Bytes: 22 * MiB}}
 			if !slices.Equal(s.Reserved, wantPoints) {
 				t.Fatalf("reserved timeline %v want %v", s.Reserved, wantPoints)
 			}
-			if s.PeakLive != 1000+512+300+8192+2000000+1536 || s.FinalLive != 1000+512+300+4096+2048 {
+			if s.PeakLive != 1000+512+300+8192+2000000+1536 || s.FinalLive != 512+300+4096+2048 {
 				t.Fatalf("live peak %d final %d", s.PeakLive, s.FinalLive)
 			}
+			encodes(t, s.Events)
 			if first == nil {
 				first = s
 			} else if !reflect.DeepEqual(first, s) {
@@ -341,6 +343,7 @@ func TestSharedSnapshotsConvertToTheFiguresPythonComputes(t *testing.T) {
 				}
 				prev = e.T
 			}
+			encodes(t, s.Events)
 		})
 	}
 }

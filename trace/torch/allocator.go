@@ -156,6 +156,7 @@ type block struct {
 	addr, size uint64
 	requested  uint64
 	allocated  bool
+	pending    bool   // freed with uses pending (RequestFree): out of its pool until Free
 	unmapped   bool   // address range of an expandable segment with no pages (T3)
 	gcBase     uint64 // its pool class's lookup count when it became free (gc.go)
 	prev, next *block
@@ -524,8 +525,24 @@ func (a *Allocator) releaseCached() {
 // (torch.cuda.empty_cache).
 func (a *Allocator) EmptyCache() { a.releaseCached() }
 
-// Free returns b to its pool, merging it with free neighbours. Freeing a
-// block that is not allocated is a caller bug and panics.
+// RequestFree is PyTorch's free of a block whose uses on other streams
+// have not completed (free_requested without free_completed): the
+// allocated and requested bytes drop now, but the block stays out of its
+// pool, neither reused nor merged, until Free returns it (free_completed).
+// A block not allocated, or requested already, is a caller bug and panics.
+func (a *Allocator) RequestFree(blk Block) {
+	b, ok := a.live[blk.Addr]
+	if !ok || b.pending {
+		panic(fmt.Sprintf("torch: free request of unknown or already freed block at %#x", blk.Addr))
+	}
+	a.allocated -= b.size
+	a.stats.Requested -= b.requested
+	b.pending = true
+}
+
+// Free returns b to its pool, merging it with free neighbours (a block
+// RequestFree freed already: only that). Freeing a block that is not
+// allocated is a caller bug and panics.
 func (a *Allocator) Free(blk Block) {
 	b, ok := a.live[blk.Addr]
 	if !ok {
@@ -533,8 +550,11 @@ func (a *Allocator) Free(blk Block) {
 	}
 	delete(a.live, blk.Addr)
 	p := b.seg.pool
-	a.allocated -= b.size
-	a.stats.Requested -= b.requested
+	if !b.pending {
+		a.allocated -= b.size
+		a.stats.Requested -= b.requested
+	}
+	b.pending = false
 	a.stats.Frees++
 	b.allocated = false
 	b.requested = 0

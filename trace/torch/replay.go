@@ -25,15 +25,23 @@ type SegmentEvent struct {
 
 // Result is what a replay through the model measured.
 type Result struct {
-	Events        int    // events applied
-	Allocs        int    // successful allocs
-	Frees         int    // frees of live IDs
-	ImpliedFrees  int    // allocs of an ID still live, which free it first (as gpumem's replay does)
-	FailedAllocs  int    // allocs refused with ErrOutOfMemory (their frees are ignored)
-	FirstFailure  int    // index of the first failed alloc, −1 when none
-	IgnoredFrees  int    // frees of IDs not live (unknown, or of a failed alloc)
-	Cleanups      int    // cleanup events, each an EmptyCache
-	Skipped       int    // window and capture events: PyTorch has no counterpart
+	Events       int // events applied
+	Allocs       int // successful allocs
+	Frees        int // frees of live IDs
+	ImpliedFrees int // allocs of an ID still live, which free it first (as gpumem's replay does)
+	FailedAllocs int // allocs refused with ErrOutOfMemory (their frees are ignored)
+	FirstFailure int // index of the first failed alloc, −1 when none
+	IgnoredFrees int // frees of IDs not live (unknown, or of a failed alloc)
+	// HeldFrees counts held frees: PyTorch's free of a block with other
+	// streams' uses pending (RequestFree), returned to its pool at the
+	// release of its ID; IgnoredReleases releases with nothing held.
+	HeldFrees       int
+	IgnoredReleases int
+	Cleanups        int // cleanup events, each an EmptyCache
+	// Skipped counts window, capture, hold and pass events: PyTorch has no
+	// counterpart (its cudaFree waits for the device, so nothing holds a
+	// segment's release).
+	Skipped       int
 	PeakReserved  uint64 // highest reserved bytes
 	FinalReserved uint64
 	PeakAllocated uint64 // highest allocated block bytes
@@ -72,6 +80,7 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		res.Segments = append(res.Segments, SegmentEvent{Event: idx, Size: size, Release: release, Mapping: mapping})
 	}
 	live := map[uint64]Block{}
+	held := map[uint64]Block{} // held frees' blocks, until their release
 	failed := map[uint64]bool{}
 	finish := func() {
 		res.PeakReserved = a.PeakReserved()
@@ -124,8 +133,25 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 				break
 			}
 			delete(live, e.ID)
-			a.Free(b)
 			res.Frees++
+			if e.Held {
+				if old, ok := held[e.ID]; ok {
+					a.Free(old) // an ID held twice (refused by Decode): the first is done
+				}
+				a.RequestFree(b)
+				held[e.ID] = b
+				res.HeldFrees++
+				break
+			}
+			a.Free(b)
+		case trace.OpRelease:
+			b, ok := held[e.ID]
+			if !ok {
+				res.IgnoredReleases++
+				break
+			}
+			delete(held, e.ID)
+			a.Free(b)
 		case trace.OpCleanup:
 			a.EmptyCache()
 			res.Cleanups++
