@@ -328,8 +328,8 @@ type htmlGroup struct {
 }
 
 func (c *Comparison) htmlTables() (figures, parts htmlTable) {
-	figures.Groups = []htmlGroup{{"", 1}, {"unlimited capacity", 4}, {"smallest capacity", 4}}
-	figures.Columns = []string{"policy", "peak reserved", "÷ peak live", "relocations", "bytes moved", "capacity", "÷ peak live", "relocations", "bytes moved"}
+	figures.Groups = []htmlGroup{{"", 1}, {"unlimited capacity", 4}, {"smallest capacity", 5}}
+	figures.Columns = []string{"policy", "peak reserved", "÷ peak live", "relocations", "bytes moved", "capacity", "÷ peak live", "relocations", "compactions", "bytes moved"}
 	if c.Capacity > 0 {
 		figures.Groups = append(figures.Groups, htmlGroup{"at " + pool.Bytes(c.Capacity).String(), 1})
 		figures.Columns = append(figures.Columns, "verdict")
@@ -337,9 +337,9 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 	for _, p := range c.Policies {
 		row := []string{p.Name, pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), fmt.Sprint(p.Relocations), pool.Bytes(p.BytesMoved).String()}
 		if p.MinCapacity > 0 {
-			row = append(row, pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver), fmt.Sprint(p.MinCapacityRelocations), pool.Bytes(p.MinCapacityBytesMoved).String())
+			row = append(row, pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver), fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), pool.Bytes(p.MinCapacityBytesMoved).String())
 		} else {
-			row = append(row, "-", "-", "-", "-")
+			row = append(row, "-", "-", "-", "-", "-")
 		}
 		if v := p.Verdict; v != nil {
 			if v.Fits {

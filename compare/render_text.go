@@ -42,7 +42,7 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	t := table{width: width, groups: []tableGroup{
 		{"", []string{"policy"}},
 		{"unlimited capacity", []string{"peak reserved", "÷ live", "relocations", "moved", "copy time"}},
-		{"smallest capacity", []string{"capacity", "÷ live", "relocations", "moved", "copy time"}},
+		{"smallest capacity", []string{"capacity", "÷ live", "relocations", "compactions", "moved", "copy time"}},
 	}}
 	if c.Overhead > 0 {
 		t.groups[2].Columns = append(t.groups[2].Columns, "device")
@@ -55,12 +55,12 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 			fmt.Sprint(p.Relocations), pool.Bytes(p.BytesMoved).String(), seconds(p.CopySeconds)}
 		if p.MinCapacity > 0 {
 			row = append(row, pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver),
-				fmt.Sprint(p.MinCapacityRelocations), pool.Bytes(p.MinCapacityBytesMoved).String(), seconds(p.MinCapacityCopySeconds))
+				fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), pool.Bytes(p.MinCapacityBytesMoved).String(), seconds(p.MinCapacityCopySeconds))
 			if c.Overhead > 0 {
 				row = append(row, pool.Bytes(p.MinDevice).String())
 			}
 		} else {
-			row = append(row, "-", "-", "-", "-", "-")
+			row = append(row, "-", "-", "-", "-", "-", "-")
 			if c.Overhead > 0 {
 				row = append(row, "-")
 			}
