@@ -489,19 +489,22 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 }
 
 // unmapTargets are the compaction targets that free mapped granules on
-// granular storage (pool.Arena.PlanUnmap, then the small pool's), for a
-// reservation that failed for want of budget to map: goal is the bytes it
-// lacked (lim.Goal).
-func (a *AdaptiveMemory) unmapTargets() [2]compactTarget {
-	ar, sm := a.arenaTarget(), a.smallTarget()
-	ar.can, sm.can = a.arena.CanUnmap, a.small.CanUnmap
-	ar.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
-		return a.arena.PlanUnmap(l.Goal, l, st, g)
-	}
-	sm.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
-		return a.small.PlanUnmap(l.Goal, l, st, g)
-	}
-	return [2]compactTarget{ar, sm}
+// granular storage, for a reservation that failed for want of budget to
+// map (goal: the bytes it lacked, lim.Goal): the arena's pools and the
+// small pool as one scope (pool.Arena.PlanUnmapWith), since the budget is
+// the device's whichever pool gives a granule back.
+func (a *AdaptiveMemory) unmapTargets() [1]compactTarget {
+	return [1]compactTarget{{
+		can: func() bool { return a.arena.CanUnmapWith(a.small) },
+		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+			return a.arena.PlanUnmapWith(a.small, l.Goal, l, st, g)
+		},
+		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
+			a.arena.CommitWith(a.small, l, st, g)
+			a.arena.Current().ReleaseEmpty(st, g)
+			a.small.ReleaseEmpty(st, g)
+		},
+	}}
 }
 
 // CanMakeHole implements Relocating: the pool that would serve size might
@@ -509,8 +512,7 @@ func (a *AdaptiveMemory) unmapTargets() [2]compactTarget {
 // storage, some mapped granule might be freed (pool.Sliced.CanUnmap).
 func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
 	if a.granule > 0 {
-		t := a.unmapTargets()
-		return t[0].can() || t[1].can()
+		return a.unmapTargets()[0].can()
 	}
 	t, ok := a.holeTarget(size)
 	return ok && t.can()

@@ -688,45 +688,86 @@ type unmapWindow struct {
 	freed uint64
 }
 
-// unmap is PlanUnmap over the scope.
+// unmapRuns bounds the runs one PlanUnmap gathers toward its goal: each
+// costs a best-fit scan of the scope's free slices per move.
+const unmapRuns = 64
+
+// unmap is PlanUnmap over the scope: first the cheapest single run that
+// frees the whole goal; failing that, runs of one granule or more gathered
+// cheapest per byte freed first (a page that gave a run takes no targets,
+// a page that took targets gives no run) until they free the goal together,
+// or nothing when they cannot.
 func (sc compactScope) unmap(goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
 	var plan CompactPlan
 	if lim.Spent() || sc.pageCount() < 2 {
 		return relocation.New(nil), plan
 	}
+	if r, freed, ok := sc.unmapRunsToward(goal, true, lim, st, g); ok {
+		plan.BytesFreed = freed
+		return r, plan
+	}
+	if r, freed, ok := sc.unmapRunsToward(goal, false, lim, st, g); ok {
+		plan.BytesFreed = freed
+		return r, plan
+	}
+	return relocation.New(nil), plan
+}
+
+// unmapRunsToward plans runs until they free goal (one granule when 0):
+// single, one run that frees it all (each page's cheapest such run a
+// candidate, the cheapest tried first); otherwise each page's cheapest run
+// of one granule, cheapest per byte freed first, gathered. All or nothing.
+func (sc compactScope) unmapRunsToward(goal uint64, single bool, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, uint64, bool) {
 	var cands []unmapWindow
-	at := make([]scopePage, 0)
+	var at []scopePage
 	for k, p := range sc {
 		for i, pg := range p.pages {
 			if pg.guarded() || pg.granule == 0 {
 				continue
 			}
 			pg.coalesce(g)
-			want := max(goal, pg.granule)
+			want := pg.granule
+			if single {
+				want = max(goal, pg.granule)
+			}
 			if w, ok := pg.cheapestUnmapWindow(len(at), want); ok && w.live > 0 && w.live <= CompactMovedPerFreed*w.freed {
 				cands = append(cands, w)
 				at = append(at, scopePage{k, i})
 			}
 		}
 	}
-	slices.SortFunc(cands, func(x, y unmapWindow) int {
-		if x.cheaper(y.holeWindow) {
-			return -1
-		}
-		if y.cheaper(x.holeWindow) {
-			return 1
-		}
-		return 0
-	})
-	exclude := sc.marks()
-	for n, w := range cands {
-		if n == holeCandidates {
+	if single {
+		slices.SortFunc(cands, func(x, y unmapWindow) int {
+			if x.cheaper(y.holeWindow) {
+				return -1
+			}
+			if y.cheaper(x.holeWindow) {
+				return 1
+			}
+			return 0
+		})
+	} else {
+		// Cheapest per byte freed: live·freed' < live'·freed.
+		slices.SortStableFunc(cands, func(x, y unmapWindow) int {
+			return compactSource{live: x.live, size: x.freed}.sparser(compactSource{live: y.live, size: y.freed})
+		})
+	}
+	source, target := sc.marks(), sc.marks()
+	var moves []relocation.Move
+	var freed, bytes uint64
+	tried := 0
+	for _, w := range cands {
+		if tried == unmapRuns || (single && tried == holeCandidates) {
 			break
 		}
-		if (lim.MaxBytes > 0 && w.live > lim.MaxBytes) || (lim.MaxMoves > 0 && w.moves > lim.MaxMoves) {
+		where := at[w.page]
+		if target[where.k][where.i] {
 			continue
 		}
-		where := at[w.page]
+		if (lim.MaxBytes > 0 && bytes+w.live > lim.MaxBytes) || (lim.MaxMoves > 0 && len(moves)+w.moves > lim.MaxMoves) {
+			continue
+		}
+		tried++
 		pg := sc.page(where)
 		var live []int
 		for i := w.from; i <= w.to; i++ {
@@ -734,16 +775,31 @@ func (sc compactScope) unmap(goal uint64, lim CompactLimits, st storage.Storage,
 				live = append(live, i)
 			}
 		}
-		exclude[where.k][where.i] = true
-		moves, ok, _ := sc.moveAway(pg, live, exclude, true, st, g, nil)
-		exclude[where.k][where.i] = false
-		if ok {
-			plan.BytesFreed = w.freed
-			return relocation.New(moves), plan
+		was := source[where.k][where.i]
+		source[where.k][where.i] = true
+		mark := len(moves)
+		var ok bool
+		moves, ok, _ = sc.moveAway(pg, live, source, true, st, g, moves)
+		if !ok {
+			moves = releaseMoves(moves, mark)
+			source[where.k][where.i] = was
+			continue
 		}
-		releaseMoves(moves, 0)
+		for _, m := range moves[mark:] {
+			loc := m.Target().Location()
+			target[sc.index(loc.Pool())][loc.Page()] = true
+		}
+		freed += w.freed
+		bytes += w.live
+		if freed >= max(goal, 1) {
+			return relocation.New(moves), freed, true
+		}
+		if single {
+			break // a single run that frees less is not what was asked
+		}
 	}
-	return relocation.New(nil), plan
+	releaseMoves(moves, 0)
+	return nil, 0, false
 }
 
 // cheapestUnmapWindow finds the page's run of adjacent slices (live ones
@@ -845,4 +901,35 @@ func (sc compactScope) canUnmap() bool {
 		}
 	}
 	return n >= 2 && free > 0
+}
+
+// PlanUnmapWith is Arena.PlanUnmap over the arena's pools and other: a
+// run on any of their pages, its allocations moved into mapped room on any
+// other (a small allocation may land on an arena page, an arena one on a
+// small page). On granular storage the budget is the device's, whichever
+// pool frees the granule: a lone small-pool page's free granule can only
+// be given back by moving its few live slices into another pool's room.
+// CommitWith lands it.
+func (a *Arena) PlanUnmapWith(other *Sliced, goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return append(a.scope(), other).unmap(goal, lim, st, g)
+}
+
+// CanUnmapWith is Arena.CanUnmap over the arena's pools and other.
+func (a *Arena) CanUnmapWith(other *Sliced) bool { return append(a.scope(), other).canUnmap() }
+
+// CommitWith lands a copied plan of PlanUnmapWith: every move re-pointed
+// whichever of the arena's pools or other its source and target lie in,
+// then the arena's emptied outdated pages drained.
+func (a *Arena) CommitWith(other *Sliced, l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
+	if !l.Valid() {
+		panic("pool: Commit of a Landed that did not come from Relocation.Copy")
+	}
+	sliceAt := func(loc handle.Location) *Slice {
+		if loc.Pool() == other.index {
+			return other.Slice(loc)
+		}
+		return a.sliceAt(loc)
+	}
+	commitMoves(l, sliceAt, &a.Current().spares, g)
+	a.Drain(st, g)
 }

@@ -228,3 +228,52 @@ func TestPlanUnmapFreesAGranuleByMovingIntoMappedRoom(t *testing.T) {
 		t.Fatal("a 16 MiB goal was planned on 16 MiB of pages")
 	}
 }
+
+// PlanUnmapWith takes a lone small-pool page's granule back by moving its
+// live slice into mapped room on an arena page: the budget is the device's,
+// whichever pool gives the granule back.
+func TestPlanUnmapWithMovesASmallSliceIntoTheArenaToFreeItsGranule(t *testing.T) {
+	st := storage.NewGranularHost(32, 2*MiB, nil)
+	g := handle.NewErrorGraph()
+	a := NewArena(wideSizing, Limits{}, nil)
+	big, err := a.Reserve(st, 7*MiB, g) // 8 MiB page, its last granule half free and mapped
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Release()
+	small := NewSliced(8*MiB, 64<<10, false, 32, 1, Limits{})
+	y := slicedReserve(t, small, st, 64<<10, g)
+	src, _ := st.Resolve(small.Slice(y.Location()).Region)
+	for i := range src.Bytes {
+		src.Bytes[i] = byte(i%239 + 3)
+	}
+	want := slices.Clone(src.Bytes)
+	if plan, _ := small.PlanUnmap(0, CompactLimits{}, st, g); !plan.IsEmpty() {
+		t.Fatal("the small pool alone planned a move: it has one page")
+	}
+	if !a.CanUnmapWith(small) {
+		t.Fatal("CanUnmapWith = false with a free mapped MiB on the arena page")
+	}
+	plan, info := a.PlanUnmapWith(small, 0, CompactLimits{}, st, g)
+	if got := moveIDs(plan); !slices.Equal(got, ids(y)) || info.BytesFreed != 2*MiB {
+		t.Fatalf("plan moves %v freeing %d bytes, want y %v and 2 MiB", got, info.BytesFreed, ids(y))
+	}
+	landed, err := plan.Copy(st, relocation.HostCopies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.CommitWith(small, landed, st, g)
+	if got := y.Location().Pool(); got == 1 {
+		t.Fatalf("y still in the small pool at %v", y.Location())
+	}
+	if n := small.UnmapFree(st); n != 2*MiB {
+		t.Fatalf("the small page unmapped %d bytes, want its 2 MiB granule", n)
+	}
+	small.Check()
+	a.Current().Check()
+	dst, _ := st.Resolve(a.Current().Slice(y.Location()).Region)
+	if !bytes.Equal(dst.Bytes, want) {
+		t.Fatal("y's bytes differ after the move")
+	}
+	y.Release()
+}
