@@ -290,7 +290,7 @@ func TestReadFramesOfSharedSnapshots(t *testing.T) {
 		s := mustSnapshot(t, data, SnapshotOptions{})
 		var allocs []int
 		for i, ref := range s.frames {
-			if ref != nil && ref.n > 0 && i%7 == 0 {
+			if ref.n > 0 && i%7 == 0 {
 				allocs = append(allocs, i)
 			}
 		}
@@ -328,7 +328,7 @@ func TestReadFramesOfAListThatGrowsLate(t *testing.T) {
 	p = p.op('a', 's')
 	data := p.done()
 	s := mustSnapshot(t, data, SnapshotOptions{})
-	if !s.framesLate || s.frames[0] == nil || s.frames[0].n != 2 {
+	if !s.framesLate || s.frames[0].n != 2 {
 		t.Fatalf("late growth not seen: %v, entry 0 has %d frames", s.framesLate, s.frames[0].n)
 	}
 	got, err := s.ReadFrames(bytes.NewReader(data), []int{0})

@@ -119,7 +119,7 @@ func BenchmarkReadFrames(b *testing.B) {
 	s := mustSnapshot(b, data, SnapshotOptions{})
 	var allocs []int
 	for i, ref := range s.frames {
-		if ref != nil && ref.n > 0 {
+		if ref.n > 0 {
 			allocs = append(allocs, i)
 		}
 	}

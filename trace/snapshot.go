@@ -197,7 +197,7 @@ type Snapshot struct {
 	// frames[i] says where the stack frames of entry i of the chosen
 	// trace lie in the input, for ReadFrames; maxBytes is the MaxBytes
 	// it was read with, for the same.
-	frames     []*framesList
+	frames     []framesRef
 	maxBytes   int64
 	framesLate bool // a frames list grew after a later one began: no early stop
 
@@ -634,7 +634,6 @@ type entry struct {
 	hasSize bool
 	stream  uint64
 	t       int64
-	frames  *framesList
 }
 
 // sizeField reads an optional non-negative size-like integer field. where
@@ -690,7 +689,6 @@ func parseEntry(v any, idx int) (entry, error) {
 			return entry{}, fmt.Errorf("%w: entry %d: stream %s is not an integer", ErrSnapshot, idx, describe(sv))
 		}
 	}
-	e.frames = framesOfEntry(d)
 	e.t = -1
 	if tv, ok := d.get("time_us"); ok && tv != nil {
 		t, ok := tv.(int64)
@@ -841,13 +839,13 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 
 	// Step 1: parse.
 	entries := make([]entry, len(raw))
-	s.frames = make([]*framesList, len(raw))
+	s.frames = make([]framesRef, len(raw))
 	for i, v := range raw {
 		e, err := parseEntry(v, i)
 		if err != nil {
 			return nil, err
 		}
-		s.frames[i] = e.frames
+		s.frames[i] = framesRefOf(v.(*pyDict)) // parseEntry checked it is one
 		if e.t < 0 {
 			e.t = int64(i)
 			s.Counts.MissingTimes++
