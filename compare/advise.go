@@ -117,6 +117,7 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 			defer func() { <-sem }()
 			o := opts
 			o.Policies = []string{p}
+			o.Frames = 0 // read once, for all of them, below
 			if opts.Progress != nil {
 				o.Progress = func(policy, step string, done, total int) {
 					progressMu.Lock()
@@ -137,6 +138,7 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	for _, r := range results[1:] {
 		c.Policies = append(c.Policies, r.Policies...)
 	}
+	c.addFrames(src, opts.Frames)
 	a := &Advice{Comparison: c}
 	var best *PolicyResult
 	for i := range c.Policies {

@@ -35,9 +35,15 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 	c.writePyTorch(&b)
 	if lines := a.answerLines(); len(lines) > 0 {
 		b.WriteString("\n")
-		for _, l := range lines {
+		for i, l := range lines {
 			writeWrapped(&b, l, proseWidth)
+			if d := a.Defaults; i == 0 && d != nil && !d.Fits {
+				writeFrames(&b, d.Allocation, defaultsPolicy, map[int]string{})
+			}
 		}
+	}
+	if c.FramesError != "" {
+		fmt.Fprintf(&b, "warning: stack frames not read: %s\n", c.FramesError)
 	}
 	b.WriteString("\n")
 	t := table{left: 2, width: width, groups: []tableGroup{
@@ -121,7 +127,11 @@ func (a *Advice) answerLines() []string {
 			}
 			lines = append(lines, l+fmt.Sprintf(" and %s of headroom at their peak (%s reserved).", pool.Bytes(d.Headroom), pool.Bytes(d.PeakReserved)))
 		} else {
-			l := fmt.Sprintf("at %s PyTorch's defaults do not fit: out of memory at event %d", capacity, d.OutOfMemory.Event)
+			where := fmt.Sprintf("event %d", d.OutOfMemory.Event)
+			if d.Allocation != nil {
+				where = d.Allocation.String()
+			}
+			l := fmt.Sprintf("at %s PyTorch's defaults do not fit: out of memory at %s", capacity, where)
 			if defaults.MinDevice > 0 {
 				l += fmt.Sprintf(" (their smallest device is %s)", pool.Bytes(defaults.MinDevice))
 			}

@@ -80,6 +80,10 @@ type Source struct {
 	// a failing allocation is named as the user finds it there.
 	EventEntries  []int32
 	StreamHandles []uint64
+	// Frames, when set, reads the stack frames of the given entries of
+	// the snapshot (trace.Snapshot.ReadFrames; FramesFromFile reads them
+	// from the snapshot's file), for Options.Frames.
+	Frames func(entries []int) (map[int][]trace.TorchFrame, error)
 }
 
 // Options tunes Run.
@@ -123,6 +127,10 @@ type Options struct {
 	// CLI's -nocompact): what compacting current pages buys is the
 	// difference from a run without it.
 	NoCompact bool
+	// Frames is how many stack frames each failing allocation of a
+	// snapshot gets (FailingAllocation.Frames), read through
+	// Source.Frames after the replays; 0: none.
+	Frames int
 }
 
 // deviceOptions are the Options fields that choose how a policy's device
@@ -216,8 +224,11 @@ type Comparison struct {
 	Bandwidth         float64        `json:"bandwidth_bytes_per_second"`
 	MaxPage           uint64         `json:"max_page_bytes"`
 	Warnings          map[string]int `json:"warnings,omitempty"`
-	Policies          []PolicyResult `json:"policies"`
-	Recording         []replay.Point `json:"-"`
+	// FramesError says why the failing allocations have no stack frames
+	// when reading them failed (Options.Frames); the verdicts stand.
+	FramesError string         `json:"frames_error,omitempty"`
+	Policies    []PolicyResult `json:"policies"`
+	Recording   []replay.Point `json:"-"`
 	// firstT and lastT are the first and last events' trace times.
 	firstT, lastT int64
 	// advice, set on the copy gpumem advise renders, makes the HTML page
@@ -307,6 +318,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		}
 		c.Policies = append(c.Policies, res)
 	}
+	c.addFrames(src, opts.Frames)
 	return c, nil
 }
 

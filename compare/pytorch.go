@@ -2,6 +2,7 @@ package compare
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/trace"
@@ -103,4 +104,22 @@ func (p *PyTorch) Recorder() string {
 		return p.WrittenBy
 	}
 	return "PyTorch"
+}
+
+// FramesFromFile is a Source.Frames for the snapshot s read from the file
+// at path: it opens the file again for each call and reads the frames of
+// the entries asked for (trace.Snapshot.ReadFrames).
+func FramesFromFile(path string, s *trace.Snapshot) func(entries []int) (map[int][]trace.TorchFrame, error) {
+	return func(entries []int) (map[int][]trace.TorchFrame, error) {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		m, err := s.ReadFrames(f, entries)
+		if err != nil {
+			return nil, fmt.Errorf("reading the stack frames of %s: %w", path, err)
+		}
+		return m, nil
+	}
 }

@@ -230,8 +230,10 @@ type hline struct {
 // chart is one policy's panel.
 type chart struct {
 	Name                     string
-	ID, Class                string // the svg's id and class: timeline (y from 0) or timeline-zoom
-	Verdict                  string // the policy's verdict at -capacity, "" without one
+	ID, Class                string   // the svg's id and class: timeline (y from 0) or timeline-zoom
+	Verdict                  string   // the policy's verdict at -capacity, "" without one
+	Frames                   []string // the top of the failing allocation's stack, if any
+	FramesNote               string   // which frames those are
 	OOM                      *oomMark
 	Hover                    []hoverColumn
 	Labels                   []placedLabel
@@ -305,6 +307,12 @@ func (c *Comparison) newChart(p PolicyResult, sc scales, zoomed bool) chart {
 			ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
 			if a := v.Allocation; a != nil {
 				ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
+				if len(a.Frames) > 0 {
+					ch.FramesNote = a.framesNote()
+					for _, f := range a.Frames {
+						ch.Frames = append(ch.Frames, f.String())
+					}
+				}
 			}
 			x := sc.x(replay.Point{Event: o.Event, T: o.T})
 			ch.OOM = &oomMark{X: x, Event: o.Event, Label: fmt.Sprintf("out of memory at event %d", o.Event)}
@@ -401,6 +409,7 @@ svg{background:#fff;border:1px solid #ccc}
 .oom-label{fill:#8b0000;font-weight:600}
 .hover rect{fill:transparent} .hover rect:hover{fill:rgba(0,0,0,.06)}
 h2 .verdict{font-weight:normal;font-size:.9em;color:#444} h2 .verdict.no-fit{color:#8b0000}
+p.frames-note{font-size:.85em;color:#555;margin:.2em 0} ol.frames{font-size:.85em;margin:.2em 0 .6em;padding-left:2em} ol.frames code{white-space:pre-wrap;word-break:break-all}
 .zoomed{display:none} #zoom:checked ~ .charts .full{display:none} #zoom:checked ~ .charts .zoomed{display:block}
 label.zoom{font-size:.9em}
 table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} td:first-child,th:first-child{text-align:left}

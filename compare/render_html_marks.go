@@ -17,7 +17,9 @@ import (
 // panelTemplate draws one panel (chart); WriteHTML's page includes it for
 // the full and the zoomed panels.
 const panelTemplate = `{{define "panel"}}{{$c := .}}<h2>{{.Name}}{{if .Verdict}} <span class="verdict{{if .OOM}} no-fit{{end}}">— {{.Verdict}}</span>{{end}}</h2>
-<svg id="{{.ID}}" class="{{.Class}}" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
+{{if .Frames}}<p class="frames-note">allocated at ({{.FramesNote}}):</p>
+<ol class="frames">{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol>
+{{end}}<svg id="{{.ID}}" class="{{.Class}}" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
 <rect class="plot" x="{{.PlotX0}}" y="{{.PlotY0}}" width="{{printf "%.2f" (.PlotWidth)}}" height="{{printf "%.2f" (.PlotHeight)}}"/>
 <g class="y-ticks">{{range .YTicks}}<g class="tick" data-bytes="{{.Bytes}}" data-y="{{printf "%.2f" .Pos}}"><line class="grid" x1="{{$c.PlotLeft}}" x2="{{$c.PlotRight}}" y1="{{printf "%.2f" .Pos}}" y2="{{printf "%.2f" .Pos}}"/><text x="{{$c.TickLabelX}}" y="{{printf "%.2f" .Pos}}" text-anchor="end" dominant-baseline="middle">{{.Label}}</text></g>{{end}}</g>
 <g class="x-ticks">{{range .XTicks}}<g class="tick"><line class="axis" x1="{{printf "%.2f" .Pos}}" x2="{{printf "%.2f" .Pos}}" y1="{{$c.PlotBottom}}" y2="{{$c.TickBottom}}"/><text x="{{printf "%.2f" .Pos}}" y="{{$c.XLabelY}}" text-anchor="middle">{{.Label}}</text></g>{{end}}</g>

@@ -77,6 +77,7 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	t.write(&b)
 	c.writeSlowPath(&b, width)
 	c.writeTorchNote(&b)
+	stackShown := map[int]string{} // entry → the policy whose lines showed its stack
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {
 			o := p.Verdict.OutOfMemory
@@ -91,7 +92,11 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 				fmt.Fprintf(&b, " (largest free block %s)", pool.Bytes(o.LargestFree))
 			}
 			b.WriteString("\n")
+			writeFrames(&b, p.Verdict.Allocation, p.Name, stackShown)
 		}
+	}
+	if c.FramesError != "" {
+		fmt.Fprintf(&b, "warning: stack frames not read: %s\n", c.FramesError)
 	}
 	for _, p := range c.Policies {
 		if p.FailedAllocs > 0 {
@@ -256,4 +261,22 @@ func confName(conf string) string {
 		return "PyTorch's defaults"
 	}
 	return "PYTORCH_CUDA_ALLOC_CONF=" + conf
+}
+
+// writeFrames writes the top frames of a failing allocation's stack under
+// its line, once per entry: a later policy failing at the same entry
+// points to the first one's (shown maps an entry to that policy).
+func writeFrames(b *strings.Builder, a *FailingAllocation, policy string, shown map[int]string) {
+	if a == nil || len(a.Frames) == 0 || a.Entry == nil {
+		return
+	}
+	if first, ok := shown[*a.Entry]; ok {
+		fmt.Fprintf(b, "  allocated at the same place as for %s above\n", first)
+		return
+	}
+	shown[*a.Entry] = policy
+	fmt.Fprintf(b, "  allocated at (innermost first; %s):\n", a.framesNote())
+	for _, f := range a.Frames {
+		fmt.Fprintf(b, "    %s\n", f)
+	}
 }

@@ -3,6 +3,7 @@ package compare
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/gpumem/gpumem/internal/pool"
@@ -54,6 +55,122 @@ type FailingAllocation struct {
 	// Prelude says the allocation is one the snapshot's prelude rebuilt
 	// (a block live before its trace began), with no entry of its own.
 	Prelude bool `json:"prelude,omitempty"`
+	// Frames are the top of the stack the snapshot recorded for the
+	// entry, at most Options.Frames of them, the user's Python frames
+	// first (trace.UserFrames), innermost first; StackDepth is how many
+	// frames the whole stack has. Both absent without frames (a native
+	// trace, a snapshot recorded without stacks, Options.Frames 0).
+	Frames     []Frame `json:"frames,omitempty"`
+	StackDepth int     `json:"stack_depth,omitempty"`
+}
+
+// Frame is one stack frame: a Python frame's file and line, or a C++
+// frame's source file (often "??") with line 0, and the function's name.
+type Frame struct {
+	File string `json:"file"`
+	Line int    `json:"line"`
+	Name string `json:"name"`
+}
+
+// String is "file:line  name", the file alone when there is no line, the
+// name alone when the file is unknown. Two spaces part the place from the
+// name, so the report never wraps a frame's line between them.
+func (f Frame) String() string {
+	name := f.Name
+	if f.Line == 0 {
+		name = cppWithoutArgs(name)
+	}
+	if r := []rune(name); len(r) > maxFrameName {
+		name = string(r[:maxFrameName]) + "…"
+	}
+	switch {
+	case f.Line > 0:
+		return fmt.Sprintf("%s:%d  %s", f.File, f.Line, name)
+	case f.File != "" && f.File != "??":
+		return f.File + "  " + name
+	}
+	return name
+}
+
+// framesNote says which frames of the stack Frames are.
+func (a *FailingAllocation) framesNote() string {
+	which := "its Python frames, PyTorch's own wrappers left out"
+	if !strings.HasSuffix(a.Frames[0].File, ".py") {
+		which = "no Python frame recorded: its C++ frames, the allocator's and the dispatcher's left out"
+	}
+	return fmt.Sprintf("%d of the stack's %d frames: %s", len(a.Frames), a.StackDepth, which)
+}
+
+// cppWithoutArgs shortens a C++ function's name for the reports: its
+// argument list, which repeats the types the name already implies, becomes
+// "(…)" ("f(at::Tensor const&, long)" → "f(…)"); template arguments and
+// a return type stay. A name without a top-level argument list is kept.
+func cppWithoutArgs(name string) string {
+	depth := 0
+	for i := 0; i < len(name); i++ {
+		switch name[i] {
+		case '<':
+			depth++
+		case '>':
+			depth = max(depth-1, 0)
+		case '(':
+			if depth > 0 {
+				continue
+			}
+			if strings.HasSuffix(name[:i], "operator") && strings.HasPrefix(name[i:], "()") {
+				i++ // operator()'s own parentheses
+				continue
+			}
+			if strings.HasPrefix(name[i:], "(anonymous namespace)") {
+				i += len("(anonymous namespace)") - 1
+				continue
+			}
+			if end := strings.LastIndexByte(name, ')'); end > i+1 {
+				return name[:i] + "(…)" + name[end+1:]
+			}
+			return name
+		}
+	}
+	return name
+}
+
+// maxFrameName bounds a frame's name in the reports (C++ template
+// instantiations run to a thousand characters; the JSON keeps them whole).
+const maxFrameName = 160
+
+// addFrames gives every failing allocation with a snapshot entry the top n
+// frames of its stack, read once for all of c's policies through
+// src.Frames. Frames are an aid, not the verdict: an error reading them is
+// kept in c.FramesError and the report goes on without them.
+func (c *Comparison) addFrames(src Source, n int) {
+	if n <= 0 || src.Frames == nil {
+		return
+	}
+	var entries []int
+	var allocs []*FailingAllocation
+	for _, p := range c.Policies {
+		if v := p.Verdict; v != nil && v.Allocation != nil && v.Allocation.Entry != nil {
+			allocs = append(allocs, v.Allocation)
+			entries = append(entries, *v.Allocation.Entry)
+		}
+	}
+	if len(entries) == 0 {
+		return
+	}
+	slices.Sort(entries)
+	stacks, err := src.Frames(slices.Compact(entries))
+	if err != nil {
+		c.FramesError = err.Error()
+		return
+	}
+	for _, a := range allocs {
+		stack := stacks[*a.Entry]
+		a.StackDepth = len(stack)
+		a.Frames = nil
+		for _, f := range trace.UserFrames(stack, n) {
+			a.Frames = append(a.Frames, Frame{File: f.Filename, Line: f.Line, Name: f.Name})
+		}
+	}
 }
 
 // failingAllocation describes src's event i (an alloc).

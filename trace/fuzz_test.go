@@ -87,6 +87,26 @@ func FuzzReadSnapshot(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Reading the frames of every entry again is bounded the same way,
+		// and gives only entries of the trace, each as long as recorded.
+		all := make([]int, s.Counts.Entries)
+		for i := range all {
+			all[i] = i
+		}
+		var frames map[int][]TorchFrame
+		if allocated := allocatedBy(func() {
+			frames, err = s.ReadFrames(bytes.NewReader(data), all)
+		}); allocated > snapshotAllocBound(len(data)) {
+			t.Fatalf("reading the frames of %d bytes allocated %d bytes, more than the bound %d (error: %v)", len(data), allocated, snapshotAllocBound(len(data)), err)
+		}
+		if err != nil {
+			t.Fatalf("the frames of a snapshot just read: %v", err)
+		}
+		for i, fs := range frames {
+			if i < 0 || i >= s.Counts.Entries || len(fs) != int(s.frames[i].n) {
+				t.Fatalf("entry %d: %d frames, %d recorded", i, len(fs), s.frames[i].n)
+			}
+		}
 		// A successful conversion is a valid native trace: valid events,
 		// times non-decreasing, unique IDs, frees of live IDs only, dense
 		// streams, and the live-bytes figures it reports.

@@ -26,6 +26,9 @@
 // depth. An elided list is never mistaken for an empty one: asList refuses
 // it and describe names it, so a converter that reads a list where a
 // "frames" value stands fails with a message instead of reading nothing.
+// Each elided list carries its ordinal among the input's frames lists, so
+// that a second read (frames.go, Snapshot.ReadFrames) can keep the few a
+// report names, as ordinary lists, and stop right after them.
 //
 // Refused: every opcode that names a global or builds an object (GLOBAL,
 // STACK_GLOBAL, INST, OBJ, NEWOBJ, NEWOBJ_EX, REDUCE, BUILD, EXT1/2/4,
@@ -102,12 +105,23 @@ type pyList struct {
 }
 
 // framesList is an elided list, the value of a "frames" key (see the file
-// comment): it keeps only the number of items it was built with. It is a
-// pointer, shared through the memo like a pyList, and holds no pointers, so
-// the collector never scans it. Only describe and asList look at it, and
-// asList refuses it. Its depth is 1: the items it dropped are not reachable
-// through it (U4).
-type framesList struct{ n int }
+// comment): it keeps only the number of items it was built with, n, and
+// its ordinal among the input's frames lists, seq, from 0 (frames.go). It
+// is a pointer, shared through the memo like a pyList, and holds no
+// pointers, so the collector never scans it. Only describe, asList and
+// ReadFrames look at it, and asList refuses it. Its depth is 1: the items
+// it dropped are not reachable through it (U4). The counts are 32 bits
+// (16 bytes a list read measurably slower) and wrap past 2^31, which takes
+// gigabytes of input: a wrapped count is only ever a wrong number in a
+// message, or a frames read refused as another input.
+type framesList struct {
+	n, seq int32
+}
+
+// keptFrames is a frames list a second read keeps (frames.go): to the
+// decoder an elided list in every way (depth 1, appends not checked for
+// depth), except that it keeps its items.
+type keptFrames struct{ items []any }
 
 // pyTuple is a Python tuple.
 type pyTuple []any
@@ -219,6 +233,10 @@ type unpickler struct {
 	far   map[uint64]any
 	op    byte // current opcode, for messages
 	opPos int64
+
+	framesSeq  int        // frames lists begun so far: the next one's ordinal
+	framesLate bool       // a frames list grew after a later one began
+	keep       *frameKeep // frames lists to keep, nil for none (frames.go)
 }
 
 // unpickle decodes one pickle held in memory and returns its value, its
@@ -234,9 +252,14 @@ func unpickle(data []byte) (any, error) {
 // what budget allows (U6). After STOP the rest of r is read and discarded,
 // still within limit, so a compressed stream's checksum is verified and
 // the bound covers the whole input, as when it was read whole.
-func unpickleFrom(r io.Reader, base, limit int64, budget heldBudget, tooLarge error) (any, error) {
-	u := &unpickler{r: r, base: base, limit: limit, budget: budget, buf: make([]byte, 0, window), stack: make([]any, 0, 256)}
+// With keep set, the frames lists it names are kept (frames.go) and the
+// read stops, errFramesKept, once the last of them is built.
+func unpickleFrom(r io.Reader, base, limit int64, budget heldBudget, tooLarge error, keep *frameKeep) (any, error) {
+	u := &unpickler{r: r, base: base, limit: limit, budget: budget, buf: make([]byte, 0, window), stack: make([]any, 0, 256), keep: keep}
 	v, err := u.run()
+	if keep != nil {
+		keep.late = u.framesLate
+	}
 	if errors.Is(err, errInputLimit) {
 		return nil, tooLarge
 	}
@@ -296,13 +319,13 @@ func (s *slabs) list(depth int) *pyList {
 	return l
 }
 
-func (s *slabs) framesList(n int) *framesList {
+func (s *slabs) framesList(n, seq int) *framesList {
 	if len(s.frames) == cap(s.frames) {
 		s.frames = make([]framesList, 0, slabValues)
 	}
 	s.frames = s.frames[:len(s.frames)+1]
 	l := &s.frames[len(s.frames)-1]
-	l.n = n
+	l.n, l.seq = int32(n), int32(seq)
 	return l
 }
 
@@ -389,7 +412,7 @@ func depthOf(v any) int {
 		return x.depth
 	case *depthTuple:
 		return x.depth
-	case *framesList:
+	case *framesList, *keptFrames:
 		return 1
 	}
 	return 0
@@ -425,7 +448,7 @@ func (u *unpickler) itemsDepth(items []any) (int, error) {
 		case *depthTuple:
 			d = max(d, x.depth)
 			items[i] = x.t
-		case *framesList:
+		case *framesList, *keptFrames:
 			d = max(d, 1)
 		}
 	}
@@ -774,7 +797,8 @@ func (u *unpickler) countFrameRefs(fl *framesList) bool {
 			idx = uint64(binary.LittleEndian.Uint32(b[p+1:]))
 			p += 5
 		case 'e': // APPENDS
-			fl.n += n
+			fl.n += int32(n)
+			u.framesLate = u.framesLate || int(fl.seq) != u.framesSeq-1
 			u.pos = p + 1
 			return true
 		default:
@@ -812,6 +836,35 @@ func (u *unpickler) atFramesKey() bool {
 		return ok
 	}
 	return false
+}
+
+// pushFrames pushes the value of a "frames" key, a list built with items
+// (a view of the stack, copied if kept): elided, numbered with the next
+// ordinal, unless keep wants that ordinal, when it is an ordinary list,
+// recorded in keep. Past keep's last wanted ordinal every kept list is
+// complete (unless the first read saw a list grow late: ReadFrames then
+// sets no last), and the read stops with errFramesKept.
+func (u *unpickler) pushFrames(items []any) error {
+	seq := u.framesSeq
+	u.framesSeq++
+	if k := u.keep; k != nil && k.want != nil {
+		if seq > k.last {
+			return errFramesKept
+		}
+		if k.want[seq] {
+			u.held += listBytes + slotBytes*int64(len(items))
+			l := &keptFrames{items: make([]any, len(items))}
+			for i, it := range items {
+				l.items[i] = unwrap(it)
+			}
+			k.lists[seq] = l
+			u.push(l)
+			return nil
+		}
+	}
+	u.held += framesListBytes
+	u.push(u.slabs.framesList(len(items), seq))
+	return nil
 }
 
 // run executes the pickle program until STOP.
@@ -991,8 +1044,7 @@ func (u *unpickler) run() (any, error) {
 			u.push(u.slabs.dict(1))
 		case ']': // EMPTY_LIST
 			if u.atFramesKey() {
-				u.held += framesListBytes
-				u.push(u.slabs.framesList(0))
+				err = u.pushFrames(nil)
 			} else {
 				u.held += listBytes
 				u.push(u.slabs.list(1))
@@ -1007,8 +1059,7 @@ func (u *unpickler) run() (any, error) {
 			var items []any
 			if items, err = u.popMark(); err == nil {
 				if u.op == 'l' && u.atFramesKey() {
-					u.held += framesListBytes
-					u.push(u.slabs.framesList(len(items)))
+					err = u.pushFrames(items)
 				} else {
 					var d int
 					if d, err = u.itemsDepth(items); err == nil {
@@ -1153,7 +1204,16 @@ func (u *unpickler) textInt(s string) error {
 // snapshot's frames lists hold most of its items.
 func (u *unpickler) appendTo(l any, items []any) error {
 	if fl, ok := l.(*framesList); ok {
-		fl.n += len(items)
+		fl.n += int32(len(items))
+		u.framesLate = u.framesLate || int(fl.seq) != u.framesSeq-1
+		return nil
+	}
+	if kl, ok := l.(*keptFrames); ok {
+		c := cap(kl.items)
+		for _, it := range items {
+			kl.items = append(kl.items, unwrap(it))
+		}
+		u.held += slotBytes * int64(cap(kl.items)-c)
 		return nil
 	}
 	pl, ok := l.(*pyList)
@@ -1253,7 +1313,7 @@ func (u *unpickler) fillShaped(d *pyDict, keys, kv []any) error {
 		switch x := v.(type) {
 		case *pyDict:
 			depth = max(depth, x.depth)
-		case *framesList:
+		case *framesList, *keptFrames:
 			depth = max(depth, 1)
 		case *pyList:
 			depth = max(depth, x.depth)

@@ -82,7 +82,7 @@ func TestStreamedReadingEqualsWholeReading(t *testing.T) {
 	p := pk{}.op('X')
 	p = binary.LittleEndian.AppendUint32(p, uint32(len(long)))
 	p = append(p, long...)
-	v, err := unpickleFrom(iotest.HalfReader(bytes.NewReader(p.done())), 0, 1<<30, newHeldBudget(1<<30, heldPerInputByte), errInputLimit)
+	v, err := unpickleFrom(iotest.HalfReader(bytes.NewReader(p.done())), 0, 1<<30, newHeldBudget(1<<30, heldPerInputByte), errInputLimit, nil)
 	if err != nil || v != long {
 		t.Fatalf("long string: %v (%T)", err, v)
 	}

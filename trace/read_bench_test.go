@@ -102,3 +102,46 @@ func BenchmarkReadSnapshot(b *testing.B) {
 		b.ReportMetric(best.Seconds()/py.Seconds(), "x-cpython")
 	}
 }
+
+// BenchmarkReadFrames reads again, as a report naming a failing
+// allocation does, the stack frames of one alloc entry of the shared
+// full-step snapshot (the synthetic fixture when absent): the middle
+// one, whose read stops halfway, and the last, which reads the whole
+// input. best-ms is the best read of each.
+//
+//	go test -run '^$' -bench ReadFrames -benchmem ./trace/
+func BenchmarkReadFrames(b *testing.B) {
+	data, err := os.ReadFile(filepath.Join(sharedTraces, "transformer-ctx128-fullstep.pickle"))
+	if err != nil {
+		b.Logf("shared traces absent (%v): reading the synthetic fixture", err)
+		data = readFixture(b, "synthetic-p4.pickle")
+	}
+	s := mustSnapshot(b, data, SnapshotOptions{})
+	var allocs []int
+	for i, ref := range s.frames {
+		if ref.n > 0 {
+			allocs = append(allocs, i)
+		}
+	}
+	if len(allocs) == 0 {
+		b.Skip("no entry has frames")
+	}
+	for _, at := range []struct {
+		name  string
+		entry int
+	}{{"middle", allocs[len(allocs)/2]}, {"last", allocs[len(allocs)-1]}} {
+		b.Run(at.name, func(b *testing.B) {
+			best := time.Duration(math.MaxInt64)
+			b.SetBytes(int64(len(data)))
+			for b.Loop() {
+				start := time.Now()
+				m, err := s.ReadFrames(bytes.NewReader(data), []int{at.entry})
+				if err != nil || len(m[at.entry]) == 0 {
+					b.Fatalf("entry %d: %v, %d frames", at.entry, err, len(m[at.entry]))
+				}
+				best = min(best, time.Since(start))
+			}
+			b.ReportMetric(best.Seconds()*1e3, "best-ms")
+		})
+	}
+}

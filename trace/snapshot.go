@@ -203,6 +203,13 @@ type Snapshot struct {
 	// differ: entries that emit nothing, implied frees, the prelude).
 	EventEntries []int32
 
+	// frames[i] says where the stack frames of entry i of the chosen
+	// trace lie in the input, for ReadFrames; maxBytes is the MaxBytes
+	// it was read with, for the same.
+	frames     []framesRef
+	maxBytes   int64
+	framesLate bool // a frames list grew after a later one began: no early stop
+
 	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
 	// snapshots, which have none; "gpumem" (and what it replayed) for one
 	// gpumem wrote (WriteTorchSnapshot). The reserve figures of such a
@@ -248,11 +255,32 @@ const writtenByKey = "written_by"
 // dicts nest at most [MaxNesting] levels; integer literals have at most 40
 // digits; at most [MaxStreams] distinct stream handles are converted;
 // PyTorch's reserved bytes never exceed 2^62 at any point of the trace.
+//
+// No stack frames are kept; [Snapshot.ReadFrames] reads those of chosen
+// entries again from the same input.
 func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	limit := opts.MaxBytes
 	if limit <= 0 {
 		limit = DefaultMaxSnapshotBytes
 	}
+	keep := &frameKeep{} // keeps nothing: says whether a frames list grew late
+	root, err := readRoot(r, limit, keep)
+	if err != nil {
+		return nil, err
+	}
+	s, err := convertSnapshot(root, opts)
+	if err != nil {
+		return nil, err
+	}
+	s.maxBytes, s.framesLate = limit, keep.late
+	return s, nil
+}
+
+// readRoot decodes a snapshot, gzipped or not, into the unpickler's value
+// types, within limit bytes of (decompressed) input; keep, when set, asks
+// a pickle's read to keep some frames lists and stop after them (frames.go),
+// when the root is nil, and says whether one grew late.
+func readRoot(r io.Reader, limit int64, keep *frameKeep) (any, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var src io.Reader = br
 	gzipped := false
@@ -263,14 +291,17 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 		}
 		src, gzipped = zr, true
 	}
-	root, err := decodeSnapshot(src, limit)
+	root, err := decodeSnapshot(src, limit, keep)
+	if errors.Is(err, errFramesKept) {
+		return nil, nil
+	}
 	if err != nil {
 		if gzipped && !errors.Is(err, ErrSnapshot) && !errors.Is(err, ErrPickle) && !errors.Is(err, ErrPickleGlobal) {
 			return nil, fmt.Errorf("%w: gzip: %w", ErrSnapshot, err)
 		}
 		return nil, err
 	}
-	return convertSnapshot(root, opts)
+	return root, nil
 }
 
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
@@ -282,8 +313,9 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 // reading holds the decoded values, not the file, and they are counted as
 // they are built (U6).
 // Errors from r itself are returned as they are (ReadSnapshot names a
-// gzip stream's).
-func decodeSnapshot(r io.Reader, limit int64) (any, error) {
+// gzip stream's). keep goes to the unpickler, which marks it as a
+// pickle's.
+func decodeSnapshot(r io.Reader, limit int64, keep *frameKeep) (any, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var skipped int64
 	for {
@@ -307,7 +339,10 @@ func decodeSnapshot(r io.Reader, limit int64) (any, error) {
 			return nil, err
 		}
 		if b != '{' {
-			return unpickleFrom(br, skipped, limit, newHeldBudget(limit, heldPerInputByte), inputTooLarge(limit))
+			if keep != nil {
+				keep.pickle = true
+			}
+			return unpickleFrom(br, skipped, limit, newHeldBudget(limit, heldPerInputByte), inputTooLarge(limit), keep)
 		}
 		break
 	}
@@ -523,6 +558,8 @@ func describe(v any) string {
 		return fmt.Sprintf("list of %d", len(x.items))
 	case *framesList:
 		return fmt.Sprintf("list of %d stack frames, not kept", x.n)
+	case *keptFrames:
+		return fmt.Sprintf("list of %d stack frames", len(x.items))
 	case pyTuple:
 		return fmt.Sprintf("tuple of %d", len(x))
 	case *depthTuple:
@@ -827,11 +864,13 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 
 	// Step 1: parse.
 	entries := make([]entry, len(raw))
+	s.frames = make([]framesRef, len(raw))
 	for i, v := range raw {
 		e, err := parseEntry(v, i)
 		if err != nil {
 			return nil, err
 		}
+		s.frames[i] = framesRefOf(v.(*pyDict)) // parseEntry checked it is one
 		if e.t < 0 {
 			e.t = int64(i)
 			s.Counts.MissingTimes++

@@ -101,6 +101,10 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 				t.Fatalf("live peak %d final %d", s.PeakLive, s.FinalLive)
 			}
 			encodes(t, s.Events)
+			// Where each entry's frames lie is the input's own (a pickle's
+			// frames lists are numbered, a JSON snapshot's are not):
+			// frames_test.go reads them.
+			s.frames = nil
 			if first == nil {
 				first = s
 			} else if !reflect.DeepEqual(first, s) {

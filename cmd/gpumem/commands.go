@@ -130,6 +130,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz")
 	snapshotPolicy := fs.String("snapshot-policy", compare.Adaptive, "the gpumem `POLICY` whose replay -snapshot-out writes")
+	frames := fs.Int("frames", defaultFrames, framesHelp)
 	setUsage(fs, replayUsage)
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -170,7 +171,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return fmt.Errorf("%w: -require-fit %q is not among -policies %s", errUsage, *requireFit, *policies)
 		}
 	}
-	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs), checkFrames(*frames)); err != nil {
 		return err
 	}
 	if *snapshotOut != "" && !slices.Contains(compare.SnapshotPolicies(), *snapshotPolicy) {
@@ -214,6 +215,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Overhead:     overhead.v,
 		Open:         open,
 		Alignment:    alignment,
+		Frames:       *frames,
 	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
@@ -303,6 +305,20 @@ func isPolicyError(err error) bool {
 func checkMaxSnapshot(f sizeFlag) error {
 	if f.v == 0 {
 		return fmt.Errorf("%w: -max-snapshot must be at least 1 byte", errUsage)
+	}
+	return nil
+}
+
+// defaultFrames is -frames' default: the top frames a failing allocation
+// shows.
+const defaultFrames = 5
+
+const framesHelp = "show the top `N` frames of the stack of each failing allocation of a snapshot, the user's Python frames first (0: none)"
+
+// checkFrames refuses a -frames below 0.
+func checkFrames(n int) error {
+	if n < 0 {
+		return fmt.Errorf("%w: -frames %d: want 0 (no frames) or more", errUsage, n)
 	}
 	return nil
 }
@@ -506,6 +522,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	requireFit := fs.Bool("require-fit", false, "exit with status 3 when no PyTorch setting of the grid fits -capacity (for scripts)")
+	frames := fs.Int("frames", defaultFrames, framesHelp)
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -537,14 +554,14 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if overhead.set && (!capacity.set || overhead.v >= capacity.v) {
 		return fmt.Errorf("%w: -overhead needs a -capacity larger than it", errUsage)
 	}
-	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs), checkFrames(*frames)); err != nil {
 		return err
 	}
 	src, err := loadSource(pos[0], int64(maxSnapshot.v), *device)
 	if err != nil {
 		return err
 	}
-	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v}
+	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}

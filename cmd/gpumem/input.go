@@ -73,6 +73,7 @@ func loadSource(path string, maxSnapshot int64, device int) (compare.Source, err
 	if len(src.Events) == 0 {
 		return compare.Source{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to replay", compare.ErrEmptyTrace, path)
 	}
+	src.Frames = compare.FramesFromFile(path, snap) // -frames: read again, only for failing allocations
 	return src, nil
 }
 
