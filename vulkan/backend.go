@@ -49,6 +49,10 @@ type Backend struct {
 
 	heaps []*storage.Budget // per heap: its budget or size, or Options.Capacity
 	reap  *reaper
+	// life is held for reading by a Release in progress (it runs without
+	// the device lock), and for writing by Close before it frees what the
+	// storages hold.
+	life sync.RWMutex
 
 	// nonCoherent treats every mapping as not coherent, so the flush and
 	// invalidate paths run (and are validated) on drivers whose host-visible
@@ -74,6 +78,7 @@ type Backend struct {
 var (
 	_ gpumem.Backend       = (*Backend)(nil)
 	_ gpumem.HostTransfers = (*Backend)(nil)
+	_ gpumem.Releaser      = (*Backend)(nil)
 )
 
 // NewBackend opens the device opts picks. When the backend cannot run here
@@ -97,12 +102,13 @@ func NewBackend(opts Options) (*Backend, error) {
 		inst.destroy()
 		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
 	}
-	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev, reap: newReaper(),
+	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev,
 		allocs:   make(map[storage.ID]*allocation),
 		queues:   make(map[*Queue]struct{}),
 		storages: make(map[*Storage]struct{}),
 		kernels:  make(map[*Kernel]struct{}),
 	}
+	b.reap = newReaper(b)
 	info := dev.info
 	b.maxAllocs = info.Limits.MaxMemoryAllocationCount
 	if opts.MaxAllocations > 0 && opts.MaxAllocations < b.maxAllocs {
@@ -262,7 +268,7 @@ func (b *Backend) lookup(r storage.Resource, call string) (*allocation, error) {
 	return a, nil
 }
 
-// marks returns every queue's issued number (Storage's deferred frees).
+// marks returns every queue's issued number (WaitOutsideStreams).
 func (b *Backend) marks() []queueMark {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -273,25 +279,89 @@ func (b *Backend) marks() []queueMark {
 	return ms
 }
 
-// drainFrees waits for and frees every storage's queued frees; it reports
-// whether any was freed.
-func (b *Backend) drainFrees() bool {
+// storageList returns the storages the backend made.
+func (b *Backend) storageList() []*Storage {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	ss := make([]*Storage, 0, len(b.storages))
 	for s := range b.storages {
 		ss = append(ss, s)
 	}
-	b.mu.Unlock()
-	b.reap.mu.Lock()
-	freed := b.reap.busy > 0
-	b.reap.mu.Unlock()
+	return ss
+}
+
+// drainFrees waits for the releaser, and for the work of every queued free
+// that waits only for submitted steps, and frees those; it reports whether
+// any allocation was freed. An allocation refused for want of memory calls
+// it before its one retry.
+func (b *Backend) drainFrees() bool {
+	freed := b.reap.pending()
 	b.reap.wait()
-	for _, s := range ss {
-		if s.freeQueued(true) {
+	for _, s := range b.storageList() {
+		if s.waitQueued() {
 			freed = true
 		}
 	}
 	return freed
+}
+
+// watchFrees is the releaser's watch (reaper.go): it hands every storage's
+// idle queued allocations to the releaser, then waits a little for a step
+// a queued allocation waits for. It reports whether some allocation still
+// waits for submitted steps (look again); one that a recording or a
+// CommandGraph holds is looked at again when that lets it go.
+func (b *Backend) watchFrees() bool {
+	var m queueMark
+	found := false
+	for _, s := range b.storageList() {
+		s.handOff()
+		if !found {
+			m, found = s.firstWaitable()
+		}
+	}
+	if found {
+		m.q.waitBrief(m.seq)
+	}
+	return found
+}
+
+// Releasing implements gpumem.Releaser: some freed allocation is idle and
+// not yet given back, or the releaser is freeing one now.
+func (b *Backend) Releasing() bool {
+	if b.reap.pending() {
+		return true
+	}
+	for _, s := range b.storageList() {
+		if s.hasIdle() {
+			return true
+		}
+	}
+	return false
+}
+
+// Release implements gpumem.Releaser: every allocation freed so far that no
+// device work uses any more goes back to the driver before it returns (the
+// idle queued ones freed on the caller's goroutine, the ones the releaser
+// was handed waited for), its bytes returned to the budgets and no longer
+// in BytesAllocated. The others go back once their work completes. It
+// takes no lock of the device or of a queue, and does nothing once the
+// backend is closed (Close frees everything).
+func (b *Backend) Release() {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.isClosed() {
+		return
+	}
+	for _, s := range b.storageList() {
+		s.releaseIdle()
+	}
+	b.reap.wait()
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
 }
 
 // CopyOnDevice implements gpumem.Backend: vkCmdCopyBuffer of src into dst
@@ -330,6 +400,8 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	if err != nil {
 		return err
 	}
+	vq.loose.use(sa)
+	vq.loose.use(da)
 	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
@@ -374,8 +446,9 @@ func (b *Backend) forget(q *Queue) {
 }
 
 // Close implements gpumem.Backend: closes every queue (its work completes
-// first), frees every allocation, destroys every kernel, then the device
-// and the instance (B2). Idempotent.
+// first, its graphs are released), stops the releaser, frees every
+// allocation, destroys every kernel, then the device and the instance
+// (B2). Idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() { b.closeErr = b.close() })
 	return b.closeErr
@@ -402,11 +475,12 @@ func (b *Backend) close() error {
 		errs = append(errs, q.Close())
 	}
 	errs = append(errs, b.dev.waitIdle())
-	b.reap.wait()
+	b.reap.close() // frees what it was handed; nothing runs any more
+	b.life.Lock()  // no Release in progress
 	for _, s := range storages {
 		s.release()
 	}
-	b.reap.close()
+	b.life.Unlock()
 	for _, k := range kernels {
 		k.destroy()
 	}

@@ -17,32 +17,12 @@ import (
 // both complete in order.
 func TestWaitFenceIsADeviceSideSemaphoreWait(t *testing.T) {
 	b := testBackend(t)
-	d := b.dev
 	q1, q2 := testQueue(t, b, 1), testQueue(t, b, 2)
 
-	var gate uint64
-	tci := &vkSemaphoreTypeCreateInfo{SType: stSemaphoreTypeCreateInfo, SemaphoreType: semaphoreTypeTimeline}
-	sci := &vkSemaphoreCreateInfo{SType: stSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
-	if err := check("vkCreateSemaphore", call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&gate)))); err != nil {
-		t.Fatal(err)
-	}
-	defer call(d.fn.DestroySemaphore, d.h, uintptr(gate), 0)
-	open := func() {
-		si := &vkSemaphoreSignalInfo{SType: stSemaphoreSignalInfo, Semaphore: gate, Value: 1}
-		if err := check("vkSignalSemaphore", call(d.fn.SignalSemaphore, d.h, uintptr(unsafe.Pointer(si)))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	defer func() {
-		if v, _ := semValue(b, gate); v == 0 {
-			open() // never leave the queues waiting (Close would hang)
-		}
-	}()
+	g := newGate(t, b)
 
 	noop := stream.Op{Name: "noop", Run: func() error { return nil }}
-	q1.mu.Lock()
-	q1.waits = append(q1.waits, semWait{sem: gate, value: 1}) // held back until open
-	q1.mu.Unlock()
+	g.hold(q1) // its next step waits until g.open
 	s1, err := q1.Enqueue(noop)
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +48,7 @@ func TestWaitFenceIsADeviceSideSemaphoreWait(t *testing.T) {
 	if err == nil || q1.Completed() >= s1 {
 		t.Fatalf("stream 2's step completed (%v) while stream 1's was held back (completed %d of %d)", err, q1.Completed(), s1)
 	}
-	open()
+	g.open()
 	if err := q2.Wait(context.Background(), stream.Fence{Q: q2, Seq: s2}); err != nil {
 		t.Fatal(err)
 	}
@@ -87,10 +67,56 @@ func TestWaitFenceIsADeviceSideSemaphoreWait(t *testing.T) {
 	}
 }
 
-func semValue(b *Backend, sem uint64) (uint64, error) {
-	var v uint64
-	err := check("vkGetSemaphoreCounterValue", call(b.dev.fn.GetSemaphoreCounterValue, b.dev.h, uintptr(sem), uintptr(unsafe.Pointer(&v))))
-	return v, err
+// gate is a timeline semaphore only the test signals: a queue's next
+// submission can be made to wait on it (hold), so its work stays queued
+// until open, whatever the machine's speed.
+type gate struct {
+	t    testing.TB
+	b    *Backend
+	sem  uint64
+	done bool
+}
+
+// newGate makes a gate; the test's cleanup opens it if the test did not
+// (registered after the device, so it runs before the device's Close,
+// which would wait for the held work forever) and destroys it.
+func newGate(t testing.TB, b *Backend) *gate {
+	t.Helper()
+	d := b.dev
+	g := &gate{t: t, b: b}
+	tci := &vkSemaphoreTypeCreateInfo{SType: stSemaphoreTypeCreateInfo, SemaphoreType: semaphoreTypeTimeline}
+	sci := &vkSemaphoreCreateInfo{SType: stSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
+	if err := check("vkCreateSemaphore", call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&g.sem)))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !g.done {
+			g.open()
+		}
+		// Nothing waits on it once the held steps completed.
+		if err := b.WaitOutsideStreams(); err != nil {
+			t.Error(err)
+		}
+		call(d.fn.DestroySemaphore, d.h, uintptr(g.sem), 0)
+	})
+	return g
+}
+
+// hold makes q's next submission wait for the gate.
+func (g *gate) hold(q *Queue) {
+	q.mu.Lock()
+	q.waits = append(q.waits, semWait{sem: g.sem, value: 1})
+	q.mu.Unlock()
+}
+
+// open signals the gate: the held steps may run.
+func (g *gate) open() {
+	g.t.Helper()
+	g.done = true
+	si := &vkSemaphoreSignalInfo{SType: stSemaphoreSignalInfo, Semaphore: g.sem, Value: 1}
+	if err := check("vkSignalSemaphore", call(g.b.dev.fn.SignalSemaphore, g.b.dev.h, uintptr(unsafe.Pointer(si)))); err != nil {
+		g.t.Fatal(err)
+	}
 }
 
 func testBackend(t *testing.T) *Backend {

@@ -62,10 +62,16 @@
 //     retries. VK_ERROR_OUT_OF_DEVICE_MEMORY is an *Error matching
 //     storage.ErrOutOfMemory; VK_ERROR_DEVICE_LOST one matching
 //     storage.ErrDevicePoisoned, and it poisons the backend (Poisoned).
-//     Frees wait until every queue completed what it had issued when the
-//     allocation was freed (vkFreeMemory does not wait for the device), then
-//     run on a reaper goroutine, off the relocation's path (reaper.go); an
-//     allocation refused for memory waits for them and retries once.
+//     A free waits until no device work uses the allocation (vkFreeMemory
+//     does not wait for the device): every step that recorded a command on
+//     it completed, and no CommandGraph that recorded one is left. Flush
+//     hands the idle ones to a releaser goroutine, off the relocation's
+//     path, which also waits on the queues' semaphores for the others and
+//     frees each once its work completed (reaper.go); an explicit cleanup
+//     ends with Backend.Release (gpumem.Releaser), which frees the idle
+//     ones before it returns, without the device lock, so BytesAllocated is
+//     0 after freeing everything and cleaning up; an allocation refused for
+//     memory waits for the queued frees and retries once.
 //   - Queues (queue.go): a stream.Queue per gpumem stream over the
 //     VkQueues of one compute family (several streams may share one); one
 //     timeline semaphore per queue is its fences and its completion; a
@@ -103,7 +109,8 @@
 //
 // Pages, pools, handles or when to relocate: the device (package gpumem)
 // decides; the backend maps storage and stream operations onto Vulkan and
-// decides only when a freed allocation's memory may go back.
+// decides only when a freed allocation's memory may go back: after the
+// work that used it, which it tracks per allocation.
 //
 // # What Vulkan does not give here that CUDA does
 //
@@ -133,6 +140,7 @@
 // Enqueue, while the device is held (stream.EnqueueRunner); its *Op is
 // valid only there. vkQueueSubmit on a shared VkQueue is serialised by a
 // lock per VkQueue; a queue's command pool and descriptor pools are used
-// only under its lock. The reaper frees memory on its own goroutine, which
-// takes no lock of the device or of a queue.
+// only under its lock. The releaser frees memory on its own goroutine,
+// which takes no lock of the device or of a queue; Release, which an
+// explicit cleanup calls without the device lock, waits only for it.
 package vulkan

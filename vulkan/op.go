@@ -75,7 +75,22 @@ func (op *Op) DeviceAddress(i int) (addr uint64, size uint64, err error) {
 	if i < 0 || i >= len(op.res) {
 		return 0, 0, fmt.Errorf("vulkan: op %q: use %d of an op with %d uses: %w", op.name, i, len(op.res), stream.ErrInvalid)
 	}
-	return uint64(op.res[i].Ptr), op.res[i].Size, nil
+	r := op.res[i]
+	if r.Size > 0 {
+		// The shader may reach it through the address: a free waits for
+		// this op's step (and for the graph it is recorded into).
+		a, err := op.q.b.lookup(r, "device address")
+		if err != nil {
+			return 0, 0, err
+		}
+		q := op.q
+		q.mu.Lock()
+		if q.op != nil {
+			q.op.use(a)
+		}
+		q.mu.Unlock()
+	}
+	return uint64(r.Ptr), r.Size, nil
 }
 
 // live refuses a call after the op returned or from another goroutine.
@@ -192,6 +207,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 		}
 	}
 	infos := make([]vkDescriptorBufferInfo, len(buffers))
+	used := make([]*allocation, len(buffers))
 	for i, bd := range buffers {
 		if bd.use < 0 || bd.use >= len(op.res) {
 			return bad("binding %d: use %d of an op with %d uses", i, bd.use, len(op.res))
@@ -216,6 +232,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 			return err
 		}
 		infos[i] = vkDescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
+		used[i] = a
 	}
 
 	q := op.q
@@ -248,6 +265,9 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 	cb, err := q.commandsLocked(q.op)
 	if err != nil {
 		return err
+	}
+	for _, a := range used {
+		q.op.use(a)
 	}
 	call(d.fn.CmdBindPipeline, cb, pipelineBindPointCompute, uintptr(k.pipeline))
 	if len(sets) > 0 {

@@ -89,10 +89,39 @@ type batch struct {
 	cb      uintptr // 0 until the first command
 	staging []*allocation
 	sets    []descriptorSet
+	// uses are the storage allocations its commands use (each once); a
+	// free of one waits for the batch's step (alloc.go).
+	uses   []*allocation
+	useSet map[*allocation]struct{} // uses, once there are many
 	// reusable: the buffer is begun for resubmission (a capture's);
 	// sealed: it is ended and owned by a CommandGraph, so a submission
 	// neither records into it nor reclaims it.
 	reusable, sealed bool
+}
+
+// use notes that bt records a command on a.
+func (bt *batch) use(a *allocation) {
+	if bt.useSet != nil {
+		if _, ok := bt.useSet[a]; ok {
+			return
+		}
+		bt.useSet[a] = struct{}{}
+	} else {
+		for _, u := range bt.uses {
+			if u == a {
+				return
+			}
+		}
+		if len(bt.uses) >= 16 {
+			bt.useSet = make(map[*allocation]struct{}, 2*len(bt.uses))
+			for _, u := range bt.uses {
+				bt.useSet[u] = struct{}{}
+			}
+			bt.useSet[a] = struct{}{}
+		}
+	}
+	bt.uses = append(bt.uses, a)
+	a.recorded()
 }
 
 // step is a submitted batch, complete when the semaphore reaches seq.
@@ -109,7 +138,8 @@ type semWait struct {
 	value uint64
 }
 
-// queueMark is a point in a queue's order (Storage's deferred frees).
+// queueMark is a point in a queue's order (an allocation's last use on
+// that queue; every queue's issued step for WaitOutsideStreams).
 type queueMark struct {
 	q   *Queue
 	seq uint64
@@ -332,6 +362,20 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	}
 	q.inflight = append(q.inflight, st)
 	q.issued.Store(seq)
+	if bt != nil {
+		watch := false
+		for _, a := range bt.uses {
+			if a.submitted(q, seq, !bt.sealed) {
+				watch = true
+			}
+		}
+		if !bt.sealed {
+			bt.uses, bt.useSet = nil, nil
+		}
+		if watch {
+			q.b.reap.kick()
+		}
+	}
 	return seq, nil
 }
 
@@ -357,6 +401,16 @@ func (q *Queue) dropBatchLocked(bt *batch) {
 		q.b.free(a)
 	}
 	q.freeSetsLocked(bt.sets)
+	watch := false
+	for _, a := range bt.uses {
+		if a.dropped() {
+			watch = true
+		}
+	}
+	bt.uses, bt.useSet = nil, nil
+	if watch {
+		q.b.reap.kick()
+	}
 }
 
 // submitLooseLocked submits the relocation copies recorded outside ops.
@@ -407,6 +461,37 @@ func (q *Queue) advance(v uint64) {
 		if v <= c || q.completed.CompareAndSwap(c, v) {
 			return
 		}
+	}
+}
+
+// passed reports whether step seq completed, or can no longer run: the
+// device was lost.
+func (q *Queue) passed(seq uint64) bool {
+	return q.Completed() >= seq || q.b.Poisoned() != nil
+}
+
+// waitBrief waits at most waitPoll for step seq (the releaser's watch); the
+// caller looks at the queue again after.
+func (q *Queue) waitBrief(seq uint64) {
+	if q.passed(seq) {
+		return
+	}
+	d := q.b.dev
+	sems, vals := []uint64{q.sem}, []uint64{seq}
+	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
+	q.semMu.RLock()
+	r := int32(vkSuccess)
+	if !q.gone {
+		r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
+	}
+	q.semMu.RUnlock()
+	switch r {
+	case vkSuccess:
+		q.advance(seq)
+	case vkTimeout:
+	default:
+		q.b.notePoison(check("vkWaitSemaphores", r))
+		time.Sleep(waitPoll) // not a loss: look again later, not at once
 	}
 }
 
@@ -693,16 +778,6 @@ func nilQueue(q stream.Queue) bool {
 	}
 	v := reflect.ValueOf(q)
 	return v.Kind() == reflect.Pointer && v.IsNil()
-}
-
-// marksPassed reports whether every mark's step has completed.
-func marksPassed(ms []queueMark) bool {
-	for _, m := range ms {
-		if m.q.Completed() < m.seq {
-			return false
-		}
-	}
-	return true
 }
 
 // waitMarks waits for every mark's step.

@@ -76,6 +76,7 @@ func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte)
 	if err != nil {
 		return err
 	}
+	vq.op.use(a)
 	region := &vkBufferCopy{SrcOffset: 0, DstOffset: dst.Offset, Size: n}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(st.buf), uintptr(a.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
@@ -119,6 +120,7 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 		b.free(st)
 		return err
 	}
+	vq.op.use(a)
 	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: 0, Size: n}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(a.buf), uintptr(st.buf), 1, uintptr(unsafe.Pointer(region)))
 	err = vq.hostSyncLocked("read")
