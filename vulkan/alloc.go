@@ -25,6 +25,7 @@ type allocation struct {
 	typ      int    // memory type index
 	mapped   unsafe.Pointer
 	coherent bool
+	pooled   bool // a staging buffer of a pool class (staging.go)
 
 	// What device work uses the allocation (K1): a free waits for exactly
 	// that, not for every queue. Guarded by useMu.

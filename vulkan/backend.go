@@ -49,6 +49,7 @@ type Backend struct {
 
 	heaps []*storage.Budget // per heap: its budget or size, or Options.Capacity
 	reap  *reaper
+	stage *stagingPool
 	// life is held for reading by a Release in progress (it runs without
 	// the device lock), and for writing by Close before it frees what the
 	// storages hold.
@@ -140,6 +141,11 @@ func NewBackend(opts Options) (*Backend, error) {
 		maxPage = min(maxPage, max(align, m/align*align))
 	}
 	b.props = memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	stagingHeap := capacity
+	if ts := stagingMemory.candidates(info.MemoryTypes, ^uint32(0)); len(ts) > 0 {
+		stagingHeap = b.heaps[info.MemoryTypes[ts[0]].Heap].Capacity()
+	}
+	b.stage = newStagingPool(stagingHeap)
 	return b, nil
 }
 
@@ -290,12 +296,15 @@ func (b *Backend) storageList() []*Storage {
 	return ss
 }
 
-// drainFrees waits for the releaser, and for the work of every queued free
-// that waits only for submitted steps, and frees those; it reports whether
-// any allocation was freed. An allocation refused for want of memory calls
+// drainFrees frees the pooled staging buffers, waits for the releaser, and
+// for the work of every queued free that waits only for submitted steps,
+// and frees those; it reports whether any allocation was freed. An allocation refused for want of memory calls
 // it before its one retry.
 func (b *Backend) drainFrees() bool {
-	freed := b.reap.pending()
+	freed := b.trimStaging()
+	if b.reap.pending() {
+		freed = true
+	}
 	b.reap.wait()
 	for _, s := range b.storageList() {
 		if s.waitQueued() {
@@ -475,6 +484,7 @@ func (b *Backend) close() error {
 		errs = append(errs, q.Close())
 	}
 	errs = append(errs, b.dev.waitIdle())
+	b.closeStaging()
 	b.reap.close() // frees what it was handed; nothing runs any more
 	b.life.Lock()  // no Release in progress
 	for _, s := range storages {

@@ -324,3 +324,100 @@ func BenchmarkGraphLaunch(b *testing.B) {
 	b.ReportMetric(float64(direct.Nanoseconds()), "direct-ns/op")
 	b.ReportMetric(float64(per)/float64(direct), "x-floor")
 }
+
+// BenchmarkStagingTransfers measures Buffer.Write (waited for with
+// Synchronize) and Buffer.Read through staging buffers (Options.Staging,
+// the path of discrete GPUs), pooled (staging.go) and allocated per
+// transfer as before the pool, interleaved in one run against a memcpy
+// floor: Go's copy of the same bytes between two warmed host buffers. A
+// staging transfer copies twice (host to staging buffer, staging buffer to
+// page: on lavapipe a second memcpy), so 0.5 of the floor is the most it
+// could reach. Metrics: floor-B/s, and per path and direction x-floor =
+// its throughput ÷ the floor's (write-pooled, read-pooled,
+// write-unpooled, read-unpooled).
+func BenchmarkStagingTransfers(b *testing.B) {
+	for _, size := range []uint64{64 << 10, 1 << 20, 16 << 20} {
+		b.Run(sizeName(size), func(b *testing.B) { benchStaging(b, size) })
+	}
+}
+
+func benchStaging(b *testing.B, size uint64) {
+	ctx := context.Background()
+	open := func(pooled bool) (*gpumem.Device, *gpumem.Buffer) {
+		be, err := NewBackend(Options{Staging: true})
+		if err != nil {
+			if os.Getenv("CI") == "true" {
+				b.Fatal(err)
+			}
+			b.Skipf("no Vulkan device: %v", err)
+		}
+		be.stage.off = !pooled
+		d, err := gpumem.OpenBackend(be)
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf, err := d.DefaultStream().Alloc(ctx, size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return d, buf
+	}
+	dp, bp := open(true)
+	defer dp.Close()
+	du, bu := open(false)
+	defer du.Close()
+	src := bytes.Repeat([]byte{0xa5}, int(size))
+	dst := make([]byte, size)
+	copy(dst, src) // warm: the floor pays no page faults
+	write := func(buf *gpumem.Buffer) time.Duration {
+		t0 := time.Now()
+		if err := buf.Write(ctx, src); err != nil {
+			b.Fatal(err)
+		}
+		if err := buf.Stream().Synchronize(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	read := func(buf *gpumem.Buffer) time.Duration {
+		t0 := time.Now()
+		got, err := buf.Read(ctx)
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if got[0] != 0xa5 || got[len(got)-1] != 0xa5 {
+			b.Fatal("read back other bytes than written")
+		}
+		return el
+	}
+	write(bp) // warm both: the pages' first touch
+	read(bp)
+	write(bu)
+	read(bu)
+	// Each iteration runs every measurement once, so a machine's slow
+	// moment costs each of them alike.
+	rounds := max(1, int((64<<20)/size))
+	var floor, wp, rp, wu, ru time.Duration
+	for b.Loop() {
+		for range rounds {
+			t0 := time.Now()
+			copy(dst, src)
+			floor += time.Since(t0)
+			wp += write(bp)
+			rp += read(bp)
+			wu += write(bu)
+			ru += read(bu)
+		}
+	}
+	n := float64(b.N * rounds)
+	floorBps := n * float64(size) / floor.Seconds()
+	b.ReportMetric(floorBps, "floor-B/s")
+	for _, m := range []struct {
+		name string
+		el   time.Duration
+	}{{"write-pooled", wp}, {"read-pooled", rp}, {"write-unpooled", wu}, {"read-unpooled", ru}} {
+		b.ReportMetric(n*float64(size)/m.el.Seconds()/floorBps, m.name+"-x-floor")
+	}
+	b.ReportMetric(0, "ns/op")
+}

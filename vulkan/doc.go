@@ -80,7 +80,10 @@
 //   - Host transfers (transfers.go): Write and Read through the mapping
 //     where device memory is host-visible (flushed and invalidated by
 //     nonCoherentAtomSize where it is not coherent), else, or with
-//     Options.Staging, through host-visible staging buffers.
+//     Options.Staging, through host-visible staging buffers, pooled by size
+//     class for reuse (staging.go: at most 8 buffers and 64 MiB, or a
+//     sixteenth of the heap; emptied when an allocation is refused for
+//     memory, freed by Close).
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
 //     pipelines, descriptor sets per dispatch, push constants.
 //   - Capture (capture.go): the queues are stream.Recorders; a capture

@@ -216,6 +216,9 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 		q.mu.Unlock()
 		return 0, err
 	}
+	// What completed goes back first: the op may take its staging buffers
+	// from the pool.
+	q.pollLocked()
 	rec := q.rec
 	if rec != nil {
 		if rec.invalid != nil {
@@ -398,7 +401,7 @@ func (q *Queue) dropBatchLocked(bt *batch) {
 		q.freeCBs = append(q.freeCBs, bt.cb)
 	}
 	for _, a := range bt.staging {
-		q.b.free(a)
+		q.b.putStaging(a)
 	}
 	q.freeSetsLocked(bt.sets)
 	watch := false
@@ -444,7 +447,7 @@ func (q *Queue) reclaimLocked(v uint64) {
 			q.freeCBs = append(q.freeCBs, st.cb)
 		}
 		for _, a := range st.staging {
-			q.b.free(a)
+			q.b.putStaging(a)
 		}
 		q.freeSetsLocked(st.sets)
 		q.inflight[n] = nil

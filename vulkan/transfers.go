@@ -7,11 +7,11 @@
 // then copies, flushing or invalidating by nonCoherentAtomSize where the
 // memory is not coherent. Otherwise a host-visible staging buffer carries
 // the bytes: a write fills it and records vkCmdCopyBuffer into the page
-// (asynchronous; the staging buffer is freed when the step completes, or,
-// in a capture, which writes through staging always, when its
-// CommandGraph is: every launch copies the same bytes again); a
-// read records the copy out of the page, waits for it, and copies out of
-// the staging buffer.
+// (asynchronous; the staging buffer goes back to the pool, staging.go,
+// when the step completes, or, in a capture, which writes through staging
+// always, when its CommandGraph is released: every launch copies the same
+// bytes again); a read records the copy out of the page, waits for it, and
+// copies out of the staging buffer.
 
 package vulkan
 
@@ -117,7 +117,7 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 	}
 	cb, err := vq.commandsLocked(vq.op)
 	if err != nil {
-		b.free(st)
+		b.putStaging(st)
 		return err
 	}
 	vq.op.use(a)
@@ -135,18 +135,4 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 	}
 	copy(dst, st.bytes())
 	return nil
-}
-
-// staging allocates a host-visible staging buffer of n bytes. It is not
-// registered: only the queue that made it uses it.
-func (b *Backend) staging(n uint64) (*allocation, error) {
-	a, err := b.allocate(n, stagingMemory)
-	if err != nil {
-		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes: %w", n, err)
-	}
-	if a.mapped == nil {
-		b.free(a)
-		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes is not host-visible: %w", n, ErrUnsupported)
-	}
-	return a, nil
 }
