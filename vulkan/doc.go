@@ -17,7 +17,8 @@
 //
 // Load a compute shader from SPIR-V with how it takes its arguments
 // (storage buffers at set 0, bindings 0..n-1; push constants at offset 0);
-// the spec is checked against the module's bindings:
+// the spec is checked against the module's bindings and the size of its
+// push-constant block, read from the SPIR-V:
 //
 //	k, err := be.LoadKernel("saxpy", spirv, vulkan.KernelSpec{Buffers: 2, PushConstants: 8})
 //	defer k.Close()

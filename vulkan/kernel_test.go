@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/gpumem/gpumem"
@@ -124,6 +125,9 @@ func TestDispatchArgumentsAreCheckedBeforeTheDriver(t *testing.T) {
 		"window past the use": func(op *vulkan.Op) error {
 			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.UseRange(0, 0, 8192), vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1)))
 		},
+		"push constants past the block": func(op *vulkan.Op) error {
+			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(0)}, vulkan.Push(uint32(1), float32(1), uint32(7)))
+		},
 		"a string push constant": func(op *vulkan.Op) error {
 			return op.Dispatch(saxpy, vulkan.Groups{X: 1, Y: 1, Z: 1}, []vulkan.Binding{vulkan.Use(0), vulkan.Use(0)}, vulkan.Push("one", float32(1)))
 		},
@@ -146,6 +150,29 @@ func TestDispatchArgumentsAreCheckedBeforeTheDriver(t *testing.T) {
 	}
 	if _, err := b.LoadKernel("text", []byte("#version 450 is GLSL, not SPIR-V"), vulkan.KernelSpec{}); !errors.Is(err, vulkan.ErrArgs) {
 		t.Fatalf("LoadKernel of GLSL text = %v, want ErrArgs", err)
+	}
+}
+
+// The spec's push constants are checked against the module's
+// push-constant block (8 bytes for saxpy: uint n, float a): a larger spec
+// would let Dispatch push bytes the shader never reads, a smaller one
+// leave the shader reading past what is pushed; both are an *ArgError
+// naming the block's size, before the driver sees the module.
+func TestLoadKernelRefusesPushConstantsOtherThanTheModulesBlock(t *testing.T) {
+	_, b := openDevice(t, vulkan.Options{})
+	for _, n := range []uint32{0, 4, 12, 16} {
+		_, err := b.LoadKernel("saxpy", mustSPIRV(t, vulkan.KernelSaxpy), vulkan.KernelSpec{Buffers: 2, PushConstants: n})
+		var ae *vulkan.ArgError
+		if !errors.As(err, &ae) || !strings.Contains(err.Error(), "push-constant block is 8 bytes") {
+			t.Errorf("LoadKernel(saxpy, PushConstants %d) = %v, want an *ArgError naming the 8-byte block", n, err)
+		}
+	}
+	k, err := b.LoadKernel("saxpy", mustSPIRV(t, vulkan.KernelSaxpy), vulkan.KernelSpec{Buffers: 2, PushConstants: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
 
