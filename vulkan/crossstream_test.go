@@ -2,11 +2,13 @@ package vulkan
 
 import (
 	"context"
+	"encoding/binary"
 	"os"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -151,4 +153,82 @@ func testQueue(t *testing.T, b *Backend, index int) *Queue {
 func validationInstalled() bool {
 	_, err := os.Stat("/usr/share/vulkan/explicit_layer.d/VkLayer_khronos_validation.json")
 	return err == nil || os.Getenv("CI") == "true"
+}
+
+// Streams on a device with several VkQueues in its compute family get
+// distinct queues (round robin), and a cross-stream use is a semaphore wait
+// between them: with stream 1's write held back, stream 2's dispatch on the
+// same buffer cannot complete, and once the write runs the bytes are
+// exactly the written ones plus the dispatch's. On a family of one queue
+// (lavapipe: queueCount 1, vulkaninfo's VkQueueFamilyProperties) both
+// streams share it and the same ordering is checked there.
+func TestStreamsOnDistinctQueuesOrderCrossStreamUsesBySemaphores(t *testing.T) {
+	be, err := NewBackend(Options{Validation: validationInstalled(), Staging: true, Queues: 4})
+	if err != nil {
+		testBackend(t) // skips or fails as the other tests do
+		return
+	}
+	t.Cleanup(func() {
+		if err := be.Close(); err != nil {
+			t.Error(err)
+		}
+		for _, m := range be.ValidationMessages() {
+			t.Errorf("validation: %s", m)
+		}
+	})
+	d, err := gpumem.OpenBackend(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	s1 := d.DefaultStream()
+	s2, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q1, q2 := s1.Queue().(*Queue), s2.Queue().(*Queue)
+	family := be.Info().ComputeQueues
+	if family >= 2 && q1.hw == q2.hw {
+		t.Fatalf("the compute family has %d queues, yet both streams share one", family)
+	}
+	t.Logf("compute family of %d queue(s); streams on distinct VkQueues: %v", family, q1.hw != q2.hw)
+	add, err := be.LoadShipped(KernelAddU32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGate(t, be)
+	ctx := context.Background()
+	const n = 1 << 16
+	x, err := s1.Alloc(ctx, 4*n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 4*n)
+	for i := range n {
+		binary.LittleEndian.PutUint32(want[4*i:], uint32(i*2654435761))
+	}
+	g.hold(q1)
+	if err := x.Write(ctx, want); err != nil { // a staging copy, held back
+		t.Fatal(err)
+	}
+	err = Enqueue(s2, "add", []gpumem.Use{{Buffer: x, Access: gpumem.ReadWrite}}, func(op *Op) error {
+		return op.Dispatch(add, GroupsFor(n, 64), []Binding{Use(0)}, Push(uint32(n), uint32(3)))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q2.Completed() >= q2.Issued() {
+		t.Fatal("stream 2's dispatch completed while the write it depends on was held back")
+	}
+	g.open()
+	got, err := x.Read(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		w := binary.LittleEndian.Uint32(want[4*i:]) + 3
+		if v := binary.LittleEndian.Uint32(got[4*i:]); v != w {
+			t.Fatalf("element %d: %#x, want %#x", i, v, w)
+		}
+	}
 }
