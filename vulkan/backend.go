@@ -38,8 +38,9 @@ const baseAlignment = 256
 // vkAllocateMemory (one VkBuffer per allocation), queues on VkQueues with
 // timeline semaphores as fences, relocation copies with vkCmdCopyBuffer,
 // Write and Read through mapped memory or staging buffers. It implements
-// gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
-// whole Device with OpenDevice); the Device closes it.
+// gpumem.Backend, gpumem.HostTransfers, gpumem.HostMapper (where pages are
+// host-visible) and gpumem.Releaser. Open one with NewBackend (or a whole
+// Device with OpenDevice); the Device closes it.
 type Backend struct {
 	opts  Options
 	lib   *library
@@ -59,6 +60,7 @@ type Backend struct {
 	// invalidate paths run (and are validated) on drivers whose host-visible
 	// memory is all coherent, as lavapipe's is. Set by tests only.
 	nonCoherent bool
+	pagesMapped bool // the page memory type is host-visible
 	maxAllocs   uint32
 	allocCount  atomic.Int64
 
@@ -80,6 +82,7 @@ var (
 	_ gpumem.Backend       = (*Backend)(nil)
 	_ gpumem.HostTransfers = (*Backend)(nil)
 	_ gpumem.Releaser      = (*Backend)(nil)
+	_ gpumem.HostMapper    = (*Backend)(nil)
 )
 
 // NewBackend opens the device opts picks. When the backend cannot run here
@@ -134,6 +137,7 @@ func NewBackend(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: vulkan backend: device %q: a first allocation of %d bytes: %w", gpumem.ErrNotSupported, info.Name, align, err)
 	}
 	heap := info.MemoryTypes[probe.typ].Heap
+	b.pagesMapped = probe.mapped != nil
 	b.free(probe)
 	capacity := b.heaps[heap].Capacity()
 	maxPage := max(align, capacity/4/align*align)

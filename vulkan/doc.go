@@ -26,7 +26,8 @@
 // Dispatch it inside an op with Enqueue: the run function gets an *Op
 // whose Dispatch records into the op's command buffer, with Use(i) and
 // UseRange(i, off, n) binding the op's uses at their current places and
-// Push for scalars:
+// Push for scalars (Op.Copy records a device copy between two such
+// windows):
 //
 //	err = vulkan.Enqueue(s, "saxpy", uses, func(op *vulkan.Op) error {
 //		return op.Dispatch(k, vulkan.GroupsFor(n, 64),
@@ -78,15 +79,18 @@
 //     timeline semaphore per queue is its fences and its completion; a
 //     cross-stream WaitFence is a semaphore wait in the next submission.
 //     Relocation's copies are vkCmdCopyBuffer between the pages' buffers.
-//   - Host transfers (transfers.go): Write and Read through the mapping
-//     where device memory is host-visible (flushed and invalidated by
-//     nonCoherentAtomSize where it is not coherent), else, or with
+//   - Host access (transfers.go): Buffer.Map maps device memory where pages
+//     are host-visible (gpumem.HostMapper, PagesHostVisible; invalidated at
+//     Map, flushed at Release), else it returns gpumem.ErrNotSupported.
+//     Write and Read go through the mapping too (flushed and invalidated
+//     by nonCoherentAtomSize where it is not coherent), else, or with
 //     Options.Staging, through host-visible staging buffers, pooled by size
 //     class for reuse (staging.go: at most 8 buffers and 64 MiB, or a
 //     sixteenth of the heap; emptied when an allocation is refused for
 //     memory, freed by Close).
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
-//     pipelines, descriptor sets per dispatch, push constants.
+//     pipelines, descriptor sets per dispatch, push constants (checked
+//     against the module's block), device copies between an op's uses.
 //   - Capture (capture.go): the queues are stream.Recorders; a capture
 //     is one command buffer (SIMULTANEOUS_USE), sealed into a
 //     *CommandGraph that each launch submits as one step.

@@ -136,3 +136,42 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 	copy(dst, st.bytes())
 	return nil
 }
+
+// HostBytes implements gpumem.HostMapper: the window of r in its
+// allocation's mapping, or nil where the memory is not host-visible (or r
+// is not live).
+func (b *Backend) HostBytes(r storage.Resource) []byte {
+	a, err := b.lookup(r, "map")
+	if err != nil || a.mapped == nil {
+		return nil
+	}
+	return a.bytes()[r.Offset : r.Offset+r.Size : r.Offset+r.Size]
+}
+
+// InvalidateHost implements gpumem.HostMapper: vkInvalidateMappedMemoryRanges
+// over r, rounded out to nonCoherentAtomSize, where the memory is not
+// coherent.
+func (b *Backend) InvalidateHost(r storage.Resource) error {
+	a, err := b.lookup(r, "map")
+	if err != nil || a.mapped == nil {
+		return err
+	}
+	return b.invalidateHost(a, r.Offset, r.Size)
+}
+
+// FlushHost implements gpumem.HostMapper: vkFlushMappedMemoryRanges over
+// r where the memory is not coherent. An allocation no longer live (the
+// device closed) has nothing to flush.
+func (b *Backend) FlushHost(r storage.Resource) error {
+	a, err := b.lookup(r, "unmap")
+	if err != nil || a.mapped == nil {
+		return nil
+	}
+	return b.flushHost(a, r.Offset, r.Size)
+}
+
+// PagesHostVisible reports whether the memory type pages get is
+// host-visible (lavapipe's, integrated GPUs'): then Buffer.Map maps device
+// memory (gpumem.HostMapper), and Write and Read go through the mapping
+// unless Options.Staging.
+func (b *Backend) PagesHostVisible() bool { return b.pagesMapped }
