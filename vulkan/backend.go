@@ -378,7 +378,10 @@ func (b *Backend) isClosed() bool {
 }
 
 // CopyOnDevice implements gpumem.Backend: vkCmdCopyBuffer of src into dst
-// (equal sizes) in q's order, submitted by q's next Fence.
+// (equal sizes) in q's order, submitted by q's next Fence. Consecutive
+// copies that do not depend on each other (none reads or writes what an
+// earlier one writes, or writes what it reads) share one barrier, up to
+// maxBarrierFreeCopies of them.
 func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error {
 	vq, err := b.queueOf(q, "copy on device")
 	if err != nil {
@@ -409,12 +412,22 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	if vq.loose == nil {
 		vq.loose = &batch{}
 	}
-	cb, err := vq.commandsLocked(vq.loose)
-	if err != nil {
-		return err
+	bt := vq.loose
+	// Only copies go into the loose batch: one that depends on none of
+	// the copies before it since the last barrier follows them without a
+	// barrier (a relocation's copies are distinct slices of distinct
+	// pages), so the driver may run them together.
+	sr := copyRange{buf: sa.buf, off: src.Offset, size: src.Size}
+	dr := copyRange{buf: da.buf, off: dst.Offset, size: dst.Size, write: true}
+	cb := bt.cb
+	if bt.copyNeedsBarrier(sr, dr) {
+		if cb, err = vq.commandsLocked(bt); err != nil {
+			return err
+		}
 	}
-	vq.loose.use(sa)
-	vq.loose.use(da)
+	bt.copies = append(bt.copies, sr, dr)
+	bt.use(sa)
+	bt.use(da)
 	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil

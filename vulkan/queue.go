@@ -16,7 +16,9 @@
 // pipeline barrier, whose first scope reaches back over everything
 // submitted earlier on the VkQueue, so a stream's commands run in its
 // order (and after the other streams' earlier commands on the same
-// VkQueue, a stricter order than gpumem needs). Each command buffer ends
+// VkQueue, a stricter order than gpumem needs). The one exception: in a
+// loose batch (relocation copies), a copy that depends on none of the
+// copies since the last barrier follows them without one. Each command buffer ends
 // with a barrier making device writes visible to the host, for Read's
 // mapped path. A cross-stream WaitFence adds a semaphore wait, on the
 // other queue's semaphore at the fence's number, to the next submission.
@@ -93,10 +95,44 @@ type batch struct {
 	// free of one waits for the batch's step (alloc.go).
 	uses   []*allocation
 	useSet map[*allocation]struct{} // uses, once there are many
+	// copies are the regions the copies recorded since the last barrier
+	// touch (loose batches: relocation copies only), so a copy that
+	// touches none of what they write, and writes none of what they
+	// touch, needs no barrier before it (CopyOnDevice).
+	copies []copyRange
 	// reusable: the buffer is begun for resubmission (a capture's);
 	// sealed: it is ended and owned by a CommandGraph, so a submission
 	// neither records into it nor reclaims it.
 	reusable, sealed bool
+}
+
+// copyRange is a region of a buffer a copy reads or writes.
+type copyRange struct {
+	buf, off, size uint64
+	write          bool
+}
+
+func (r copyRange) overlaps(o copyRange) bool {
+	return r.buf == o.buf && r.off < o.off+o.size && o.off < r.off+r.size
+}
+
+// maxBarrierFreeCopies bounds the copies recorded without a barrier
+// between them (the hazard check is quadratic in them).
+const maxBarrierFreeCopies = 64
+
+// copyNeedsBarrier reports whether a copy reading src and writing dst must
+// wait for the copies recorded since the last barrier: it reads or writes
+// what one of them writes, or writes what one reads.
+func (bt *batch) copyNeedsBarrier(src, dst copyRange) bool {
+	if bt.cb == 0 || len(bt.copies) == 0 || len(bt.copies) >= 2*maxBarrierFreeCopies {
+		return true
+	}
+	for _, c := range bt.copies {
+		if c.overlaps(dst) || (c.write && c.overlaps(src)) {
+			return true
+		}
+	}
+	return false
 }
 
 // use notes that bt records a command on a.
@@ -287,6 +323,7 @@ func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
 		bt.cb = cb
 	}
 	q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageAllCommands, accessMemoryRead|accessMemoryWrite)
+	bt.copies = bt.copies[:0]
 	return bt.cb, nil
 }
 
