@@ -24,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -72,7 +73,7 @@ type Backend struct {
 	storages  map[*Storage]struct{}
 	kernels   map[*Kernel]struct{}
 	nextHW    int
-	poison    error
+	poison    drvkit.Poison // B1; its own lock
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -196,8 +197,8 @@ func (b *Backend) usable(call string) error {
 	if b.closed {
 		return fmt.Errorf("vulkan: %s: %w", call, ErrClosed)
 	}
-	if b.poison != nil {
-		return fmt.Errorf("vulkan: %s on a poisoned device: %w", call, b.poison)
+	if err := b.poison.Err(); err != nil {
+		return fmt.Errorf("vulkan: %s on a poisoned device: %w", call, err)
 	}
 	return nil
 }
@@ -446,23 +447,10 @@ func (b *Backend) WaitOutsideStreams() error {
 
 // Poisoned returns the first VK_ERROR_DEVICE_LOST the backend saw (it
 // matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, close it.
-func (b *Backend) Poisoned() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.poison
-}
+func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first device loss (B1).
-func (b *Backend) notePoison(err error) {
-	if err == nil || !storage.IsDevicePoisoned(err) {
-		return
-	}
-	b.mu.Lock()
-	if b.poison == nil {
-		b.poison = err
-	}
-	b.mu.Unlock()
-}
+// notePoison keeps err when it is the first device loss (B1, drvkit DK1).
+func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // forget drops a closed queue.
 func (b *Backend) forget(q *Queue) {

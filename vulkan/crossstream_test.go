@@ -121,9 +121,15 @@ func (g *gate) open() {
 	}
 }
 
-func testBackend(t *testing.T) *Backend {
+func testBackend(t *testing.T) *Backend { return testBackendWith(t, Options{}) }
+
+// testBackendWith opens a backend with opts and the validation layer where
+// it is installed; the test's cleanup closes it and fails on any
+// validation message or a device allocation left behind.
+func testBackendWith(t *testing.T, opts Options) *Backend {
 	t.Helper()
-	b, err := NewBackend(Options{Validation: validationInstalled()})
+	opts.Validation = validationInstalled()
+	b, err := NewBackend(opts)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
 			t.Fatal(err)
@@ -134,11 +140,30 @@ func testBackend(t *testing.T) *Backend {
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
+		if n := b.Allocations(); n != 0 {
+			t.Errorf("%d device allocations after Close, want 0", n)
+		}
 		for _, m := range b.ValidationMessages() {
 			t.Errorf("validation: %s", m)
 		}
 	})
 	return b
+}
+
+// testDevice opens a gpumem device on b; the test's cleanup closes it
+// (before b's, registered earlier).
+func testDevice(t *testing.T, b *Backend, opts ...gpumem.Option) *gpumem.Device {
+	t.Helper()
+	d, err := gpumem.OpenBackend(b, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Close(); err != nil {
+			t.Errorf("Device.Close: %v", err)
+		}
+	})
+	return d
 }
 
 func testQueue(t *testing.T, b *Backend, index int) *Queue {
@@ -163,24 +188,8 @@ func validationInstalled() bool {
 // (lavapipe: queueCount 1, vulkaninfo's VkQueueFamilyProperties) both
 // streams share it and the same ordering is checked there.
 func TestStreamsOnDistinctQueuesOrderCrossStreamUsesBySemaphores(t *testing.T) {
-	be, err := NewBackend(Options{Validation: validationInstalled(), Staging: true, Queues: 4})
-	if err != nil {
-		testBackend(t) // skips or fails as the other tests do
-		return
-	}
-	t.Cleanup(func() {
-		if err := be.Close(); err != nil {
-			t.Error(err)
-		}
-		for _, m := range be.ValidationMessages() {
-			t.Errorf("validation: %s", m)
-		}
-	})
-	d, err := gpumem.OpenBackend(be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = d.Close() })
+	be := testBackendWith(t, Options{Staging: true, Queues: 4})
+	d := testDevice(t, be)
 	s1 := d.DefaultStream()
 	s2, err := d.NewStream()
 	if err != nil {

@@ -41,12 +41,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -516,6 +516,18 @@ func (q *Queue) waitBrief(seq uint64) {
 	if q.passed(seq) {
 		return
 	}
+	switch r := q.waitPolled(seq); r {
+	case vkSuccess, vkTimeout:
+	default:
+		q.b.notePoison(check("vkWaitSemaphores", r))
+		time.Sleep(waitPoll) // not a loss: look again later, not at once
+	}
+}
+
+// waitPolled waits at most waitPoll for step seq on the semaphore
+// (vkWaitSemaphores), advancing completed when it passed; a destroyed
+// semaphore's queue waited for all it issued (VK_SUCCESS).
+func (q *Queue) waitPolled(seq uint64) int32 {
 	d := q.b.dev
 	sems, vals := []uint64{q.sem}, []uint64{seq}
 	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
@@ -525,14 +537,10 @@ func (q *Queue) waitBrief(seq uint64) {
 		r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
 	}
 	q.semMu.RUnlock()
-	switch r {
-	case vkSuccess:
+	if r == vkSuccess {
 		q.advance(seq)
-	case vkTimeout:
-	default:
-		q.b.notePoison(check("vkWaitSemaphores", r))
-		time.Sleep(waitPoll) // not a loss: look again later, not at once
 	}
+	return r
 }
 
 // counter reads the semaphore's value.
@@ -606,7 +614,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	if f.Seq == 0 {
 		return nil
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -635,9 +643,6 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("vulkan: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
 			seq, issued, q.index, stream.ErrInvalid)
 	}
-	d := q.b.dev
-	sems, vals := []uint64{q.sem}, []uint64{seq}
-	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
 	for {
 		if q.completed.Load() >= seq {
 			return nil
@@ -651,16 +656,8 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("vulkan: wait for step %d of stream %d (completed %d): %w", seq, q.index, q.completed.Load(), err)
 		}
-		q.semMu.RLock()
-		r := int32(vkSuccess) // a destroyed semaphore's queue waited for all it issued
-		if !q.gone {
-			r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
-		}
-		q.semMu.RUnlock()
-		switch r {
-		case vkSuccess:
-			q.advance(seq)
-		case vkTimeout:
+		switch r := q.waitPolled(seq); r {
+		case vkSuccess, vkTimeout:
 		default:
 			q.mu.Lock()
 			q.noteAsyncLocked(check("vkWaitSemaphores", r))
@@ -676,10 +673,10 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 // does not block. A fence of this queue, or one already passed, adds
 // nothing; a fence of another backend's queue is waited for on the host.
 func (q *Queue) WaitFence(f stream.Fence) error {
-	if f.Seq == 0 || (!nilQueue(f.Q) && f.Q == stream.Queue(q)) {
+	if f.Seq == 0 || (!drvkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
 		return q.Flush()
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -809,15 +806,6 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	return err
-}
-
-// nilQueue reports whether q is nil or a typed nil.
-func nilQueue(q stream.Queue) bool {
-	if q == nil {
-		return true
-	}
-	v := reflect.ValueOf(q)
-	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // waitMarks waits for every mark's step.

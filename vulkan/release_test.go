@@ -11,24 +11,11 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-// gatedDevice opens a gpumem device on a validated backend; the device is
-// closed before the backend's validation check.
+// gatedDevice opens a gpumem device on a validated backend.
 func gatedDevice(t *testing.T, opts ...gpumem.Option) (*gpumem.Device, *Backend) {
 	t.Helper()
 	b := testBackend(t)
-	d, err := gpumem.OpenBackend(b, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := d.Close(); err != nil {
-			t.Errorf("Device.Close: %v", err)
-		}
-		if n := b.Allocations(); n != 0 {
-			t.Errorf("%d device allocations after Close, want 0", n)
-		}
-	})
-	return d, b
+	return testDevice(t, b, opts...), b
 }
 
 // A free waits only for the work that uses the allocation: with another

@@ -4,10 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
 	"testing"
 
-	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -15,26 +13,7 @@ import (
 func stagingBackend(t *testing.T, opts Options) *Backend {
 	t.Helper()
 	opts.Staging = true
-	opts.Validation = validationInstalled()
-	b, err := NewBackend(opts)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skipf("no Vulkan device: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Error(err)
-		}
-		if n := b.Allocations(); n != 0 {
-			t.Errorf("%d device allocations after Close, want 0 (the pool's buffers included)", n)
-		}
-		for _, m := range b.ValidationMessages() {
-			t.Errorf("validation: %s", m)
-		}
-	})
-	return b
+	return testBackendWith(t, opts)
 }
 
 // Writes and reads through staging buffers reuse them: twenty transfers of
@@ -43,11 +22,7 @@ func stagingBackend(t *testing.T, opts Options) *Backend {
 // more than its bounds.
 func TestStagingBuffersAreReusedAcrossTransfers(t *testing.T) {
 	be := stagingBackend(t, Options{})
-	d, err := gpumem.OpenBackend(be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := testDevice(t, be)
 	ctx := context.Background()
 	s := d.DefaultStream()
 	buf, err := s.Alloc(ctx, 1<<20)
@@ -81,11 +56,7 @@ func TestStagingBuffersAreReusedAcrossTransfers(t *testing.T) {
 // than maxBytes gets a buffer of its own, freed once its step completed.
 func TestTheStagingPoolIsBounded(t *testing.T) {
 	be := stagingBackend(t, Options{})
-	d, err := gpumem.OpenBackend(be)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := testDevice(t, be)
 	ctx := context.Background()
 	s := d.DefaultStream()
 	big := be.stage.maxBytes + 4096
