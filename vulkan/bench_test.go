@@ -18,7 +18,7 @@ import (
 // measured in the same run, and the ratio as x-floor. Without a device they
 // skip (fail under CI=true).
 //
-//	go test -run '^$' -bench . -benchtime 20x ./vulkan/
+//	go test -run '^$' -bench . -benchtime 10x -count 3 ./vulkan/
 
 func benchBackend(b *testing.B) *Backend {
 	b.Helper()

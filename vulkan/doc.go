@@ -104,8 +104,10 @@
 // # Invariants
 //
 //   - (K1) A Vulkan object is destroyed only after the work that may use it
-//     completed (V2 in queue.go; the deferred frees; Kernel.Close waits for
-//     the device), and everything the backend made is destroyed by Close.
+//     completed (V2 in queue.go; a freed allocation waits for every step
+//     that recorded a command on it and for the graphs that recorded one,
+//     alloc.go; Kernel.Close waits for the device), and everything the
+//     backend made, pooled staging buffers included, is destroyed by Close.
 //   - (K2) Nothing here panics or hangs for want of a loader, device,
 //     function or memory: those are errors; a fence names only numbers a
 //     submission the driver accepted will signal (V1).
