@@ -30,6 +30,26 @@ type Backend interface {
 	Close() error
 }
 
+// Releaser is implemented by a backend whose storage gives freed memory
+// back off the caller's path, after Flush returns: vulkan frees on a
+// goroutine of its own, so that a relocation under the device lock does
+// not pay for vkFreeMemory, and BytesAllocated counts a freed allocation
+// until then (storage S2). An explicit cleanup (Device.Cleanup,
+// Stream.Cleanup) that did its work ends with Release, called with the
+// device lock released (design §9.7) when Releasing says there is
+// something to give back: so when the cleanup returns, every byte it freed
+// that no queued work still uses is back, and BytesAllocated says so.
+type Releaser interface {
+	// Releasing reports whether Release would give anything back now. It
+	// is called under the device lock and must not block.
+	Releasing() bool
+	// Release gives back, before it returns, every deallocation the
+	// storages were handed that no queued work uses any more. It never
+	// waits for streams' work: what that work still uses goes back once it
+	// completes, without another call.
+	Release()
+}
+
 // hostBackend is the embedded default: Host storage and worker-goroutine
 // queues, or with sim, Sim storage and inline queues for fast replay.
 //

@@ -204,7 +204,7 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 	if err != nil {
 		return fail(err)
 	}
-	if res.Bytes == nil && b.size > 0 {
+	if res.Bytes == nil && b.size > 0 && (op != "Map" || d.hostBytes(res) == nil) {
 		return fail(fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.h.ID(), d.backend.Name()))
 	}
 	var fences []stream.Fence
@@ -272,10 +272,40 @@ type Mapping struct {
 	b     *handle.Binding
 	bytes []byte
 	done  bool
+	// res is the mapped window when the backend maps device memory
+	// (HostMapper): Release flushes the host's writes to it.
+	res    storage.Resource
+	mapper HostMapper
 }
 
-// Map waits for the buffer's pending work and returns a view of its bytes
-// (host backend only). Release it when done.
+// HostMapper is implemented by a backend whose device memory the host may
+// address through a mapping where the driver allows it (Vulkan on
+// integrated GPUs and lavapipe, whose device-local memory is
+// host-visible): Buffer.Map uses it where the storage resolves no host
+// bytes. Writes through the mapping reach the device at Mapping.Release.
+type HostMapper interface {
+	// HostBytes returns the host view of r, or nil when r's memory is not
+	// mapped. The view stays valid while r's allocation lives.
+	HostBytes(r storage.Resource) []byte
+	// InvalidateHost makes the device's writes to r visible to the host
+	// (the work that wrote them completed); FlushHost makes the host's
+	// writes visible to the device. Both are no-ops on coherent memory.
+	InvalidateHost(r storage.Resource) error
+	FlushHost(r storage.Resource) error
+}
+
+// hostBytes returns the backend's host view of res (HostMapper), or nil.
+func (d *Device) hostBytes(res storage.Resource) []byte {
+	if m, ok := d.backend.(HostMapper); ok {
+		return m.HostBytes(res)
+	}
+	return nil
+}
+
+// Map waits for the buffer's pending work and returns a view of its bytes:
+// the host backend's, or a mapping of device memory where the backend
+// allows one (HostMapper), else ErrNotSupported. Release it when done;
+// on a mapping of device memory, writes reach the device at Release.
 func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
 	if err := b.valid(); err != nil {
 		return nil, err
@@ -300,7 +330,22 @@ func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Mapping{d: d, b: b.h.Binding(), bytes: res.Bytes}, nil
+	m := &Mapping{d: d, bytes: res.Bytes}
+	if res.Bytes == nil && b.size > 0 {
+		hm, _ := d.backend.(HostMapper)
+		if hm != nil {
+			m.bytes = hm.HostBytes(res)
+		}
+		if m.bytes == nil {
+			return nil, fmt.Errorf("%w: Map of buffer %d: the %s backend holds no host bytes", ErrNotSupported, b.h.ID(), d.backend.Name())
+		}
+		if err := hm.InvalidateHost(res); err != nil {
+			return nil, fmt.Errorf("gpumem: mapping buffer %d: %w", b.h.ID(), err)
+		}
+		m.res, m.mapper = res, hm
+	}
+	m.b = b.h.Binding()
+	return m, nil
 }
 
 // Bytes returns the mapped bytes; valid until Release (nil for a nil
@@ -325,6 +370,11 @@ func (m *Mapping) Release() {
 	}
 	m.done = true
 	m.bytes = nil
+	if m.mapper != nil {
+		// A failure here is the device's (it was lost): nothing reads the
+		// bytes any more, and the device reports it on its next call.
+		_ = m.mapper.FlushHost(m.res)
+	}
 	m.b.Release()
 }
 

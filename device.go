@@ -220,7 +220,9 @@ func (d *Device) Streams() []*Stream {
 // frees are drained, what outdated pages hold is relocated, and every empty
 // page goes back. When that needs streams' work done it waits without
 // holding the device lock; when ctx ends first it returns ctx's error with
-// nothing done.
+// nothing done. On a backend that frees off the caller's path (Releaser)
+// the pages it gave back are freed before it returns, with the lock
+// released, so BytesAllocated no longer counts them.
 func (d *Device) Cleanup(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -228,11 +230,31 @@ func (d *Device) Cleanup(ctx context.Context) error {
 	if err := d.lockUnlessBorrowed("Device.Cleanup"); err != nil {
 		return err
 	}
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return ErrClosed
 	}
-	return d.cleanupLocked(ctx, d.streams)
+	err := d.cleanupLocked(ctx, d.streams)
+	d.releaseAndUnlock(err == nil)
+	return err
+}
+
+// releaseAndUnlock ends an explicit cleanup: it releases the device lock
+// and, when the cleanup did its work (release) on a backend that gives
+// freed memory back off the caller's path (Releaser), has the backend give
+// back what no queued work uses, with the lock released (design §9.7: the
+// frees take time, and nothing here needs the lock).
+func (d *Device) releaseAndUnlock(release bool) {
+	if invariantsOn {
+		d.assertLocked("releaseAndUnlock")
+	}
+	r, ok := d.backend.(Releaser)
+	if !release || !ok || !r.Releasing() {
+		d.mu.Unlock()
+		return
+	}
+	d.mu.Unlock()
+	r.Release()
 }
 
 // cleanupLocked is an explicit cleanup of the given streams (Device.Cleanup,

@@ -2,6 +2,7 @@ package gpumem
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 
@@ -112,5 +113,57 @@ func TestGranularPageIsNotUnmappedUnderItsQueuedOps(t *testing.T) {
 	}
 	if err := s.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// releasingBackend is the host backend with a Releaser that records how it
+// was called.
+type releasingBackend struct {
+	hostBackend
+	d        *Device
+	releases int
+	locked   bool // a Release found the device lock held
+}
+
+func (b *releasingBackend) Releasing() bool { return true }
+
+func (b *releasingBackend) Release() {
+	b.releases++
+	if b.d.mu.TryLock() {
+		b.d.mu.Unlock()
+	} else {
+		b.locked = true
+	}
+}
+
+// An explicit cleanup that did its work ends with the backend's Release,
+// called with the device lock released (design §9.7); a refused one does
+// not call it.
+func TestCleanupEndsWithTheBackendsReleaseWithoutTheLock(t *testing.T) {
+	be := &releasingBackend{hostBackend: hostBackend{props: HostProperties(0)}}
+	d, err := OpenBackend(be)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	be.d = d
+	s := d.DefaultStream()
+	mustFree(t, mustAlloc(t, s, 4096))
+	if err := d.Cleanup(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Cleanup(bg); err != nil {
+		t.Fatal(err)
+	}
+	if be.releases != 2 || be.locked {
+		t.Fatalf("%d releases (locked: %v), want 2 without the device lock", be.releases, be.locked)
+	}
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if err := d.Cleanup(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Cleanup with a cancelled context = %v", err)
+	}
+	if be.releases != 2 {
+		t.Fatalf("a refused Cleanup released (%d releases)", be.releases)
 	}
 }

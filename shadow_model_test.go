@@ -377,14 +377,24 @@ type smConfig struct {
 	// device: the backend holds no host bytes. Ops see their bytes through
 	// gpumem.HostTransfers (copied in stream order inside the op, so the
 	// same checks run: inputs verified against the shadow when the op
-	// runs, outputs written from it). Two kinds cannot run there and are
-	// left out of the mix: Map (such a backend refuses it with
-	// ErrNotSupported: there are no host bytes to map) and captures (a
-	// backend that records a capture runs each op's function once, at
-	// recording, and replays its commands; the model's graph ops compute
-	// a new pattern per launch on the host and verify inputs with a host
-	// read, which would invalidate the recording).
+	// runs, outputs written from it). Map runs only with deviceMaps, and
+	// captures only with graphRotate.
 	device bool
+	// deviceMaps: Buffer.Map maps the device's memory (gpumem.HostMapper,
+	// host-visible pages); without it such a backend refuses Map with
+	// ErrNotSupported, and Map is left out of the mix.
+	deviceMaps bool
+	// graphRotate enqueues on s an op that writes uses[1] = uses[0] (n
+	// bytes) rotated left by rot and copies the first tmp bytes of uses[0]
+	// into uses[2] when tmp > 0, on the device. With it a device backend
+	// runs captures: a backend that records a capture runs each op's
+	// function once, at recording, and its launches replay the recorded
+	// commands, so the graph ops are device commands there (Write's bytes
+	// staged at recording, the rotation as device copies) and every launch
+	// writes the recording's patterns again (smGraph.fixed), and a graph
+	// op cannot fail on some launches only (failEvery is 0). Without it
+	// captures are left out of the mix.
+	graphRotate func(s *gpumem.Stream, name string, uses []gpumem.Use, n, rot, tmp uint64) error
 }
 
 const smKinds = 7
@@ -478,9 +488,20 @@ type smGraph struct {
 	rot       uint64
 	failEvery int
 	launches  int
+	// fixed: the graph is recorded device commands (smConfig.graphRotate),
+	// so every launch writes what the recording (run 1) wrote.
+	fixed bool
 }
 
 func (g *smGraph) failing(r int) bool { return g.failEvery > 0 && r > 0 && r%g.failEvery == 0 }
+
+// run returns the pattern run that launch r writes.
+func (g *smGraph) run(r int) int {
+	if g.fixed {
+		return min(r, 1)
+	}
+	return r
+}
 
 func (g *smGraph) patA(r int) smRope { return smPat(g.seed^uint64(r)<<20, g.a.size) }
 func (g *smGraph) patB(r int) smRope { return g.patA(r).rotate(g.rot) }
@@ -1066,8 +1087,8 @@ func (w *smWorker) do(k smOpKind) {
 			w.read(a, "Read")
 		}
 	case smMapOp:
-		if run.cfg.device {
-			return // no host bytes to map (see smConfig.device)
+		if run.cfg.device && !run.cfg.deviceMaps {
+			return // no host bytes to map (see smConfig.deviceMaps)
 		}
 		if a := w.pickAlloc(nil); a != nil {
 			w.mapped(a)
@@ -1088,8 +1109,8 @@ func (w *smWorker) do(k smOpKind) {
 		}
 		run.pulse()
 	case smCaptureOp:
-		if run.cfg.device {
-			return // graph ops are host functions run per launch (see smConfig.device)
+		if run.cfg.device && run.cfg.graphRotate == nil {
+			return // graph ops are host functions run per launch (see smConfig.graphRotate)
 		}
 		w.capture()
 	case smLaunchOp:
@@ -1756,7 +1777,7 @@ func (w *smWorker) delay(s int) {
 
 // read reads a through a random reference and compares with the shadow.
 func (w *smWorker) read(a *smAlloc, why string) {
-	if a.size > 4*smSmallRange && !w.run.cfg.sim && !w.run.cfg.device && w.r.IntN(4) != 0 {
+	if a.size > 4*smSmallRange && !w.run.cfg.sim && (!w.run.cfg.device || w.run.cfg.deviceMaps) && w.r.IntN(4) != 0 {
 		// Large buffers are often checked through a mapping: no copy.
 		w.logf("%s a%d through Map (%d bytes, %d failed ranges)", why, a.id, a.size, len(a.failed))
 		unlock := w.lockMask(a.foreign | 1<<a.owner)
@@ -1993,6 +2014,12 @@ func (w *smWorker) capture() {
 	if !smKnownDefect(6) && w.r.IntN(2) == 0 {
 		gr.failEvery = 2 + w.r.IntN(3)
 	}
+	device := run.cfg.device
+	if device {
+		// Recorded device commands: every launch replays the recording,
+		// which cannot fail on some launches only (smConfig.graphRotate).
+		gr.fixed, gr.failEvery = true, 0
+	}
 	if gr.a = w.alloc(o, n, memory.Auto, true); gr.a == nil {
 		return
 	}
@@ -2032,9 +2059,21 @@ func (w *smWorker) capture() {
 			}
 			defer tmp.Free()
 		}
+		// toDevice stages p into the op's use r on a device backend: at
+		// recording the copy is recorded, with its bytes.
+		toDevice := func(r storage.Resource, p smRope) error {
+			t, ok := run.d.Backend().(gpumem.HostTransfers)
+			if !ok {
+				return fmt.Errorf("the %s backend implements no gpumem.HostTransfers", run.d.Backend().Name())
+			}
+			return t.CopyToDevice(st.Queue(), r, p.materialize())
+		}
 		p.attempted[0] = true
 		err := st.Enqueue("graph-fill", []gpumem.Use{{Buffer: aRef, Access: gpumem.Write}}, func(res []storage.Resource) error {
 			counter++
+			if device {
+				return toDevice(res[0], gr.patA(counter))
+			}
 			if res[0].Bytes != nil {
 				gr.patA(counter).writeTo(res[0].Bytes)
 			}
@@ -2049,20 +2088,26 @@ func (w *smWorker) capture() {
 			uses = append(uses, gpumem.Use{Buffer: tmp, Access: gpumem.Write})
 		}
 		p.attempted[1] = true
-		err = st.Enqueue("graph-rotate", uses, func(res []storage.Resource) error {
-			if res[0].Bytes == nil {
+		if device {
+			// The shadow checks a's bytes at every later read instead of
+			// here: a recorded op reads nothing on the host.
+			err = run.cfg.graphRotate(st, "graph-rotate", uses, n, gr.rot, min(n, scratch))
+		} else {
+			err = st.Enqueue("graph-rotate", uses, func(res []storage.Resource) error {
+				if res[0].Bytes == nil {
+					return nil
+				}
+				if want := gr.patA(counter); !want.equal(res[0].Bytes) {
+					run.violate(wid, "graph-rotate run %d on stream %d: input differs: %s", counter, s, smDiff(res[0].Bytes, want.materialize()))
+				}
+				run.compared.Add(uint64(len(res[0].Bytes)))
+				gr.patB(counter).writeTo(res[1].Bytes)
+				if len(res) > 2 {
+					copy(res[2].Bytes, res[0].Bytes)
+				}
 				return nil
-			}
-			if want := gr.patA(counter); !want.equal(res[0].Bytes) {
-				run.violate(wid, "graph-rotate run %d on stream %d: input differs: %s", counter, s, smDiff(res[0].Bytes, want.materialize()))
-			}
-			run.compared.Add(uint64(len(res[0].Bytes)))
-			gr.patB(counter).writeTo(res[1].Bytes)
-			if len(res) > 2 {
-				copy(res[2].Bytes, res[0].Bytes)
-			}
-			return nil
-		})
+			})
+		}
 		if err != nil {
 			return err
 		}
@@ -2074,6 +2119,9 @@ func (w *smWorker) capture() {
 					copy(res[0].Bytes, smJunk)
 				}
 				return fmt.Errorf("shadow: graph-c fails on run %d", counter)
+			}
+			if device {
+				return toDevice(res[0], gr.patC(counter))
 			}
 			if res[0].Bytes != nil {
 				gr.patC(counter).writeTo(res[0].Bytes)
@@ -2180,18 +2228,19 @@ func (w *smWorker) launched(gr *smGraph) {
 		a.used |= 1 << gr.stream
 	}
 	host := !w.run.cfg.sim
+	p := gr.run(r)
 	if a := gr.a; a.live {
-		a.wrote(0, a.size, gr.patA(r), host)
+		a.wrote(0, a.size, gr.patA(p), host)
 	}
 	if b := gr.b; b.live {
-		b.wrote(0, b.size, gr.patB(r), host)
+		b.wrote(0, b.size, gr.patB(p), host)
 	}
 	if c := gr.c; c.live {
 		if gr.failing(r) {
 			c.failed = c.failed.add(0, c.size)
 			w.run.fails.Add(1)
 		} else {
-			c.wrote(0, c.size, gr.patC(r), host)
+			c.wrote(0, c.size, gr.patC(p), host)
 		}
 	}
 }
@@ -2488,25 +2537,10 @@ func (r *smRun) teardown() {
 	if err := r.d.Cleanup(smBG); err != nil {
 		r.violate(-1, "Device.Cleanup after freeing everything: %v", err)
 	}
+	// On every backend, Vulkan's included (its frees go back off the
+	// caller's path, and the cleanup waits for them: gpumem.Releaser),
+	// the explicit cleanup leaves nothing allocated.
 	st = r.d.Stats()
-	if r.cfg.device {
-		// Such a backend may still count freed allocations (storage S2):
-		// Vulkan queues a free until the queues finished what they had
-		// issued, and a later Flush hands it to a reaper goroutine that
-		// gives the bytes back. Synchronize and clean up again until they
-		// are back; the deadline only keeps a real leak from hanging here.
-		for deadline := time.Now().Add(smStall); st.BytesAllocated != 0 && !leaked && time.Now().Before(deadline); st = r.d.Stats() {
-			for i := range r.streams {
-				r.workers[0].sync(i)
-			}
-			if err := r.d.Cleanup(smBG); err != nil {
-				r.violate(-1, "Device.Cleanup after freeing everything: %v", err)
-				break
-			}
-			r.pulse()
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 	if !leaked && (st.BytesInUse != 0 || st.BytesReserved != 0 || st.BytesAllocated != 0) {
 		r.violate(-1, "after freeing everything and a cleanup: in use %d, reserved %d, allocated %d bytes; want 0 (no relocation leaked)",
 			st.BytesInUse, st.BytesReserved, st.BytesAllocated)

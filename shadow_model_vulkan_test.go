@@ -9,8 +9,12 @@ package gpumem_test
 // gpumem: no cycle, since gpumem_test is a package of its own that nothing
 // imports, and the model is reused as it is instead of moving its 2400
 // lines into a shared package. What differs on Vulkan is said in
-// smConfig.device: ops reach their bytes through gpumem.HostTransfers, and
-// Map and captures are left out of the mix.
+// smConfig.device, deviceMaps and graphRotate: ops reach their bytes
+// through gpumem.HostTransfers; Map maps the device memory where pages are
+// host-visible (lavapipe's are); captures are recorded command buffers, so
+// the graph ops are device commands (staged writes, vulkan.Op.Copy) whose
+// launches replay the recording's bytes, and none fails on some launches
+// only.
 //
 //	go test -race -run ShadowModelOnVulkan -count=1 .
 
@@ -77,6 +81,8 @@ func smRunOnVulkan(t *testing.T, seed uint64, ops int) smTotals {
 	b, err := vulkan.NewBackend(vulkantest.Validated(vulkan.Options{}))
 	vulkantest.Need(t, err)
 	cfg := smVulkanConfig(seed)
+	cfg.deviceMaps = b.PagesHostVisible()
+	cfg.graphRotate = smVulkanRotate
 	opened := false
 	cfg.open = func(opts ...gpumem.Option) (*gpumem.Device, error) {
 		if opened {
@@ -94,4 +100,22 @@ func smRunOnVulkan(t *testing.T, seed uint64, ops int) smTotals {
 		t.Errorf("seed %d (%s): validation: %s", seed, cfg.name, m)
 	}
 	return res
+}
+
+// smVulkanRotate is the model's graph-rotate op on Vulkan
+// (smConfig.graphRotate): device copies, so a capture records them.
+func smVulkanRotate(s *gpumem.Stream, name string, uses []gpumem.Use, n, rot, tmp uint64) error {
+	return vulkan.Enqueue(s, name, uses, func(op *vulkan.Op) error {
+		// uses[1] = uses[0][rot:] ++ uses[0][:rot]
+		if err := op.Copy(vulkan.UseRange(1, 0, n-rot), vulkan.UseRange(0, rot, n-rot)); err != nil {
+			return err
+		}
+		if err := op.Copy(vulkan.UseRange(1, n-rot, rot), vulkan.UseRange(0, 0, rot)); err != nil {
+			return err
+		}
+		if tmp > 0 && len(uses) > 2 {
+			return op.Copy(vulkan.UseRange(2, 0, tmp), vulkan.UseRange(0, 0, tmp))
+		}
+		return nil
+	})
 }

@@ -637,9 +637,11 @@ func (s *Stream) Cleanup(ctx context.Context) error {
 	if err := d.lockUnlessBorrowed("Stream.Cleanup"); err != nil {
 		return err
 	}
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		return ErrClosed
 	}
-	return d.cleanupLocked(ctx, []*Stream{s})
+	err := d.cleanupLocked(ctx, []*Stream{s})
+	d.releaseAndUnlock(err == nil)
+	return err
 }

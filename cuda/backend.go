@@ -33,6 +33,7 @@ import (
 	"sync"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -62,7 +63,7 @@ type Backend struct {
 	mu       sync.Mutex // guards the fields below
 	queues   map[*Queue]struct{}
 	storages map[*Storage]struct{}
-	poison   error // first sticky error seen (B3)
+	poison   drvkit.Poison // first sticky error seen (B3); its own lock
 	closed   bool
 
 	kmu     sync.Mutex // guards the kernel module, loaded on first Launch
@@ -324,23 +325,10 @@ func (b *Backend) function(name string) (*Function, error) {
 // Poisoned returns the first sticky driver error the backend saw (it
 // matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, nothing on the
 // device can be trusted: close it.
-func (b *Backend) Poisoned() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.poison
-}
+func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first sticky fault (B3).
-func (b *Backend) notePoison(err error) {
-	if err == nil || !storage.IsDevicePoisoned(err) {
-		return
-	}
-	b.mu.Lock()
-	if b.poison == nil {
-		b.poison = err
-	}
-	b.mu.Unlock()
-}
+// notePoison keeps err when it is the first sticky fault (B3, drvkit DK1).
+func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // Close implements gpumem.Backend: closes every queue still open, frees
 // every allocation the storages hold (live or queued), unloads the kernel
@@ -360,7 +348,7 @@ func (b *Backend) Close() error {
 	for s := range b.storages {
 		storages = append(storages, s)
 	}
-	poisoned := b.poison != nil
+	poisoned := b.poison.Err() != nil
 	b.mu.Unlock()
 
 	var errs []error

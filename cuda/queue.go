@@ -49,11 +49,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -414,7 +414,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	if f.Seq == 0 {
 		return nil
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -490,7 +490,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 	if f.Seq == 0 {
 		return q.Flush()
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	if f.Q == stream.Queue(q) {
@@ -819,19 +819,6 @@ func (q *Queue) markClosed() *recording {
 		q.b.capturing--
 	}
 	return rec
-}
-
-// nilQueue reports whether q is nil or a typed nil (a nil *Queue, say, in
-// a Fence): such a fence has no queue to wait on.
-func nilQueue(q stream.Queue) bool {
-	if q == nil {
-		return true
-	}
-	switch v := reflect.ValueOf(q); v.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
-		return v.IsNil()
-	}
-	return false
 }
 
 // GraphExecutable is the stream.Exec a Queue seals: an instantiated graph

@@ -8,6 +8,7 @@ package vulkan
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"unsafe"
 
 	"github.com/gpumem/gpumem/storage"
@@ -24,6 +25,94 @@ type allocation struct {
 	typ      int    // memory type index
 	mapped   unsafe.Pointer
 	coherent bool
+	pooled   bool // a staging buffer of a pool class (staging.go)
+
+	// What device work uses the allocation (K1): a free waits for exactly
+	// that, not for every queue. Guarded by useMu.
+	useMu sync.Mutex
+	// pending counts batches that recorded a command on the allocation and
+	// are not yet submitted, or are sealed into a CommandGraph that may be
+	// launched again: while it is above 0 the allocation may not be freed.
+	pending int
+	// used is, per queue, the number of the last submitted step that used
+	// the allocation.
+	used []queueMark
+	// freed: deallocated and queued in its Storage.
+	freed bool
+}
+
+// recorded notes a command on a recorded into a batch not yet submitted.
+func (a *allocation) recorded() {
+	a.useMu.Lock()
+	a.pending++
+	a.useMu.Unlock()
+}
+
+// submitted notes a submission of a batch that used a as step seq of q;
+// done says the batch is over (it will not be submitted again). It
+// reports whether a is freed and no batch holds it any more, so its
+// storage's releaser has a step to watch.
+func (a *allocation) submitted(q *Queue, seq uint64, done bool) (watch bool) {
+	a.useMu.Lock()
+	defer a.useMu.Unlock()
+	if done {
+		a.pending--
+	}
+	found := false
+	for i := range a.used {
+		if a.used[i].q == q {
+			a.used[i].seq = max(a.used[i].seq, seq)
+			found = true
+			break
+		}
+	}
+	if !found {
+		a.used = append(a.used, queueMark{q: q, seq: seq})
+	}
+	return done && a.freed && a.pending == 0
+}
+
+// dropped notes that a batch that used a will not be submitted (again);
+// it reports what submitted does.
+func (a *allocation) dropped() (watch bool) {
+	a.useMu.Lock()
+	defer a.useMu.Unlock()
+	a.pending--
+	return a.freed && a.pending == 0
+}
+
+// idle reports whether no device work can use a any more: nothing records
+// or holds it, and every step that used it completed (or its queue
+// failed: nothing runs there).
+func (a *allocation) idle() bool {
+	a.useMu.Lock()
+	defer a.useMu.Unlock()
+	if a.pending > 0 {
+		return false
+	}
+	for _, m := range a.used {
+		if !m.q.passed(m.seq) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitable returns the first use that has not completed, when nothing
+// records or holds a (so a wait for it is a wait on a semaphore); ok is
+// false when a is idle or still recorded.
+func (a *allocation) waitable() (m queueMark, ok bool) {
+	a.useMu.Lock()
+	defer a.useMu.Unlock()
+	if a.pending > 0 {
+		return queueMark{}, false
+	}
+	for _, m := range a.used {
+		if !m.q.passed(m.seq) {
+			return m, true
+		}
+	}
+	return queueMark{}, false
 }
 
 // bytes returns the mapping as a slice (nil when not mapped).

@@ -24,6 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -38,8 +39,9 @@ const baseAlignment = 256
 // vkAllocateMemory (one VkBuffer per allocation), queues on VkQueues with
 // timeline semaphores as fences, relocation copies with vkCmdCopyBuffer,
 // Write and Read through mapped memory or staging buffers. It implements
-// gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
-// whole Device with OpenDevice); the Device closes it.
+// gpumem.Backend, gpumem.HostTransfers, gpumem.HostMapper (where pages are
+// host-visible) and gpumem.Releaser. Open one with NewBackend (or a whole
+// Device with OpenDevice); the Device closes it.
 type Backend struct {
 	opts  Options
 	lib   *library
@@ -49,11 +51,17 @@ type Backend struct {
 
 	heaps []*storage.Budget // per heap: its budget or size, or Options.Capacity
 	reap  *reaper
+	stage *stagingPool
+	// life is held for reading by a Release in progress (it runs without
+	// the device lock), and for writing by Close before it frees what the
+	// storages hold.
+	life sync.RWMutex
 
 	// nonCoherent treats every mapping as not coherent, so the flush and
 	// invalidate paths run (and are validated) on drivers whose host-visible
 	// memory is all coherent, as lavapipe's is. Set by tests only.
 	nonCoherent bool
+	pagesMapped bool // the page memory type is host-visible
 	maxAllocs   uint32
 	allocCount  atomic.Int64
 
@@ -65,7 +73,7 @@ type Backend struct {
 	storages  map[*Storage]struct{}
 	kernels   map[*Kernel]struct{}
 	nextHW    int
-	poison    error
+	poison    drvkit.Poison // B1; its own lock
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -74,6 +82,8 @@ type Backend struct {
 var (
 	_ gpumem.Backend       = (*Backend)(nil)
 	_ gpumem.HostTransfers = (*Backend)(nil)
+	_ gpumem.Releaser      = (*Backend)(nil)
+	_ gpumem.HostMapper    = (*Backend)(nil)
 )
 
 // NewBackend opens the device opts picks. When the backend cannot run here
@@ -97,12 +107,13 @@ func NewBackend(opts Options) (*Backend, error) {
 		inst.destroy()
 		return nil, fmt.Errorf("%w: vulkan backend: %w", gpumem.ErrNotSupported, err)
 	}
-	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev, reap: newReaper(),
+	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev,
 		allocs:   make(map[storage.ID]*allocation),
 		queues:   make(map[*Queue]struct{}),
 		storages: make(map[*Storage]struct{}),
 		kernels:  make(map[*Kernel]struct{}),
 	}
+	b.reap = newReaper(b)
 	info := dev.info
 	b.maxAllocs = info.Limits.MaxMemoryAllocationCount
 	if opts.MaxAllocations > 0 && opts.MaxAllocations < b.maxAllocs {
@@ -127,6 +138,7 @@ func NewBackend(opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("%w: vulkan backend: device %q: a first allocation of %d bytes: %w", gpumem.ErrNotSupported, info.Name, align, err)
 	}
 	heap := info.MemoryTypes[probe.typ].Heap
+	b.pagesMapped = probe.mapped != nil
 	b.free(probe)
 	capacity := b.heaps[heap].Capacity()
 	maxPage := max(align, capacity/4/align*align)
@@ -134,6 +146,11 @@ func NewBackend(opts Options) (*Backend, error) {
 		maxPage = min(maxPage, max(align, m/align*align))
 	}
 	b.props = memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	stagingHeap := capacity
+	if ts := stagingMemory.candidates(info.MemoryTypes, ^uint32(0)); len(ts) > 0 {
+		stagingHeap = b.heaps[info.MemoryTypes[ts[0]].Heap].Capacity()
+	}
+	b.stage = newStagingPool(stagingHeap)
 	return b, nil
 }
 
@@ -180,8 +197,8 @@ func (b *Backend) usable(call string) error {
 	if b.closed {
 		return fmt.Errorf("vulkan: %s: %w", call, ErrClosed)
 	}
-	if b.poison != nil {
-		return fmt.Errorf("vulkan: %s on a poisoned device: %w", call, b.poison)
+	if err := b.poison.Err(); err != nil {
+		return fmt.Errorf("vulkan: %s on a poisoned device: %w", call, err)
 	}
 	return nil
 }
@@ -262,7 +279,7 @@ func (b *Backend) lookup(r storage.Resource, call string) (*allocation, error) {
 	return a, nil
 }
 
-// marks returns every queue's issued number (Storage's deferred frees).
+// marks returns every queue's issued number (WaitOutsideStreams).
 func (b *Backend) marks() []queueMark {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -273,29 +290,99 @@ func (b *Backend) marks() []queueMark {
 	return ms
 }
 
-// drainFrees waits for and frees every storage's queued frees; it reports
-// whether any was freed.
-func (b *Backend) drainFrees() bool {
+// storageList returns the storages the backend made.
+func (b *Backend) storageList() []*Storage {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	ss := make([]*Storage, 0, len(b.storages))
 	for s := range b.storages {
 		ss = append(ss, s)
 	}
-	b.mu.Unlock()
-	b.reap.mu.Lock()
-	freed := b.reap.busy > 0
-	b.reap.mu.Unlock()
+	return ss
+}
+
+// drainFrees frees the pooled staging buffers, waits for the releaser, and
+// for the work of every queued free that waits only for submitted steps,
+// and frees those; it reports whether any allocation was freed. An allocation refused for want of memory calls
+// it before its one retry.
+func (b *Backend) drainFrees() bool {
+	freed := b.trimStaging()
+	if b.reap.pending() {
+		freed = true
+	}
 	b.reap.wait()
-	for _, s := range ss {
-		if s.freeQueued(true) {
+	for _, s := range b.storageList() {
+		if s.waitQueued() {
 			freed = true
 		}
 	}
 	return freed
 }
 
+// watchFrees is the releaser's watch (reaper.go): it hands every storage's
+// idle queued allocations to the releaser, then waits a little for a step
+// a queued allocation waits for. It reports whether some allocation still
+// waits for submitted steps (look again); one that a recording or a
+// CommandGraph holds is looked at again when that lets it go.
+func (b *Backend) watchFrees() bool {
+	var m queueMark
+	found := false
+	for _, s := range b.storageList() {
+		s.handOff()
+		if !found {
+			m, found = s.firstWaitable()
+		}
+	}
+	if found {
+		m.q.waitBrief(m.seq)
+	}
+	return found
+}
+
+// Releasing implements gpumem.Releaser: some freed allocation is idle and
+// not yet given back, or the releaser is freeing one now.
+func (b *Backend) Releasing() bool {
+	if b.reap.pending() {
+		return true
+	}
+	for _, s := range b.storageList() {
+		if s.hasIdle() {
+			return true
+		}
+	}
+	return false
+}
+
+// Release implements gpumem.Releaser: every allocation freed so far that no
+// device work uses any more goes back to the driver before it returns (the
+// idle queued ones freed on the caller's goroutine, the ones the releaser
+// was handed waited for), its bytes returned to the budgets and no longer
+// in BytesAllocated. The others go back once their work completes. It
+// takes no lock of the device or of a queue, and does nothing once the
+// backend is closed (Close frees everything).
+func (b *Backend) Release() {
+	b.life.RLock()
+	defer b.life.RUnlock()
+	if b.isClosed() {
+		return
+	}
+	for _, s := range b.storageList() {
+		s.releaseIdle()
+	}
+	b.reap.wait()
+}
+
+func (b *Backend) isClosed() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.closed
+}
+
 // CopyOnDevice implements gpumem.Backend: vkCmdCopyBuffer of src into dst
-// (equal sizes) in q's order, submitted by q's next Fence.
+// (equal sizes) in q's order, submitted by q's next Fence. Consecutive
+// copies that do not depend on each other (none reads or writes what an
+// earlier one writes, or writes what it reads) share one barrier, up to
+// maxBarrierFreeCopies of them.
 func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error {
 	vq, err := b.queueOf(q, "copy on device")
 	if err != nil {
@@ -326,10 +413,22 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	if vq.loose == nil {
 		vq.loose = &batch{}
 	}
-	cb, err := vq.commandsLocked(vq.loose)
-	if err != nil {
-		return err
+	bt := vq.loose
+	// Only copies go into the loose batch: one that depends on none of
+	// the copies before it since the last barrier follows them without a
+	// barrier (a relocation's copies are distinct slices of distinct
+	// pages), so the driver may run them together.
+	sr := copyRange{buf: sa.buf, off: src.Offset, size: src.Size}
+	dr := copyRange{buf: da.buf, off: dst.Offset, size: dst.Size, write: true}
+	cb := bt.cb
+	if bt.copyNeedsBarrier(sr, dr) {
+		if cb, err = vq.commandsLocked(bt); err != nil {
+			return err
+		}
 	}
+	bt.copies = append(bt.copies, sr, dr)
+	bt.use(sa)
+	bt.use(da)
 	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
@@ -348,23 +447,10 @@ func (b *Backend) WaitOutsideStreams() error {
 
 // Poisoned returns the first VK_ERROR_DEVICE_LOST the backend saw (it
 // matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, close it.
-func (b *Backend) Poisoned() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.poison
-}
+func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first device loss (B1).
-func (b *Backend) notePoison(err error) {
-	if err == nil || !storage.IsDevicePoisoned(err) {
-		return
-	}
-	b.mu.Lock()
-	if b.poison == nil {
-		b.poison = err
-	}
-	b.mu.Unlock()
-}
+// notePoison keeps err when it is the first device loss (B1, drvkit DK1).
+func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // forget drops a closed queue.
 func (b *Backend) forget(q *Queue) {
@@ -374,8 +460,9 @@ func (b *Backend) forget(q *Queue) {
 }
 
 // Close implements gpumem.Backend: closes every queue (its work completes
-// first), frees every allocation, destroys every kernel, then the device
-// and the instance (B2). Idempotent.
+// first, its graphs are released), stops the releaser, frees every
+// allocation, destroys every kernel, then the device and the instance
+// (B2). Idempotent.
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() { b.closeErr = b.close() })
 	return b.closeErr
@@ -402,11 +489,13 @@ func (b *Backend) close() error {
 		errs = append(errs, q.Close())
 	}
 	errs = append(errs, b.dev.waitIdle())
-	b.reap.wait()
+	b.closeStaging()
+	b.reap.close() // frees what it was handed; nothing runs any more
+	b.life.Lock()  // no Release in progress
 	for _, s := range storages {
 		s.release()
 	}
-	b.reap.close()
+	b.life.Unlock()
 	for _, k := range kernels {
 		k.destroy()
 	}

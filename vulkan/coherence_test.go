@@ -28,7 +28,9 @@ func TestAtomRangeRoundsOutToTheAtomWithinTheAllocation(t *testing.T) {
 // With every mapping treated as not coherent, Write and Read flush and
 // invalidate rounded ranges (the validation layer checks each against
 // nonCoherentAtomSize and the allocation), and the bytes still round-trip,
-// on the mapped and the staging paths, at odd offsets and sizes.
+// on the mapped and the staging paths, at odd offsets and sizes; so do
+// Map (which invalidates) and Mapping.Release (which flushes what the host
+// wrote through it).
 func TestNonCoherentMappingsAreFlushedAndInvalidated(t *testing.T) {
 	for _, staging := range []bool{false, true} {
 		be, err := NewBackend(Options{Validation: validationInstalled(), Staging: staging})
@@ -58,6 +60,27 @@ func TestNonCoherentMappingsAreFlushedAndInvalidated(t *testing.T) {
 			}
 			if !bytes.Equal(got, want) {
 				t.Fatalf("staging %v, %d bytes: read back differs", staging, n)
+			}
+			// Map invalidates what it maps, Release flushes it.
+			m, err := buf.Map(ctx)
+			if err != nil {
+				t.Fatalf("staging %v, %d bytes: Map: %v", staging, n, err)
+			}
+			if !bytes.Equal(m.Bytes(), want) {
+				t.Fatalf("staging %v, %d bytes: the mapping differs from the bytes written", staging, n)
+			}
+			for i := range m.Bytes() {
+				m.Bytes()[i] ^= 0xff
+			}
+			m.Release()
+			got, err = buf.Read(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != want[i]^0xff {
+					t.Fatalf("staging %v, %d bytes: byte %d written through the mapping reads %#x, want %#x", staging, n, i, got[i], want[i]^0xff)
+				}
 			}
 		}
 		if err := d.Close(); err != nil {

@@ -17,7 +17,8 @@
 //
 // Load a compute shader from SPIR-V with how it takes its arguments
 // (storage buffers at set 0, bindings 0..n-1; push constants at offset 0);
-// the spec is checked against the module's bindings:
+// the spec is checked against the module's bindings and the size of its
+// push-constant block, read from the SPIR-V:
 //
 //	k, err := be.LoadKernel("saxpy", spirv, vulkan.KernelSpec{Buffers: 2, PushConstants: 8})
 //	defer k.Close()
@@ -25,7 +26,8 @@
 // Dispatch it inside an op with Enqueue: the run function gets an *Op
 // whose Dispatch records into the op's command buffer, with Use(i) and
 // UseRange(i, off, n) binding the op's uses at their current places and
-// Push for scalars:
+// Push for scalars (Op.Copy records a device copy between two such
+// windows):
 //
 //	err = vulkan.Enqueue(s, "saxpy", uses, func(op *vulkan.Op) error {
 //		return op.Dispatch(k, vulkan.GroupsFor(n, 64),
@@ -62,21 +64,33 @@
 //     retries. VK_ERROR_OUT_OF_DEVICE_MEMORY is an *Error matching
 //     storage.ErrOutOfMemory; VK_ERROR_DEVICE_LOST one matching
 //     storage.ErrDevicePoisoned, and it poisons the backend (Poisoned).
-//     Frees wait until every queue completed what it had issued when the
-//     allocation was freed (vkFreeMemory does not wait for the device), then
-//     run on a reaper goroutine, off the relocation's path (reaper.go); an
-//     allocation refused for memory waits for them and retries once.
+//     A free waits until no device work uses the allocation (vkFreeMemory
+//     does not wait for the device): every step that recorded a command on
+//     it completed, and no CommandGraph that recorded one is left. Flush
+//     hands the idle ones to a releaser goroutine, off the relocation's
+//     path, which also waits on the queues' semaphores for the others and
+//     frees each once its work completed (reaper.go); an explicit cleanup
+//     ends with Backend.Release (gpumem.Releaser), which frees the idle
+//     ones before it returns, without the device lock, so BytesAllocated is
+//     0 after freeing everything and cleaning up; an allocation refused for
+//     memory waits for the queued frees and retries once.
 //   - Queues (queue.go): a stream.Queue per gpumem stream over the
 //     VkQueues of one compute family (several streams may share one); one
 //     timeline semaphore per queue is its fences and its completion; a
 //     cross-stream WaitFence is a semaphore wait in the next submission.
 //     Relocation's copies are vkCmdCopyBuffer between the pages' buffers.
-//   - Host transfers (transfers.go): Write and Read through the mapping
-//     where device memory is host-visible (flushed and invalidated by
-//     nonCoherentAtomSize where it is not coherent), else, or with
-//     Options.Staging, through host-visible staging buffers.
+//   - Host access (transfers.go): Buffer.Map maps device memory where pages
+//     are host-visible (gpumem.HostMapper, PagesHostVisible; invalidated at
+//     Map, flushed at Release), else it returns gpumem.ErrNotSupported.
+//     Write and Read go through the mapping too (flushed and invalidated
+//     by nonCoherentAtomSize where it is not coherent), else, or with
+//     Options.Staging, through host-visible staging buffers, pooled by size
+//     class for reuse (staging.go: at most 8 buffers and 64 MiB, or a
+//     sixteenth of the heap; emptied when an allocation is refused for
+//     memory, freed by Close).
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
-//     pipelines, descriptor sets per dispatch, push constants.
+//     pipelines, descriptor sets per dispatch, push constants (checked
+//     against the module's block), device copies between an op's uses.
 //   - Capture (capture.go): the queues are stream.Recorders; a capture
 //     is one command buffer (SIMULTANEOUS_USE), sealed into a
 //     *CommandGraph that each launch submits as one step.
@@ -90,8 +104,10 @@
 // # Invariants
 //
 //   - (K1) A Vulkan object is destroyed only after the work that may use it
-//     completed (V2 in queue.go; the deferred frees; Kernel.Close waits for
-//     the device), and everything the backend made is destroyed by Close.
+//     completed (V2 in queue.go; a freed allocation waits for every step
+//     that recorded a command on it and for the graphs that recorded one,
+//     alloc.go; Kernel.Close waits for the device), and everything the
+//     backend made, pooled staging buffers included, is destroyed by Close.
 //   - (K2) Nothing here panics or hangs for want of a loader, device,
 //     function or memory: those are errors; a fence names only numbers a
 //     submission the driver accepted will signal (V1).
@@ -103,7 +119,8 @@
 //
 // Pages, pools, handles or when to relocate: the device (package gpumem)
 // decides; the backend maps storage and stream operations onto Vulkan and
-// decides only when a freed allocation's memory may go back.
+// decides only when a freed allocation's memory may go back: after the
+// work that used it, which it tracks per allocation.
 //
 // # What Vulkan does not give here that CUDA does
 //
@@ -133,6 +150,7 @@
 // Enqueue, while the device is held (stream.EnqueueRunner); its *Op is
 // valid only there. vkQueueSubmit on a shared VkQueue is serialised by a
 // lock per VkQueue; a queue's command pool and descriptor pools are used
-// only under its lock. The reaper frees memory on its own goroutine, which
-// takes no lock of the device or of a queue.
+// only under its lock. The releaser frees memory on its own goroutine,
+// which takes no lock of the device or of a queue; Release, which an
+// explicit cleanup calls without the device lock, waits only for it.
 package vulkan

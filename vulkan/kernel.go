@@ -47,9 +47,12 @@ const spirvMagic = 0x07230203
 // LoadKernel builds a compute pipeline from SPIR-V (as glslc writes it:
 // little-endian 32-bit words). The spec is checked against the module
 // first: its storage buffer bindings at set 0 must be exactly 0 to
-// spec.Buffers-1; a mismatch, a module that is not SPIR-V or a spec past
-// the device's limits is an *ArgError matching ErrArgs, and the driver saw
-// nothing. name names the kernel in errors.
+// spec.Buffers-1, and its push-constant block (the highest member offset
+// plus that member's size, as the module lays it out) exactly
+// spec.PushConstants bytes (0 without a block); a mismatch, a module that
+// is not SPIR-V or a spec past the device's limits is an *ArgError
+// matching ErrArgs, and the driver saw nothing. Dispatch then refuses
+// pushes of any other size. name names the kernel in errors.
 func (b *Backend) LoadKernel(name string, spirv []byte, spec KernelSpec) (*Kernel, error) {
 	if err := b.usable("load kernel " + name); err != nil {
 		return nil, err
@@ -135,6 +138,16 @@ func (b *Backend) checkSpec(name string, spirv []byte, spec KernelSpec) error {
 	if err != nil {
 		return bad("%v", err)
 	}
+	block, err := spirvPushConstantSize(spirv)
+	if err != nil {
+		return bad("%v", err)
+	}
+	if block != spec.PushConstants {
+		// Larger: pushes past the shader's block (a mistaken spec; the
+		// shader never sees the bytes). Smaller: the shader reads past
+		// what is pushed.
+		return bad("the module's push-constant block is %d bytes, KernelSpec.PushConstants says %d", block, spec.PushConstants)
+	}
 	want := make([]uint32, spec.Buffers)
 	for i := range want {
 		want[i] = uint32(i)
@@ -193,6 +206,170 @@ func spirvBindings(code []byte) ([]uint32, error) {
 	}
 	slices.Sort(out)
 	return out, nil
+}
+
+// SPIR-V opcodes, storage classes and decorations spirvPushConstantSize
+// reads.
+const (
+	spvOpTypeBool          = 20
+	spvOpTypeInt           = 21
+	spvOpTypeFloat         = 22
+	spvOpTypeVector        = 23
+	spvOpTypeMatrix        = 24
+	spvOpTypeArray         = 28
+	spvOpTypeStruct        = 30
+	spvOpTypePointer       = 32
+	spvOpConstant          = 43
+	spvOpVariable          = 59
+	spvOpMemberDecorate    = 72
+	spvStorageClassPush    = 9
+	spvStorageClassPhysBuf = 5349
+	spvDecorationRowMajor  = 4
+	spvDecorationArrStride = 6
+	spvDecorationMatStride = 7
+	spvDecorationOffset    = 35
+)
+
+// spirvPushConstantSize returns the size of the module's push-constant
+// block: the largest member offset plus that member's size (explicit
+// layout, as a push_constant block always has), or 0 when the module
+// declares none. A type it cannot size is an error.
+func spirvPushConstantSize(code []byte) (uint32, error) {
+	if _, err := spirvBindings(code); err != nil { // checks the header
+		return 0, err
+	}
+	word := func(i int) uint32 { return binary.LittleEndian.Uint32(code[4*i:]) }
+	type member struct{ struc, index uint32 }
+	types := map[uint32][]uint32{} // id -> the instruction's words from the opcode on
+	consts := map[uint32]uint32{}
+	arrayStride := map[uint32]uint32{}
+	offset := map[member]uint32{}
+	matStride := map[member]uint32{}
+	rowMajor := map[member]bool{}
+	var blocks []uint32 // pointer types of push-constant variables
+	n := len(code) / 4
+	for i := spvHeaderWords; i < n; {
+		w := word(i)
+		op, count := w&0xffff, int(w>>16)
+		if count == 0 || i+count > n {
+			return 0, errors.New("truncated SPIR-V instruction stream")
+		}
+		ins := make([]uint32, count)
+		for k := range ins {
+			ins[k] = word(i + k)
+		}
+		switch op {
+		case spvOpTypeBool, spvOpTypeInt, spvOpTypeFloat, spvOpTypeVector, spvOpTypeMatrix, spvOpTypeArray, spvOpTypeStruct, spvOpTypePointer:
+			if count >= 2 {
+				types[ins[1]] = ins
+			}
+		case spvOpConstant:
+			if count >= 4 {
+				consts[ins[2]] = ins[3]
+			}
+		case spvOpDecorate:
+			if count >= 4 && ins[2] == spvDecorationArrStride {
+				arrayStride[ins[1]] = ins[3]
+			}
+		case spvOpMemberDecorate:
+			if count >= 4 {
+				m := member{ins[1], ins[2]}
+				switch ins[3] {
+				case spvDecorationOffset:
+					if count >= 5 {
+						offset[m] = ins[4]
+					}
+				case spvDecorationMatStride:
+					if count >= 5 {
+						matStride[m] = ins[4]
+					}
+				case spvDecorationRowMajor:
+					rowMajor[m] = true
+				}
+			}
+		case spvOpVariable:
+			if count >= 4 && ins[3] == spvStorageClassPush {
+				blocks = append(blocks, ins[1])
+			}
+		}
+		i += count
+	}
+	// size returns the bytes a value of type id takes; in is the struct
+	// member it is (for a matrix's stride and order), depth bounds the
+	// recursion of a malformed module.
+	var size func(id uint32, in *member, depth int) (uint32, error)
+	size = func(id uint32, in *member, depth int) (uint32, error) {
+		t, ok := types[id]
+		if !ok || depth > 32 {
+			return 0, fmt.Errorf("the push-constant block uses type %%%d, which this reader cannot size", id)
+		}
+		switch t[0] & 0xffff {
+		case spvOpTypeInt, spvOpTypeFloat:
+			if len(t) < 3 {
+				break
+			}
+			return t[2] / 8, nil
+		case spvOpTypeVector:
+			if len(t) < 4 {
+				break
+			}
+			c, err := size(t[2], nil, depth+1)
+			return c * t[3], err
+		case spvOpTypeMatrix:
+			if len(t) < 4 || in == nil || matStride[*in] == 0 {
+				break
+			}
+			lines := t[3] // columns
+			if rowMajor[*in] {
+				col, ok := types[t[2]]
+				if !ok || len(col) < 4 {
+					break
+				}
+				lines = col[3] // rows
+			}
+			return lines * matStride[*in], nil
+		case spvOpTypeArray:
+			if len(t) < 4 {
+				break
+			}
+			if l, ok := consts[t[3]]; ok && arrayStride[id] != 0 {
+				return l * arrayStride[id], nil
+			}
+		case spvOpTypeStruct:
+			var end uint32
+			for k, mt := range t[2:] {
+				m := member{id, uint32(k)}
+				off, ok := offset[m]
+				if !ok {
+					return 0, fmt.Errorf("member %d of the push-constant block's struct %%%d has no Offset", k, id)
+				}
+				s, err := size(mt, &m, depth+1)
+				if err != nil {
+					return 0, err
+				}
+				end = max(end, off+s)
+			}
+			return end, nil
+		case spvOpTypePointer:
+			if len(t) >= 3 && t[2] == spvStorageClassPhysBuf {
+				return 8, nil // a buffer reference is a 64-bit address
+			}
+		}
+		return 0, fmt.Errorf("the push-constant block uses type %%%d (opcode %d), which this reader cannot size", id, t[0]&0xffff)
+	}
+	var block uint32
+	for _, p := range blocks {
+		pt, ok := types[p]
+		if !ok || pt[0]&0xffff != spvOpTypePointer || len(pt) < 4 {
+			return 0, fmt.Errorf("push-constant variable of type %%%d, not a pointer type", p)
+		}
+		s, err := size(pt[3], nil, 0)
+		if err != nil {
+			return 0, err
+		}
+		block = max(block, s)
+	}
+	return block, nil
 }
 
 // Close waits for the device to be idle (work may still use the pipeline)

@@ -3,6 +3,7 @@ package vulkan_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpumem/gpumem"
@@ -10,9 +11,12 @@ import (
 	"github.com/gpumem/gpumem/vulkan"
 )
 
-// Filling the device's heap ends in ErrOutOfMemory; after frees the
-// device allocates and computes again, and Close leaves nothing behind
-// (the validation layer reports leaked objects at vkDestroyDevice).
+// Filling the device's heap ends in ErrOutOfMemory — on lavapipe from the
+// budget, before the driver is asked: lavapipe would hand out past its
+// heap (TestLavapipeRefusesOnlyWhatTheHostCannotGive); after frees and
+// a cleanup nothing is allocated, the device allocates and computes again,
+// and Close leaves nothing behind (the validation layer reports leaked
+// objects at vkDestroyDevice).
 func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	d, b := openDevice(t, vulkan.Options{})
 	heap := b.Properties().MaxMemory
@@ -34,6 +38,15 @@ func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	if len(held) < 5 {
 		t.Fatalf("only %d allocations of a tenth of the heap fitted", len(held))
 	}
+	var budget *storage.OutOfMemoryError
+	var driver *vulkan.Error
+	if strings.Contains(b.Info().Name, "llvmpipe") && (!errors.As(err, &budget) || errors.As(err, &driver)) {
+		t.Fatalf("lavapipe's refusal %v: want the budget's *storage.OutOfMemoryError, not the driver's", err)
+	}
+	allocs := b.Allocations()
+	if allocated := d.Stats().BytesAllocated; allocated < uint64(len(held))*chunk || allocated > heap {
+		t.Fatalf("BytesAllocated %d with %d buffers of %d held (heap %d)", allocated, len(held), chunk, heap)
+	}
 	for _, buf := range held {
 		if err := buf.Free(); err != nil {
 			t.Fatal(err)
@@ -41,6 +54,10 @@ func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	}
 	if err := d.Cleanup(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+	if st := d.Stats(); st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+		t.Fatalf("after freeing all and a cleanup: BytesAllocated %d, BytesReserved %d, %d of %d device allocations left",
+			st.BytesAllocated, st.BytesReserved, b.Allocations(), allocs)
 	}
 	big := mustAlloc(t, s, b.Properties().MaxPageSize)
 	add := mustKernel(t, b, vulkan.KernelAddU32)

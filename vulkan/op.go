@@ -75,7 +75,22 @@ func (op *Op) DeviceAddress(i int) (addr uint64, size uint64, err error) {
 	if i < 0 || i >= len(op.res) {
 		return 0, 0, fmt.Errorf("vulkan: op %q: use %d of an op with %d uses: %w", op.name, i, len(op.res), stream.ErrInvalid)
 	}
-	return uint64(op.res[i].Ptr), op.res[i].Size, nil
+	r := op.res[i]
+	if r.Size > 0 {
+		// The shader may reach it through the address: a free waits for
+		// this op's step (and for the graph it is recorded into).
+		a, err := op.q.b.lookup(r, "device address")
+		if err != nil {
+			return 0, 0, err
+		}
+		q := op.q
+		q.mu.Lock()
+		if q.op != nil {
+			q.op.use(a)
+		}
+		q.mu.Unlock()
+	}
+	return uint64(r.Ptr), r.Size, nil
 }
 
 // live refuses a call after the op returned or from another goroutine.
@@ -192,6 +207,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 		}
 	}
 	infos := make([]vkDescriptorBufferInfo, len(buffers))
+	used := make([]*allocation, len(buffers))
 	for i, bd := range buffers {
 		if bd.use < 0 || bd.use >= len(op.res) {
 			return bad("binding %d: use %d of an op with %d uses", i, bd.use, len(op.res))
@@ -216,6 +232,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 			return err
 		}
 		infos[i] = vkDescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
+		used[i] = a
 	}
 
 	q := op.q
@@ -249,6 +266,9 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 	if err != nil {
 		return err
 	}
+	for _, a := range used {
+		q.op.use(a)
+	}
 	call(d.fn.CmdBindPipeline, cb, pipelineBindPointCompute, uintptr(k.pipeline))
 	if len(sets) > 0 {
 		call(d.fn.CmdBindDescriptorSets, cb, pipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
@@ -257,5 +277,73 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 		call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), shaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
 	}
 	call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
+	return nil
+}
+
+// Copy records a device copy (vkCmdCopyBuffer) of src into dst, windows of
+// the op's uses (Use, UseRange) of one size, in the op's order: after what
+// the op recorded before it, before what it records after. In a capture
+// every launch copies again. Windows of different sizes, a window past its
+// use, or windows that overlap in memory are refused with an error
+// wrapping stream.ErrInvalid, and nothing is recorded.
+func (op *Op) Copy(dst, src Binding) error {
+	if err := op.live("copy"); err != nil {
+		return err
+	}
+	b := op.q.b
+	window := func(what string, bd Binding) (*allocation, uint64, uint64, error) {
+		if bd.use < 0 || bd.use >= len(op.res) {
+			return nil, 0, 0, fmt.Errorf("vulkan: op %q: copy %s: use %d of an op with %d uses: %w", op.name, what, bd.use, len(op.res), stream.ErrInvalid)
+		}
+		r := op.res[bd.use]
+		off, n := bd.off, bd.len
+		if bd.whole {
+			off, n = 0, r.Size
+		}
+		if off > r.Size || n > r.Size-off {
+			return nil, 0, 0, fmt.Errorf("vulkan: op %q: copy %s: window [%d, %d) of use %d of %d bytes: %w",
+				op.name, what, off, storage.SatAdd(off, n), bd.use, r.Size, stream.ErrInvalid)
+		}
+		if n == 0 {
+			return nil, 0, 0, nil
+		}
+		a, err := b.lookup(r, "copy")
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		return a, r.Offset + off, n, nil
+	}
+	da, doff, dn, err := window("target", dst)
+	if err != nil {
+		return err
+	}
+	sa, soff, sn, err := window("source", src)
+	if err != nil {
+		return err
+	}
+	if dn != sn {
+		return fmt.Errorf("vulkan: op %q: copy of %d bytes into a window of %d: %w", op.name, sn, dn, stream.ErrInvalid)
+	}
+	if dn == 0 {
+		return nil
+	}
+	if da == sa && doff < soff+sn && soff < doff+dn {
+		return fmt.Errorf("vulkan: op %q: copy between overlapping windows [%d, %d) and [%d, %d) of one allocation: %w",
+			op.name, soff, soff+sn, doff, doff+dn, stream.ErrInvalid)
+	}
+	q := op.q
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.op == nil {
+		return fmt.Errorf("vulkan: op %q: copy outside an op: %w", op.name, stream.ErrInvalid)
+	}
+	cb, err := q.commandsLocked(q.op)
+	if err != nil {
+		return err
+	}
+	q.op.use(sa)
+	q.op.use(da)
+	region := &vkBufferCopy{SrcOffset: soff, DstOffset: doff, Size: dn}
+	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }

@@ -16,7 +16,9 @@
 // pipeline barrier, whose first scope reaches back over everything
 // submitted earlier on the VkQueue, so a stream's commands run in its
 // order (and after the other streams' earlier commands on the same
-// VkQueue, a stricter order than gpumem needs). Each command buffer ends
+// VkQueue, a stricter order than gpumem needs). The one exception: in a
+// loose batch (relocation copies), a copy that depends on none of the
+// copies since the last barrier follows them without one. Each command buffer ends
 // with a barrier making device writes visible to the host, for Read's
 // mapped path. A cross-stream WaitFence adds a semaphore wait, on the
 // other queue's semaphore at the fence's number, to the next submission.
@@ -39,12 +41,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -89,10 +91,73 @@ type batch struct {
 	cb      uintptr // 0 until the first command
 	staging []*allocation
 	sets    []descriptorSet
+	// uses are the storage allocations its commands use (each once); a
+	// free of one waits for the batch's step (alloc.go).
+	uses   []*allocation
+	useSet map[*allocation]struct{} // uses, once there are many
+	// copies are the regions the copies recorded since the last barrier
+	// touch (loose batches: relocation copies only), so a copy that
+	// touches none of what they write, and writes none of what they
+	// touch, needs no barrier before it (CopyOnDevice).
+	copies []copyRange
 	// reusable: the buffer is begun for resubmission (a capture's);
 	// sealed: it is ended and owned by a CommandGraph, so a submission
 	// neither records into it nor reclaims it.
 	reusable, sealed bool
+}
+
+// copyRange is a region of a buffer a copy reads or writes.
+type copyRange struct {
+	buf, off, size uint64
+	write          bool
+}
+
+func (r copyRange) overlaps(o copyRange) bool {
+	return r.buf == o.buf && r.off < o.off+o.size && o.off < r.off+r.size
+}
+
+// maxBarrierFreeCopies bounds the copies recorded without a barrier
+// between them (the hazard check is quadratic in them).
+const maxBarrierFreeCopies = 64
+
+// copyNeedsBarrier reports whether a copy reading src and writing dst must
+// wait for the copies recorded since the last barrier: it reads or writes
+// what one of them writes, or writes what one reads.
+func (bt *batch) copyNeedsBarrier(src, dst copyRange) bool {
+	if bt.cb == 0 || len(bt.copies) == 0 || len(bt.copies) >= 2*maxBarrierFreeCopies {
+		return true
+	}
+	for _, c := range bt.copies {
+		if c.overlaps(dst) || (c.write && c.overlaps(src)) {
+			return true
+		}
+	}
+	return false
+}
+
+// use notes that bt records a command on a.
+func (bt *batch) use(a *allocation) {
+	if bt.useSet != nil {
+		if _, ok := bt.useSet[a]; ok {
+			return
+		}
+		bt.useSet[a] = struct{}{}
+	} else {
+		for _, u := range bt.uses {
+			if u == a {
+				return
+			}
+		}
+		if len(bt.uses) >= 16 {
+			bt.useSet = make(map[*allocation]struct{}, 2*len(bt.uses))
+			for _, u := range bt.uses {
+				bt.useSet[u] = struct{}{}
+			}
+			bt.useSet[a] = struct{}{}
+		}
+	}
+	bt.uses = append(bt.uses, a)
+	a.recorded()
 }
 
 // step is a submitted batch, complete when the semaphore reaches seq.
@@ -109,7 +174,8 @@ type semWait struct {
 	value uint64
 }
 
-// queueMark is a point in a queue's order (Storage's deferred frees).
+// queueMark is a point in a queue's order (an allocation's last use on
+// that queue; every queue's issued step for WaitOutsideStreams).
 type queueMark struct {
 	q   *Queue
 	seq uint64
@@ -186,6 +252,9 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 		q.mu.Unlock()
 		return 0, err
 	}
+	// What completed goes back first: the op may take its staging buffers
+	// from the pool.
+	q.pollLocked()
 	rec := q.rec
 	if rec != nil {
 		if rec.invalid != nil {
@@ -254,6 +323,7 @@ func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
 		bt.cb = cb
 	}
 	q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageAllCommands, accessMemoryRead|accessMemoryWrite)
+	bt.copies = bt.copies[:0]
 	return bt.cb, nil
 }
 
@@ -332,6 +402,20 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	}
 	q.inflight = append(q.inflight, st)
 	q.issued.Store(seq)
+	if bt != nil {
+		watch := false
+		for _, a := range bt.uses {
+			if a.submitted(q, seq, !bt.sealed) {
+				watch = true
+			}
+		}
+		if !bt.sealed {
+			bt.uses, bt.useSet = nil, nil
+		}
+		if watch {
+			q.b.reap.kick()
+		}
+	}
 	return seq, nil
 }
 
@@ -354,9 +438,19 @@ func (q *Queue) dropBatchLocked(bt *batch) {
 		q.freeCBs = append(q.freeCBs, bt.cb)
 	}
 	for _, a := range bt.staging {
-		q.b.free(a)
+		q.b.putStaging(a)
 	}
 	q.freeSetsLocked(bt.sets)
+	watch := false
+	for _, a := range bt.uses {
+		if a.dropped() {
+			watch = true
+		}
+	}
+	bt.uses, bt.useSet = nil, nil
+	if watch {
+		q.b.reap.kick()
+	}
 }
 
 // submitLooseLocked submits the relocation copies recorded outside ops.
@@ -390,7 +484,7 @@ func (q *Queue) reclaimLocked(v uint64) {
 			q.freeCBs = append(q.freeCBs, st.cb)
 		}
 		for _, a := range st.staging {
-			q.b.free(a)
+			q.b.putStaging(a)
 		}
 		q.freeSetsLocked(st.sets)
 		q.inflight[n] = nil
@@ -408,6 +502,45 @@ func (q *Queue) advance(v uint64) {
 			return
 		}
 	}
+}
+
+// passed reports whether step seq completed, or can no longer run: the
+// device was lost.
+func (q *Queue) passed(seq uint64) bool {
+	return q.Completed() >= seq || q.b.Poisoned() != nil
+}
+
+// waitBrief waits at most waitPoll for step seq (the releaser's watch); the
+// caller looks at the queue again after.
+func (q *Queue) waitBrief(seq uint64) {
+	if q.passed(seq) {
+		return
+	}
+	switch r := q.waitPolled(seq); r {
+	case vkSuccess, vkTimeout:
+	default:
+		q.b.notePoison(check("vkWaitSemaphores", r))
+		time.Sleep(waitPoll) // not a loss: look again later, not at once
+	}
+}
+
+// waitPolled waits at most waitPoll for step seq on the semaphore
+// (vkWaitSemaphores), advancing completed when it passed; a destroyed
+// semaphore's queue waited for all it issued (VK_SUCCESS).
+func (q *Queue) waitPolled(seq uint64) int32 {
+	d := q.b.dev
+	sems, vals := []uint64{q.sem}, []uint64{seq}
+	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
+	q.semMu.RLock()
+	r := int32(vkSuccess)
+	if !q.gone {
+		r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
+	}
+	q.semMu.RUnlock()
+	if r == vkSuccess {
+		q.advance(seq)
+	}
+	return r
 }
 
 // counter reads the semaphore's value.
@@ -481,7 +614,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	if f.Seq == 0 {
 		return nil
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -510,9 +643,6 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 		return fmt.Errorf("vulkan: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
 			seq, issued, q.index, stream.ErrInvalid)
 	}
-	d := q.b.dev
-	sems, vals := []uint64{q.sem}, []uint64{seq}
-	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
 	for {
 		if q.completed.Load() >= seq {
 			return nil
@@ -526,16 +656,8 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("vulkan: wait for step %d of stream %d (completed %d): %w", seq, q.index, q.completed.Load(), err)
 		}
-		q.semMu.RLock()
-		r := int32(vkSuccess) // a destroyed semaphore's queue waited for all it issued
-		if !q.gone {
-			r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
-		}
-		q.semMu.RUnlock()
-		switch r {
-		case vkSuccess:
-			q.advance(seq)
-		case vkTimeout:
+		switch r := q.waitPolled(seq); r {
+		case vkSuccess, vkTimeout:
 		default:
 			q.mu.Lock()
 			q.noteAsyncLocked(check("vkWaitSemaphores", r))
@@ -551,10 +673,10 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 // does not block. A fence of this queue, or one already passed, adds
 // nothing; a fence of another backend's queue is waited for on the host.
 func (q *Queue) WaitFence(f stream.Fence) error {
-	if f.Seq == 0 || (!nilQueue(f.Q) && f.Q == stream.Queue(q)) {
+	if f.Seq == 0 || (!drvkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
 		return q.Flush()
 	}
-	if nilQueue(f.Q) {
+	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*Queue)
@@ -684,25 +806,6 @@ func (q *Queue) Close() error {
 		return nil
 	}
 	return err
-}
-
-// nilQueue reports whether q is nil or a typed nil.
-func nilQueue(q stream.Queue) bool {
-	if q == nil {
-		return true
-	}
-	v := reflect.ValueOf(q)
-	return v.Kind() == reflect.Pointer && v.IsNil()
-}
-
-// marksPassed reports whether every mark's step has completed.
-func marksPassed(ms []queueMark) bool {
-	for _, m := range ms {
-		if m.q.Completed() < m.seq {
-			return false
-		}
-	}
-	return true
 }
 
 // waitMarks waits for every mark's step.

@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,10 +16,14 @@ import (
 // returns the window's buffer device address as Resource.Ptr (and no
 // bytes); ops find the VkBuffer and offset through the backend.
 //
-// Dealloc queues the allocation; Flush frees what the device is done
-// with: an allocation is freed once every queue of the backend has
-// completed the work it had issued when Dealloc ran (vkFreeMemory does not
-// wait for the device, unlike cuMemFree). An Alloc refused for want of
+// Dealloc queues the allocation until no device work can use it: every
+// step that recorded a command on it completed, and no CommandGraph that
+// recorded one is left (vkFreeMemory does not wait for the device, unlike
+// cuMemFree). Flush hands the queued allocations that are idle to the
+// backend's releaser goroutine (reaper.go), which frees them off the
+// caller's path and also frees the others once their work completes,
+// without another call; Backend.Release frees the idle ones before it
+// returns (an explicit cleanup calls it). An Alloc refused for want of
 // memory first waits for the queued frees and retries once.
 // BytesAllocated counts queued allocations until they are freed. Safe for
 // concurrent use.
@@ -30,14 +35,7 @@ type Storage struct {
 
 	mu     sync.Mutex
 	live   map[storage.ID]*allocation
-	queued []queuedFree
-}
-
-// queuedFree is a deallocated allocation and the work it waits for: each
-// queue's issued sequence number when Dealloc ran.
-type queuedFree struct {
-	a     *allocation
-	after []queueMark
+	queued []*allocation // deallocated, not yet handed to the releaser
 }
 
 var _ storage.Storage = (*Storage)(nil)
@@ -80,9 +78,8 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 	return storage.Region{ID: a.id, Size: size}, nil
 }
 
-// Dealloc implements storage.Storage: the allocation is queued until the
-// work issued so far is done (Flush frees it then); an unknown ID is
-// ignored.
+// Dealloc implements storage.Storage: the allocation is queued until no
+// device work uses it (see Storage); an unknown ID is ignored.
 func (s *Storage) Dealloc(id storage.ID) {
 	s.mu.Lock()
 	a, ok := s.live[id]
@@ -97,44 +94,117 @@ func (s *Storage) Dealloc(id storage.ID) {
 	if a.mem == 0 {
 		return
 	}
-	marks := s.b.marks()
+	a.useMu.Lock()
+	a.freed = true
+	a.useMu.Unlock()
 	s.mu.Lock()
-	s.queued = append(s.queued, queuedFree{a: a, after: marks})
+	s.queued = append(s.queued, a)
 	s.mu.Unlock()
 }
 
-// Flush implements storage.Storage: hands every queued allocation whose
-// work is done to the backend's reaper, which frees it off the caller's
-// path (reaper.go); the rest stay queued for a later Flush (or an Alloc
-// that needs the memory, or Close).
-func (s *Storage) Flush() { s.freeQueued(false) }
+// Flush implements storage.Storage: hands every queued allocation no
+// device work uses any more to the backend's releaser, which frees it off
+// the caller's path (reaper.go), and has the releaser watch the rest: each
+// goes back once the work that uses it completes.
+func (s *Storage) Flush() {
+	if s.handOff() {
+		s.b.reap.kick()
+	}
+}
 
-// freeQueued frees the queued allocations whose work is done, or, with
-// wait, waits for that work first. It reports whether it freed any.
-func (s *Storage) freeQueued(wait bool) bool {
+// handOff hands the idle queued allocations to the releaser; it reports
+// whether some stay queued. Each is handed over under mu, so Release,
+// which looks at the queue and then waits for the releaser, sees it in one
+// place or the other.
+func (s *Storage) handOff() (more bool) {
 	s.mu.Lock()
-	var done, keep []queuedFree
-	for _, q := range s.queued {
-		if wait || marksPassed(q.after) {
-			done = append(done, q)
+	defer s.mu.Unlock()
+	keep := s.queued[:0]
+	for _, a := range s.queued {
+		if a.idle() {
+			s.b.reap.add(func() { s.drop(a) })
 		} else {
-			keep = append(keep, q)
+			keep = append(keep, a)
 		}
 	}
+	clear(s.queued[len(keep):])
 	s.queued = keep
-	s.mu.Unlock()
-	for _, q := range done {
-		if wait {
-			if err := waitMarks(q.after); err != nil {
-				s.b.notePoison(err)
-			}
-			s.drop(q.a)
-			continue
+	return len(keep) > 0
+}
+
+// take removes and returns the queued allocations that are idle, or with
+// all, every queued one.
+func (s *Storage) take(all bool) []*allocation {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var done []*allocation
+	keep := s.queued[:0]
+	for _, a := range s.queued {
+		if all || a.idle() {
+			done = append(done, a)
+		} else {
+			keep = append(keep, a)
 		}
-		a := q.a
-		s.b.reap.add(func() { s.drop(a) }) // reaper.go
+	}
+	clear(s.queued[len(keep):])
+	s.queued = keep
+	return done
+}
+
+// releaseIdle frees, on the caller's goroutine, the queued allocations no
+// device work uses; it reports whether it freed any.
+func (s *Storage) releaseIdle() bool {
+	done := s.take(false)
+	for _, a := range done {
+		s.drop(a)
 	}
 	return len(done) > 0
+}
+
+// waitQueued waits for the work of every queued allocation that waits
+// only for submitted steps, then frees those; it reports whether it freed
+// any. An allocation a recording or a CommandGraph still holds stays
+// queued, and so does the rest when a wait fails.
+func (s *Storage) waitQueued() bool {
+	freed := false
+	for {
+		if s.releaseIdle() {
+			freed = true
+		}
+		m, ok := s.firstWaitable()
+		if !ok {
+			return freed
+		}
+		if err := m.q.waitSeq(context.Background(), m.seq); err != nil {
+			s.b.notePoison(err)
+			return s.releaseIdle() || freed
+		}
+	}
+}
+
+// firstWaitable returns a step some queued allocation waits for, if any
+// waits only for submitted steps.
+func (s *Storage) firstWaitable() (queueMark, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.queued {
+		if m, ok := a.waitable(); ok {
+			return m, true
+		}
+	}
+	return queueMark{}, false
+}
+
+// hasIdle reports whether a queued allocation is idle.
+func (s *Storage) hasIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.queued {
+		if a.idle() {
+			return true
+		}
+	}
+	return false
 }
 
 // drop frees a and gives its bytes back.
@@ -168,9 +238,11 @@ func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
 func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() }
 
 // release frees everything the storage holds, live or queued (backend
-// Close, after every queue is idle).
+// Close, after every queue is idle and every graph released).
 func (s *Storage) release() {
-	s.freeQueued(true)
+	for _, a := range s.take(true) {
+		s.drop(a)
+	}
 	s.mu.Lock()
 	live := s.live
 	s.live = make(map[storage.ID]*allocation)

@@ -7,11 +7,11 @@
 // then copies, flushing or invalidating by nonCoherentAtomSize where the
 // memory is not coherent. Otherwise a host-visible staging buffer carries
 // the bytes: a write fills it and records vkCmdCopyBuffer into the page
-// (asynchronous; the staging buffer is freed when the step completes, or,
-// in a capture, which writes through staging always, when its
-// CommandGraph is: every launch copies the same bytes again); a
-// read records the copy out of the page, waits for it, and copies out of
-// the staging buffer.
+// (asynchronous; the staging buffer goes back to the pool, staging.go,
+// when the step completes, or, in a capture, which writes through staging
+// always, when its CommandGraph is released: every launch copies the same
+// bytes again); a read records the copy out of the page, waits for it, and
+// copies out of the staging buffer.
 
 package vulkan
 
@@ -76,6 +76,7 @@ func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte)
 	if err != nil {
 		return err
 	}
+	vq.op.use(a)
 	region := &vkBufferCopy{SrcOffset: 0, DstOffset: dst.Offset, Size: n}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(st.buf), uintptr(a.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
@@ -116,9 +117,10 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 	}
 	cb, err := vq.commandsLocked(vq.op)
 	if err != nil {
-		b.free(st)
+		b.putStaging(st)
 		return err
 	}
+	vq.op.use(a)
 	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: 0, Size: n}
 	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(a.buf), uintptr(st.buf), 1, uintptr(unsafe.Pointer(region)))
 	err = vq.hostSyncLocked("read")
@@ -135,16 +137,41 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 	return nil
 }
 
-// staging allocates a host-visible staging buffer of n bytes. It is not
-// registered: only the queue that made it uses it.
-func (b *Backend) staging(n uint64) (*allocation, error) {
-	a, err := b.allocate(n, stagingMemory)
-	if err != nil {
-		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes: %w", n, err)
+// HostBytes implements gpumem.HostMapper: the window of r in its
+// allocation's mapping, or nil where the memory is not host-visible (or r
+// is not live).
+func (b *Backend) HostBytes(r storage.Resource) []byte {
+	a, err := b.lookup(r, "map")
+	if err != nil || a.mapped == nil {
+		return nil
 	}
-	if a.mapped == nil {
-		b.free(a)
-		return nil, fmt.Errorf("vulkan: staging buffer of %d bytes is not host-visible: %w", n, ErrUnsupported)
-	}
-	return a, nil
+	return a.bytes()[r.Offset : r.Offset+r.Size : r.Offset+r.Size]
 }
+
+// InvalidateHost implements gpumem.HostMapper: vkInvalidateMappedMemoryRanges
+// over r, rounded out to nonCoherentAtomSize, where the memory is not
+// coherent.
+func (b *Backend) InvalidateHost(r storage.Resource) error {
+	a, err := b.lookup(r, "map")
+	if err != nil || a.mapped == nil {
+		return err
+	}
+	return b.invalidateHost(a, r.Offset, r.Size)
+}
+
+// FlushHost implements gpumem.HostMapper: vkFlushMappedMemoryRanges over
+// r where the memory is not coherent. An allocation no longer live (the
+// device closed) has nothing to flush.
+func (b *Backend) FlushHost(r storage.Resource) error {
+	a, err := b.lookup(r, "unmap")
+	if err != nil || a.mapped == nil {
+		return nil
+	}
+	return b.flushHost(a, r.Offset, r.Size)
+}
+
+// PagesHostVisible reports whether the memory type pages get is
+// host-visible (lavapipe's, integrated GPUs'): then Buffer.Map maps device
+// memory (gpumem.HostMapper), and Write and Read go through the mapping
+// unless Options.Staging.
+func (b *Backend) PagesHostVisible() bool { return b.pagesMapped }
