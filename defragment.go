@@ -104,7 +104,15 @@ func (d *Device) Defragment(ctx context.Context, opts DefragOptions) (DefragResu
 	if err := d.lockUnlessBorrowed("Device.Defragment"); err != nil {
 		return DefragResult{}, err
 	}
-	defer d.mu.Unlock()
+	res, err := d.defragmentLocked(ctx, opts)
+	// As after Cleanup: on a backend that frees off the caller's path
+	// (Releaser), the pages given back are freed before Defragment returns.
+	d.releaseAndUnlock(err == nil)
+	return res, err
+}
+
+// defragmentLocked is Defragment under the device lock.
+func (d *Device) defragmentLocked(ctx context.Context, opts DefragOptions) (DefragResult, error) {
 	if d.closed {
 		return DefragResult{}, ErrClosed
 	}
