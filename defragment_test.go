@@ -146,6 +146,13 @@ func TestDefragmentEmptiesSparsePagesAfterEveryStreamsWorkAndEveryByteSurvives(t
 	if got := d.Stats().BytesReserved; got != 20*mib {
 		t.Fatalf("%d bytes reserved after Defragment, want 20 MiB", got)
 	}
+	metrics := map[string]uint64{}
+	for _, m := range d.Stats().Metrics() {
+		metrics[m.Name] = m.Value
+	}
+	if metrics["compaction_moves"] != 1 || metrics["compaction_pages_freed"] != 1 || metrics["compaction_bytes_freed"] != 10*mib || metrics["relocations_compact"] == 0 {
+		t.Fatalf("metrics after Defragment: %v", metrics)
+	}
 	want[0] = rewritten
 	for i, l := range live {
 		wantBytes(t, l, want[i])
