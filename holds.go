@@ -32,16 +32,7 @@ func (b *Buffer) Hold() (release func(), err error) {
 		return nil, err
 	}
 	bind := b.h.Binding()
-	done := false
-	return func() {
-		borrowed := d.lockOrBorrow()
-		defer d.unlock(borrowed)
-		if done {
-			return
-		}
-		done = true
-		bind.Release()
-	}, nil
+	return onceUnderLock(d, bind.Release), nil
 }
 
 // HoldReleases holds back the storage releases the stream makes from now
@@ -64,6 +55,16 @@ func (s *Stream) HoldReleases() (pass func(), err error) {
 	}
 	s.st.vOpened++
 	n := s.st.vOpened
+	return onceUnderLock(d, func() {
+		s.st.passHold(n)
+		s.st.releasePassed()
+	}), nil
+}
+
+// onceUnderLock returns a function that runs fn under the device lock (or
+// the lock an op borrows) at its first call and does nothing at later ones:
+// the release a Hold or HoldReleases hands out.
+func onceUnderLock(d *Device, fn func()) func() {
 	done := false
 	return func() {
 		borrowed := d.lockOrBorrow()
@@ -72,9 +73,8 @@ func (s *Stream) HoldReleases() (pass func(), err error) {
 			return
 		}
 		done = true
-		s.st.passHold(n)
-		s.st.releasePassed()
-	}, nil
+		fn()
+	}
 }
 
 // vBusy reports whether a HoldReleases hold is open.

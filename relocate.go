@@ -262,6 +262,11 @@ func reserveWithRetry(reserve func(memory.PageUpdate) (*handle.Handle, error), s
 	return nil, retried, err
 }
 
+// errExactNotTried is the own-size step's answer when it may not run (the
+// device closed, the page update no longer Allow, a capture window open):
+// the reservation's own error stands.
+var errExactNotTried = errors.New("gpumem: own-size storage not tried")
+
 // errNothingToMove is makeRoomLocked's answer to a relocating or
 // compacting stage with nothing it would move (nothing outdated, no
 // current page a compaction could empty, or the device never moves): a

@@ -175,7 +175,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	// primes none (its storage goes back when freed).
 	exact := func() (*handle.Handle, error) {
 		if d.closed || s.pageUpdateLocked() != memory.Allow || d.captureWindowOpenLocked() {
-			return nil, ErrClosed // not tried: the retry's error stands
+			return nil, errExactNotTried // the retry's error stands
 		}
 		h, err := s.mem.ReserveExact(size)
 		if err == nil {

@@ -488,13 +488,13 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 	return t, true
 }
 
-// unmapTargets are the compaction targets that free mapped granules on
+// unmapTarget is the compaction target that frees mapped granules on
 // granular storage, for a reservation that failed for want of budget to
 // map (goal: the bytes it lacked, lim.Goal): the arena's pools and the
 // small pool as one scope (pool.Arena.PlanUnmapWith), since the budget is
 // the device's whichever pool gives a granule back.
-func (a *AdaptiveMemory) unmapTargets() [1]compactTarget {
-	return [1]compactTarget{{
+func (a *AdaptiveMemory) unmapTarget() compactTarget {
+	return compactTarget{
 		can: func() bool { return a.arena.CanUnmapWith(a.small) },
 		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 			return a.arena.PlanUnmapWith(a.small, l.Goal, l, st, g)
@@ -504,7 +504,7 @@ func (a *AdaptiveMemory) unmapTargets() [1]compactTarget {
 			a.arena.Current().ReleaseEmpty(st, g)
 			a.small.ReleaseEmpty(st, g)
 		},
-	}}
+	}
 }
 
 // CanMakeHole implements Relocating: the pool that would serve size might
@@ -512,7 +512,7 @@ func (a *AdaptiveMemory) unmapTargets() [1]compactTarget {
 // storage, some mapped granule might be freed (pool.Sliced.CanUnmap).
 func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
 	if a.granule > 0 {
-		return a.unmapTargets()[0].can()
+		return a.unmapTarget().can()
 	}
 	t, ok := a.holeTarget(size)
 	return ok && t.can()
@@ -526,15 +526,12 @@ func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
 // page.
 func (a *AdaptiveMemory) MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
 	if a.granule > 0 {
-		for _, t := range a.unmapTargets() {
-			if !t.can() {
-				continue
-			}
-			if o, _ := a.compactOne(st, q, t.plan, t.commit, lim); o.Kind != relocation.NothingToMove {
-				return o
-			}
+		t := a.unmapTarget()
+		if !t.can() {
+			return relocation.Outcome{Kind: relocation.NothingToMove}
 		}
-		return relocation.Outcome{Kind: relocation.NothingToMove}
+		o, _ := a.compactOne(st, q, t.plan, t.commit, lim)
+		return o
 	}
 	t, ok := a.holeTarget(size)
 	if !ok {

@@ -676,12 +676,6 @@ func (p *Sliced) PlanUnmap(goal uint64, lim CompactLimits, st storage.Storage, g
 	return compactScope{p}.unmap(goal, lim, st, g)
 }
 
-// PlanUnmap is Sliced.PlanUnmap over the arena's pools: the run on any of
-// their pages, the targets on any other.
-func (a *Arena) PlanUnmap(goal uint64, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
-	return a.scope().unmap(goal, lim, st, g)
-}
-
 // unmapWindow is a run whose moving frees freed bytes of mapped granules.
 type unmapWindow struct {
 	holeWindow
@@ -884,9 +878,6 @@ func (pg *page) runFrees(from, to int) uint64 {
 // their mapped granules. O(slices + granules).
 func (p *Sliced) CanUnmap() bool { return compactScope{p}.canUnmap() }
 
-// CanUnmap is Sliced.CanUnmap over the arena's pools.
-func (a *Arena) CanUnmap() bool { return a.scope().canUnmap() }
-
 func (sc compactScope) canUnmap() bool {
 	n := 0
 	var free uint64
@@ -903,7 +894,7 @@ func (sc compactScope) canUnmap() bool {
 	return n >= 2 && free > 0
 }
 
-// PlanUnmapWith is Arena.PlanUnmap over the arena's pools and other: a
+// PlanUnmapWith is Sliced.PlanUnmap over the arena's pools and other: a
 // run on any of their pages, its allocations moved into mapped room on any
 // other (a small allocation may land on an arena page, an arena one on a
 // small page). On granular storage the budget is the device's, whichever
@@ -914,7 +905,7 @@ func (a *Arena) PlanUnmapWith(other *Sliced, goal uint64, lim CompactLimits, st 
 	return append(a.scope(), other).unmap(goal, lim, st, g)
 }
 
-// CanUnmapWith is Arena.CanUnmap over the arena's pools and other.
+// CanUnmapWith is Sliced.CanUnmap over the arena's pools and other.
 func (a *Arena) CanUnmapWith(other *Sliced) bool { return append(a.scope(), other).canUnmap() }
 
 // CommitWith lands a copied plan of PlanUnmapWith: every move re-pointed
