@@ -84,14 +84,15 @@ func TestAllocationAboveCapacityFailsOutOfMemoryAfterOneRetry(t *testing.T) {
 		WithProperties(memory.Properties{MaxPageSize: 8 * mib, Alignment: 32, MaxMemory: 4 * mib}),
 		WithCapacity(4*mib), WithLogger(slog.New(logs)))
 	s := d.DefaultStream()
-	// 5 MiB needs a 6 MiB page (the 2 MiB multiple holding it).
+	// 5 MiB needs a 6 MiB page (the 2 MiB multiple holding it); refused,
+	// it is asked at its own 5 MiB (PL30), refused too.
 	b, err := s.Alloc(context.Background(), 5*mib)
 	if !errors.Is(err, ErrOutOfMemory) {
 		t.Fatalf("Alloc(5 MiB) on a 4 MiB device = %v, %v; want ErrOutOfMemory", b, err)
 	}
 	var oom *storage.OutOfMemoryError
-	if !errors.As(err, &oom) || oom.Requested != 6*mib {
-		t.Fatalf("error %v does not carry the 6 MiB page asked", err)
+	if !errors.As(err, &oom) || oom.Requested != 5*mib {
+		t.Fatalf("error %v does not carry the own-size 5 MiB page asked last", err)
 	}
 	st := d.Stats()
 	if st.ReserveRetries != 1 {

@@ -154,6 +154,12 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	return a.arena.Reserve(st, size, a.g)
 }
 
+// routesToArena reports that Reserve sends size to the arena (neither the
+// tiny nor the small pool).
+func (a *AdaptiveMemory) routesToArena(size uint64) bool {
+	return size != 0 && !a.small.Accept(size)
+}
+
 // ReserveFor implements HeldBinder: Reserve's routes, each binding assigned
 // to a slice its held room serves.
 func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {

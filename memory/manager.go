@@ -321,12 +321,36 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 	return h, err
 }
 
+// ErrOwnSizeTried is ReserveExact's answer for a size whose reservation
+// already asked the storage for a page of its own size (the adaptive
+// arena on whole pages, PL30): a dedicated allocation of that size would
+// be the same request refused again.
+var ErrOwnSizeTried = errors.New("memory: own-size storage already tried")
+
+// ownSizeTried reports that a failed reservation of size in the current mode
+// already asked for a page of size's own size: the adaptive arena's route on
+// whole pages, where a refused page is asked again at the request's size.
+func (m *Manager) ownSizeTried(size uint64) bool {
+	mode := m.Mode()
+	if mode == Dedicated || mode == Persistent || m.aboveLargestPage(size) || m.granule > 0 {
+		return false
+	}
+	if m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size) {
+		return false
+	}
+	a, ok := m.dynamic.(*AdaptiveMemory)
+	return ok && a.routesToArena(size)
+}
+
 // ReserveExact serves size from storage of its own size (the direct pool,
 // as a dedicated buffer), for a reservation the device's make-room stages
 // could not serve: the page the dynamic memory needed does not fit what
 // the device has left, the exact size may. The storage's refusal is
 // returned as it is. On error nothing changed (M2).
 func (m *Manager) ReserveExact(size uint64) (*handle.Handle, error) {
+	if m.ownSizeTried(size) {
+		return nil, fmt.Errorf("%w: the arena already asked for a page of the %d bytes' own size", ErrOwnSizeTried, size)
+	}
 	m.debug("dedicated (fallback)", size)
 	h, err := m.dedicated.AllocMayRelease(m.st, size, true, m.g)
 	if invariantsOn {

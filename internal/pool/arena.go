@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -110,6 +111,35 @@ func NewArena(sizing PageSizing, lim Limits, log *slog.Logger) *Arena {
 	return a
 }
 
+// allocPage adds a page of p's size holding size to p, or, where pages are
+// backed whole and the storage refuses that page for want of memory, a page
+// of size's own effective size (at least Min) instead (PL30). A page larger
+// than its reservation is room kept for later ones, worth it while the
+// device has the bytes, and the one thing standing between the reservation
+// and the device once it has not: there the page holds what it must, as
+// PyTorch's segment of a large allocation's size does. Only a refusal
+// decides, so a device with the bytes for every page runs exactly as
+// without the rule (at a capacity at or above a trace's unlimited peak
+// nothing changes), and the refusal is the device's own, every stream's
+// storage counted. Granular storage is not asked again: it maps only the
+// granules a slice uses, the same on a page of any size, so the smaller
+// page would be refused for the same granules. When both pages
+// are refused the own-size page's error is returned: what the device lacks
+// for the smallest page that could serve size, which is what make-room's
+// stages must free.
+func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.Handle, error) {
+	h, err := p.Alloc(st, size)
+	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.GranuleOf(st) > 0 {
+		return h, err
+	}
+	_, need := padded(size, a.sizing.Align)
+	own := max(need, a.sizing.Min)
+	if own >= p.pageSize {
+		return nil, err
+	}
+	return p.allocSized(st, size, own)
+}
+
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
 	return NewSliced(pageSize, pageSize, false, a.sizing.Align, uint8(ArenaFirstIndex+slot), a.lim)
 }
@@ -156,7 +186,7 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 	h := cur.TryReserve(st, size, g)
 	if h == nil {
 		var err error
-		if h, err = cur.Alloc(st, size); err != nil {
+		if h, err = a.allocPage(st, cur, size); err != nil {
 			return nil, err
 		}
 	}
@@ -195,7 +225,7 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 		a.record(size)
 		return nil, nil
 	}
-	h, err := cur.Alloc(st, size)
+	h, err := a.allocPage(st, cur, size)
 	if err == nil {
 		a.record(size)
 	}
@@ -227,7 +257,7 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 		return nil, fmt.Errorf("%w: growing to %d-byte pages for a %d-byte allocation needs a slot, all %d hold a pool", ErrPageSizesExhausted, pageSize, size, ArenaSlots)
 	}
 	p := a.newPool(slot, pageSize)
-	h, err := p.Alloc(st, size)
+	h, err := a.allocPage(st, p, size)
 	if err != nil {
 		return nil, err
 	}

@@ -196,6 +196,13 @@
 //     more effective bytes than the bound: only a failed full scan sets it,
 //     any scan's start drops it, and a release, an unguarding or a new page
 //     raises the signal. A reservation needing more skips the scan.
+//   - (PL30) On storage that backs pages whole, a new arena page the
+//     storage refuses for want of memory is asked again at the
+//     reservation's own effective size (at least Min, below the pool's page
+//     size); only a refusal does it, so a device with the bytes for every
+//     page runs as without it. Such a page is an ordinary page of its pool
+//     (its room serves, it is released, relocated off and compacted as any
+//     other); the pool's page size stays.
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

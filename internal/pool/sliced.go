@@ -165,10 +165,20 @@ func (p *Sliced) served(size uint64) {
 // granules are mapped; a refused mapping gives the page back and returns
 // the storage's error.
 func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if _, need := padded(size, p.align); need > p.pageSize {
-		return nil, fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, p.pageSize)
+	return p.allocSized(st, size, p.pageSize)
+}
+
+// allocSized is Alloc on a new page of pageBytes, capped at the pool's page
+// size: the arena's own-size page under pressure (arena.go, PL30). Such a
+// page is an ordinary page of the pool from then on: its room serves any
+// reservation it holds, and it is released, relocated off and compacted as
+// every other page, each of which reads its size from its region.
+func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle.Handle, error) {
+	pageBytes = min(pageBytes, p.pageSize)
+	if _, need := padded(size, p.align); need > pageBytes {
+		return nil, fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, pageBytes)
 	}
-	pg, err := p.addPage(st)
+	pg, err := p.addPage(st, pageBytes)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +202,7 @@ func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) 
 }
 
 // addPage allocates and appends one page.
-func (p *Sliced) addPage(st storage.Storage) (*page, error) {
+func (p *Sliced) addPage(st storage.Storage, pageBytes uint64) (*page, error) {
 	n := len(p.pages)
 	if n >= p.lim.maxPages() {
 		return nil, fmt.Errorf("%w: pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
@@ -201,9 +211,9 @@ func (p *Sliced) addPage(st storage.Storage) (*page, error) {
 	var r storage.Region
 	var err error
 	if granule > 0 {
-		r, err = st.(storage.Granular).Reserve(p.pageSize)
+		r, err = st.(storage.Granular).Reserve(pageBytes)
 	} else {
-		r, err = st.Alloc(p.pageSize)
+		r, err = st.Alloc(pageBytes)
 	}
 	if err != nil {
 		return nil, err

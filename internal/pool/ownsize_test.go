@@ -1,0 +1,114 @@
+package pool
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gpumem/gpumem/storage"
+)
+
+// pageBytes is the size of page i of the arena pool at index.
+func pageBytes(t *testing.T, a *Arena, index uint8, i int) uint64 {
+	t.Helper()
+	p := a.Pool(index)
+	if p == nil || i >= len(p.pages) {
+		t.Fatalf("no page %d in arena pool %d", i, index)
+	}
+	return p.pages[i].size()
+}
+
+// PL30: a page of the current size that the device refuses is asked again
+// at the reservation's own effective size; that page belongs to the pool
+// from then on and serves whatever it holds, and the page size stays.
+func TestRefusedPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
+	st := storage.NewSim(32, storage.NewBudget(24*MiB))
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	arenaReserve(t, a, st, 9*MiB, nil) // grows to 10 MiB pages
+	arenaReserve(t, a, st, 9*MiB, nil) // a second 10 MiB page: 1 MiB free on each
+	cur := a.Current().Index()
+	// 3 MiB: a third 10 MiB page would need 30 of 24 MiB; its own 3 MiB fits.
+	h := arenaReserve(t, a, st, 3*MiB, nil)
+	if loc := h.Location(); loc.Pool() != cur || loc.Page() != 2 {
+		t.Fatalf("3 MiB at %v, want page 2 of the current pool %d", loc, cur)
+	}
+	if got := pageBytes(t, a, cur, 2); got != 3*MiB {
+		t.Fatalf("own-size page of %d bytes, want 3 MiB", got)
+	}
+	if a.PageSize() != 10*MiB || a.Growths() != 1 || st.BytesAllocated() != 23*MiB {
+		t.Fatalf("page size %d, %d growths, %d bytes held; want 10 MiB, 1, 23 MiB", a.PageSize(), a.Growths(), st.BytesAllocated())
+	}
+	a.Check()
+	// Freed, its room serves what it holds: two 1.5 MiB reservations land
+	// there (after the 1 MiB the 10 MiB pages hold), nothing is added.
+	h.Release()
+	for range 2 {
+		g := arenaReserve(t, a, st, 3*MiB/2, nil)
+		if loc := g.Location(); loc.Page() != 2 {
+			t.Fatalf("1.5 MiB at %v, want the own-size page 2", loc)
+		}
+	}
+	if st.BytesAllocated() != 23*MiB {
+		t.Fatalf("%d bytes held after reusing the own-size page, want 23 MiB", st.BytesAllocated())
+	}
+	a.Check()
+}
+
+// PL30 with both pages refused: the error is the own-size page's (what the
+// device lacks for the smallest page that could serve the reservation),
+// and nothing changed.
+func TestRefusedOwnSizePageReturnsItsErrorChangingNothing(t *testing.T) {
+	st := storage.NewSim(32, storage.NewBudget(22*MiB))
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	arenaReserve(t, a, st, 9*MiB, nil)
+	arenaReserve(t, a, st, 9*MiB, nil) // 20 MiB held, 2 MiB left
+	_, err := a.Reserve(st, 3*MiB, nil)
+	var oom *storage.OutOfMemoryError
+	if !errors.As(err, &oom) || oom.Requested != 3*MiB {
+		t.Fatalf("3 MiB with 2 MiB left = %v, want an *OutOfMemoryError for the own 3 MiB", err)
+	}
+	if s := a.State(); s.Shape.CurrentPages != 2 || st.BytesAllocated() != 20*MiB {
+		t.Fatalf("refused pages changed the arena: %+v, %d bytes", s, st.BytesAllocated())
+	}
+	// The own-size page is at least the smallest page: a 64 KiB + 1
+	// reservation on a 1 MiB budget is refused at 2 MiB, not below.
+	tiny := storage.NewSim(32, storage.NewBudget(1*MiB))
+	b := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	if _, err := b.Reserve(tiny, 64<<10+1, nil); !errors.As(err, &oom) || oom.Requested != 2*MiB {
+		t.Fatalf("64 KiB + 1 on a 1 MiB budget = %v, want a refusal of the 2 MiB smallest page", err)
+	}
+	a.Check()
+}
+
+// PL30 on a growth: the new pool's first page is the reservation's own size
+// when its page is refused; the page size is what the growth chose (PL27:
+// it holds the reservation), as it would be with the bytes to spare.
+func TestRefusedGrowthPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
+	history := func(a *Arena, st storage.Storage) {
+		for range 3 {
+			arenaReserve(t, a, st, 4*MiB, nil) // 4 MiB pages, served 12 MiB of 4 MiB
+		}
+	}
+	twinSt := storage.NewSim(32, nil)
+	twin := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	history(twin, twinSt)
+	arenaReserve(t, twin, twinSt, 6*MiB, nil)
+	tiled := twin.PageSize()
+	if tiled <= 6*MiB {
+		t.Fatalf("setup: the growth took %d-byte pages, want more than the 6 MiB asked", tiled)
+	}
+
+	st := storage.NewSim(32, storage.NewBudget(12*MiB+6*MiB+MiB))
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	history(a, st)
+	h := arenaReserve(t, a, st, 6*MiB, nil)
+	if a.PageSize() != tiled || a.Growths() != 2 {
+		t.Fatalf("page size %d after %d growths, want %d (the growth's choice) after 2", a.PageSize(), a.Growths(), tiled)
+	}
+	if got := pageBytes(t, a, h.Location().Pool(), 0); got != 6*MiB {
+		t.Fatalf("growth's first page of %d bytes, want the own 6 MiB", got)
+	}
+	if st.BytesAllocated() != 18*MiB {
+		t.Fatalf("%d bytes held, want 18 MiB", st.BytesAllocated())
+	}
+	a.Check()
+}
