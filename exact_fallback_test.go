@@ -23,8 +23,8 @@ func TestReservationWhosePageDoesNotFitIsServedAtItsOwnSize(t *testing.T) {
 	// 5 MiB needs another 10 MiB page: 20 > 16 MiB; its own 5 MiB fits.
 	b := mustAlloc(t, s, 5*mib)
 	st := d.Stats()
-	if st.DedicatedFallbacks != 0 || st.ReserveRetries != 0 || st.BytesAllocated != 15*mib {
-		t.Fatalf("%d fallbacks, %d retries, %d bytes allocated; want none, none, 15 MiB (the page and an own-size 5 MiB page)", st.DedicatedFallbacks, st.ReserveRetries, st.BytesAllocated)
+	if st.DedicatedFallbacks != 0 || st.ReserveRetries != 0 || st.OwnSizePages != 1 || st.BytesAllocated != 15*mib {
+		t.Fatalf("%d fallbacks, %d retries, %d own-size pages, %d bytes allocated; want none, none, one, 15 MiB (the page and an own-size 5 MiB page)", st.DedicatedFallbacks, st.ReserveRetries, st.OwnSizePages, st.BytesAllocated)
 	}
 	if st.Relocation.Runs[relocation.Compact] != 0 {
 		t.Fatalf("%d compactions: the own-size page comes first", st.Relocation.Runs[relocation.Compact])

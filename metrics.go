@@ -62,6 +62,7 @@ func (s Stats) Metrics() []Metric {
 		c("compaction_pages_freed", "current pages compaction emptied and gave back", s.Relocation.CompactPagesFreed),
 		c("compaction_bytes_freed", "bytes of those pages (mapped bytes on granular storage)", s.Relocation.CompactBytesFreed),
 		c("dedicated_fallbacks", "reservations served at their own size because no page fitted", s.DedicatedFallbacks),
+		c("own_size_pages", "pool pages taken at a reservation's own size because the device refused a page of the current size", s.OwnSizePages),
 		c("captures_sealed", "captures sealed into graphs", s.Captures.Sealed),
 		c("captures_doomed", "captures that failed", s.Captures.Doomed),
 		c("captures_abandoned", "captures abandoned", s.Captures.Abandoned),

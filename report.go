@@ -108,10 +108,16 @@ type Stats struct {
 	// page the dynamic memory needed did not fit the device, the exact
 	// size did (design §8.1).
 	DedicatedFallbacks uint64
-	ExplicitCleanups   uint64
-	GuardedPages       uint64            // live page and allocation guards (one per touched page of each sealed graph)
-	FailedReserves     map[string]uint64 // by error kind (FailureKind)
-	Captures           CaptureStats
+	// OwnSizePages counts pool pages taken at a reservation's own size
+	// because the device refused a page of the current size (whole pages
+	// only, design §5.3): the arena's own-size storage, which stays in the
+	// pool for later reservations, where a dedicated fallback goes back at
+	// its free.
+	OwnSizePages     uint64
+	ExplicitCleanups uint64
+	GuardedPages     uint64            // live page and allocation guards (one per touched page of each sealed graph)
+	FailedReserves   map[string]uint64 // by error kind (FailureKind)
+	Captures         CaptureStats
 }
 
 // Report describes every stream's pools.
@@ -142,6 +148,7 @@ func (d *Device) Stats() Stats {
 	for _, s := range d.streams {
 		ms := s.mem.Stats()
 		st.Growths += ms.Growths
+		st.OwnSizePages += ms.OwnSizePages
 		st.AllocNr += ms.AllocNr
 		st.Relocation.Add(ms.Relocation)
 		st.BytesAllocated += s.mem.BytesAllocated()

@@ -281,6 +281,10 @@ func (a *AdaptiveMemory) Report() []pool.Report {
 	return append([]pool.Report{a.tiny.Report(), a.small.Report()}, a.arena.Report()...)
 }
 
+// OwnSizePages counts the arena's pages taken at a reservation's own size
+// (pool PL30).
+func (a *AdaptiveMemory) OwnSizePages() uint64 { return a.arena.OwnSizePages() }
+
 // Growths implements Dynamic.
 func (a *AdaptiveMemory) Growths() uint64 { return a.arena.Growths() }
 

@@ -92,6 +92,10 @@ type Stats struct {
 	// BytesUnmapped counts the page bytes whose granules cleanups unmapped
 	// (granular storage only).
 	BytesUnmapped uint64
+	// OwnSizePages counts the arena pages taken at a reservation's own
+	// size because the storage refused a page of the current size (pool
+	// PL30; whole pages only).
+	OwnSizePages uint64
 }
 
 // PoolsReport describes every pool of a manager.
@@ -640,6 +644,9 @@ func (m *Manager) Growths() uint64 {
 // Stats returns the manager's counters.
 func (m *Manager) Stats() Stats {
 	st := Stats{AllocNr: m.allocNr, BytesUnmapped: m.unmapped}
+	if a, ok := m.dynamic.(*AdaptiveMemory); ok {
+		st.OwnSizePages = a.OwnSizePages()
+	}
 	if m.relocating != nil {
 		st.Growths, st.Relocation = m.relocating.Growths(), m.relocating.RelocationStats()
 	}

@@ -142,12 +142,15 @@ type Report struct {
 	// DedicatedFallbacks counts allocations served from storage of their
 	// own size because no page the memory needed fitted the device.
 	DedicatedFallbacks uint64 `json:"dedicated_fallbacks"`
-	Abandoned          uint64 `json:"relocations_abandoned"`
-	Leaked             uint64 `json:"relocations_leaked"`
-	ReserveRetries     uint64 `json:"reserve_retries"`
-	CapturesSealed     uint64 `json:"captures_sealed"`
-	CapturesDoomed     uint64 `json:"captures_doomed"`
-	CapturesAbandoned  uint64 `json:"captures_abandoned"`
+	// OwnSizePages counts pool pages taken at an allocation's own size
+	// because the device refused a page of the current size (whole pages).
+	OwnSizePages      uint64 `json:"own_size_pages"`
+	Abandoned         uint64 `json:"relocations_abandoned"`
+	Leaked            uint64 `json:"relocations_leaked"`
+	ReserveRetries    uint64 `json:"reserve_retries"`
+	CapturesSealed    uint64 `json:"captures_sealed"`
+	CapturesDoomed    uint64 `json:"captures_doomed"`
+	CapturesAbandoned uint64 `json:"captures_abandoned"`
 	// CaptureErrors counts capture events the device refused (a phase out
 	// of order, a close while another graph records, …); the replay goes
 	// on.
@@ -484,6 +487,7 @@ func (r *replayer) finish(start time.Time) {
 	rep.Leaked = st.Relocation.Leaked
 	rep.ReserveRetries = st.ReserveRetries
 	rep.DedicatedFallbacks = st.DedicatedFallbacks
+	rep.OwnSizePages = st.OwnSizePages
 	rep.CapturesSealed = st.Captures.Sealed
 	rep.CapturesDoomed = st.Captures.Doomed
 	rep.CapturesAbandoned = st.Captures.Abandoned

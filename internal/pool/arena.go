@@ -98,6 +98,9 @@ type Arena struct {
 	// served summarises the sizes reservations took from the arena (not
 	// relocation targets: a move is no new demand); a growth reads it.
 	served servedSizes
+	// ownSizePages counts the pages taken at a reservation's own size
+	// after the storage refused the pool's page (PL30).
+	ownSizePages uint64
 }
 
 // NewArena returns an arena whose slot 0 is current, with page size Min and
@@ -137,7 +140,11 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 	if own >= p.pageSize {
 		return nil, err
 	}
-	return p.allocSized(st, size, own)
+	h, err = p.allocSized(st, size, own)
+	if err == nil {
+		a.ownSizePages++
+	}
+	return h, err
 }
 
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
@@ -152,6 +159,10 @@ func (a *Arena) Current() *Sliced { return a.slots[a.current] }
 
 // PageSize is the current page size.
 func (a *Arena) PageSize() uint64 { return a.Current().pageSize }
+
+// OwnSizePages counts the pages taken at a reservation's own size because
+// the storage refused the pool's page (PL30).
+func (a *Arena) OwnSizePages() uint64 { return a.ownSizePages }
 
 // Growths counts growths so far.
 func (a *Arena) Growths() uint64 { return a.growths }
