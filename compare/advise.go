@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
+
+	"github.com/gpumem/gpumem/trace/torch"
 )
 
 // AdviceGrid is the PyTorch settings Advise replays, in PYTORCH_CUDA_ALLOC_CONF
@@ -74,10 +77,23 @@ type Advice struct {
 	// Fitting lists the policies that fit Capacity (when given).
 	Fitting []string `json:"fitting,omitempty"`
 
+	// Baseline is the policy of the settings the workload runs with now,
+	// against which "as it is" is judged: the grid's row of Options'
+	// TorchSettings (advise -torch-conf) or else of the settings the
+	// snapshot recorded (allocator_settings), the torch policy when the grid
+	// has no such row, and PyTorch's defaults when neither says otherwise.
+	// BaselineFrom says which ("-torch-conf", "the snapshot's
+	// allocator_settings", "PyTorch's defaults"), BaselineConf its conf line
+	// ("" = the defaults).
+	Baseline     string `json:"baseline_policy"`
+	BaselineConf string `json:"baseline_setting"`
+	BaselineFrom string `json:"baseline_from"`
+
 	// The answer at Comparison.Capacity; absent without a capacity.
 	//
-	// Defaults is the verdict of PyTorch's defaults there (its Margin and
-	// Headroom are the room left).
+	// Defaults is the verdict of the baseline settings there (PyTorch's
+	// defaults unless Baseline says otherwise; its Margin and Headroom are
+	// the room left). The name stays for the JSON field's readers.
 	Defaults *Verdict `json:"defaults_verdict,omitempty"`
 	// ChangeThreshold is ChangeThreshold(Capacity).
 	ChangeThreshold uint64 `json:"worth_a_change_bytes,omitempty"`
@@ -103,6 +119,10 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	policies := []string{Adaptive}
 	for _, conf := range AdviceGrid {
 		policies = append(policies, torchPrefix+conf)
+	}
+	baseline, baselineConf, baselineFrom := adviceBaseline(src, opts)
+	if !slices.Contains(policies, baseline) {
+		policies = append(policies, baseline)
 	}
 	results := make([]*Comparison, len(policies))
 	errs := make([]error, len(policies))
@@ -139,7 +159,7 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 		c.Policies = append(c.Policies, r.Policies...)
 	}
 	c.addFrames(src, opts.Frames)
-	a := &Advice{Comparison: c}
+	a := &Advice{Comparison: c, Baseline: baseline, BaselineConf: baselineConf, BaselineFrom: baselineFrom}
 	var best *PolicyResult
 	for i := range c.Policies {
 		p := &c.Policies[i]
@@ -162,6 +182,27 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	return a, nil
 }
 
+// adviceBaseline is the policy "as it is" is judged by (Advice.Baseline),
+// its conf line and where its settings came from: a user who recorded the
+// snapshot with expandable_segments:True asks whether *that* fits, not
+// whether PyTorch's defaults would.
+func adviceBaseline(src Source, opts Options) (policy, conf, from string) {
+	base, from := opts.TorchSettings, "-torch-conf"
+	if base == nil {
+		base, from = src.TorchSettings, "the snapshot's allocator_settings"
+	}
+	if base == nil || base.IsDefault() {
+		return defaultsPolicy, "", "PyTorch's defaults"
+	}
+	conf = base.String()
+	for _, g := range AdviceGrid {
+		if s, err := torch.ParseConf(g); err == nil && s.String() == conf {
+			return torchPrefix + g, conf, from
+		}
+	}
+	return Torch, conf, from
+}
+
 // decide answers at the capacity. The defaults' verdict comes first. A
 // setting is recommended only when the defaults do not fit, or when it
 // gains at least ChangeThreshold of margin over them; otherwise the
@@ -177,7 +218,7 @@ func (a *Advice) decide() {
 	var defaults, pick *PolicyResult
 	for i := range c.Policies {
 		p := &c.Policies[i]
-		if p.Name == defaultsPolicy {
+		if p.Name == a.Baseline {
 			defaults = p
 			a.Defaults = p.Verdict
 		}
@@ -211,6 +252,8 @@ func (a *Advice) decide() {
 	a.UseLine = "PYTORCH_CUDA_ALLOC_CONF=" + *pick.TorchConf
 	if *pick.TorchConf == "" {
 		a.UseLine = "unset PYTORCH_CUDA_ALLOC_CONF (PyTorch's defaults)"
+	} else if pick == defaults && a.Baseline != defaultsPolicy {
+		a.UseLine += " (as now: " + a.BaselineFrom + ")"
 	}
 }
 

@@ -42,6 +42,7 @@ type adviceTable struct {
 
 func (a *Advice) adviceTable() adviceTable {
 	c := a.Comparison
+	_, short := a.baselineWords()
 	t := adviceTable{Answer: a.answerLines()}
 	t.Groups = []htmlGroup{{"", 1}}
 	t.Columns = []string{"setting (PYTORCH_CUDA_ALLOC_CONF)"}
@@ -57,7 +58,7 @@ func (a *Advice) adviceTable() adviceTable {
 	t.Groups = append(t.Groups, htmlGroup{"unlimited", 1})
 	t.Columns = append(t.Columns, "peak reserved")
 	for _, p := range c.Policies {
-		r := adviceRow{Setting: strings.SplitAfter(settingName(p), ",")}
+		r := adviceRow{Setting: strings.SplitAfter(a.rowName(p), ",")}
 		if p.Name == a.Recommended {
 			r.Class, r.Marks = "recommended", append(r.Marks, "▶ recommended")
 		}
@@ -89,7 +90,7 @@ func (a *Advice) adviceTable() adviceTable {
 		t.Notes = append(t.Notes, "* smallest device: "+confName(a.Best)+", the PyTorch setting that needs the smallest device.")
 	}
 	t.Notes = append(t.Notes,
-		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+pool.Bytes(ChangeThreshold(c.Capacity)).String()+" more margin than the defaults (the larger of 1 GiB and 1% of the capacity).",
+		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+pool.Bytes(ChangeThreshold(c.Capacity)).String()+" more margin than "+short+" (the larger of 1 GiB and 1% of the capacity).",
 		"retries: allocations that released cached memory and tried again (PyTorch's num_alloc_retries, gpumem's cleanups); cudaMalloc, cudaFree: PyTorch's num_device_alloc and num_device_free (page maps and unmaps with expandable segments); relocations: gpumem's.",
 		"garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.")
 	return t

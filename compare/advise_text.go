@@ -38,7 +38,7 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 		for i, l := range lines {
 			writeWrapped(&b, l, proseWidth)
 			if d := a.Defaults; i == 0 && d != nil && !d.Fits {
-				writeFrames(&b, d.Allocation, defaultsPolicy, map[int]string{})
+				writeFrames(&b, d.Allocation, a.Baseline, map[int]string{})
 			}
 		}
 	}
@@ -60,7 +60,7 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 		t.groups[2].Columns = append(t.groups[2].Columns, "margin")
 	}
 	for _, p := range c.Policies {
-		row := []string{a.mark(p), settingName(p), pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
+		row := []string{a.mark(p), a.rowName(p), pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
 		if p.MinCapacity > 0 {
 			row[4], row[5] = pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver)
 		}
@@ -114,13 +114,14 @@ func (a *Advice) answerLines() []string {
 	var lines []string
 	var defaults *PolicyResult
 	for i := range c.Policies {
-		if c.Policies[i].Name == defaultsPolicy {
+		if c.Policies[i].Name == a.Baseline {
 			defaults = &c.Policies[i]
 		}
 	}
+	now, short := a.baselineWords()
 	if d := a.Defaults; d != nil && defaults != nil {
 		if d.Fits {
-			l := fmt.Sprintf("at %s PyTorch's defaults fit", capacity)
+			l := fmt.Sprintf("at %s %s fit", capacity, now)
 			if d.Margin != nil {
 				l += fmt.Sprintf(", with %s of margin (%s less their smallest device, %s: the room the workload could still grow into)",
 					signedBytes(*d.Margin), capacity, pool.Bytes(defaults.MinDevice))
@@ -131,7 +132,7 @@ func (a *Advice) answerLines() []string {
 			if d.Allocation != nil {
 				where = d.Allocation.String()
 			}
-			l := fmt.Sprintf("at %s PyTorch's defaults do not fit: out of memory at %s", capacity, where)
+			l := fmt.Sprintf("at %s %s do not fit: out of memory at %s", capacity, now, where)
 			if defaults.MinDevice > 0 {
 				l += fmt.Sprintf(" (their smallest device is %s)", pool.Bytes(defaults.MinDevice))
 			}
@@ -142,14 +143,14 @@ func (a *Advice) answerLines() []string {
 	rec := a.recommended()
 	switch a.Decision {
 	case DecisionDefaultsFit:
-		l := "the defaults already fit: no setting of the grid gains a change's worth of margin over them " + threshold
+		l := short + " already fit: no setting of the grid gains a change's worth of margin over them " + threshold
 		if g, name := a.largestGain(); g > 0 {
 			l += fmt.Sprintf("; the most, %s, gains %s", name, pool.Bytes(g))
 		}
 		lines = append(lines, l+".")
 	case DecisionWorthAChange:
-		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over the defaults, at least a change's worth %s%s.",
-			*rec.TorchConf, signedBytes(*a.Gain), threshold, fitCost(rec)))
+		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over %s, at least a change's worth %s%s.",
+			*rec.TorchConf, signedBytes(*a.Gain), short, threshold, fitCost(rec)))
 	case DecisionDefaultsDoNotFit:
 		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s of margin and %s of headroom at its peak%s.",
 			*rec.TorchConf, marginText(rec.Verdict), pool.Bytes(rec.Verdict.Headroom), fitCost(rec)))
@@ -175,12 +176,34 @@ func (a *Advice) recommended() *PolicyResult {
 	return nil
 }
 
+// baselineWords names the baseline settings in the answer: in full ("PyTorch's
+// defaults", "the recorded settings (expandable_segments:True)") and short
+// ("the defaults", "they").
+func (a *Advice) baselineWords() (full, short string) {
+	switch a.BaselineFrom {
+	case "", "PyTorch's defaults":
+		return "PyTorch's defaults", "the defaults"
+	case "-torch-conf":
+		return fmt.Sprintf("the -torch-conf settings (%s)", a.BaselineConf), "the -torch-conf settings"
+	}
+	return fmt.Sprintf("the settings the snapshot recorded (%s)", a.BaselineConf), "the recorded settings"
+}
+
+// rowName is a row's setting, the baseline's marked as the settings in use
+// when they are not PyTorch's defaults.
+func (a *Advice) rowName(p PolicyResult) string {
+	if p.Name == a.Baseline && a.Baseline != defaultsPolicy {
+		return settingName(p) + " (now)"
+	}
+	return settingName(p)
+}
+
 // largestGain is the most margin a fitting setting gains over the
-// defaults, and that setting (0 and "" when none gains).
+// baseline, and that setting (0 and "" when none gains).
 func (a *Advice) largestGain() (uint64, string) {
 	var defaults uint64
 	for _, p := range a.Comparison.Policies {
-		if p.Name == defaultsPolicy {
+		if p.Name == a.Baseline {
 			defaults = p.MinDevice
 		}
 	}
@@ -221,7 +244,7 @@ func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
 	var relocated []string
 	for _, p := range c.Policies {
 		s := p.MinCapacitySlowPath
-		row := []string{a.mark(p), settingName(p)}
+		row := []string{a.mark(p), a.rowName(p)}
 		if c.Capacity > 0 {
 			if p.Verdict == nil {
 				continue

@@ -522,6 +522,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	wide := fs.Bool("wide", false, "text report on one row of column groups, however wide (default: at most 120 columns, groups stacked)")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	requireFit := fs.Bool("require-fit", false, "exit with status 3 when no PyTorch setting of the grid fits -capacity (for scripts)")
+	torchConf := fs.String("torch-conf", "", "the settings the workload runs with now, in PYTORCH_CUDA_ALLOC_CONF syntax (`CONF`), which \"as it is\" is judged by (default: the settings the snapshot recorded, else PyTorch's defaults)")
 	frames := fs.Int("frames", defaultFrames, framesHelp)
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
@@ -562,6 +563,13 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames}
+	if *torchConf != "" {
+		s, err := torch.ParseConf(*torchConf)
+		if err != nil {
+			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
+		}
+		opts.TorchSettings = &s
+	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}

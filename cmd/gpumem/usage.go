@@ -44,11 +44,12 @@ defaults, expandable segments, max_split_size_mb 64–512,
 roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
 0.8, and the combinations that matter) beside gpumem's adaptive policy:
 each setting's peak reserved and smallest capacity, the one that needs the
-smallest device marked. With -capacity it answers in order: do PyTorch's
-defaults fit, with what margin (the capacity less their smallest device)
-and headroom at their peak; and is a setting worth a change — only when
-the defaults do not fit, or when it gains at least max(1 GiB, 1% of the
-capacity) of margin; otherwise the defaults already fit. Each setting's
+smallest device marked. With -capacity it answers in order: do the
+settings the workload runs with now fit (those the snapshot recorded, or
+-torch-conf's, else PyTorch's defaults), with what margin (the capacity
+less their smallest device) and headroom at their peak; and is a setting
+worth a change — only when they do not fit, or when it gains at least
+max(1 GiB, 1% of the capacity) of margin; otherwise they already fit. Each setting's
 slow path at the capacity (retries, cudaMalloc and cudaFree calls) is
 shown beside it. -require-fit exits 3 when no setting fits. Settings run
 in parallel.`
