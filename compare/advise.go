@@ -40,9 +40,11 @@ const defaultsPolicy = torchPrefix + torchDefaults
 
 // Decisions Advice.Decision takes at a capacity, in the order a user
 // asks: does it fit as it is, and would a setting buy something worth a
-// change.
+// change. "The defaults" in their names and here are the settings in use,
+// Advice.Baseline: PyTorch's defaults unless the snapshot recorded, or
+// -torch-conf named, others.
 const (
-	// DecisionDefaultsFit: PyTorch's defaults fit and no setting gains
+	// DecisionDefaultsFit: the defaults fit and no setting gains
 	// ChangeThreshold of margin over them; keep them.
 	DecisionDefaultsFit = "defaults-fit"
 	// DecisionWorthAChange: the defaults fit, and the recommended setting
@@ -63,14 +65,16 @@ const (
 // to a configuration that works.
 func ChangeThreshold(capacity uint64) uint64 { return max(1<<30, capacity/100) }
 
-// Advice is Advise's result: the comparison of every grid setting with
-// gpumem's adaptive policy, the setting that needs the smallest device
-// and, at a capacity, the answer: whether PyTorch's defaults fit, with
-// what margin and headroom, and whether a setting is worth a change.
+// Advice is Advise's result: the comparison of every grid setting (and of
+// the settings in use, when the grid lacks them) with gpumem's adaptive
+// policy, the setting that needs the smallest device and, at a capacity,
+// the answer: whether the settings in use fit, with what margin and
+// headroom, and whether a setting is worth a change.
 type Advice struct {
 	Comparison *Comparison `json:"comparison"`
-	// Best is the grid setting with the smallest smallest-capacity (the
-	// earlier in the grid on a tie), as a conf line ("" = defaults): the
+	// Best is the PyTorch setting with the smallest smallest-capacity (the
+	// earlier row on a tie; the settings in use are a row, last when the
+	// grid lacks them), as a conf line ("" = defaults): the
 	// smallest-device pick, whatever the capacity.
 	Best       string `json:"best_setting"`
 	BestPolicy string `json:"best_policy"`
@@ -99,8 +103,8 @@ type Advice struct {
 	ChangeThreshold uint64 `json:"worth_a_change_bytes,omitempty"`
 	// Decision is one of the Decision constants.
 	Decision string `json:"decision,omitempty"`
-	// Recommended is the policy to run with (torch:defaults when the
-	// defaults already fit), RecommendedConf its conf line, Gain the
+	// Recommended is the policy to run with (Baseline when the settings in
+	// use already fit), RecommendedConf its conf line, Gain the
 	// margin it gains over the defaults (both fit only); absent when none
 	// fits.
 	Recommended     string  `json:"recommended_policy,omitempty"`
@@ -191,12 +195,19 @@ func adviceBaseline(src Source, opts Options) (policy, conf, from string) {
 	if base == nil {
 		base, from = src.TorchSettings, "the snapshot's allocator_settings"
 	}
-	if base == nil || base.IsDefault() {
+	if base == nil || (base.IsDefault() && len(base.Unmodelled) == 0) {
 		return defaultsPolicy, "", "PyTorch's defaults"
 	}
+	// Options the model does not change anything for (Unmodelled) stay in
+	// the line the user sees, not in the row the settings are replayed as.
 	conf = base.String()
+	if base.IsDefault() {
+		return defaultsPolicy, conf, from
+	}
+	modelled := *base
+	modelled.Unmodelled = nil
 	for _, g := range AdviceGrid {
-		if s, err := torch.ParseConf(g); err == nil && s.String() == conf {
+		if s, err := torch.ParseConf(g); err == nil && s.String() == modelled.String() {
 			return torchPrefix + g, conf, from
 		}
 	}

@@ -77,6 +77,15 @@ func TestAdviseBaselineOutsideTheGridAndItsPrecedence(t *testing.T) {
 	if a.Baseline != torchPrefix+"max_split_size_mb:128" || a.BaselineFrom != "-torch-conf" {
 		t.Fatalf("baseline %q from %q, want -torch-conf's max_split_size_mb:128 row", a.Baseline, a.BaselineFrom)
 	}
+	// Options the model ignores keep the grid's row and stay in the line.
+	a = adviseWith(t, flushTrace(), 0, mustConf(t, "expandable_segments:True,pinned_use_cuda_host_register:True"), nil)
+	if a.Baseline != torchPrefix+"expandable_segments:True" || !strings.Contains(a.BaselineConf, "pinned_use_cuda_host_register:True") || len(a.Comparison.Policies) != len(AdviceGrid)+1 {
+		t.Fatalf("unmodelled option: baseline %q (%q) with %d rows, want the grid's expandable row, the full line and no extra row", a.Baseline, a.BaselineConf, len(a.Comparison.Policies))
+	}
+	a = adviseWith(t, flushTrace(), 0, nil, mustConf(t, "pinned_use_cuda_host_register:True"))
+	if a.Baseline != defaultsPolicy || a.BaselineFrom != "-torch-conf" {
+		t.Fatalf("only an unmodelled option: baseline %q from %q, want the defaults' row from -torch-conf", a.Baseline, a.BaselineFrom)
+	}
 	a = adviseWith(t, flushTrace(), 0, &torch.Settings{}, nil)
 	if a.Baseline != defaultsPolicy || len(a.Comparison.Policies) != len(AdviceGrid)+1 {
 		t.Fatalf("recorded defaults: baseline %q with %d rows, want the defaults' row and no extra one", a.Baseline, len(a.Comparison.Policies))

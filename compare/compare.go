@@ -234,8 +234,20 @@ type Comparison struct {
 	// advice, set on the copy gpumem advise renders, makes the HTML page
 	// advise's: its title and the advice first (advise_html.go).
 	advice *Advice
-	// baseConf is the torch policy's settings as a conf line.
+	// baseConf is the settings PyTorch recorded as a conf line
+	// (recordedConf).
 	baseConf string
+}
+
+// recordedConf is the conf line of the settings PyTorch ran the trace with:
+// the snapshot's allocator_settings, else PyTorch's defaults. The model's
+// peak is held against the recorded one only for a row with these settings
+// (not -torch-conf's, which PyTorch did not run).
+func recordedConf(src Source) string {
+	if src.TorchSettings == nil {
+		return ""
+	}
+	return src.TorchSettings.String()
 }
 
 // Run replays src under each policy.
@@ -289,7 +301,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		Overhead:          opts.Overhead,
 		firstT:            src.Events[0].T,
 		TorchSettingsFrom: settingsFrom,
-		baseConf:          how.torchBase.String(),
+		baseConf:          recordedConf(src),
 		lastT:             src.Events[len(src.Events)-1].T,
 	}
 	if src.PyTorch != nil {

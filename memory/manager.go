@@ -325,15 +325,20 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 	return h, err
 }
 
-// ErrOwnSizeTried is ReserveExact's answer for a size whose reservation
-// already asked the storage for a page of its own size (the adaptive
-// arena on whole pages, PL30): a dedicated allocation of that size would
-// be the same request refused again.
+// ErrOwnSizeTried is ReserveExact's answer for a size whose latest
+// reservation already asked the storage for a page of exactly its own
+// effective size and was refused (the adaptive arena on whole pages, pool
+// PL30): a dedicated allocation of that size would be the same request
+// refused again.
 var ErrOwnSizeTried = errors.New("memory: own-size storage already tried")
 
-// ownSizeTried reports that a failed reservation of size in the current mode
-// already asked for a page of size's own size: the adaptive arena's route on
-// whole pages, where a refused page is asked again at the request's size.
+// ownSizeTried reports that the latest reservation of size, in the current
+// mode, already asked the storage for exactly size's effective bytes and
+// was refused: the adaptive arena's route on whole pages, where a refused
+// page is asked again at the request's size (Arena.RefusedOwnSize). A size
+// whose own-size page would be the larger smallest page, or that found the
+// arena's page sizes exhausted, never asked those bytes: it gets its
+// dedicated try.
 func (m *Manager) ownSizeTried(size uint64) bool {
 	mode := m.Mode()
 	if mode == Dedicated || mode == Persistent || m.aboveLargestPage(size) || m.granule > 0 {
@@ -343,7 +348,7 @@ func (m *Manager) ownSizeTried(size uint64) bool {
 		return false
 	}
 	a, ok := m.dynamic.(*AdaptiveMemory)
-	return ok && a.routesToArena(size)
+	return ok && a.routesToArena(size) && a.arena.RefusedOwnSize(size)
 }
 
 // ReserveExact serves size from storage of its own size (the direct pool,

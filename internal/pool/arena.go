@@ -101,6 +101,11 @@ type Arena struct {
 	// ownSizePages counts the pages taken at a reservation's own size
 	// after the storage refused the pool's page (PL30).
 	ownSizePages uint64
+	// refusedOwn is the effective size of the own-size page the storage
+	// refused in the arena's latest reservation (0: none was refused), so
+	// that a caller about to ask the storage for that same size knows the
+	// answer (RefusedOwnSize).
+	refusedOwn uint64
 }
 
 // NewArena returns an arena whose slot 0 is current, with page size Min and
@@ -132,7 +137,7 @@ func NewArena(sizing PageSizing, lim Limits, log *slog.Logger) *Arena {
 // stages must free.
 func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.Handle, error) {
 	h, err := p.Alloc(st, size)
-	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.GranuleOf(st) > 0 {
+	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) || storage.GranuleOf(st) > 0 {
 		return h, err
 	}
 	_, need := padded(size, a.sizing.Align)
@@ -141,10 +146,24 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 		return nil, err
 	}
 	h, err = p.allocSized(st, size, own)
-	if err == nil {
+	switch {
+	case err == nil:
 		a.ownSizePages++
+	case errors.Is(err, storage.ErrOutOfMemory):
+		a.refusedOwn = own
 	}
 	return h, err
+}
+
+// RefusedOwnSize reports that the arena's latest reservation was of size and
+// the storage refused its page at size's own effective size (PL30): asking
+// the storage for those bytes again, as a dedicated allocation, would be the
+// same request refused. Not so when the own-size page was larger than size
+// (the smallest page is Min), when none was asked (the pool's page was no
+// larger, or the growth found no slot), or on granular storage.
+func (a *Arena) RefusedOwnSize(size uint64) bool {
+	_, need := padded(size, a.sizing.Align)
+	return a.refusedOwn != 0 && a.refusedOwn == need
 }
 
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
@@ -186,6 +205,7 @@ func (a *Arena) Accept(size uint64) bool {
 // else a new page), by growing when it does not; TooLarge → ErrBufferTooBig,
 // nothing changed.
 func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (*handle.Handle, error) {
+	a.refusedOwn = 0
 	kind, grown := a.sizing.Fit(size, a.PageSize())
 	switch kind {
 	case TooLarge:
@@ -228,6 +248,7 @@ func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph
 // allocation at once (Sliced.TryReserveFor) and nil is returned; a growth
 // or a new page returns the reservation's clone, as Reserve does.
 func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
+	a.refusedOwn = 0
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
 		return a.Reserve(st, size, g) // too large, or a growth
 	}

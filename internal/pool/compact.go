@@ -115,7 +115,8 @@ type compactSource struct {
 
 // sparser orders candidates by density, live bytes per page byte, least
 // first (exactly: live·size' < live'·size in 128 bits), then by the scope's
-// order. On one pool, whose pages share one size, that is least live bytes.
+// order. On pages of one size that is least live bytes; density also ranks
+// an arena's own-size pages (PL30) among the pool's.
 func (c compactSource) sparser(d compactSource) int {
 	h1, l1 := bits.Mul64(c.live, d.size)
 	h2, l2 := bits.Mul64(d.live, c.size)
@@ -134,8 +135,8 @@ func (c compactSource) sparser(d compactSource) int {
 // page: an unguarded page holds live slices, none bound, and the unguarded
 // pages hold at least one page of free room between them. That is necessary:
 // emptying a page of live bytes L into the others needs L of their room,
-// and the page itself holds pageSize − L, so the room in all is at least a
-// page. The plan decides. O(slices).
+// and the page itself holds its size less L, so the room in all is at least
+// that page's size. The plan decides. O(slices).
 func (p *Sliced) CanCompact() bool { return compactScope{p}.canCompact() }
 
 // canCompact is CanCompact over the scope: the free room of its unguarded
@@ -184,8 +185,9 @@ func movableLive(pg *page) (uint64, bool) {
 // In order:
 //  1. Candidates: unguarded pages holding live slices, none of them bound (a
 //     mapping, a queued cross-stream use, a graph's record), sorted by
-//     density (live bytes per page byte) ascending: on one pool, whose
-//     pages share one size, least live bytes. Ties by position.
+//     density (live bytes per page byte) ascending: on pages of one size,
+//     least live bytes (an own-size page, PL30, ranks by its own size).
+//     Ties by position.
 //  2. For each candidate in turn that no earlier chosen page took a target
 //     on: its live slices, largest first, each take the best fit (the
 //     smallest free slice that holds it) among the unguarded pages that are

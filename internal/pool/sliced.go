@@ -74,7 +74,8 @@ func (p *Sliced) scanFailed(largest uint64) {
 // Index implements Pool.
 func (p *Sliced) Index() uint8 { return p.index }
 
-// PageSize is the size of every page of the pool.
+// PageSize is the size of the pool's pages: every page has it, except the
+// arena's own-size pages (PL30), which are smaller.
 func (p *Sliced) PageSize() uint64 { return p.pageSize }
 
 // Pages is the number of pages held.
@@ -194,7 +195,7 @@ func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle
 		p.pages = p.pages[:len(p.pages)-1]
 		pg.shed(nil)
 		st.Dealloc(pg.region.ID)
-		return nil, fmt.Errorf("%w: %d bytes (with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, p.pageSize)
+		return nil, fmt.Errorf("%w: %d bytes (with padding) exceed the %d-byte page", ErrBufferTooBig, size, pageBytes)
 	}
 	p.served(size)
 	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
