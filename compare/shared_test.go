@@ -32,17 +32,18 @@ func sharedSource(t *testing.T, name string) Source {
 
 // The figures the replay tool exists to show: on every shared snapshot the
 // granular adaptive memory needs less than PyTorch reserved, at its smallest
-// capacity no more than it does with tiled pages (1.000, 1.003 and 1.065 ×
-// peak live; issue 13 asks for at most 1.000, 1.004 and 1.065), and its peak
-// reserved stays below PyTorch's.
+// capacity no more than it does with its pages the largest page (pool PL31:
+// 1.0007, 1.0012 and 1.0073 × peak live; issue 23 asks for the U-Net
+// within 1.01; with tiled pages they were 1.000, 1.003 and 1.046), and its
+// peak reserved stays below PyTorch's.
 func TestAdaptiveNeedsLessThanPyTorchReservedOnSharedSnapshots(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
 		maxOverPeak float64
 	}{
-		{"transformer-ctx128-fullstep.pickle", 1.0005},
-		{"transformer-ctx128-forward.pickle", 1.0035},
-		{"unet-snapshot.pickle", 1.066},
+		{"transformer-ctx128-fullstep.pickle", 1.001},
+		{"transformer-ctx128-forward.pickle", 1.0015},
+		{"unet-snapshot.pickle", 1.01},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := sharedSource(t, tc.name)
@@ -101,6 +102,31 @@ func TestWholePagesNeedNoMoreThanPyTorchReservedOnSharedSnapshots(t *testing.T) 
 				t.Errorf("%d relocations at the smallest capacity %d bought nothing: %d without relocation", pages.MinCapacityRelocations, pages.MinCapacity, norelocate.MinCapacity)
 			}
 			t.Logf("PyTorch %d; %s %d / %d; %s %d / %d (unlimited / smallest)", pytorch, pages.Name, pages.PeakReserved, pages.MinCapacity, norelocate.Name, norelocate.PeakReserved, norelocate.MinCapacity)
+		})
+	}
+}
+
+// Issue 23's target for granules: on every shared snapshot adaptive needs
+// no larger a device than PyTorch under any setting of advise's grid
+// (expandable segments needed 2 MiB less on the forward pass and the same
+// on the U-Net while the granular arena tiled its page sizes; with the
+// largest page, pool PL31, 18,478 vs 18,500 MiB and 104 vs 108 MiB).
+func TestAdaptiveNeedsNoMoreThanAnyAdvisedSettingOnSharedSnapshots(t *testing.T) {
+	if raceDetector {
+		t.Skip("checked by go test without -race: the grid's 14 replays and searches per snapshot take minutes under the race detector")
+	}
+	for _, name := range []string{"transformer-ctx128-forward.pickle", "transformer-ctx128-fullstep.pickle", "unet-snapshot.pickle"} {
+		t.Run(name, func(t *testing.T) {
+			a, err := Advise(context.Background(), sharedSource(t, name), Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			adaptive := policyOf(t, a, Adaptive)
+			for _, p := range a.Comparison.Policies {
+				if isTorch(p.Name) && p.MinCapacity > 0 && adaptive.MinCapacity > p.MinCapacity {
+					t.Errorf("adaptive needs %d MiB, %s %d MiB", adaptive.MinCapacity>>20, p.Name, p.MinCapacity>>20)
+				}
+			}
 		})
 	}
 }

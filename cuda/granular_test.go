@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/gpumem/gpumem"
@@ -70,17 +71,17 @@ func TestGranularPageGivesBackItsFreedMiddle(t *testing.T) {
 	s := d.DefaultStream()
 	ctx := context.Background()
 
-	// A buffer of four and a half granules (18 MiB) grows the arena to a
-	// page of its size (five granules, the last one partial) and maps
-	// granules 0–4; freed, its page stays and serves the three buffers below,
-	// which fill it.
+	// A buffer of four and a half granules (18 MiB) grows the arena to the
+	// largest page (on granular storage a page is address space: pool
+	// PL31) and maps granules 0–4; freed, its page stays and serves the
+	// three buffers below, which fill those granules.
 	mustFree(t, mustAlloc(t, s, 4*g+g/2))
 	if got := f.mappedBytes(); got != 5*g {
 		t.Fatalf("fake maps %d bytes after a %d-byte buffer, want %d", got, 4*g+g/2, 5*g)
 	}
 	reserve := f.last(t, "cuMemAddressReserve")
-	if reserve.args["size"] != "20971520" {
-		t.Fatalf("page reservation %v: want five whole granules (20 MiB)", reserve)
+	if want := strconv.FormatUint(b.Properties().MaxPageSize, 10); reserve.args["size"] != want {
+		t.Fatalf("page reservation %v: want the largest page (%s bytes)", reserve, want)
 	}
 	base := reserve.args["ptr"]
 	front := mustAlloc(t, s, g) // granule 0

@@ -15,16 +15,24 @@ import (
 // storage the small page is SmallPage, 8 MiB.
 func granularManager(t *testing.T, st storage.Storage, maxMemory uint64, c memory.Config) *memory.Manager {
 	t.Helper()
-	return newManagerOn(t, st, memory.Properties{MaxPageSize: gib, Alignment: 32, MaxMemory: maxMemory}, c)
+	return granularManagerMax(t, st, maxMemory, gib, c)
+}
+
+// granularManagerMax is granularManager with a max page of maxPage: on
+// granular storage the arena's first growth takes the largest page (pool
+// PL31), so a test that wants 20 MiB pages says so here.
+func granularManagerMax(t *testing.T, st storage.Storage, maxMemory, maxPage uint64, c memory.Config) *memory.Manager {
+	t.Helper()
+	return newManagerOn(t, st, memory.Properties{MaxPageSize: maxPage, Alignment: 32, MaxMemory: maxMemory}, c)
 }
 
 func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 	st := storage.NewGranularSim(32, 2*mib, nil)
-	m := granularManager(t, st, 0, memory.Config{})
+	m := granularManagerMax(t, st, 0, 20*mib, memory.Config{})
 	if m.Granule() != 2*mib {
 		t.Fatalf("manager granule %d", m.Granule())
 	}
-	big := alloc(t, m, 19*mib, memory.Allow) // grows to a 20 MiB page: 10 granules, all touched
+	big := alloc(t, m, 19*mib, memory.Allow) // grows to the largest page, 20 MiB: 10 granules, all touched
 	if st.BytesAllocated() != 20*mib || st.BytesReserved() != 20*mib {
 		t.Fatalf("one 19 MiB allocation: %d mapped, %d reserved", st.BytesAllocated(), st.BytesReserved())
 	}
@@ -53,9 +61,9 @@ func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 
 func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T) {
 	st := storage.NewGranularSim(32, 2*mib, nil)
-	// Capacity 64 MiB, current page 20 MiB (20 MiB grows it to the smallest
-	// page that holds it): High ⇔ mapped + 20 > 64 − 20.
-	m := granularManager(t, st, 64*mib, memory.Config{})
+	// Capacity 64 MiB, current page 20 MiB (20 MiB grows it to the largest
+	// page): High ⇔ mapped + 20 > 64 − 20.
+	m := granularManagerMax(t, st, 64*mib, 20*mib, memory.Config{})
 	big := alloc(t, m, 20*mib, memory.Allow)
 	keep := alloc(t, m, 1*mib, memory.Allow) // a second 20 MiB page, one granule mapped
 	big.Release()

@@ -34,11 +34,18 @@ import (
 //go:embed kernels.ptx
 var kernelsPTX []byte
 
+// wholePages backs the arena's pages whole (cuMemAlloc), so that it grows
+// as the rounds' buffers grow and leaves outdated pages for relocation to
+// move the kept buffers off. On granular pages (the backend's default where
+// the driver has virtual memory) the first growth takes the largest page,
+// a page being address space there, and nothing is ever outdated.
+var wholePages = gpumem.WithPageGranular(false)
+
 func main() {
 	device := flag.Int("device", 0, "CUDA device ordinal")
 	launches := flag.Int("launches", 50, "graph launches of the captured step")
 	flag.Parse()
-	dev, err := cuda.OpenDevice(cuda.Options{Device: *device})
+	dev, err := cuda.OpenDevice(cuda.Options{Device: *device}, wholePages)
 	if err != nil {
 		if errors.Is(err, gpumem.ErrNotSupported) {
 			fmt.Fprintln(os.Stderr, "no CUDA driver found:", err)

@@ -13,7 +13,7 @@ import (
 // happen between steps, the captured step replays, and every result
 // checks out on the host (run fails otherwise).
 func TestExampleChecksItsResultsOnTheFakeDriver(t *testing.T) {
-	dev, err := cuda.OpenDevice(cuda.Options{Library: fakecuda.Build(t)})
+	dev, err := cuda.OpenDevice(cuda.Options{Library: fakecuda.Build(t)}, wholePages)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -270,14 +270,7 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 // the bytes the arena holds (a scan of its pools, skipped when the history
 // is too thin to tile: growths are rare).
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
-	_, need := padded(size, a.sizing.Align)
-	footprint := need
-	if !a.served.thin(need) { // else tiled takes smallest: no scan
-		// Effective bytes, as need and the served sizes are; slices
-		// freed but still bound take room too.
-		footprint = storage.SatAdd(a.Usage().BytesOccupied(), need)
-	}
-	pageSize := a.sizing.tiled(need, smallest, footprint, &a.served)
+	pageSize := a.growthPageSize(st, size, smallest)
 	slot := -1
 	for i, p := range a.slots {
 		if p == nil {
@@ -300,6 +293,27 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 	a.record(size)
 	a.log.Info("gpumem: arena grew", "page_size", pageSize, "slot", slot, "outdated_pools", len(a.outdated))
 	return h, nil
+}
+
+// growthPageSize is the page size a growth for size takes (PL31): on
+// granular storage the largest page, because a page is address space there
+// and only the granules a slice uses are mapped, so a larger page costs
+// nothing, while every page boundary costs a partly used granule and every
+// further growth outdates a pool that must drain or be relocated off; on
+// whole pages what the arena served tiles (tiling.go), from Fit's smallest
+// up.
+func (a *Arena) growthPageSize(st storage.Storage, size, smallest uint64) uint64 {
+	if storage.GranuleOf(st) > 0 {
+		return a.sizing.Max
+	}
+	_, need := padded(size, a.sizing.Align)
+	footprint := need
+	if !a.served.thin(need) { // else tiled takes smallest: no scan
+		// Effective bytes, as need and the served sizes are; slices
+		// freed but still bound take room too.
+		footprint = storage.SatAdd(a.Usage().BytesOccupied(), need)
+	}
+	return a.sizing.tiled(need, smallest, footprint, &a.served)
 }
 
 // Drain gives back every empty, unguarded page of the outdated pools and

@@ -203,6 +203,11 @@
 //     page runs as without it. Such a page is an ordinary page of its pool
 //     (its room serves, it is released, relocated off and compacted as any
 //     other); the pool's page size stays.
+//   - (PL31) On granular storage a growth takes the largest page (Max):
+//     a page is address space there and only the granules a slice uses are
+//     mapped, so the arena grows at most once and nothing it serves later
+//     is outdated; on whole pages a growth's page size tiles what the arena
+//     served (tiling.go).
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

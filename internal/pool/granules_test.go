@@ -211,12 +211,13 @@ func TestRefusedMappingLeavesTheReservationRefusedAndNothingHalfMapped(t *testin
 // A relocation target on a granular page is mapped before the plan returns.
 func TestRelocationTargetMapsItsGranulesFirst(t *testing.T) {
 	st := storage.NewGranularSim(32, granuleSize, nil)
-	a := NewArena(PageSizing{Min: 4 * MiB, Max: GiB, Align: 32}, Limits{}, nil)
+	// On granular storage a growth takes the largest page (PL31): 10 MiB.
+	a := NewArena(PageSizing{Min: 4 * MiB, Max: 10 * MiB, Align: 32}, Limits{}, nil)
 	old, err := a.Reserve(st, 1*MiB, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, err := a.Reserve(st, 10*MiB, nil) // grows to 10 MiB pages (1 MiB served: too little to tile)
+	big, err := a.Reserve(st, 10*MiB, nil) // grows to 10 MiB pages
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -112,3 +112,31 @@ func TestRefusedGrowthPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
 	}
 	a.Check()
 }
+
+// PL31: on granular storage a growth takes the largest page, whatever the
+// arena served; on whole pages the tiled size (here the smallest page that
+// holds the reservation, the history being too thin to tile).
+func TestGranularGrowthTakesTheLargestPage(t *testing.T) {
+	sizing := NewPageSizing(64*MiB, 32)
+	granular := NewArena(sizing, Limits{}, nil)
+	gst := storage.NewGranularSim(32, 2*MiB, nil)
+	arenaReserve(t, granular, gst, 1*MiB, nil)
+	h := arenaReserve(t, granular, gst, 10*MiB, nil)
+	if granular.PageSize() != 64*MiB || granular.Growths() != 1 || gst.BytesAllocated() != 2*MiB+10*MiB {
+		t.Fatalf("granular: page size %d after %d growths, %d mapped; want 64 MiB, 1, the two reservations' granules", granular.PageSize(), granular.Growths(), gst.BytesAllocated())
+	}
+	// Everything up to the largest page now fits: no further growth.
+	arenaReserve(t, granular, gst, 40*MiB, nil)
+	if granular.Growths() != 1 || h.Location().Pool() != granular.Current().Index() {
+		t.Fatalf("granular: %d growths after 40 MiB, want still 1", granular.Growths())
+	}
+	granular.Check()
+
+	whole := NewArena(sizing, Limits{}, nil)
+	st := storage.NewSim(32, nil)
+	arenaReserve(t, whole, st, 1*MiB, nil)
+	arenaReserve(t, whole, st, 10*MiB, nil)
+	if whole.PageSize() != 10*MiB {
+		t.Fatalf("whole pages: page size %d, want the tiled 10 MiB", whole.PageSize())
+	}
+}

@@ -14,13 +14,14 @@ func TestPlanPassesOverAPageWhoseGranulesTheStorageRefusesToMap(t *testing.T) {
 	const mib = 1 << 20
 	g := handle.NewErrorGraph()
 	st := storage.NewGranularSim(32, mib, storage.NewBudget(12*mib))
-	a := NewArena(PageSizing{Min: 4 * mib, Max: 64 * mib, Align: 32}, Limits{}, nil)
+	// A growth on granular storage takes the largest page (PL31): 10 MiB.
+	a := NewArena(PageSizing{Min: 4 * mib, Max: 10 * mib, Align: 32}, Limits{}, nil)
 	x, err := a.Reserve(st, mib, g)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Grow to 10 MiB pages (1 MiB served: too little to tile); x's pool
-	// outdated, page 0 keeps a 1 MiB unmapped tail.
+	// Grow to 10 MiB pages; x's pool outdated, page 0 keeps a 1 MiB
+	// unmapped tail.
 	big, err := a.Reserve(st, 9*mib, g)
 	if err != nil || a.PageSize() != 10*mib {
 		t.Fatal(err, a.PageSize())
