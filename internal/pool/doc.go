@@ -55,7 +55,11 @@
 // the growth's allocation, up to twice it, the one whose tails and
 // half-empty last page would cost the fewest bytes for what the arena
 // holds, because on storage that backs pages whole a page's tail is
-// reserved bytes no allocation uses. An outdated pool
+// reserved bytes no allocation uses. On granular storage, where a page is
+// address space and a tail costs nothing mapped, a growth takes the largest
+// page instead (PL31), so the arena grows once. On whole pages a page the
+// storage refuses is asked again at the reservation's own size (PL30). An
+// outdated pool
 // serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool
