@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
@@ -183,5 +184,34 @@ func TestPageGranularityIsValidatedAndParsed(t *testing.T) {
 	}
 	if _, err := memory.ParsePageGranularity("on"); !errors.Is(err, memory.ErrInvalidConfig) {
 		t.Fatalf("ParsePageGranularity(on): %v", err)
+	}
+}
+
+// The pressure margin is the largest reservation the arena served, not its
+// page: with the cuda backend's default, a max page of a quarter of the
+// device, a page-sized margin would unmap every free granule once half the
+// device is mapped, on every reservation, and nothing would stay cached.
+func TestPressureKeepsRoomForTheLargestReservationNotAPage(t *testing.T) {
+	st := storage.NewGranularSim(32, 2*mib, nil)
+	m := granularManagerMax(t, st, 256*mib, 64*mib, memory.Config{})
+	var held []*handle.Handle
+	for range 18 { // 144 MiB mapped on 64 MiB pages: over half the device
+		held = append(held, alloc(t, m, 8*mib, memory.Allow))
+	}
+	held[5].Release() // 8 MiB of mapped granules free in the middle of a page
+	alloc(t, m, 32, memory.Allow).Release()
+	if got := st.BytesAllocated(); got != 144*mib+2*mib {
+		t.Fatalf("at 144 MiB of 256 with 8 MiB reservations: %d mapped, want the freed granules kept (and the small page's)", got)
+	}
+	for range 12 { // 240 MiB: 240 + 8 > 256 − 8
+		held = append(held, alloc(t, m, 8*mib, memory.Allow))
+	}
+	if got := st.BytesAllocated(); got > 242*mib {
+		t.Fatalf("under pressure: %d mapped, want the free granules unmapped", got)
+	}
+	for i, h := range held {
+		if i != 5 {
+			h.Release()
+		}
 	}
 }

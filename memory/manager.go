@@ -608,9 +608,14 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 	}
 }
 
-// underPressure judges this memory's mapped bytes (design §6.4): the next
-// page of the current size would leave the device too little room, so a
-// periodic cleanup unmaps free granules. Unmapping moves no slice, so
+// underPressure judges this memory's mapped bytes (design §6.4): the
+// granules of the largest reservation the arena served, mapped once more,
+// would leave the device less than that again, so a periodic cleanup
+// unmaps free granules. The margin is what a next reservation is known to
+// ask, not the arena's page: on granular storage the page is the largest
+// (pool PL31), a quarter of the device on the cuda backend, and a margin
+// that large would unmap on every reservation once the device is half
+// full, leaving nothing cached. Unmapping moves no slice, so
 // anticipating pressure here cannot change where a later allocation lands;
 // relocation, which would, never anticipates it (design §8.1). A
 // memory without a MaxMemory figure is never under pressure. The rule
@@ -623,7 +628,7 @@ func (m *Manager) underPressure() bool {
 	}
 	page := m.granule
 	if a, ok := m.dynamic.(*AdaptiveMemory); ok {
-		page = a.arena.PageSize()
+		page = max(page, storage.RoundUp(a.arena.LargestServed(), m.granule))
 	}
 	return storage.SatAdd(m.st.BytesAllocated(), page) > storage.SatSub(capacity, page)
 }

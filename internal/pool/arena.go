@@ -101,6 +101,8 @@ type Arena struct {
 	// ownSizePages counts the pages taken at a reservation's own size
 	// after the storage refused the pool's page (PL30).
 	ownSizePages uint64
+	// largest is the largest effective size recorded (LargestServed).
+	largest uint64
 	// refusedOwn is the effective size of the own-size page the storage
 	// refused in the arena's latest reservation (0: none was refused), so
 	// that a caller about to ask the storage for that same size knows the
@@ -143,6 +145,9 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 	_, need := padded(size, a.sizing.Align)
 	own := max(need, a.sizing.Min)
 	if own >= p.pageSize {
+		if need == p.pageSize {
+			a.refusedOwn = need // the page refused was exactly its own size
+		}
 		return nil, err
 	}
 	h, err = p.allocSized(st, size, own)
@@ -229,7 +234,14 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 func (a *Arena) record(size uint64) {
 	_, need := padded(size, a.sizing.Align)
 	a.served.record(need)
+	a.largest = max(a.largest, need)
 }
+
+// LargestServed is the largest effective size a reservation took from the
+// arena (relocation targets not counted): the most a next reservation is
+// known to ask, which the granule-unmapping pressure rule keeps room for
+// (design §6.4).
+func (a *Arena) LargestServed() uint64 { return a.largest }
 
 // TryReserve serves size from room the current pool already holds, or nil.
 func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
@@ -265,10 +277,11 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 }
 
 // grow builds the next current pool in the lowest empty slot, with its first
-// page holding size, before switching (PL28). The page size tiles what the
-// arena served (PageSizing.tiled), from Fit's smallest, smallest, up, for
-// the bytes the arena holds (a scan of its pools, skipped when the history
-// is too thin to tile: growths are rare).
+// page holding size, before switching (PL28). The page size is
+// growthPageSize's: the largest page on granular storage (PL31), else what
+// tiles the arena's served sizes (PageSizing.tiled), from Fit's smallest,
+// smallest, up, for the bytes the arena holds (a scan of its pools, skipped
+// when the history is too thin to tile: growths are rare).
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
 	pageSize := a.growthPageSize(st, size, smallest)
 	slot := -1

@@ -27,9 +27,9 @@ import (
 // allocation is one of its 96 100 MiB activations, that is the page that
 // tiles all of them.
 //
-// On granular storage only mapped granules count, so a tail costs at most
-// the granules it shares with live slices; tiling still gives fewer, fuller
-// pages there.
+// On granular storage only mapped granules count, so a tail costs nothing
+// mapped: a growth there takes the largest page instead (PL31,
+// Arena.growthPageSize), and tiling is for pages backed whole.
 
 const (
 	// TileStep is the granule of tiled page sizes: the 2 MiB a driver
