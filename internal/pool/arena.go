@@ -296,6 +296,16 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 	}
 	p := a.newPool(slot, pageSize)
 	h, err := a.allocPage(st, p, size)
+	if err != nil && storage.GranuleOf(st) > 0 && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) {
+		// The largest page's address space may be what was refused (a
+		// host under strict overcommit counts a reservation in full): the
+		// tiled size asks less of it.
+		if tiled := a.tiledPageSize(size, smallest); tiled < pageSize {
+			pageSize = tiled
+			p = a.newPool(slot, pageSize)
+			h, err = a.allocPage(st, p, size)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -319,6 +329,12 @@ func (a *Arena) growthPageSize(st storage.Storage, size, smallest uint64) uint64
 	if storage.GranuleOf(st) > 0 {
 		return a.sizing.Max
 	}
+	return a.tiledPageSize(size, smallest)
+}
+
+// tiledPageSize is the page size that tiles what the arena served for a
+// growth for size, from smallest up (tiling.go).
+func (a *Arena) tiledPageSize(size, smallest uint64) uint64 {
 	_, need := padded(size, a.sizing.Align)
 	footprint := need
 	if !a.served.thin(need) { // else tiled takes smallest: no scan

@@ -210,8 +210,9 @@
 //   - (PL31) On granular storage a growth takes the largest page (Max):
 //     a page is address space there and only the granules a slice uses are
 //     mapped, so the arena grows at most once and nothing it serves later
-//     is outdated; on whole pages a growth's page size tiles what the arena
-//     served (tiling.go).
+//     is outdated; a refused largest page is asked again at the tiled size
+//     (its address space may be what was refused). On whole pages a
+//     growth's page size tiles what the arena served (tiling.go).
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

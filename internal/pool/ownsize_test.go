@@ -140,3 +140,19 @@ func TestGranularGrowthTakesTheLargestPage(t *testing.T) {
 		t.Fatalf("whole pages: page size %d, want the tiled 10 MiB", whole.PageSize())
 	}
 }
+
+// PL31's fallback: a largest page whose address space the storage refuses
+// (a host under strict overcommit counts a reservation in full) is asked
+// again at the tiled size, so the arena still grows.
+func TestRefusedLargestGranularPageFallsBackToTheTiledSize(t *testing.T) {
+	st := storage.NewFaulty(storage.NewGranularSim(32, 2*MiB, nil))
+	st.RefuseAllocIf(func(size uint64) bool { return size > 32*MiB })
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	arenaReserve(t, a, st, 1*MiB, nil)
+	h := arenaReserve(t, a, st, 10*MiB, nil)
+	if a.PageSize() != 10*MiB || a.Growths() != 1 || h.Location().Pool() != a.Current().Index() {
+		t.Fatalf("page size %d after %d growths, want the tiled 10 MiB after one", a.PageSize(), a.Growths())
+	}
+	a.Check()
+}
+
