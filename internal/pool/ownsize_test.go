@@ -155,4 +155,3 @@ func TestRefusedLargestGranularPageFallsBackToTheTiledSize(t *testing.T) {
 	}
 	a.Check()
 }
-
