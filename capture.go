@@ -9,18 +9,28 @@
 //     MayAllocate): a recording may touch memory any stream owns, and every
 //     page it touches is guarded for the graph's life, where no relocation
 //     can empty it.
-//  2. Priming: a buffer allocated on the capturing stream and freed while
-//     Prepared keeps its slice (the device holds a binding), so the pools
-//     grow to the warmup's whole working set, not its transient peak; Begin
-//     releases them, and the recording finds all that room held.
+//  2. Rehearsal: the device notes the warmup's allocations and frees on the
+//     capturing stream, in order; Begin runs that sequence once more against
+//     the stream's memory, pages allowed and nothing released (AddOnly),
+//     before the queue records. The pools then hold room laid out for the
+//     recording that repeats the warmup: its transient peak, not its whole
+//     working set.
 //  3. While a stream records: its reservations may only use held room
 //     (Forbidden), other streams may add pages but release and renumber
 //     nothing (AddOnly), relocation and cleanup refuse, host syncs on the
-//     recording stream doom it, and its deferred frees wait.
+//     recording stream doom it, and its deferred frees wait. A buffer the
+//     recording allocated and frees again, used by nothing but the
+//     recording's own ops, gives its slice back to the recording's later
+//     allocations (stream-ordered reuse: the graph runs its ops in recorded
+//     order, so every use of the freed buffer precedes every use of the
+//     next one), and its page is guarded at the seal.
 //  4. Sealing guards every page the recording touched, in whichever stream's
 //     memory it lives, read from the current location (never a cached
 //     index): a guarded page serves nothing new, is never released and never
-//     relocated. Graph.Close drops the guards.
+//     relocated. Room the recording gave back to itself is held instead
+//     (its free parts bound, capture_reuse.go), so what a launch writes
+//     stays the graph's while the rest of its page serves. Graph.Close
+//     drops the guards and the held room.
 //
 // A recording that could not seal marks every range it declared written, so
 // later reads fail (ErrUnwritten) instead of returning bytes nothing wrote.
@@ -50,20 +60,45 @@ type CaptureToken struct {
 // captureState is what an open capture window records on its stream. It
 // lives from PrepareCapture until the window closes (under the device lock).
 type captureState struct {
-	s        *Stream
-	prepared map[*handle.Descriptor]bool // allocated on s while Prepared
-	primed   []*handle.Binding           // freed while Prepared, kept until Begin
-	// primedSizes are the requested sizes of the primed buffers: Begin
-	// makes sure held room fits each of them again (ensurePrimedRoomLocked).
-	primedSizes []uint64
-	touched     []touch        // resolved by recorded ops
-	written     []writtenRange // declared Write/ReadWrite by recorded ops
+	s *Stream
+	// rehearsal is the warmup's allocations and frees on s, in order;
+	// warm maps a buffer allocated on s while Prepared, not yet freed, to
+	// its allocation's number in it. Begin runs the sequence again
+	// (rehearseLocked).
+	rehearsal []rehearsalStep
+	allocs    int
+	warm      map[*handle.Descriptor]int
+	// rehearsalRefused is the first reservation the rehearsal could not
+	// make (the storage refused a page, or the device was full): a
+	// recording that then finds no held room says why (Stream.Alloc).
+	rehearsalRefused error
+	// recorded maps a buffer allocated on s while Recording to the window's
+	// bindings of it (touched and written): when its last reference goes
+	// and nothing else binds it, they are released and its slice serves
+	// the recording again (freedLocked). returned lists the pages such room
+	// lies on, for the seal to guard.
+	recorded map[*handle.Descriptor]*recordedBuffer
+	returned []returnedRoom
+	touched  []touch        // resolved by recorded ops
+	written  []writtenRange // declared Write/ReadWrite by recorded ops
 	// opWritten[i] is the range of written that recorded op i declared, so
 	// a replayed op that fails marks only its own outputs.
 	opWritten [][2]int
 	opReads   [][]readRange // per recorded op, the ranges it reads
 	slots     *launchSlots  // the recorded closures' launch entries (graph_writes.go)
 	retained  [][]byte      // host bytes recorded copies read
+}
+
+// rehearsalStep is one step of the warmup: an allocation of size bytes
+// (free < 0), or the free of allocation number free. keep marks a free
+// whose counterpart in the recording will not give its slice back (its
+// pool guards allocations, not pages, or something besides the buffer
+// bound it): the rehearsal holds that room to its end, as the recording
+// will to its seal.
+type rehearsalStep struct {
+	size uint64
+	free int
+	keep bool
 }
 
 type touch struct {
@@ -73,11 +108,15 @@ type touch struct {
 }
 
 // distinctUses keeps one binding per allocation (writes if any use wrote),
-// releasing the duplicates.
+// releasing the duplicates and skipping the bindings a recorded buffer's
+// free released already.
 func distinctUses(touched []touch) []touch {
 	index := make(map[*handle.Descriptor]int, len(touched))
 	var out []touch
 	for _, t := range touched {
+		if t.b.Released() {
+			continue
+		}
 		if i, ok := index[t.b.Descriptor()]; ok {
 			out[i].writes = out[i].writes || t.writes
 			t.b.Release()
@@ -89,27 +128,60 @@ func distinctUses(touched []touch) []touch {
 	return out
 }
 
+// writtenRange is a range a recorded op declared written. Its binding is
+// released early when the buffer's room went back to the recording
+// (freedLocked); the descriptor it names still identifies the range's
+// writes at each launch (a later recorded op reading it depends on them),
+// but no mark is placed or cleared through it: nothing can read the
+// bytes of a freed buffer.
 type writtenRange struct {
 	b        *handle.Binding
 	owner    *Stream
 	off, len uint64
 }
 
-// allocatedLocked notes a buffer allocated on the capturing stream during
-// warmup, so its free primes its slice.
+// allocatedLocked notes a buffer allocated on the capturing stream: during
+// warmup as a rehearsal step, while recording as the recording's own.
 func (c *captureState) allocatedLocked(b *Buffer) {
-	if c.s.capture.Phase() == stream.Prepared {
-		c.prepared[b.h.Descriptor()] = true
+	switch c.s.capture.Phase() {
+	case stream.Prepared:
+		c.warm[b.h.Descriptor()] = c.allocs
+		c.allocs++
+		c.rehearsal = append(c.rehearsal, rehearsalStep{size: b.size, free: -1})
+	case stream.Recording:
+		c.recorded[b.h.Descriptor()] = &recordedBuffer{size: b.size}
 	}
 }
 
-// freedLocked primes the slice of a warmup buffer freed while Prepared.
+// freedLocked is told of b's free before its handle goes. The free of the
+// last user reference of a warmup buffer is a rehearsal step; that of a
+// buffer the recording allocated, which nothing but the window's own
+// bindings holds (no mapping, hold, graph or other stream's pending use)
+// and whose pool guards whole pages, releases those bindings, so the slice
+// is free for the recording's later allocations on s, and notes its page
+// for the seal to guard. Every use of b is a recorded op enqueued before
+// this free and every use of what takes the slice next one enqueued after,
+// and a graph runs its ops in recorded order on one queue (a cross-stream
+// wait dooms the recording), so at each launch the two never overlap.
 func (c *captureState) freedLocked(b *Buffer) {
 	desc := b.h.Descriptor()
-	if c.s.capture.Phase() == stream.Prepared && c.prepared[desc] {
-		c.primed = append(c.primed, b.h.Binding())
-		c.primedSizes = append(c.primedSizes, b.size)
-		delete(c.prepared, desc)
+	if desc.Handles() > 2 {
+		return // another user reference (a Clone) keeps the buffer
+	}
+	switch c.s.capture.Phase() {
+	case stream.Prepared:
+		if i, ok := c.warm[desc]; ok {
+			keep := desc.Refs() != 2 || !c.s.mem.GuardsWholePage(desc.Location())
+			c.rehearsal = append(c.rehearsal, rehearsalStep{free: i, keep: keep})
+			delete(c.warm, desc)
+		}
+	case stream.Recording:
+		r, ok := c.recorded[desc]
+		if !ok {
+			return
+		}
+		delete(c.recorded, desc)
+		c.returnRoomLocked(b, r) // else kept bound until the seal, as any touched buffer
 	}
 }
 
@@ -120,9 +192,18 @@ func (c *captureState) touchedLocked(r resolved) {
 		return
 	}
 	h := r.use.Buffer.h
-	c.touched = append(c.touched, touch{b: h.Binding(), owner: r.owner, writes: r.use.Access.writes()})
+	t := touch{b: h.Binding(), owner: r.owner, writes: r.use.Access.writes()}
+	c.touched = append(c.touched, t)
+	rb := c.recorded[h.Descriptor()]
+	if rb != nil {
+		rb.bs = append(rb.bs, t.b)
+	}
 	if r.use.Access.writes() {
-		c.written = append(c.written, writtenRange{b: h.Binding(), owner: r.owner, off: r.use.Offset, len: r.use.Size})
+		w := writtenRange{b: h.Binding(), owner: r.owner, off: r.use.Offset, len: r.use.Size}
+		c.written = append(c.written, w)
+		if rb != nil {
+			rb.bs = append(rb.bs, w.b)
+		}
 	}
 }
 
@@ -154,27 +235,31 @@ func (c *captureState) retainLocked(data []byte) {
 	}
 }
 
-// releasePrimedLocked releases every primed binding.
-func (c *captureState) releasePrimedLocked() {
-	for _, b := range c.primed {
-		b.Release()
-	}
-	c.primed = nil
-	clear(c.prepared)
+// endWarmupLocked forgets the warmup's buffers still live: their frees are
+// no rehearsal steps.
+func (c *captureState) endWarmupLocked() {
+	clear(c.warm)
 }
 
 // discardLocked releases everything the window held (no graph).
 func (c *captureState) discardLocked() {
-	c.releasePrimedLocked()
+	c.endWarmupLocked()
+	c.rehearsal = nil
 	for _, t := range c.touched {
-		t.b.Release()
+		if !t.b.Released() {
+			t.b.Release()
+		}
 	}
 	c.touched = nil
 	for _, w := range c.written {
-		w.b.Release()
+		if !w.b.Released() {
+			w.b.Release()
+		}
 	}
 	c.written = nil
 	c.retained = nil
+	clear(c.recorded)
+	c.returned = nil
 }
 
 // PrepareCapture opens a capture window on s and relocates every stream's
@@ -197,7 +282,7 @@ func (s *Stream) PrepareCapture() (*CaptureToken, error) {
 	if err := s.capture.Prepare(tok.owner); err != nil {
 		return nil, fmt.Errorf("gpumem: prepare capture on %s: %w", s.name, err)
 	}
-	s.cap = &captureState{s: s, prepared: make(map[*handle.Descriptor]bool), slots: &launchSlots{}}
+	s.cap = &captureState{s: s, warm: make(map[*handle.Descriptor]int), recorded: make(map[*handle.Descriptor]*recordedBuffer), slots: &launchSlots{}}
 	if err := relocation.RelocateDevice(streamsOf{d: d, s: s}, relocation.Capture); err != nil {
 		// The relocation could not wait (an op called, or the device closed
 		// meanwhile): the window closes again.
@@ -245,10 +330,10 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 		return fmt.Errorf("gpumem: begin capture on %s: %w", s.name, err)
 	}
 	s.waitDeferredLocked() // the queue does not record yet
-	s.cap.releasePrimedLocked()
-	s.ensurePrimedRoomLocked()
+	s.cap.endWarmupLocked()
+	s.rehearseLocked()
 	if h := d.hist; h != nil {
-		h.noteGrowthLocked(s, 0) // the primed room may have grown the arena
+		h.noteGrowthLocked(s, 0) // the rehearsal may have grown the arena
 	}
 	if err := s.rec.BeginCapture(tok.owner); err != nil {
 		_, _ = s.capture.End(tok.owner)
@@ -261,28 +346,67 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	return nil
 }
 
-// ensurePrimedRoomLocked makes sure, before the queue records, that held
-// room fits every primed buffer again: a page a primed slot lies on may have
-// been guarded since (another stream's graph sealed over a buffer on it),
-// and a guarded page serves nothing new. Each size is reserved from held
-// room; one that does not fit is reserved with page updates allowed (the
-// queue does not record yet); then all are released, leaving the room free.
-func (s *Stream) ensurePrimedRoomLocked() {
-	sizes := s.cap.primedSizes
-	s.cap.primedSizes = nil
-	var held []*handle.Handle
-	for _, size := range sizes {
-		h, err := s.mem.Reserve(size, memory.Forbidden)
+// rehearseLocked runs the warmup's allocations and frees on s once more,
+// before the queue records, with pages allowed but nothing released
+// (AddOnly), after one periodic cleanup, and then lets go of what it still
+// holds. The recording, which
+// may only use held room, repeats the warmup: starting from the room the
+// rehearsal left, the pools' placements repeat too, so it finds room laid
+// out as it needs it. The warmup alone would not do: it began with less
+// room than the recording starts with (the pages it added), so first fit
+// placed some of its buffers elsewhere than the recording will, and a page
+// it used may since have been guarded (another stream's graph sealed over
+// a buffer on it), which serves nothing new. A reservation the storage
+// refuses is skipped: the recording will say so if it needs that room.
+func (s *Stream) rehearseLocked() {
+	steps := s.cap.rehearsal
+	s.cap.rehearsal, s.cap.allocs = nil, 0
+	if len(steps) == 0 {
+		return
+	}
+	if !s.d.otherRecordsLocked(s) {
+		// What an Allow reservation would give back first (outdated pages
+		// the warmup emptied): the recording can use none of it, and with
+		// nothing released during the rehearsal it would stay held beside
+		// the pages the rehearsal adds. Not while another stream records:
+		// that forbids releases on every stream.
+		s.mem.Cleanup(pool.Periodic)
+	}
+	held := make([]*handle.Handle, 0, len(steps))
+	for _, st := range steps {
+		if st.free >= 0 {
+			if h := held[st.free]; h != nil && !st.keep {
+				h.Release()
+				held[st.free] = nil
+			}
+			continue
+		}
+		h, err := s.mem.Reserve(st.size, memory.AddOnly)
 		if err != nil {
-			if h, err = s.mem.Reserve(size, memory.Allow); err != nil {
-				continue // the recording will say so, if it needs the room
+			h = nil
+			if s.cap.rehearsalRefused == nil {
+				s.cap.rehearsalRefused = fmt.Errorf("%d bytes: %w", st.size, err)
 			}
 		}
 		held = append(held, h)
 	}
 	for _, h := range held {
-		h.Release()
+		if h != nil {
+			h.Release()
+		}
 	}
+}
+
+// otherRecordsLocked reports whether a stream other than s records (s's own
+// window may already be in phase Recording while its queue does not record
+// yet, as during Begin).
+func (d *Device) otherRecordsLocked(s *Stream) bool {
+	for _, t := range d.streams {
+		if t != s && t.capture.Recording() {
+			return true
+		}
+	}
+	return false
 }
 
 // captureWindowOpenLocked reports whether any stream has a capture window
@@ -305,7 +429,7 @@ func (s *Stream) checkToken(tok *CaptureToken) error {
 }
 
 // AbortCapture closes a window that was prepared but never began,
-// releasing the primed slices.
+// discarding its rehearsal.
 func (s *Stream) AbortCapture(tok *CaptureToken) error {
 	d := s.d
 	if err := d.lockUnlessBorrowed("Stream.AbortCapture"); err != nil {
@@ -362,8 +486,12 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	c := s.cap
 	s.cap = nil
 
-	guards := s.guardTouchedLocked(c)
-	uses := distinctUses(c.touched) // kept for the graph's life: launches order on them
+	// Live buffers on room the recording reused: what each launch
+	// overwrites, or a recorded read of it that refuses the seal
+	// (capture_reuse.go).
+	scratch, overlapUses, rerr := c.liveOverlapsLocked()
+	guards, held := s.guardTouchedLocked(c)
+	uses := distinctUses(append(c.touched, overlapUses...)) // kept for the graph's life: launches order on them
 	c.touched = nil
 	// The deferred uses held through the recording go once their ops pass;
 	// release the passed ones now and leave the rest to later calls rather
@@ -377,6 +505,13 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	if err == nil {
 		err = endErr
 	}
+	if err == nil && rerr != nil {
+		err = rerr
+		if cl, ok := exec.(io.Closer); ok {
+			_ = cl.Close() // sealed by the backend, refused here
+		}
+		exec = nil
+	}
 	if err != nil || exec == nil {
 		if err == nil {
 			err = fmt.Errorf("%w: backend sealed no graph", ErrCaptureInvalidated)
@@ -384,12 +519,18 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		for _, g := range guards {
 			g.Release()
 		}
+		for _, b := range held {
+			b.Release()
+		}
 		for _, u := range uses {
 			u.b.Release()
 		}
 		f := d.g.Fail(fmt.Errorf("gpumem: capture on %s could not seal: %w", s.name, err), "capture")
 		outs := outputsOfWritten(c.written)
 		for _, w := range c.written {
+			if w.b.Released() {
+				continue // a recorded buffer freed in the window: nobody reads it
+			}
 			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
 			w.b.Release()
 		}
@@ -400,7 +541,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 		return nil, fmt.Errorf("gpumem: end capture on %s: %w", s.name, err)
 	}
 	d.counters.captures.Sealed++
-	g := &Graph{s: s, id: uint64(tok.owner), exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written}
+	g := &Graph{s: s, id: uint64(tok.owner), exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written, scratch: scratch, held: held}
 	if _, replaysOps := exec.(*stream.OpList); replaysOps && len(c.opWritten) == exec.Len() {
 		// Replays run the recorded closures: per-op records (graph_writes.go).
 		g.opWritten, g.opReads, g.slots = c.opWritten, c.opReads, c.slots
@@ -410,8 +551,10 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 
 // guardTouchedLocked takes one guard per distinct touched page (allocation
 // guards per allocation), in the memory of the stream that owns it, at the
-// current location.
-func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
+// current location, and one per page on which a recorded buffer's room went
+// back to the recording (those lie in s's memory; nothing renumbers its
+// pages while it records).
+func (s *Stream) guardTouchedLocked(c *captureState) (guards []*pool.PageGuard, held []*handle.Binding) {
 	type pageKey struct {
 		owner *Stream
 		pool  uint8
@@ -419,8 +562,31 @@ func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
 	}
 	seenPage := make(map[pageKey]bool)
 	seenAlloc := make(map[*handle.Descriptor]bool)
-	var guards []*pool.PageGuard
+	for _, r := range c.returned {
+		// The recording gave this room back to itself: a launch writes it,
+		// so nothing new may be placed there while the graph lives. Its free
+		// parts are held (bound slices of their own); the rest of the page
+		// serves as usual. Should that fail (a granule the storage would not
+		// map), the whole page is guarded instead.
+		loc := handle.MustLocation(r.pool, int(r.page), 0)
+		if bs, err := s.mem.HoldFree(loc, r.region); err == nil {
+			held = append(held, bs...)
+			continue
+		}
+		k := pageKey{s, r.pool, r.page}
+		if seenPage[k] {
+			continue
+		}
+		if g, ok := s.mem.Guard(loc); ok {
+			seenPage[k] = true
+			guards = append(guards, g)
+		}
+	}
+	c.returned = nil
 	for _, t := range c.touched {
+		if t.b.Released() {
+			continue
+		}
 		loc := t.b.Location()
 		desc := t.b.Descriptor()
 		if seenAlloc[desc] {
@@ -442,12 +608,12 @@ func (s *Stream) guardTouchedLocked(c *captureState) []*pool.PageGuard {
 		}
 		guards = append(guards, g)
 	}
-	return guards
+	return guards, held
 }
 
 // Capture runs the whole capture sequence: prepare, fn as warmup, begin, fn
 // recorded, end. On every error path the window is closed and nothing is
-// left guarded or primed.
+// left guarded or held.
 func (s *Stream) Capture(ctx context.Context, fn func(context.Context, *Stream) error) (g *Graph, err error) {
 	tok, err := s.PrepareCapture()
 	if err != nil {
@@ -500,6 +666,12 @@ type Graph struct {
 	uses     []touch // one binding per allocation the recording resolved
 	retained [][]byte
 	written  []writtenRange
+	// scratch are bytes of live buffers each launch overwrites with an
+	// earlier buffer's (capture_reuse.go): marked at every launch. held
+	// binds the free parts of room the recording reused, which launches
+	// write: released at Close.
+	scratch []scratchRange
+	held    []*handle.Binding
 	// opWritten[i] is the range of written recorded op i writes, opReads[i]
 	// what it reads, slots the entries its closure takes at each replay; nil
 	// when replays do not run the recorded closures (a driver graph).
@@ -585,8 +757,11 @@ func (g *Graph) Launch(ctx context.Context) error {
 	// on other streams order after it; its writes replace failure marks,
 	// and a replayed op that fails marks again what it writes (writes.go).
 	for _, w := range g.written {
-		_ = w.owner.mem.ReleaseMarks(w.b, w.off, w.len)
+		if !w.b.Released() {
+			_ = w.owner.mem.ReleaseMarks(w.b, w.off, w.len)
+		}
 	}
+	g.markScratchLocked()
 	g.recordLaunchLocked(before.Seq, after.Seq)
 	for _, u := range g.uses {
 		if u.owner == s {
@@ -620,7 +795,9 @@ func (g *Graph) markWrittenLocked(err error) {
 	d := g.s.d
 	f := d.g.Fail(err, "launch")
 	for _, w := range g.written {
-		_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+		if !w.b.Released() {
+			_ = w.owner.mem.MarkFailure(w.b, f, w.off, w.len)
+		}
 	}
 	d.markedLocked(g.s, "launch", outputsOfWritten(g.written), f)
 	d.g.Prune()
@@ -675,8 +852,14 @@ func (g *Graph) Close() error {
 		gd.Release()
 	}
 	g.guards = nil
+	for _, b := range g.held {
+		b.Release()
+	}
+	g.held = nil
 	for _, w := range g.written {
-		w.b.Release()
+		if !w.b.Released() {
+			w.b.Release()
+		}
 	}
 	g.written = nil
 	for _, u := range g.uses {

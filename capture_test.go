@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -99,12 +100,71 @@ func TestRecordingThatNeedsAPageDoomsCaptureAndMarksWrites(t *testing.T) {
 	}
 }
 
-func TestPrimingKeepsWarmupSlicesSoRecordingNeedsNoPage(t *testing.T) {
+// A rehearsal the storage refuses leaves the recording without room: the
+// recording's error says the recording may add no page and why the room is
+// missing, with the storage's refusal in its chain, so a caller tells "warm
+// up differently" from "the device is full".
+func TestRecordingAfterARefusedRehearsalSaysTheRehearsalFoundNoMemory(t *testing.T) {
+	ctx := context.Background()
+	d, faults := faultyDevice(t)
+	s := d.DefaultStream()
+	tok, err := s.PrepareCapture()
+	if err != nil {
+		t.Fatal(err)
+	}
+	warm := mustAlloc(t, s, 3<<20)
+	if err := warm.Free(); err != nil {
+		t.Fatal(err)
+	}
+	// The warmup's page goes back, so the rehearsal needs a new one, which
+	// the storage refuses.
+	if err := s.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.BytesAllocated(); got != 0 {
+		t.Fatalf("device bytes after the cleanup %d, want 0 (the test needs the rehearsal to add a page)", got)
+	}
+	(*faults)[0].RefuseAllocAbove(1 << 20)
+	if err := s.BeginCapture(tok); err != nil {
+		t.Fatal(err)
+	}
+	(*faults)[0].RefuseAllocAbove(0)
+	_, err = s.Alloc(ctx, 3<<20)
+	if !errors.Is(err, ErrPageUpdateForbidden) || !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("recording's alloc after a refused rehearsal: %v, want ErrPageUpdateForbidden and ErrOutOfMemory", err)
+	}
+	if !strings.Contains(err.Error(), "rehearsal") {
+		t.Fatalf("error %q does not name the rehearsal", err)
+	}
+	if _, err := s.EndCapture(tok); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("EndCapture of the doomed recording: %v, want it to carry ErrOutOfMemory", err)
+	}
+	// Nothing is left held: the next capture, with memory back, succeeds.
+	g, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error {
+		b, err := s.Alloc(ctx, 3<<20)
+		if err != nil {
+			return err
+		}
+		return b.Free()
+	})
+	if err != nil {
+		t.Fatalf("capture after the refusal: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A recording that repeats its warmup needs no page (Begin rehearsed the
+// warmup against the pools), and a buffer it allocates and frees again
+// gives its slice to the next one: the three buffers of the recording,
+// alive one at a time, need the room of one, as in the warmup.
+func TestRecordingThatRepeatsItsWarmupNeedsNoPageAndReusesItsRoom(t *testing.T) {
 	ctx := context.Background()
 	d := openHost(t)
 	s := d.DefaultStream()
+	var warmBytes uint64
 	fn := func(ctx context.Context, s *Stream) error {
-		var bufs []*Buffer
 		for range 3 {
 			b, err := s.Alloc(ctx, 3<<20)
 			if err != nil {
@@ -113,19 +173,12 @@ func TestPrimingKeepsWarmupSlicesSoRecordingNeedsNoPage(t *testing.T) {
 			if err := addOne(s, b); err != nil {
 				return err
 			}
-			bufs = append(bufs, b)
-			if s.capture.Phase() == stream.Prepared {
-				// Warmup frees as it goes; the recording holds all three.
-				if err := b.Free(); err != nil {
-					return err
-				}
-				bufs = bufs[:0]
-			}
-		}
-		for _, b := range bufs {
 			if err := b.Free(); err != nil {
 				return err
 			}
+		}
+		if s.capture.Phase() == stream.Prepared {
+			warmBytes = d.BytesAllocated()
 		}
 		return nil
 	}
@@ -136,6 +189,16 @@ func TestPrimingKeepsWarmupSlicesSoRecordingNeedsNoPage(t *testing.T) {
 	defer g.Close()
 	if g.Ops() != 3 {
 		t.Fatalf("recorded %d ops, want 3", g.Ops())
+	}
+	st := d.Stats()
+	if st.Captures.Reused != 3 || st.Captures.ReusedBytes != 9<<20 {
+		t.Fatalf("reused %d buffers, %d bytes: want 3 and 9 MiB (each freed buffer's slice back to the recording)", st.Captures.Reused, st.Captures.ReusedBytes)
+	}
+	if got := d.BytesAllocated(); got != warmBytes {
+		t.Fatalf("device bytes after the recording %d, after the warmup %d: want no growth", got, warmBytes)
+	}
+	if err := g.Launch(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -397,10 +460,10 @@ func TestHostSyncOnTheRecordingStreamIsRefusedAndDoomsTheRecording(t *testing.T)
 	}
 }
 
-// Scenario 62: primed slices stay non-free until BeginCapture; AbortCapture
-// and EndCapture without begin release them.
-func TestPrimedSlicesAreHeldUntilBeginAndReleasedByAbort(t *testing.T) {
-	ctx := context.Background()
+// Scenario 62 (since the rehearsal replaced priming): a warmup buffer's
+// slice is free at its free, and whichever way the window closes (Begin
+// with its rehearsal, Abort, End without Begin) nothing is left holding it.
+func TestWarmupSlicesAreFreeAtTheirFreeAndNothingHoldsThemAfterBegin(t *testing.T) {
 	for _, closeWindow := range []string{"begin", "abort", "end-without-begin"} {
 		t.Run(closeWindow, func(t *testing.T) {
 			d := openHost(t)
@@ -413,11 +476,9 @@ func TestPrimedSlicesAreHeldUntilBeginAndReleasedByAbort(t *testing.T) {
 				mustFree(t, b)
 				descs = append(descs, clone)
 			}
-			// Each allocation's slice is held by the device (primed) besides
-			// our clone: more than one reference, so not free.
 			for _, c := range descs {
-				if c.h.Descriptor().Refs() < 3 {
-					t.Fatalf("warmup slice not primed: refs %d", c.h.Descriptor().Refs())
+				if got := c.h.Descriptor().Refs(); got != 2 {
+					t.Fatalf("warmup slice: refs %d, want 2 (slice + clone): nothing primes it", got)
 				}
 			}
 			switch closeWindow {
@@ -437,10 +498,9 @@ func TestPrimedSlicesAreHeldUntilBeginAndReleasedByAbort(t *testing.T) {
 			}
 			for _, c := range descs {
 				if got := c.h.Descriptor().Refs(); got != 2 {
-					t.Fatalf("after %s the primed binding is still held: refs %d, want 2 (slice + clone)", closeWindow, got)
+					t.Fatalf("after %s: refs %d, want 2 (slice + clone)", closeWindow, got)
 				}
 			}
-			_ = ctx
 		})
 	}
 }
@@ -992,4 +1052,56 @@ func TestAnotherGraphsGuardDoesNotTakeTheWarmupsRoom(t *testing.T) {
 		t.Fatalf("the recording found no room the warmup held: Alloc %v; EndCapture %v", aerr, eerr)
 	}
 	wantBytes(t, x, pattern(1000, 3))
+}
+
+// A recording that holds at once what its warmup held in turn finds no
+// held room (Begin rehearsed the warmup, which never held them together):
+// the capture fails with ErrPageUpdateForbidden naming the remedy, leaves
+// nothing guarded, and one that repeats its warmup then seals.
+func TestRecordingThatDivergesFromItsWarmupFailsNamingTheRemedy(t *testing.T) {
+	ctx := context.Background()
+	d := openHost(t)
+	s := d.DefaultStream()
+	_, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error {
+		var bufs []*Buffer
+		for range 3 {
+			b, err := s.Alloc(ctx, 3<<20)
+			if err != nil {
+				return err
+			}
+			bufs = append(bufs, b)
+			if s.capture.Phase() == stream.Prepared {
+				if err := b.Free(); err != nil { // the warmup frees as it goes
+					return err
+				}
+				bufs = bufs[:0]
+			}
+		}
+		for _, b := range bufs {
+			if err := b.Free(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, ErrPageUpdateForbidden) || !strings.Contains(err.Error(), "warm up with the same allocations and frees") {
+		t.Fatalf("capture: %v, want ErrPageUpdateForbidden naming the remedy", err)
+	}
+	if st := d.Stats(); st.GuardedPages != 0 || st.Captures.Doomed != 1 {
+		t.Fatalf("guarded pages %d, doomed %d: want 0 and 1", st.GuardedPages, st.Captures.Doomed)
+	}
+	g, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error {
+		b, err := s.Alloc(ctx, 3<<20)
+		if err != nil {
+			return err
+		}
+		if err := addOne(s, b); err != nil {
+			return err
+		}
+		return b.Free()
+	})
+	if err != nil {
+		t.Fatalf("a capture repeating its warmup: %v", err)
+	}
+	_ = g.Close()
 }

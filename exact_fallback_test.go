@@ -59,9 +59,9 @@ func TestReservationWhosePageDoesNotFitIsServedAtItsOwnSize(t *testing.T) {
 	wantBytes(t, small, pattern(32<<10, 4))
 }
 
-// While a capture window is open the dedicated fallback is not taken: a
-// warmup buffer's free primes pool room for the recording, which a buffer
-// of its own storage would not. The arena's own-size page is pool room, so
+// While a capture window is open the dedicated fallback is not taken: the
+// rehearsal and the recording reserve from the pools what the warmup did,
+// and a warmup buffer of its own storage would leave no such room. The arena's own-size page is pool room, so
 // it is taken there as anywhere.
 func TestNoExactFallbackWhileACaptureWindowIsOpen(t *testing.T) {
 	d := openHost(t, WithCapacity(16*mib),

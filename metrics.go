@@ -66,6 +66,8 @@ func (s Stats) Metrics() []Metric {
 		c("captures_sealed", "captures sealed into graphs", s.Captures.Sealed),
 		c("captures_doomed", "captures that failed", s.Captures.Doomed),
 		c("captures_abandoned", "captures abandoned", s.Captures.Abandoned),
+		c("captures_reused", "buffers a recording allocated and freed whose slices served its later allocations", s.Captures.Reused),
+		c("captures_reused_bytes", "requested bytes of those buffers", s.Captures.ReusedBytes),
 	}
 	for r := relocation.Reason(0); r < relocation.NumReasons; r++ {
 		m := c("relocations", "relocations by reason, whatever their outcome", s.Relocation.Runs[r])

@@ -320,21 +320,48 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err
 		}
 	}
 	how := reclaimHow{relocate: stage == stageRelocate, reason: relocation.MemoryPressure}
+	goal := compactGoal(err)
 	if stage == stageCompact {
-		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: compactGoal(err)}, hole: size, holeFor: s}}
+		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}, hole: size, holeFor: s}}
 	}
-	if rerr := d.reclaimLocked(ctx, order, how); rerr != nil {
-		if !errors.Is(rerr, relocation.ErrRecording) {
-			return 0, rerr // the context ended, or an op cannot wait
+	for pass := 1; ; pass++ {
+		if rerr := d.reclaimLocked(ctx, order, how); rerr != nil {
+			if pass > 1 {
+				break // the passes before moved and freed: retry on that
+			}
+			if !errors.Is(rerr, relocation.ErrRecording) {
+				return 0, rerr // the context ended, or an op cannot wait
+			}
+			// A capture began while the reclaim waited: retry under what it allows.
+			break
 		}
-		// A capture began while the reclaim waited: retry under what it allows.
-	} else if h := d.hist; h != nil {
-		for _, t := range order {
-			h.cleanupLocked(t, false)
+		if h := d.hist; h != nil {
+			for _, t := range order {
+				h.cleanupLocked(t, false)
+			}
 		}
+		// A compaction that freed part of its goal goes again for the rest:
+		// a page repacked onto a tight new one (pool: repack) can take only
+		// what the device has free before the emptied page goes back, so the
+		// room one pass gives back lets the next repack a larger page.
+		// Bounded, and only while each pass frees something.
+		c := how.compact
+		if c == nil || goal == 0 || c.res.BytesFreed == 0 || c.res.BytesFreed >= goal || pass >= maxCompactPasses || d.closed {
+			break
+		}
+		if !d.deviceCanCompactLocked(s, size) {
+			break
+		}
+		goal -= c.res.BytesFreed
+		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}}}
 	}
 	return d.retryUpdateLocked(s)
 }
+
+// maxCompactPasses bounds the compactions one failed reservation runs
+// (makeRoomLocked): each waits for every stream and copies, and a pass
+// after the first runs only when the one before freed part of the goal.
+const maxCompactPasses = 4
 
 // compactGoal is the room a failed reservation lacked, as its
 // storage.OutOfMemoryError says: the bytes it requested less what the

@@ -74,6 +74,10 @@ func (r Report) String() string {
 // CaptureStats counts capture windows.
 type CaptureStats struct {
 	Sealed, Doomed, Abandoned uint64
+	// Reused counts the buffers a recording allocated and freed again
+	// whose slices went back to its later allocations (stream-ordered
+	// reuse, design §10.3), ReusedBytes their requested bytes.
+	Reused, ReusedBytes uint64
 }
 
 // Stats are the device's counters: every manager's plus the device's own.

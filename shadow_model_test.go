@@ -717,7 +717,7 @@ func smSoakRun(t *testing.T, d time.Duration) {
 
 type smTotals struct {
 	seeds, ops, compared, faults, violations, skips, fails, ooms, relocVerifies, captures, launches uint64
-	guardDoomed, moves, growths, compactMoves, compactPages                                         uint64
+	guardDoomed, moves, growths, compactMoves, compactPages, reused                                 uint64
 }
 
 func (s *smTotals) add(o smTotals) {
@@ -737,14 +737,15 @@ func (s *smTotals) add(o smTotals) {
 	s.guardDoomed += o.guardDoomed
 	s.compactMoves += o.compactMoves
 	s.compactPages += o.compactPages
+	s.reused += o.reused
 }
 
 func (s smTotals) String() string {
 	return fmt.Sprintf("%d seeds, %d operations, %d faults injected, %d bytes compared, %d violations; "+
 		"%d failing ops, %d skipped ops, %d out-of-memory, %d growths, %d relocation moves, %d post-relocation verifications, "+
-		"%d captures (%d doomed by another graph's page guard), %d launches; compaction moved %d allocations and gave back %d pages",
+		"%d captures (%d doomed by another graph's page guard, %d recorded buffers' slices reused in the recording), %d launches; compaction moved %d allocations and gave back %d pages",
 		s.seeds, s.ops, s.faults, s.compared, s.violations, s.fails, s.skips, s.ooms, s.growths, s.moves, s.relocVerifies,
-		s.captures, s.guardDoomed, s.launches, s.compactMoves, s.compactPages)
+		s.captures, s.guardDoomed, s.reused, s.launches, s.compactMoves, s.compactPages)
 }
 
 // smRunSeed runs one seed: opens the device, runs the goroutines, checks
@@ -849,7 +850,7 @@ func smRunConfig(t *testing.T, seed uint64, cfg smConfig, totalOps int) smTotals
 		skips: run.skips.Load(), fails: run.fails.Load(), ooms: run.ooms.Load(), relocVerifies: run.relocVerifies.Load(),
 		captures: run.captures.Load(), launches: run.launches.Load(), moves: st.Relocation.Moves,
 		growths: st.Growths, guardDoomed: run.guardDoomed.Load(),
-		compactMoves: st.Relocation.CompactMoves, compactPages: st.Relocation.CompactPagesFreed}
+		compactMoves: st.Relocation.CompactMoves, compactPages: st.Relocation.CompactPagesFreed, reused: st.Captures.Reused}
 	if err := d.Close(); err != nil {
 		run.violate(-1, "Device.Close: %v", err)
 	}
@@ -2051,13 +2052,23 @@ func (w *smWorker) capture() {
 		// counter is the run number of this instance's ops: 0 for the
 		// warmup, then 1, 2, … for the launches of the recording.
 		counter := calls - 2
-		var tmp *gpumem.Buffer
+		// The scratch buffer is freed after the rotation and a second one
+		// allocated for graph-c: in the recording it takes the first one's
+		// slice (stream-ordered reuse), which every launch writes twice.
+		var tmp, tmp2 *gpumem.Buffer
 		if scratch != 0 {
 			var err error
 			if tmp, err = st.Alloc(ctx, scratch); err != nil {
 				return err
 			}
-			defer tmp.Free()
+			defer func() {
+				if tmp != nil {
+					_ = tmp.Free()
+				}
+				if tmp2 != nil {
+					_ = tmp2.Free()
+				}
+			}()
 		}
 		// toDevice stages p into the op's use r on a device backend: at
 		// recording the copy is recorded, with its bytes.
@@ -2112,8 +2123,22 @@ func (w *smWorker) capture() {
 			return err
 		}
 		p.ok[1] = true
+		cUses := []gpumem.Use{{Buffer: cRef, Access: gpumem.Write}}
+		if tmp != nil {
+			if err := tmp.Free(); err != nil {
+				return err
+			}
+			tmp = nil
+			if tmp2, err = st.Alloc(ctx, scratch); err != nil {
+				return err
+			}
+			cUses = append(cUses, gpumem.Use{Buffer: tmp2, Access: gpumem.Write})
+		}
 		p.attempted[2] = true
-		err = st.Enqueue("graph-c", []gpumem.Use{{Buffer: cRef, Access: gpumem.Write}}, func(res []storage.Resource) error {
+		err = st.Enqueue("graph-c", cUses, func(res []storage.Resource) error {
+			if len(res) > 1 && res[1].Bytes != nil {
+				copy(res[1].Bytes, smJunk) // the second scratch: nobody reads it
+			}
 			if gr.failing(counter) {
 				if res[0].Bytes != nil {
 					copy(res[0].Bytes, smJunk)
@@ -2137,13 +2162,16 @@ func (w *smWorker) capture() {
 	w.logf("Capture on stream %d (owner %d, a%d b%d c%d, scratch %d, fail every %d)", s, o, gr.a.id, gr.b.id, gr.c.id, scratch, gr.failEvery)
 	gate := &run.gates[s]
 	gate.Lock()
-	run.capturing.Add(1)
+	// Another capture in flight when this one began (its seal may come
+	// during this one, and its goroutine moves the epoch only after its
+	// Capture returns), or one that began during this one: its seal may
+	// have guarded the page the warmup's scratch slice is on (a guarded
+	// page serves nothing new), so the recording may legitimately find no
+	// room.
+	othersInFlight := run.capturing.Add(1) > 1
 	epoch := run.captureEpoch.Add(1)
 	g, err := run.streams[s].Capture(smBG, fn)
-	// Another capture began or ended during this one: its seal may have
-	// guarded the page the warmup's scratch slice is on (a guarded page
-	// serves nothing new), so the recording may legitimately find no room.
-	concurrent := run.captureEpoch.Load() != epoch
+	concurrent := othersInFlight || run.captureEpoch.Load() != epoch
 	run.capturing.Add(-1)
 	run.captureEpoch.Add(1)
 	gate.Unlock()
@@ -2183,6 +2211,12 @@ func (w *smWorker) capture() {
 	switch {
 	case !rec.ran && errors.Is(err, gpumem.ErrOutOfMemory) && run.oomOK:
 		run.ooms.Add(1) // the warmup's scratch allocation found no memory
+	case rec.ran && errors.Is(err, gpumem.ErrPageUpdateForbidden) && errors.Is(err, gpumem.ErrOutOfMemory) && run.oomOK:
+		// The rehearsal before the recording found no memory for the
+		// scratch room (the capacity was full of other goroutines'
+		// buffers, or an injected fault refused the page), and the error
+		// says so: allowed, counted.
+		run.ooms.Add(1)
 	case rec.ran && !rec.attempted[0] && errors.Is(err, gpumem.ErrPageUpdateForbidden) && concurrent:
 		// Another graph sealed during the recording guarded the page of
 		// the held room (BeginCapture re-finds room a guard took between

@@ -48,6 +48,11 @@ type output struct {
 	d        *handle.Descriptor
 	owner    *Stream
 	off, len uint64
+	// freed: the range belongs to a buffer the recording freed and whose
+	// room went back to it (capture_reuse.go). It still orders the ops
+	// that read it, but no failure is marked through it: nobody can read
+	// those bytes, and its descriptor may still name the free slice.
+	freed bool
 }
 
 // descRef lets a bare descriptor be looked up (identity-checked) without
@@ -170,9 +175,10 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	// The page the dynamic memory needs may not fit the device when the
 	// buffer's own size does: storage of that size serves it then (as
 	// PyTorch serves a large allocation from a segment of its own size).
-	// Not while a capture window is open: a warmup buffer's free primes
-	// room the recording reserves from the pools, and a dedicated buffer
-	// primes none (its storage goes back when freed).
+	// Not while a capture window is open: the rehearsal and the recording
+	// reserve from the pools what the warmup reserved, and a warmup buffer
+	// served from storage of its own would find no such room there (its
+	// storage goes back when freed).
 	exact := func() (*handle.Handle, error) {
 		if d.closed || s.pageUpdateLocked() != memory.Allow || d.captureWindowOpenLocked() {
 			return nil, errExactNotTried // the retry's error stands
@@ -199,6 +205,12 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		h.Release()
 		d.counters.failedReserves[FailureKind(err)]++
 		if u == memory.Forbidden {
+			if s.cap != nil && s.cap.rehearsalRefused != nil && errors.Is(err, memory.ErrPageUpdateForbidden) {
+				// The room is missing because the rehearsal could not
+				// reserve it: that is the cause a user can act on (free
+				// memory, a larger device), so the error carries both.
+				err = fmt.Errorf("%w (the rehearsal before the recording could not reserve its room: %w)", err, s.cap.rehearsalRefused)
+			}
 			s.capture.Fail(err)
 		}
 		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)

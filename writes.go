@@ -192,7 +192,7 @@ func outputsOf(rs []resolved) []output {
 func outputsOfWritten(ws []writtenRange) []output {
 	outs := make([]output, 0, len(ws))
 	for _, w := range ws {
-		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len})
+		outs = append(outs, output{d: w.b.Descriptor(), owner: w.owner, off: w.off, len: w.len, freed: w.b.Released()})
 	}
 	return outs
 }
@@ -353,6 +353,9 @@ func (d *Device) markFailedLocked(c collected) {
 		w.fail = d.g.Fail(fmt.Errorf("gpumem: op %q (seq %d on %s) failed: %w", c.f.Name, c.f.Seq, c.s.name, c.f.Err), c.f.Name)
 	}
 	for _, o := range w.outs {
+		if o.freed {
+			continue
+		}
 		var later []span
 		for _, x := range d.writers[o.d] {
 			if x.epoch > w.epoch {

@@ -288,7 +288,7 @@ func (m *Manager) reserve(size uint64, u PageUpdate, to *bindTo) (*handle.Handle
 	if h := m.reserveHeld(size); h != nil {
 		return h, nil
 	}
-	return nil, fmt.Errorf("%w: %d bytes in %s mode, no held room fits (warm up so the pools hold it)", ErrPageUpdateForbidden, size, m.Mode())
+	return nil, fmt.Errorf("%w: %d bytes in %s mode, no held room fits (a recording finds room for what its warmup allocated, in the warmup's order: warm up with the same allocations and frees)", ErrPageUpdateForbidden, size, m.Mode())
 }
 
 func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
@@ -505,6 +505,34 @@ func (m *Manager) Guard(loc handle.Location) (*pool.PageGuard, bool) {
 	m.guards++
 	g.OnRelease(func() { m.guards-- })
 	return g, true
+}
+
+// GuardsWholePage reports whether a guard at loc holds loc's whole page
+// (the pools that carve pages into slices) rather than one allocation (the
+// dedicated, exclusive and persistent pools, whose guard binds the
+// allocation itself): only then can room freed on the page be kept from
+// new use by guarding the page.
+func (m *Manager) GuardsWholePage(loc handle.Location) bool {
+	if !loc.Placed() {
+		return false
+	}
+	_, ok := m.pool(loc.Pool()).(*pool.Sliced)
+	return ok
+}
+
+// HoldFree binds the free parts of region on the page at loc (a sliced
+// pool's), carving them into slices of their own (pool.Sliced.HoldFree):
+// room a sealed graph writes though no buffer owns it.
+func (m *Manager) HoldFree(loc handle.Location, region storage.Region) ([]*handle.Binding, error) {
+	p, ok := m.pool(loc.Pool()).(*pool.Sliced)
+	if !ok {
+		return nil, fmt.Errorf("memory: pool %d does not carve pages", loc.Pool())
+	}
+	held, err := p.HoldFree(m.st, loc.Page(), region)
+	if invariantsOn {
+		m.checkInvariants("HoldFree")
+	}
+	return held, err
 }
 
 // Guards counts the live guards this memory handed out.

@@ -49,8 +49,10 @@
 //
 // The same protocol also defragments current pages (Reason [Compact]): the
 // pool plans moves of the live allocations of its sparsest current pages
-// into free room of its other current pages (pool.Sliced.PlanCompact), only
-// for a page whose every allocation finds room, so the page really empties;
+// into free room of its other current pages (pool.Sliced.PlanCompact), or,
+// under pressure on pages backed whole, onto one new page of their packed
+// size, smaller than theirs; only for a page whose every allocation finds
+// room, so the page really empties;
 // the copy and the commit are the ones above, and the emptied pages go back
 // in the cleanup that follows. Compaction is the make-room path's last
 // stage, after a cleanup and a relocation off outdated pages both failed,

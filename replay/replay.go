@@ -6,7 +6,9 @@
 // map to buffers; a failed allocation is counted and the replay goes on
 // (its later free is ignored); an alloc of an ID still live frees it first
 // (an implied free, counted); capture phases the device refuses are
-// counted, never fatal. Held releases (design §9.9, §13.1) are replayed
+// counted, never fatal; an allocation on a stream whose capture began and
+// has not ended gets a recorded op that writes all of it (recordUse), so
+// the graph holds it as a real recording's would. Held releases (design §9.9, §13.1) are replayed
 // with the device's stand-ins for queued work: a held free holds its
 // buffer (gpumem.Buffer.Hold) before freeing it, and the release of its ID
 // lets go (a release with nothing held — its allocation failed here — is
@@ -34,6 +36,7 @@ import (
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 )
 
@@ -151,6 +154,9 @@ type Report struct {
 	CapturesSealed    uint64 `json:"captures_sealed"`
 	CapturesDoomed    uint64 `json:"captures_doomed"`
 	CapturesAbandoned uint64 `json:"captures_abandoned"`
+	// CapturesReused counts recorded buffers whose slices served the
+	// recording's later allocations (stream-ordered reuse, design §10.3).
+	CapturesReused uint64 `json:"captures_reused"`
 	// CaptureErrors counts capture events the device refused (a phase out
 	// of order, a close while another graph records, …); the replay goes
 	// on.
@@ -169,11 +175,14 @@ type replayer struct {
 	windows  map[int][]func()
 	tokens   map[int]*gpumem.CaptureToken
 	graphs   map[int]*gpumem.Graph
-	capOwner map[int]int       // graph → stream
-	held     map[uint64]func() // a held free's ID → its hold's release
-	holds    map[int][]func()  // a stream's open holds' passes, oldest first
-	live     uint64
-	rep      *Report
+	capOwner map[int]int // graph → stream
+	// recording marks the streams whose capture began and has not ended:
+	// an allocation there is used by a recorded op (recordUse).
+	recording map[int]bool
+	held      map[uint64]func() // a held free's ID → its hold's release
+	holds     map[int][]func()  // a stream's open holds' passes, oldest first
+	live      uint64
+	rep       *Report
 	// byOp counts events per op (index Op; the last slot for any other),
 	// turned into Report.EventsByOp at the end: a map update per event
 	// cost more than the rest of the replay's own bookkeeping.
@@ -187,15 +196,16 @@ type replayer struct {
 func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], opts Options) (*Report, error) {
 	start := time.Now()
 	r := &replayer{
-		dev:      dev,
-		streams:  dev.Streams(),
-		buffers:  make(map[uint64]*gpumem.Buffer),
-		windows:  make(map[int][]func()),
-		tokens:   make(map[int]*gpumem.CaptureToken),
-		graphs:   make(map[int]*gpumem.Graph),
-		capOwner: make(map[int]int),
-		held:     make(map[uint64]func()),
-		holds:    make(map[int][]func()),
+		dev:       dev,
+		streams:   dev.Streams(),
+		buffers:   make(map[uint64]*gpumem.Buffer),
+		windows:   make(map[int][]func()),
+		tokens:    make(map[int]*gpumem.CaptureToken),
+		graphs:    make(map[int]*gpumem.Graph),
+		capOwner:  make(map[int]int),
+		recording: make(map[int]bool),
+		held:      make(map[uint64]func()),
+		holds:     make(map[int][]func()),
 		rep: &Report{
 			Backend:            dev.Backend().Name(),
 			EventsByOp:         make(map[string]int),
@@ -310,6 +320,9 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 		rep.Allocs++
 		r.buffers[e.ID] = b
 		r.live += e.Size
+		if r.recording[e.Stream] {
+			return r.recordUse(s, b)
+		}
 	case trace.OpFree:
 		b, ok := r.buffers[e.ID]
 		if !ok {
@@ -395,6 +408,24 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 	return nil
 }
 
+// recordUse records an op on recording stream s that writes all of b, as
+// the kernel a real recording allocates b for would: the recording then
+// holds b's slice until it seals and the graph holds it for its life
+// (design §10.3), which is what a captured workload costs. The op does
+// nothing when the graph is launched. A refusal that dooms the recording
+// is the capture's to report at its end; only a closed device stops the
+// replay.
+func (r *replayer) recordUse(s *gpumem.Stream, b *gpumem.Buffer) error {
+	err := s.Enqueue("replay: recorded use", []gpumem.Use{{Buffer: b, Access: gpumem.Write}}, recordedNothing)
+	if errors.Is(err, gpumem.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// recordedNothing is the recorded op's function: the replay moves no bytes.
+func recordedNothing([]storage.Resource) error { return nil }
+
 // capture applies a capture phase. Capture errors (out-of-order phases,
 // doomed recordings, a close the device refuses) are counted in
 // CaptureErrors, never fatal; only a closed device stops the replay.
@@ -412,11 +443,14 @@ func (r *replayer) capture(ctx context.Context, e trace.Event) error {
 		}
 	case trace.PhaseBegin:
 		if tok, ok := r.tokens[e.Graph]; ok {
-			err = r.streams[r.capOwner[e.Graph]].BeginCapture(tok)
+			if err = r.streams[r.capOwner[e.Graph]].BeginCapture(tok); err == nil {
+				r.recording[r.capOwner[e.Graph]] = true
+			}
 		}
 	case trace.PhaseEnd:
 		if tok, ok := r.tokens[e.Graph]; ok {
 			delete(r.tokens, e.Graph)
+			delete(r.recording, r.capOwner[e.Graph])
 			var g *gpumem.Graph
 			if g, err = r.streams[r.capOwner[e.Graph]].EndCapture(tok); err == nil {
 				r.graphs[e.Graph] = g
@@ -491,6 +525,7 @@ func (r *replayer) finish(start time.Time) {
 	rep.CapturesSealed = st.Captures.Sealed
 	rep.CapturesDoomed = st.Captures.Doomed
 	rep.CapturesAbandoned = st.Captures.Abandoned
+	rep.CapturesReused = st.Captures.Reused
 	rep.GuardedPagesAtEnd = st.GuardedPages
 	rep.FinalPageSize = finalPageSize(r.dev)
 	rep.WallSeconds = time.Since(start).Seconds()

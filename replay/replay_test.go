@@ -128,3 +128,46 @@ func TestReplayCountsImpliedFrees(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 }
+
+// An allocation made while a stream records is used by a recorded op (as a
+// real recording's kernels use what it allocates), so its room stays the
+// graph's until the graph closes: freed inside the recording, it goes back
+// to the recording only (its page guarded at the seal), and work between
+// launches cannot reuse it.
+func TestRecordedAllocationStaysTheGraphsUntilItCloses(t *testing.T) {
+	run := func(closeFirst bool) *Report {
+		t.Helper()
+		events := []trace.Event{
+			{Op: trace.OpCapture, T: 0, Phase: trace.PhasePrepare, Graph: 0},
+			{Op: trace.OpAlloc, T: 1, ID: 1, Size: 8 * MiB}, // warmup
+			{Op: trace.OpFree, T: 2, ID: 1},
+			{Op: trace.OpCapture, T: 3, Phase: trace.PhaseBegin, Graph: 0},
+			{Op: trace.OpAlloc, T: 4, ID: 2, Size: 8 * MiB}, // recorded
+			{Op: trace.OpFree, T: 5, ID: 2},
+			{Op: trace.OpCapture, T: 6, Phase: trace.PhaseEnd, Graph: 0},
+			{Op: trace.OpCapture, T: 7, Phase: trace.PhaseLaunch, Graph: 0},
+		}
+		work := []trace.Event{
+			{Op: trace.OpAlloc, T: 8, ID: 3, Size: 8 * MiB}, // between launches
+			{Op: trace.OpFree, T: 9, ID: 3},
+		}
+		closing := trace.Event{Op: trace.OpCapture, T: 10, Phase: trace.PhaseClose, Graph: 0}
+		if closeFirst {
+			events = append(append(events, closing), work...)
+		} else {
+			events = append(append(events, work...), closing)
+		}
+		rep, err := replayEvents(t, events)
+		if err != nil {
+			t.Fatalf("replay stopped: %v", err)
+		}
+		if rep.CapturesSealed != 1 || rep.CaptureErrors != 0 || rep.FailedAllocs != 0 || rep.CapturesReused != 1 {
+			t.Fatalf("sealed %d, capture errors %d, failed allocs %d, reused %d: want 1, 0, 0, 1 (the recorded buffer's slice went back to the recording)", rep.CapturesSealed, rep.CaptureErrors, rep.FailedAllocs, rep.CapturesReused)
+		}
+		return rep
+	}
+	closed, open := run(true), run(false)
+	if open.PeakDevice < closed.PeakDevice+8*MiB {
+		t.Fatalf("peak device with the graph open %d, closed first %d: want at least 8 MiB more while the graph holds the recorded slice", open.PeakDevice, closed.PeakDevice)
+	}
+}

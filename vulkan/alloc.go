@@ -220,6 +220,7 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 func (b *Backend) free(a *allocation) {
 	b.release(a)
 	b.allocCount.Add(-1)
+	b.frees.Add(1)
 }
 
 // release destroys a's buffer and memory (the device no longer uses them)

@@ -64,6 +64,10 @@ type Backend struct {
 	pagesMapped bool // the page memory type is host-visible
 	maxAllocs   uint32
 	allocCount  atomic.Int64
+	// frees counts the allocations freed (free: slot and heap bytes back),
+	// so that an allocation refused while the releaser was freeing knows a
+	// retry may succeed even once the releaser is idle (Storage.Alloc).
+	frees atomic.Uint64
 
 	amu    sync.RWMutex
 	allocs map[storage.ID]*allocation

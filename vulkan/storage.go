@@ -62,8 +62,12 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 	if err := s.budget.Take(size); err != nil {
 		return storage.Region{}, err
 	}
+	// A refusal is retried once when frees may have cured it: ones the
+	// releaser still had (drainFrees waits for them), or ones it finished
+	// after the refusal and before drainFrees looked (frees moved).
+	frees := s.b.frees.Load()
 	a, err := s.b.allocate(size, pageMemory)
-	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) && s.b.drainFrees() {
+	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) && (s.b.drainFrees() || s.b.frees.Load() != frees) {
 		a, err = s.b.allocate(size, pageMemory)
 	}
 	if err != nil {

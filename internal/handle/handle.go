@@ -284,6 +284,9 @@ func (b *Binding) Clone() *Binding {
 	return &Binding{d: b.d}
 }
 
+// Released reports whether Release was called on this object.
+func (b *Binding) Released() bool { return b.released }
+
 // Release drops this Binding; a second Release of one object panics.
 func (b *Binding) Release() {
 	if b.released {

@@ -99,8 +99,10 @@ type Arena struct {
 	// relocation targets: a move is no new demand); a growth reads it.
 	served servedSizes
 	// ownSizePages counts the pages taken at a reservation's own size
-	// after the storage refused the pool's page (PL30).
-	ownSizePages uint64
+	// after the storage refused the pool's page (PL30); largeOwnPages
+	// those taken for a reservation needing more than half a page (PL32).
+	ownSizePages  uint64
+	largeOwnPages uint64
 	// largest is the largest effective size recorded (LargestServed).
 	largest uint64
 	// refusedOwn is the effective size of the own-size page the storage
@@ -136,8 +138,18 @@ func NewArena(sizing PageSizing, lim Limits, log *slog.Logger) *Arena {
 // page would be refused for the same granules. When both pages
 // are refused the own-size page's error is returned: what the device lacks
 // for the smallest page that could serve size, which is what make-room's
-// stages must free.
+// stages must free. Before all that, on whole pages, a reservation that
+// needs more than half of p's page gets a page of its own size (PL32,
+// ownPageFor); if the storage refuses it, the rest runs as written.
 func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.Handle, error) {
+	if own, ok := a.ownPageFor(st, p, size); ok {
+		if h, err := p.allocSized(st, size, own); err == nil {
+			a.largeOwnPages++
+			return h, nil
+		}
+		// Refused: the pool's page is asked as before (and PL30 after it),
+		// so a refusal here changes nothing.
+	}
 	h, err := p.Alloc(st, size)
 	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) || storage.GranuleOf(st) > 0 {
 		return h, err
@@ -158,6 +170,33 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 		a.refusedOwn = own
 	}
 	return h, err
+}
+
+// ownPageFor is PL32: on storage that backs pages whole, the page a
+// reservation of size gets instead of one of p's size when it needs more
+// than half of that page: its effective size rounded up to TileStep (the
+// 2 MiB a driver rounds a large allocation to anyway) and clamped to
+// [Min, Max]; false when that is not smaller than p's page. No second
+// reservation that large could share p's page, so the rest of a page of
+// p's size would hold only smaller ones, and hold them whether or not any
+// come; PyTorch gives such a request (above 10 MiB) a segment of its own
+// size for the same reason. The own-size page is an ordinary page of p, as
+// PL30's: once its reservation is freed it serves whatever it holds. The
+// rule reads only the size and the page size, never the device's free
+// memory, so a run below a trace's unlimited peak places every buffer as
+// the unlimited run does until the first refusal (the do-no-harm test's
+// first property), unlike the own-size page ahead of pressure that was
+// measured and rejected (design §5.3).
+func (a *Arena) ownPageFor(st storage.Storage, p *Sliced, size uint64) (uint64, bool) {
+	if storage.GranuleOf(st) > 0 {
+		return 0, false // a page is address space: the granules cost the same on any page
+	}
+	_, need := padded(size, a.sizing.Align)
+	if need <= p.pageSize/2 {
+		return 0, false
+	}
+	own := a.sizing.clamp(ceilTo(need, TileStep))
+	return own, own < p.pageSize
 }
 
 // RefusedOwnSize reports that the arena's latest reservation was of size and
@@ -187,6 +226,10 @@ func (a *Arena) PageSize() uint64 { return a.Current().pageSize }
 // OwnSizePages counts the pages taken at a reservation's own size because
 // the storage refused the pool's page (PL30).
 func (a *Arena) OwnSizePages() uint64 { return a.ownSizePages }
+
+// LargeOwnSizePages counts the pages taken at a reservation's own size
+// because it needed more than half of the pool's page (PL32).
+func (a *Arena) LargeOwnSizePages() uint64 { return a.largeOwnPages }
 
 // Growths counts growths so far.
 func (a *Arena) Growths() uint64 { return a.growths }

@@ -10,6 +10,7 @@
 package pool
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -73,6 +74,12 @@ func (l CompactLimits) Less(bytes uint64, moves int, freed uint64) CompactLimits
 	return l
 }
 
+// admits reports whether a plan that copies bytes in moves moves stays
+// within the bounds (a page that would pass one is left whole).
+func (l CompactLimits) admits(bytes uint64, moves int) bool {
+	return (l.MaxBytes == 0 || bytes <= l.MaxBytes) && (l.MaxMoves <= 0 || moves <= l.MaxMoves)
+}
+
 // Spent reports whether the limits allow no further move.
 func (l CompactLimits) Spent() bool { return l.MaxMoves < 0 }
 
@@ -84,6 +91,9 @@ type CompactPlan struct {
 	// Refused counts pages whose every allocation found room but that the
 	// cost rule (CompactMovedPerFreed) turned down.
 	Refused int
+	// Repacked counts the pages of Pages emptied onto a new page of their
+	// live bytes' size (compactScope.repack); BytesFreed counts them net.
+	Repacked int
 }
 
 // compactScope is the pools one compaction plans over, in order: sources
@@ -136,7 +146,9 @@ func (c compactSource) sparser(d compactSource) int {
 // pages hold at least one page of free room between them. That is necessary:
 // emptying a page of live bytes L into the others needs L of their room,
 // and the page itself holds its size less L, so the room in all is at least
-// that page's size. The plan decides. O(slices).
+// that page's size. Or, on whole pages, such a page's live bytes rounded up
+// to a tile leave a tile of it or more: a repack (under pressure) might
+// replace it by a tight page. The plan decides. O(slices).
 func (p *Sliced) CanCompact() bool { return compactScope{p}.canCompact() }
 
 // canCompact is CanCompact over the scope: the free room of its unguarded
@@ -145,19 +157,26 @@ func (sc compactScope) canCompact() bool {
 	var free uint64
 	smallest := uint64(0)
 	unguarded := 0
+	repackable := false
 	for _, p := range sc {
 		for _, pg := range p.pages {
 			if pg.guarded() {
 				continue
 			}
 			unguarded++
-			if l, ok := movableLive(pg); ok && l > 0 && (smallest == 0 || pg.size() < smallest) {
+			l, ok := movableLive(pg)
+			if ok && l > 0 && (smallest == 0 || pg.size() < smallest) {
 				smallest = pg.size()
+			}
+			// A whole page a tight page of its live bytes would replace with
+			// a tile or more to spare (repack, under pressure only).
+			if ok && l > 0 && pg.granule == 0 && ceilTo(l, TileStep)+TileStep <= pg.size() && ceilTo(l, TileStep) <= sc[0].pageSize {
+				repackable = true
 			}
 			free += pg.size() - min(pg.size(), pg.occupied())
 		}
 	}
-	return smallest > 0 && unguarded >= 2 && free >= smallest
+	return smallest > 0 && (repackable || unguarded >= 2 && free >= smallest)
 }
 
 // movableLive sums the requested bytes of the page's live slices; false when
@@ -201,8 +220,10 @@ func movableLive(pg *page) (uint64, bool) {
 //     are always on distinct pages (R5).
 //
 // The plan ends early once the pages it empties free lim.Goal bytes.
-// Targets are never a new page: room Held only, since a compaction that
-// took a page to empty one would free nothing.
+// Targets are room Held, since a compaction that took a page as large as
+// the one it empties would free nothing; the one exception, under pressure
+// only (a Goal) and on whole pages, is a page packed to its live slices'
+// size (repack), which frees the difference.
 func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
 	return compactScope{p}.plan(lim, st, g)
 }
@@ -225,8 +246,8 @@ func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.Err
 			}
 		}
 	}
-	if len(cands) < 2 {
-		return relocation.New(nil), plan
+	if len(cands) == 0 || len(cands) < 2 && lim.Goal == 0 {
+		return relocation.New(nil), plan // a lone page can only be repacked
 	}
 	slices.SortFunc(cands, compactSource.sparser)
 	source := sc.marks()
@@ -237,12 +258,9 @@ func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.Err
 		if target[c.at.k][c.at.i] {
 			continue
 		}
-		if lim.MaxBytes > 0 && bytes+c.live > lim.MaxBytes {
-			continue
-		}
 		pg := sc.page(c.at)
 		live := pg.liveSlices()
-		if lim.MaxMoves > 0 && len(moves)+len(live) > lim.MaxMoves {
+		if !lim.admits(bytes+c.live, len(moves)+len(live)) {
 			continue
 		}
 		freed := pg.size() - pg.unmappedBytes()
@@ -271,7 +289,129 @@ func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.Err
 		moves = releaseMoves(moves, mark)
 		source[c.at.k][c.at.i] = false
 	}
+	if lim.Goal > 0 && plan.BytesFreed < lim.Goal {
+		moves = sc.repack(cands, lim, bytes, source, target, st, g, moves, &plan)
+	}
 	return relocation.New(moves), plan
+}
+
+// repack is the plan's last resort under pressure, on pages backed whole:
+// a candidate whose live slices did not all find room among the other
+// pages moves what does fit there (largest first, best fit, as the plan
+// places) and the rest onto one new page of its own, sized to those slices
+// packed end to end and rounded up to TileStep (as PL32 sizes a page of a
+// reservation's own size), in the scope's first pool (an arena's current
+// pool: outdated pages serve nothing new). The sparse page's bytes less
+// the tight page's go back, so a compaction that takes a page still frees
+// memory: a 64 MiB page holding 38 MiB of scattered live slices becomes a
+// 38 MiB page (less what the others' holes took), and the rest is the
+// device's again. Only under pressure (a Goal: the make-room path, after
+// held room alone could not give the reservation what it lacked), so a
+// device with the bytes for every page never reaches it, and only where
+// the storage grants the page: a refusal leaves the candidate alone (the
+// tight page must fit beside the page it empties, so the make-room path
+// runs another pass once one has freed room: a larger page may fit then).
+// On granular storage a page's free granules are unmapped already, and the
+// tight page would map as many again: nothing to gain, so it never runs
+// there. bytes is what the plan copies so far.
+func (sc compactScope) repack(cands []compactSource, lim CompactLimits, bytes uint64, source, target [][]bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move, plan *CompactPlan) []relocation.Move {
+	if storage.GranuleOf(st) > 0 {
+		return moves
+	}
+	home := sc[0]
+	for _, c := range cands {
+		if source[c.at.k][c.at.i] || target[c.at.k][c.at.i] {
+			continue
+		}
+		pg := sc.page(c.at)
+		live := pg.liveSlices()
+		if !lim.admits(bytes+c.live, len(moves)+len(live)) {
+			continue
+		}
+		source[c.at.k][c.at.i] = true
+		mark := len(moves)
+		var overflow []int
+		moves, overflow = sc.moveWhatFits(pg, live, source, st, g, moves)
+		var packed uint64
+		for _, i := range overflow {
+			_, need := padded(pg.slices[i].Region.Size, home.align)
+			packed += need
+		}
+		tight := ceilTo(packed, TileStep)
+		var fresh *page
+		ok := tight+TileStep <= pg.size() && tight <= home.pageSize
+		if ok && len(overflow) > 0 {
+			var err error
+			if fresh, err = home.addPage(st, tight); err != nil {
+				ok = false // refused: a smaller candidate's page may still fit
+			}
+		}
+		if ok && fresh != nil {
+			home.pagesPeak = max(home.pagesPeak, uint64(len(home.pages)))
+			for k := range source {
+				source[k] = append(source[k], false)
+				target[k] = append(target[k], false)
+			}
+			// Only the fresh page takes the rest: every other page is
+			// excluded.
+			only := sc.marks()
+			for k := range only {
+				for i := range only[k] {
+					only[k][i] = !(k == 0 && i == fresh.index)
+				}
+			}
+			moves, ok, _ = sc.moveAway(pg, overflow, only, false, st, g, moves)
+			if !ok {
+				// Padding the packing did not foresee. The fresh page is the
+				// pool's last: its targets released, it goes back.
+				moves = releaseMoves(moves, mark)
+				home.dropLastEmptyPage(st, g)
+				for k := range source {
+					source[k] = source[k][:len(sc[k].pages)]
+					target[k] = target[k][:len(sc[k].pages)]
+				}
+			}
+		}
+		if !ok {
+			moves = releaseMoves(moves, mark)
+			source[c.at.k][c.at.i] = false
+			continue
+		}
+		for _, m := range moves[mark:] {
+			loc := m.Target().Location()
+			target[sc.index(loc.Pool())][loc.Page()] = true
+		}
+		bytes += c.live
+		plan.Pages++
+		if fresh != nil {
+			plan.Repacked++
+		}
+		plan.BytesFreed += pg.size() - tight
+		if plan.BytesFreed >= lim.Goal {
+			break
+		}
+	}
+	return moves
+}
+
+// moveWhatFits plans, largest first, the move of each of the page's live
+// slices (indices live) that finds a best fit on a page of the scope not
+// marked in exclude, appending them to moves, and returns the indices of
+// those that found none, largest first. The page itself must be marked.
+func (sc compactScope) moveWhatFits(pg *page, live []int, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) ([]relocation.Move, []int) {
+	pg.largestFirst(live)
+	var overflow []int
+	for _, i := range live {
+		src := pg.slices[i].Region
+		t, _ := sc.bestFit(src.Size, exclude, false, st, g)
+		if t == nil {
+			overflow = append(overflow, i)
+			continue
+		}
+		dst := sc[sc.index(t.Location().Pool())].Slice(t.Location())
+		moves = append(moves, relocation.NewMove(pg.slices[i].h.Clone(), t, relocation.StorageCopy{Source: src, Target: dst.Region}))
+	}
+	return moves, overflow
 }
 
 // index returns the position in the scope of the pool of that index.
@@ -290,16 +430,7 @@ func (sc compactScope) index(pool uint8) int {
 // far are then still in moves for the caller to release. mapped is the bytes
 // of granules the targets newly mapped.
 func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, mappedOnly bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) (_ []relocation.Move, ok bool, mapped uint64) {
-	slices.SortStableFunc(live, func(x, y int) int {
-		a, b := pg.slices[x].Region.Size, pg.slices[y].Region.Size
-		switch {
-		case a > b:
-			return -1
-		case a < b:
-			return 1
-		}
-		return 0
-	})
+	pg.largestFirst(live)
 	// Clones first: targets are never carved on this page (it is marked),
 	// so its slice indices stay true while they are placed.
 	clones := make([]*handle.Handle, len(live))
@@ -320,6 +451,15 @@ func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, mappedOn
 		moves = append(moves, relocation.NewMove(h, t, relocation.StorageCopy{Source: src, Target: dst.Region}))
 	}
 	return moves, true, mapped
+}
+
+// largestFirst orders slice indices of the page by requested size, largest
+// first, ties in place: the order moves take room in, so the large holes
+// go to the large slices still to place.
+func (pg *page) largestFirst(live []int) {
+	slices.SortStableFunc(live, func(x, y int) int {
+		return cmp.Compare(pg.slices[y].Region.Size, pg.slices[x].Region.Size)
+	})
 }
 
 // releaseMoves releases the moves from mark on (both handles each) and

@@ -178,11 +178,82 @@ func TestPlanCompactRefusesAPlanThatOnlyMapsWhatItUnmaps(t *testing.T) {
 func TestCanCompactIsFalseWithoutAPageOfRoom(t *testing.T) {
 	st := storage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
-	p, _ := compactPages(t, st, g, []uint64{2}, []uint64{3})
+	// 3 MiB live on each 4 MiB page: 2 MiB free in all, and a tight page
+	// of either page's live bytes (4 MiB, in 2 MiB tiles) frees nothing.
+	p, _ := compactPages(t, st, g, []uint64{3}, []uint64{3})
 	if p.CanCompact() {
-		t.Fatal("CanCompact = true with 3 MiB free over two 4 MiB pages")
+		t.Fatal("CanCompact = true with 2 MiB free over two 4 MiB pages, neither repackable")
 	}
 	if plan, _ := p.PlanCompact(CompactLimits{}, st, g); !plan.IsEmpty() {
 		t.Fatal("a plan moved something CanCompact ruled out")
+	}
+}
+
+// Under pressure (a Goal) a whole page whose live slices do not all find
+// room on the other pages moves what fits there and the rest onto a new
+// page of its packed size: of page 0's two 1 MiB slices, 2 MiB apart, one
+// takes page 1's 1 MiB hole and the other a fresh 2 MiB page (a tile), and
+// page 0's 4 MiB go back, 2 MiB net, every byte intact. Without a goal (a
+// defragmentation at a quiet moment) nothing moves, and a storage that
+// refuses the fresh page leaves everything as it was.
+func TestPlanCompactUnderPressureRepacksAPageOntoATightNewPage(t *testing.T) {
+	g := handle.NewErrorGraph()
+	host := storage.NewHost(32, nil)
+	st := storage.NewFaulty(host)
+	p, live := compactPages(t, st, g, []uint64{1, 1}, []uint64{3})
+	var want [][]byte
+	for n, h := range live[0] {
+		r, _ := st.Resolve(p.Slice(h.Location()).Region)
+		for i := range r.Bytes {
+			r.Bytes[i] = byte((i+n)%251 + 1)
+		}
+		want = append(want, slices.Clone(r.Bytes))
+	}
+	before := st.BytesAllocated()
+	if !p.CanCompact() {
+		t.Fatal("CanCompact = false with a 4 MiB page of 2 MiB live (repackable)")
+	}
+
+	plan, info := p.PlanCompact(CompactLimits{}, st, g)
+	if !plan.IsEmpty() || info.Repacked != 0 {
+		t.Fatalf("without a goal the plan moves %d (info %+v), want none", plan.Len(), info)
+	}
+	st.RefuseNextAllocs(1)
+	plan, info = p.PlanCompact(CompactLimits{Goal: MiB}, st, g)
+	if !plan.IsEmpty() || info.Repacked != 0 || p.Pages() != 2 || st.BytesAllocated() != before {
+		t.Fatalf("fresh page refused: plan moves %d (info %+v), %d pages, %d bytes allocated; want nothing changed", plan.Len(), info, p.Pages(), st.BytesAllocated())
+	}
+	p.Check()
+
+	plan, info = p.PlanCompact(CompactLimits{Goal: MiB}, st, g)
+	if got := moveIDs(plan); !slices.Equal(got, ids(live[0]...)) {
+		t.Fatalf("plan moves %v, want page 0's %v", got, ids(live[0]...))
+	}
+	if got := targetPages(plan); !slices.Equal(got, []uint32{1, 2}) {
+		t.Fatalf("targets on pages %v, want [1 2] (page 1's hole, then the fresh page)", got)
+	}
+	if info.Pages != 1 || info.Repacked != 1 || info.BytesFreed != 2*MiB {
+		t.Fatalf("plan info %+v, want 1 page repacked, 2 MiB freed net", info)
+	}
+	landed, err := plan.Copy(st, relocation.HostCopies{})
+	if err != nil {
+		t.Fatalf("Copy: %v", err)
+	}
+	p.Commit(landed, g)
+	if n, b := p.ReleaseEmpty(st, g); n != 1 || b != 4*MiB {
+		t.Fatalf("ReleaseEmpty gave back %d pages (%d bytes), want the emptied 4 MiB page", n, b)
+	}
+	p.Check()
+	if got := st.BytesAllocated(); got != before-2*MiB {
+		t.Fatalf("storage holds %d bytes, want %d (2 MiB less)", got, before-2*MiB)
+	}
+	for n, h := range live[0] {
+		r, err := st.Resolve(p.Slice(h.Location()).Region)
+		if err != nil {
+			t.Fatalf("resolve moved allocation %d: %v", n, err)
+		}
+		if !bytes.Equal(r.Bytes, want[n]) {
+			t.Fatalf("moved allocation %d: bytes differ from what was written", n)
+		}
 	}
 }

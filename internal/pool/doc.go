@@ -58,7 +58,10 @@
 // reserved bytes no allocation uses. On granular storage, where a page is
 // address space and a tail costs nothing mapped, a growth takes the largest
 // page instead (PL31), so the arena grows once. On whole pages a page the
-// storage refuses is asked again at the reservation's own size (PL30). An
+// storage refuses is asked again at the reservation's own size (PL30), and
+// a reservation needing more than half a page gets a page of its own size
+// from the start (PL32), as PyTorch gives a large request a segment of its
+// size: no second one that large could share the page. An
 // outdated pool
 // serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
@@ -73,7 +76,10 @@
 //
 // A [PageGuard] freezes one sliced page, or one allocation of the other
 // pools: nothing new is carved from it, it is never released or unmapped,
-// and Plan neither moves it nor carves targets on it.
+// and Plan neither moves it nor carves targets on it. [Sliced.HoldFree]
+// freezes less: the free bytes of one range of a page, carved into slices
+// of their own and bound (hold.go), for room a graph writes that no buffer
+// owns; the rest of the page serves as usual.
 //
 // On granular storage ([storage.Granular] with a granule > 0) a sliced page
 // is a reservation of address space whose granules are mapped on demand: a
@@ -85,7 +91,8 @@
 //
 // [Pool], [Slice], the pools [Sliced], [Exclusive], [Direct] and
 // [Persistent], the [Arena] with [PageSizing], [FitKind], Plan and Commit,
-// [PageGuard], granule mapping of sliced pages, [Limits], [CleanupKind],
+// [PageGuard], held free room ([Sliced.HoldFree]), granule mapping of
+// sliced pages, [Limits], [CleanupKind],
 // [Usage], [Report], [Kind] and its five implementations, [Bytes], and the
 // errors [ErrBufferTooBig] and [ErrPageSizesExhausted].
 //
@@ -213,6 +220,15 @@
 //     is outdated; a refused largest page is asked again at the tiled size
 //     (its address space may be what was refused). On whole pages a
 //     growth's page size tiles what the arena served (tiling.go).
+//   - (PL32) On storage that backs pages whole, an arena reservation that
+//     needs a new page and more than half of the pool's page (a growth's
+//     first page included) gets a page of its own size instead: its
+//     effective size rounded up to TileStep, within [Min, Max], when that
+//     is smaller than the pool's page. It reads only the size and the page
+//     size, never what the device has left, so every capacity places alike
+//     until the first refusal; a refused own-size page leaves the
+//     reservation to the pool's page and PL30. Such a page is an ordinary
+//     page of its pool, as PL30's.
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

@@ -155,3 +155,44 @@ func TestRefusedLargestGranularPageFallsBackToTheTiledSize(t *testing.T) {
 	}
 	a.Check()
 }
+
+// PL32: on whole pages a reservation that needs a new page and more than
+// half of the pool's gets a page of its own size (rounded up to TileStep),
+// whatever the device has left; one of half a page or less gets the pool's
+// page; the page size stays, and the own-size page serves what it holds
+// once freed.
+func TestLargeReservationGetsAPageOfItsOwnSize(t *testing.T) {
+	st := storage.NewSim(32, nil)
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	arenaReserve(t, a, st, 30*MiB, nil) // grows to 30 MiB pages, one full page
+	page := a.PageSize()
+	cur := a.Current().Index()
+	h := arenaReserve(t, a, st, page/2+MiB+1, nil) // more than half a page
+	want := ceilTo(page/2+MiB+1, TileStep)
+	if got := pageBytes(t, a, cur, 1); got != want {
+		t.Fatalf("page for %d bytes on %d-byte pages: %d bytes, want its own size rounded to 2 MiB, %d", page/2+MiB+1, page, got, want)
+	}
+	arenaReserve(t, a, st, page/2, nil) // half a page: the pool's page
+	if got := pageBytes(t, a, cur, 2); got != page {
+		t.Fatalf("page for half a page: %d bytes, want the pool's %d", got, page)
+	}
+	if a.PageSize() != page || a.LargeOwnSizePages() != 1 || a.OwnSizePages() != 0 {
+		t.Fatalf("page size %d, large own-size pages %d, refused own-size pages %d; want %d, 1, 0", a.PageSize(), a.LargeOwnSizePages(), a.OwnSizePages(), page)
+	}
+	h.Release()
+	held := st.BytesAllocated()
+	if g := arenaReserve(t, a, st, 4*MiB, nil); g.Location().Page() != 1 || st.BytesAllocated() != held {
+		t.Fatalf("4 MiB after the free at %v with %d bytes held (was %d): want the own-size page 1, nothing added", g.Location(), st.BytesAllocated(), held)
+	}
+	a.Check()
+
+	// Granular storage maps the same granules on any page: the pool's.
+	gst := storage.NewGranularSim(32, 2*MiB, nil)
+	b := NewArena(NewPageSizing(64*MiB, 32), Limits{}, nil)
+	arenaReserve(t, b, gst, 40*MiB, nil) // grows to the largest page (PL31)
+	arenaReserve(t, b, gst, 40*MiB, nil) // more than half: still the pool's page
+	if got := pageBytes(t, b, b.Current().Index(), 1); got != 64*MiB || b.LargeOwnSizePages() != 0 {
+		t.Fatalf("granular: second page %d bytes, %d own-size pages; want 64 MiB, 0", got, b.LargeOwnSizePages())
+	}
+	b.Check()
+}

@@ -202,6 +202,16 @@ func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle
 	return h, nil
 }
 
+// dropLastEmptyPage gives back the pool's last page, which must be empty:
+// a page a compaction plan added (compactScope.repack) and then placed
+// nothing on.
+func (p *Sliced) dropLastEmptyPage(st storage.Storage, g *handle.ErrorGraph) {
+	pg := p.pages[len(p.pages)-1]
+	p.pages = p.pages[:len(p.pages)-1]
+	pg.shed(g)
+	st.Dealloc(pg.region.ID)
+}
+
 // addPage allocates and appends one page.
 func (p *Sliced) addPage(st storage.Storage, pageBytes uint64) (*page, error) {
 	n := len(p.pages)

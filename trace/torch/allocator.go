@@ -34,7 +34,8 @@
 //     free oversize segment large enough (else the largest ones until
 //     enough is freed) and retry; then release every whole free segment and
 //     unmap every free page of every pool and stream and retry once more (an
-//     alloc retry); then fail (an OOM).
+//     alloc retry; not while a graph captures, graphpool.go); then fail (an
+//     OOM).
 //  4. Split: small pool, or any pool with expandable segments, when the
 //     remainder is ≥ 512 B; large pool when the request is below
 //     max_split_size and the remainder is > 1 MiB. The front serves the
@@ -175,6 +176,9 @@ type segment struct {
 type poolKey struct {
 	stream int
 	small  bool
+	// private is the graph-private pool (graphpool.go) the pool belongs
+	// to; 0 for the default pools.
+	private int
 }
 
 // freePool is one (stream, small|large) pool: free mapped blocks sorted by
@@ -224,6 +228,12 @@ type Allocator struct {
 	pools     map[poolKey]*freePool
 	poolOrder []*freePool // creation order, for deterministic cache release
 	live      map[uint64]*block
+	// capturing maps a stream that captures a graph to the private pool
+	// its allocations go to; freeable holds the private pools no graph
+	// uses any more, whose free segments the cache release may return
+	// (graphpool.go).
+	capturing map[int]int
+	freeable  map[int]bool
 	nextAddr  uint64
 	reserved  uint64
 	peakRes   uint64
@@ -250,7 +260,7 @@ func NewWithConfig(cfg Config) *Allocator {
 		panic(fmt.Sprintf("torch: NewWithConfig: %v", err))
 	}
 	a := &Allocator{cfg: cfg, set: cfg.Settings, maxSplit: cfg.Settings.maxSplitBytes(), pools: map[poolKey]*freePool{},
-		live: map[uint64]*block{}, nextAddr: baseAddress}
+		live: map[uint64]*block{}, capturing: map[int]int{}, freeable: map[int]bool{}, nextAddr: baseAddress}
 	a.gc = cfg.Settings.GarbageCollectionThreshold > 0 && cfg.Capacity != 0
 	for _, c := range cfg.Cached {
 		if c.Size == 0 || c.Size > MaxRequest || a.nextAddr > math.MaxUint64-(c.Size+addressGap) || a.reserved > math.MaxUint64-c.Size {
@@ -311,13 +321,21 @@ func SegmentSize(rounded uint64) uint64 {
 	}
 }
 
+// pool returns the free pool a request of stream takes from: the default
+// (stream, size class) pool, or while stream captures a graph, that of the
+// capture's private pool.
 func (a *Allocator) pool(stream int, small bool) *freePool {
-	k := poolKey{stream, small}
+	k := poolKey{stream: stream, small: small, private: a.capturing[stream]}
 	p, ok := a.pools[k]
 	if !ok {
 		p = &freePool{key: k, lookups: &a.lookups[0]}
 		if small {
 			p.lookups = &a.lookups[1]
+		}
+		if k.private != 0 {
+			// A private pool counts its own lookups; garbage collection
+			// reads only the default large pools' (gc.go).
+			p.lookups = new(uint64)
 		}
 		a.pools[k] = p
 		a.poolOrder = append(a.poolOrder, p)
@@ -343,7 +361,9 @@ func (a *Allocator) Malloc(size uint64, stream int) (Block, error) {
 		if b == nil && a.releaseOversize(p, rounded) {
 			b = a.allocBlock(p, rounded, segSize)
 		}
-		if b == nil {
+		if b == nil && len(a.capturing) == 0 {
+			// While a graph captures, PyTorch skips this release: it
+			// synchronizes the device, which a capture forbids.
 			a.releaseCached()
 			a.stats.AllocRetries++
 			b = a.allocBlock(p, rounded, segSize)
@@ -417,7 +437,9 @@ func (a *Allocator) shouldSplit(p *freePool, b *block, size uint64) bool {
 // expandable segments pages mapped for a block of size bytes; nil when the
 // capacity refuses. The block is in no free list.
 func (a *Allocator) allocBlock(p *freePool, size, segSize uint64) *block {
-	if !a.set.ExpandableSegments {
+	if !a.set.ExpandableSegments || p.key.private != 0 {
+		// A graph-private pool never uses expandable segments (alloc_block:
+		// "expandable_segments() && !p.pool->owner_PrivatePool").
 		return a.newSegment(p, segSize)
 	}
 	// The memory-fraction check comes first and uses get_allocation_size,
@@ -492,11 +514,15 @@ func (a *Allocator) releaseOversize(p *freePool, size uint64) bool {
 }
 
 // releaseCached is release_cached_blocks: every whole free segment of every
-// pool and stream goes back, and every free block of an expandable segment
+// default pool and stream, and of every private pool no graph uses any more
+// (graphpool.go), goes back, and every free block of an expandable segment
 // has its whole pages unmapped (release_blocks, unmap_block); a range left
 // with no page mapped is released with it (release_expandable_segment).
 func (a *Allocator) releaseCached() {
 	for _, p := range a.poolOrder {
+		if p.key.private != 0 && !a.freeable[p.key.private] {
+			continue // a graph still uses it: its memory is the graph's
+		}
 		var keep, unmap []*block
 		for _, b := range p.blocks {
 			if b.seg.expandable {

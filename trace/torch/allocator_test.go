@@ -201,7 +201,7 @@ func TestFreeMergesWithBothNeighbours(t *testing.T) {
 	checkInvariants(t, a)
 	a.Free(y)
 	checkInvariants(t, a)
-	p := a.pools[poolKey{0, false}]
+	p := a.pools[poolKey{stream: 0, small: false}]
 	if len(p.blocks) != 1 || p.blocks[0].size != 20*MiB {
 		t.Fatalf("free blocks %d, first %d: want one merged 20 MiB block", len(p.blocks), p.blocks[0].size)
 	}

@@ -5,7 +5,8 @@
 //
 // [Allocator] (segments, blocks, per-stream small and large pools, best fit,
 // splitting and merging, the out-of-memory path, empty cache; the rules and
-// invariants T1–T4 are in allocator.go's header), PyTorch's allocator
+// invariants T1–T4 are in allocator.go's header; graph-private pools for
+// captures, graphpool.go), PyTorch's allocator
 // settings as [Settings], read from PYTORCH_CUDA_ALLOC_CONF syntax by
 // [ParseConf] or from a snapshot's allocator_settings by
 // [SettingsFromSnapshot] and written back by [Settings.String], [Config]
@@ -50,7 +51,9 @@
 // c10/core/AllocatorConfig.cpp, c10/cuda/CUDAAllocatorConfig.cpp), each rule
 // checked by a named test with the source's or the devlog's worked example
 // (pytorch/devlogs content/eager/2026-06-01-cuda-caching-allocator.md):
-// expandable segments, max_split_size_mb (also before settings existed),
+// graph-private pools (and torch.cuda.graph's empty_cache before a
+// capture; no shared snapshot holds a capture), expandable segments,
+// max_split_size_mb (also before settings existed),
 // max_non_split_rounding_mb, roundup_power2_divisions and
 // garbage_collection_threshold. With the zero Settings the model's output
 // is byte for byte what it was before settings existed.
@@ -71,8 +74,9 @@
 // # Does not know
 //
 // gpumem's pools, pages or relocation, devices or real memory; CUDA events
-// and cross-stream use (a free is reusable at once), graph-private pools
-// and memory pools, expandable_segments_page_size-style page overrides,
+// and cross-stream use (a free is reusable at once), private pools shared
+// between graphs or made by torch.cuda.MemPool, captures spanning several
+// streams, expandable_segments_page_size-style page overrides,
 // backend:cudaMallocAsync (refused by ParseConf), and settings changed in
 // the middle of a run are not modelled. Cached start segments are plain
 // segments whatever the settings, so a snapshot recorded with expandable

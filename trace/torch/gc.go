@@ -41,7 +41,7 @@ func (a *Allocator) collectGarbage() {
 	target := a.reserved - threshold
 	var large []*freePool
 	for _, p := range a.poolOrder {
-		if !p.key.small {
+		if !p.key.small && p.key.private == 0 {
 			large = append(large, p)
 		}
 	}

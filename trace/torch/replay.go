@@ -38,9 +38,19 @@ type Result struct {
 	HeldFrees       int
 	IgnoredReleases int
 	Cleanups        int // cleanup events, each an EmptyCache
-	// Skipped counts window, capture, hold and pass events: PyTorch has no
-	// counterpart (its cudaFree waits for the device, so nothing holds a
-	// segment's release).
+	// Captures counts capture begins applied: each empties the cache (as
+	// torch.cuda.graph does) and sends the stream's allocations to a new
+	// graph-private pool until the capture's end; the pool's memory stays
+	// the graph's until its close (graphpool.go). CaptureErrors counts
+	// capture phases out of order (a begin on a stream already capturing,
+	// an end or close of a graph never begun, a second begin of a graph),
+	// which change nothing.
+	Captures      int
+	CaptureErrors int
+	// Skipped counts window, hold and pass events, and capture prepare
+	// and launch phases: PyTorch has no counterpart (its cudaFree waits
+	// for the device, so nothing holds a segment's release; a warmup is
+	// ordinary work; a replay allocates nothing).
 	Skipped       int
 	PeakReserved  uint64 // highest reserved bytes
 	FinalReserved uint64
@@ -80,7 +90,9 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		res.Segments = append(res.Segments, SegmentEvent{Event: idx, Size: size, Release: release, Mapping: mapping})
 	}
 	live := map[uint64]Block{}
-	held := map[uint64]Block{} // held frees' blocks, until their release
+	held := map[uint64]Block{}    // held frees' blocks, until their release
+	graphs := map[int]graphPool{} // captured graphs' private pools, until their close
+	nextPool := 0
 	failed := map[uint64]bool{}
 	finish := func() {
 		res.PeakReserved = a.PeakReserved()
@@ -155,6 +167,42 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		case trace.OpCleanup:
 			a.EmptyCache()
 			res.Cleanups++
+		case trace.OpCapture:
+			switch e.Phase {
+			case trace.PhaseBegin:
+				if _, dup := graphs[e.Graph]; dup {
+					res.CaptureErrors++
+					break
+				}
+				// torch.cuda.graph empties the cache before capture_begin.
+				a.EmptyCache()
+				nextPool++
+				if a.BeginAllocateToPool(e.Stream, nextPool) != nil {
+					res.CaptureErrors++ // the stream captures another graph
+					break
+				}
+				graphs[e.Graph] = graphPool{id: nextPool, stream: e.Stream, capturing: true}
+				res.Captures++
+			case trace.PhaseEnd:
+				g, ok := graphs[e.Graph]
+				if !ok || !g.capturing {
+					res.CaptureErrors++
+					break
+				}
+				a.EndAllocateToPool(g.stream)
+				g.capturing = false
+				graphs[e.Graph] = g
+			case trace.PhaseClose:
+				g, ok := graphs[e.Graph]
+				if !ok {
+					res.CaptureErrors++
+					break
+				}
+				delete(graphs, e.Graph)
+				a.ReleasePool(g.id)
+			default:
+				res.Skipped++
+			}
 		default:
 			res.Skipped++
 		}
@@ -163,4 +211,11 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 	}
 	finish()
 	return res, nil
+}
+
+// graphPool is a captured graph's private pool in Replay: its id, the
+// stream that captured it, and whether the capture is still open.
+type graphPool struct {
+	id, stream int
+	capturing  bool
 }
