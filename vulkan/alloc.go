@@ -81,38 +81,32 @@ func (a *allocation) dropped() (watch bool) {
 	return a.freed && a.pending == 0
 }
 
-// idle reports whether no device work can use a any more: nothing records
-// or holds it, and every step that used it completed (or its queue
-// failed: nothing runs there).
-func (a *allocation) idle() bool {
+// use reads a's state once, under useMu: idle when no device work can use
+// a any more (nothing records or holds it, and every step that used it
+// completed, or its queue failed: nothing runs there); otherwise waiting,
+// with the first use that has not completed, when nothing records or holds
+// a (so a wait for it is a wait on a semaphore). A caller that needs both
+// answers reads them here in one go: asked apart, a step that completes in
+// between makes a neither waitable (asked second) nor idle (asked first),
+// and a free the releaser should watch for is lost.
+func (a *allocation) use() (m queueMark, waiting, idle bool) {
 	a.useMu.Lock()
 	defer a.useMu.Unlock()
 	if a.pending > 0 {
-		return false
+		return queueMark{}, false, false
 	}
 	for _, m := range a.used {
 		if !m.q.passed(m.seq) {
-			return false
+			return m, true, false
 		}
 	}
-	return true
+	return queueMark{}, false, true
 }
 
-// waitable returns the first use that has not completed, when nothing
-// records or holds a (so a wait for it is a wait on a semaphore); ok is
-// false when a is idle or still recorded.
-func (a *allocation) waitable() (m queueMark, ok bool) {
-	a.useMu.Lock()
-	defer a.useMu.Unlock()
-	if a.pending > 0 {
-		return queueMark{}, false
-	}
-	for _, m := range a.used {
-		if !m.q.passed(m.seq) {
-			return m, true
-		}
-	}
-	return queueMark{}, false
+// idle reports whether no device work can use a any more (see use).
+func (a *allocation) idle() bool {
+	_, _, idle := a.use()
+	return idle
 }
 
 // bytes returns the mapping as a slice (nil when not mapped).

@@ -332,9 +332,8 @@ func (b *Backend) watchFrees() bool {
 	var m queueMark
 	found := false
 	for _, s := range b.storageList() {
-		s.handOff()
-		if !found {
-			m, found = s.firstWaitable()
+		if _, sm, waiting := s.handOff(); waiting && !found {
+			m, found = sm, true
 		}
 	}
 	if found {

@@ -111,58 +111,67 @@ func (s *Storage) Dealloc(id storage.ID) {
 // the caller's path (reaper.go), and has the releaser watch the rest: each
 // goes back once the work that uses it completes.
 func (s *Storage) Flush() {
-	if s.handOff() {
+	if more, _, _ := s.handOff(); more {
 		s.b.reap.kick()
 	}
 }
 
 // handOff hands the idle queued allocations to the releaser; it reports
-// whether some stay queued. Each is handed over under mu, so Release,
-// which looks at the queue and then waits for the releaser, sees it in one
-// place or the other.
-func (s *Storage) handOff() (more bool) {
+// whether some stay queued, and a step one of those waits for when one
+// waits only for submitted steps (the releaser's watch waits on it). Each
+// is handed over under mu, so Release, which looks at the queue and then
+// waits for the releaser, sees it in one place or the other.
+func (s *Storage) handOff() (more bool, m queueMark, waiting bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	done, m, waiting := s.sweepLocked(false)
+	for _, a := range done {
+		s.b.reap.add(func() { s.drop(a) })
+	}
+	return len(s.queued) > 0, m, waiting
+}
+
+// sweepLocked removes and returns the queued allocations that are idle,
+// or with all, every queued one, and returns a step one of the kept ones
+// waits for, if one waits only for submitted steps. Each allocation's
+// state is read once (allocation.use), so one whose work completes during
+// the sweep is taken or waited for, never neither. s.mu is held.
+func (s *Storage) sweepLocked(all bool) (done []*allocation, m queueMark, waiting bool) {
 	keep := s.queued[:0]
 	for _, a := range s.queued {
-		if a.idle() {
-			s.b.reap.add(func() { s.drop(a) })
-		} else {
+		am, w, idle := a.use()
+		switch {
+		case all || idle:
+			done = append(done, a)
+		default:
 			keep = append(keep, a)
+			if w && !waiting {
+				m, waiting = am, true
+			}
 		}
 	}
 	clear(s.queued[len(keep):])
 	s.queued = keep
-	return len(keep) > 0
+	return done, m, waiting
 }
 
 // take removes and returns the queued allocations that are idle, or with
-// all, every queued one.
-func (s *Storage) take(all bool) []*allocation {
+// all, every queued one, and a step a kept one waits for (sweepLocked).
+func (s *Storage) take(all bool) ([]*allocation, queueMark, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var done []*allocation
-	keep := s.queued[:0]
-	for _, a := range s.queued {
-		if all || a.idle() {
-			done = append(done, a)
-		} else {
-			keep = append(keep, a)
-		}
-	}
-	clear(s.queued[len(keep):])
-	s.queued = keep
-	return done
+	return s.sweepLocked(all)
 }
 
 // releaseIdle frees, on the caller's goroutine, the queued allocations no
-// device work uses; it reports whether it freed any.
-func (s *Storage) releaseIdle() bool {
-	done := s.take(false)
+// device work uses; it reports whether it freed any, and a step a kept one
+// waits for, if one waits only for submitted steps.
+func (s *Storage) releaseIdle() (freed bool, m queueMark, waiting bool) {
+	done, m, waiting := s.take(false)
 	for _, a := range done {
 		s.drop(a)
 	}
-	return len(done) > 0
+	return len(done) > 0, m, waiting
 }
 
 // waitQueued waits for the work of every queued allocation that waits
@@ -172,31 +181,17 @@ func (s *Storage) releaseIdle() bool {
 func (s *Storage) waitQueued() bool {
 	freed := false
 	for {
-		if s.releaseIdle() {
-			freed = true
-		}
-		m, ok := s.firstWaitable()
+		some, m, ok := s.releaseIdle()
+		freed = freed || some
 		if !ok {
 			return freed
 		}
 		if err := m.q.waitSeq(context.Background(), m.seq); err != nil {
 			s.b.notePoison(err)
-			return s.releaseIdle() || freed
+			some, _, _ := s.releaseIdle()
+			return some || freed
 		}
 	}
-}
-
-// firstWaitable returns a step some queued allocation waits for, if any
-// waits only for submitted steps.
-func (s *Storage) firstWaitable() (queueMark, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, a := range s.queued {
-		if m, ok := a.waitable(); ok {
-			return m, true
-		}
-	}
-	return queueMark{}, false
 }
 
 // hasIdle reports whether a queued allocation is idle.
@@ -244,7 +239,8 @@ func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() }
 // release frees everything the storage holds, live or queued (backend
 // Close, after every queue is idle and every graph released).
 func (s *Storage) release() {
-	for _, a := range s.take(true) {
+	all, _, _ := s.take(true)
+	for _, a := range all {
 		s.drop(a)
 	}
 	s.mu.Lock()
