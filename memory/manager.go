@@ -141,8 +141,9 @@ type Manager struct {
 	windows    []Mode
 	guards     int
 	base       Mode
-	granule    uint64 // the storage's mapping granule; 0: pages backed whole
-	unmapped   uint64 // Stats.BytesUnmapped
+	granule    uint64           // the storage's mapping granule; 0: pages backed whole
+	unmapped   uint64           // Stats.BytesUnmapped
+	inv        invariantSampler // the invariants build's check schedule; empty otherwise
 }
 
 // New builds a stream's memory on st. g is the device-wide error graph
@@ -606,7 +607,11 @@ func (m *Manager) MakeHole(q relocation.CopyQueue, size uint64, lim pool.Compact
 func (m *Manager) Cleanup(kind pool.CleanupKind) {
 	m.cleanup(kind)
 	if invariantsOn {
-		m.checkInvariants("Cleanup")
+		if kind == pool.Periodic {
+			m.checkInvariants("Periodic cleanup") // one per Allow reservation: routine
+		} else {
+			m.checkInvariants("Cleanup")
+		}
 	}
 }
 
