@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -342,14 +343,16 @@ func TestFailedReplayedOpMarksNothingOnReturnedRoom(t *testing.T) {
 	const n = 1 << 20
 	d := openHost(t)
 	s := d.DefaultStream()
-	fail := false
+	// The warmup's op may still run on the stream when the launch is
+	// armed: atomic.
+	var fail atomic.Bool
 	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
 		tmp, err := s.Alloc(ctx, n)
 		if err != nil {
 			return err
 		}
 		if err := s.Enqueue("maybe-fail", []Use{{Buffer: tmp, Access: Write}}, func([]storage.Resource) error {
-			if fail {
+			if fail.Load() {
 				return errors.New("injected")
 			}
 			return nil
@@ -361,7 +364,7 @@ func TestFailedReplayedOpMarksNothingOnReturnedRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fail = true
+	fail.Store(true)
 	if err := g.Launch(bg); err != nil {
 		t.Fatal(err)
 	}

@@ -229,6 +229,42 @@ func TestDefragmentMovesNothingWithoutCompaction(t *testing.T) {
 	}
 }
 
+// A repack runs only under pressure, so where nothing but a repack could
+// shrink a page (one 10 MiB page holding two 4 MiB patterns with a 2 MiB
+// gap between them), Defragment neither moves nor waits for the streams:
+// it returns while another stream's op is held back.
+func TestDefragmentDoesNotWaitWhereOnlyARepackCouldHelp(t *testing.T) {
+	d := compactDevice(t)
+	s := d.DefaultStream()
+	mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
+	a := mustAlloc(t, s, 4*mib)
+	gap := mustAlloc(t, s, 2*mib)
+	b := mustAlloc(t, s, 4*mib)
+	mustFree(t, gap)
+	if got := d.Stats().BytesReserved; got != 10*mib {
+		t.Fatalf("setup: %d bytes reserved, want one 10 MiB page", got)
+	}
+	other, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate, release := newGate(t)
+	if err := other.Enqueue("gated", nil, func([]storage.Resource) error { <-gate; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var res DefragResult
+	within(t, "Defragment with another stream's op held back", func() { res, err = d.Defragment(bg, DefragOptions{}) })
+	if err != nil || res != (DefragResult{}) {
+		t.Fatalf("Defragment = %+v, %v; want nothing moved", res, err)
+	}
+	if runs := d.Stats().Relocation.Runs[relocation.Compact]; runs != 0 {
+		t.Fatalf("%d compactions ran, want none", runs)
+	}
+	release()
+	mustFree(t, a)
+	mustFree(t, b)
+}
+
 // design §7.7, repack: on whole pages whose live slices no other page's
 // room holds (two 4 MiB patterns a 2 MiB gap apart on each 10 MiB page), a
 // reservation the device lacks 4 MiB for is served once compaction moved
@@ -280,6 +316,9 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		if runs := st.Relocation.Runs[relocation.Compact]; runs < 2 {
 			t.Fatalf("%d compactions, want at least 2 (one page repacked per pass)", runs)
 		}
+		if n := st.Relocation.CompactPagesRepacked; n < 2 || n > st.Relocation.CompactPagesFreed {
+			t.Fatalf("%d pages repacked of %d freed, want at least 2 of them", n, st.Relocation.CompactPagesFreed)
+		}
 		if st.BytesReserved > 38*mib {
 			t.Fatalf("%d bytes reserved, more than the capacity", st.BytesReserved)
 		}
@@ -288,5 +327,51 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		for i, l := range live {
 			wantBytes(t, l, want[i])
 		}
+	}
+}
+
+// On whole pages, the small pool's page is device memory a reservation may
+// lack: under pressure make-room moves its few slices into the arena's
+// room and gives the page back. Here that 2 MiB is the whole difference
+// (no page can be repacked, nothing is outdated), and the small
+// allocation's bytes survive the move.
+func TestMakeRoomGivesBackASmallPageWhoseSlicesFitTheArena(t *testing.T) {
+	for _, compacting := range []bool{true, false} {
+		opts := []Option{WithCapacity(14 * mib),
+			WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 14 * mib})}
+		if !compacting {
+			opts = append(opts, WithoutCompaction())
+		}
+		d := openHost(t, opts...)
+		s := d.DefaultStream()
+		tiny := mustAlloc(t, s, 4<<10)
+		w := pattern(4<<10, 7)
+		mustWrite(t, tiny, w)
+		big := mustAlloc(t, s, 9*mib) // a 10 MiB page, 1 MiB of it free
+		if got := d.Stats().BytesReserved; got != 12*mib {
+			t.Fatalf("setup: %d bytes reserved, want a 2 MiB small page and a 10 MiB arena page", got)
+		}
+		b, err := s.Alloc(bg, 4*mib) // its own 4 MiB page; the device has 2 MiB
+		if !compacting {
+			if !errors.Is(err, ErrOutOfMemory) {
+				t.Fatalf("without compaction, 4 MiB = %v, want ErrOutOfMemory", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("4 MiB with 2 MiB free and a small page whose slice fits the arena: %v", err)
+		}
+		st := d.Stats()
+		if st.Relocation.CompactPagesFreed == 0 || st.Relocation.CompactPagesRepacked != 0 {
+			t.Fatalf("compaction freed %d pages, repacked %d; want the small page freed, none repacked",
+				st.Relocation.CompactPagesFreed, st.Relocation.CompactPagesRepacked)
+		}
+		if st.BytesReserved > 14*mib {
+			t.Fatalf("%d bytes reserved, more than the capacity", st.BytesReserved)
+		}
+		wantBytes(t, tiny, w)
+		mustWrite(t, b, pattern(4*mib, 9))
+		wantBytes(t, b, pattern(4*mib, 9))
+		mustFree(t, big)
 	}
 }
