@@ -54,6 +54,13 @@ type compactPass struct {
 	holeFor *Stream
 }
 
+// underPressure reports whether the pass compacts for a failed
+// reservation (p may be nil): a hole to make or a goal to free, where a
+// page may be repacked (pool: repack); Defragment's never is.
+func (p *compactPass) underPressure() bool {
+	return p != nil && (p.hole > 0 || p.lim.Goal > 0)
+}
+
 // spent reports whether the pass may move nothing more.
 func (p *compactPass) spent() bool { return p.lim.Spent() }
 

@@ -48,8 +48,9 @@ type Relocating interface {
 	// State describes the arena for the relocation trigger.
 	State() relocation.ArenaState
 	// CanCompact reports, without planning, whether a compaction might
-	// empty a current page (pool.Sliced.CanCompact).
-	CanCompact() bool
+	// empty a current page (pool.Sliced.CanCompact); underPressure: one with
+	// a Goal, where a repack or small pages into the arena may run.
+	CanCompact(underPressure bool) bool
 	// CanMakeHole reports, without planning, whether MakeHole might make
 	// room for a reservation of size in the pool that would serve it.
 	CanMakeHole(size uint64) bool
@@ -411,9 +412,10 @@ var (
 )
 
 // CanCompact implements Relocating: the arena (any of its pools) or the
-// small pool might give a page back.
-func (a *AdaptiveMemory) CanCompact() bool {
-	return a.arena.CanCompact() || a.small.CanCompact()
+// small pool might give a page back; on whole pages, also a small page
+// into the arena's room (under pressure, smallIntoArenaTarget).
+func (a *AdaptiveMemory) CanCompact(underPressure bool) bool {
+	return a.arena.CanCompact(underPressure) || a.small.CanCompact(underPressure) || underPressure && a.smallIntoArenaTarget().can()
 }
 
 // compactTarget is one place a compaction plans and lands: the arena (its
@@ -424,16 +426,40 @@ type compactTarget struct {
 	commit func(*relocation.Landed, storage.Storage, *handle.ErrorGraph)
 }
 
-func (a *AdaptiveMemory) arenaTarget() compactTarget {
-	return compactTarget{can: a.arena.CanCompact, plan: a.arena.PlanCompact,
+func (a *AdaptiveMemory) arenaTarget(underPressure bool) compactTarget {
+	return compactTarget{can: func() bool { return a.arena.CanCompact(underPressure) }, plan: a.arena.PlanCompact,
 		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
 			a.arena.Commit(l, st, g) // drains the outdated pools it emptied
 			a.arena.Current().ReleaseEmpty(st, g)
 		}}
 }
 
-func (a *AdaptiveMemory) smallTarget() compactTarget {
-	return compactTarget{can: a.small.CanCompact, plan: a.small.PlanCompact,
+// smallIntoArenaTarget empties small pages into the arena's room, under
+// pressure on whole pages only (pool.Arena.PlanCompactWith): a small page
+// is 2 MiB of the device's, and those bytes may be what a repack's tight
+// page lacked. It comes after the arena's and the small pool's own
+// compactions, so small slices leave their pool only when those fell
+// short of the goal; without a goal (Defragment) it plans nothing, since
+// the small pool exists to keep metadata off the arena.
+func (a *AdaptiveMemory) smallIntoArenaTarget() compactTarget {
+	return compactTarget{
+		can: func() bool { return a.granule == 0 && a.small.Pages() > 0 && a.arena.CanCompactWith(a.small) },
+		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
+			if l.Goal == 0 {
+				return relocation.New(nil), pool.CompactPlan{}
+			}
+			return a.arena.PlanCompactWith(a.small, l, st, g)
+		},
+		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
+			a.arena.CommitWith(a.small, l, st, g)
+			a.arena.Current().ReleaseEmpty(st, g)
+			a.small.ReleaseEmpty(st, g)
+		},
+	}
+}
+
+func (a *AdaptiveMemory) smallTarget(underPressure bool) compactTarget {
+	return compactTarget{can: func() bool { return a.small.CanCompact(underPressure) }, plan: a.small.PlanCompact,
 		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
 			a.small.Commit(l, g)
 			a.small.ReleaseEmpty(st, g)
@@ -449,7 +475,8 @@ func (a *AdaptiveMemory) smallTarget() compactTarget {
 // NothingToMove.
 func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome {
 	var total relocation.Outcome
-	for _, t := range [...]compactTarget{a.arenaTarget(), a.smallTarget()} {
+	pressure := lim.Goal > 0
+	for _, t := range [...]compactTarget{a.arenaTarget(pressure), a.smallTarget(pressure), a.smallIntoArenaTarget()} {
 		if !t.can() {
 			continue
 		}
@@ -480,7 +507,7 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 	case size == 0:
 		return compactTarget{}, false
 	case a.small.Accept(size):
-		t := a.smallTarget()
+		t := a.smallTarget(true)
 		t.can = func() bool { return a.small.CanHole(size) }
 		t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 			return a.small.PlanHole(size, l, st, g)
@@ -490,7 +517,7 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 	if kind, _ := a.arena.Sizing().Fit(size, a.arena.PageSize()); kind != pool.Fits {
 		return compactTarget{}, false
 	}
-	t := a.arenaTarget()
+	t := a.arenaTarget(true)
 	t.can = func() bool { return a.arena.CanHole(size) }
 	t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 		return a.arena.PlanHole(size, l, st, g)
@@ -581,5 +608,6 @@ func (a *AdaptiveMemory) compactOne(st storage.Storage, q relocation.CopyQueue, 
 	a.stats.Record(relocation.Compact, out)
 	a.stats.CompactPagesFreed += uint64(info.Pages)
 	a.stats.CompactBytesFreed += info.BytesFreed
+	a.stats.CompactPagesRepacked += uint64(info.Repacked)
 	return out, info
 }

@@ -565,8 +565,11 @@ func (m *Manager) Relocate(q relocation.CopyQueue, reason relocation.Reason) rel
 	return out
 }
 
-// CanCompact reports whether a compaction might give a current page back.
-func (m *Manager) CanCompact() bool { return m.relocating != nil && m.relocating.CanCompact() }
+// CanCompact reports whether a compaction might give a current page back;
+// underPressure: one with a goal (make-room), where a page may be repacked.
+func (m *Manager) CanCompact(underPressure bool) bool {
+	return m.relocating != nil && m.relocating.CanCompact(underPressure)
+}
 
 // Compact empties the sparsest current pages into the room of the others,
 // within lim, through q, and gives the emptied pages back (design §7.7).

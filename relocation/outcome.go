@@ -60,7 +60,12 @@ type Stats struct {
 	CompactMoves      uint64 // allocations a compaction moved
 	CompactBytesMoved uint64 // requested bytes those moves copied
 	CompactPagesFreed uint64 // current pages a compaction emptied and gave back
-	CompactBytesFreed uint64 // bytes of those pages (mapped bytes on granular storage)
+	CompactBytesFreed uint64 // bytes of those pages (mapped bytes on granular storage), net of repacks' new pages
+	// CompactPagesRepacked counts the pages of CompactPagesFreed whose
+	// allocations went (in part) onto a new page of their packed size
+	// (pool.CompactPlan.Repacked): the pool holds as many pages after, but
+	// fewer bytes.
+	CompactPagesRepacked uint64
 	// CompactNothingToMove counts compactions whose plan was empty (also
 	// in NothingToMove), so Runs[Compact] less it is the compactions that
 	// moved or tried to.
@@ -117,5 +122,6 @@ func (s *Stats) Add(o Stats) {
 	s.CompactBytesMoved += o.CompactBytesMoved
 	s.CompactPagesFreed += o.CompactPagesFreed
 	s.CompactBytesFreed += o.CompactBytesFreed
+	s.CompactPagesRepacked += o.CompactPagesRepacked
 	s.CompactNothingToMove += o.CompactNothingToMove
 }

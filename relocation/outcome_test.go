@@ -33,12 +33,12 @@ func TestStatsRecordIgnoresMoveCountsOfFailedRelocations(t *testing.T) {
 
 func TestStatsAddSumsEveryCounter(t *testing.T) {
 	a := Stats{Runs: [NumReasons]uint64{1, 2, 3, 4, 5}, Moves: 5, BytesMoved: 6, PagesReleased: 7, BytesReleased: 8, NothingToMove: 9, Abandoned: 10, Leaked: 11,
-		CompactMoves: 12, CompactBytesMoved: 13, CompactPagesFreed: 14, CompactBytesFreed: 15}
+		CompactMoves: 12, CompactBytesMoved: 13, CompactPagesFreed: 14, CompactBytesFreed: 15, CompactPagesRepacked: 16, CompactNothingToMove: 17}
 	b := Stats{Runs: [NumReasons]uint64{10, 20, 30, 40, 50}, Moves: 50, BytesMoved: 60, PagesReleased: 70, BytesReleased: 80, NothingToMove: 90, Abandoned: 100, Leaked: 110,
-		CompactMoves: 120, CompactBytesMoved: 130, CompactPagesFreed: 140, CompactBytesFreed: 150}
+		CompactMoves: 120, CompactBytesMoved: 130, CompactPagesFreed: 140, CompactBytesFreed: 150, CompactPagesRepacked: 160, CompactNothingToMove: 170}
 	a.Add(b)
 	want := Stats{Runs: [NumReasons]uint64{11, 22, 33, 44, 55}, Moves: 55, BytesMoved: 66, PagesReleased: 77, BytesReleased: 88, NothingToMove: 99, Abandoned: 110, Leaked: 121,
-		CompactMoves: 132, CompactBytesMoved: 143, CompactPagesFreed: 154, CompactBytesFreed: 165}
+		CompactMoves: 132, CompactBytesMoved: 143, CompactPagesFreed: 154, CompactBytesFreed: 165, CompactPagesRepacked: 176, CompactNothingToMove: 187}
 	if a != want {
 		t.Fatalf("Add = %+v, want %+v", a, want)
 	}

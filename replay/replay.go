@@ -142,6 +142,10 @@ type Report struct {
 	CompactBytesMoved uint64 `json:"compact_bytes_moved"`
 	CompactPagesFreed uint64 `json:"compact_pages_freed"`
 	CompactBytesFreed uint64 `json:"compact_bytes_freed"`
+	// CompactPagesRepacked counts the pages of CompactPagesFreed replaced
+	// by a new page of their packed live bytes (a repack, under pressure on
+	// whole pages): bytes go back, the page count stays.
+	CompactPagesRepacked uint64 `json:"compact_pages_repacked"`
 	// DedicatedFallbacks counts allocations served from storage of their
 	// own size because no page the memory needed fitted the device.
 	DedicatedFallbacks uint64 `json:"dedicated_fallbacks"`
@@ -517,6 +521,7 @@ func (r *replayer) finish(start time.Time) {
 	rep.CompactBytesMoved = rs.CompactBytesMoved
 	rep.CompactPagesFreed = rs.CompactPagesFreed
 	rep.CompactBytesFreed = rs.CompactBytesFreed
+	rep.CompactPagesRepacked = rs.CompactPagesRepacked
 	rep.Abandoned = st.Relocation.Abandoned
 	rep.Leaked = st.Relocation.Leaked
 	rep.ReserveRetries = st.ReserveRetries

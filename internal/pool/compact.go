@@ -146,14 +146,18 @@ func (c compactSource) sparser(d compactSource) int {
 // pages hold at least one page of free room between them. That is necessary:
 // emptying a page of live bytes L into the others needs L of their room,
 // and the page itself holds its size less L, so the room in all is at least
-// that page's size. Or, on whole pages, such a page's live bytes rounded up
-// to a tile leave a tile of it or more: a repack (under pressure) might
-// replace it by a tight page. The plan decides. O(slices).
-func (p *Sliced) CanCompact() bool { return compactScope{p}.canCompact() }
+// that page's size. Or, underPressure (a plan with a Goal, where a repack
+// may run) and on whole pages, such a page's live bytes rounded up to a
+// tile leave a tile of it or more: a repack might replace it by a tight
+// page. The plan decides. O(slices).
+func (p *Sliced) CanCompact(underPressure bool) bool {
+	return compactScope{p}.canCompact(underPressure)
+}
 
 // canCompact is CanCompact over the scope: the free room of its unguarded
-// pages is at least the smallest movable page.
-func (sc compactScope) canCompact() bool {
+// pages is at least the smallest movable page, or (repack) a page might be
+// repacked.
+func (sc compactScope) canCompact(repack bool) bool {
 	var free uint64
 	smallest := uint64(0)
 	unguarded := 0
@@ -170,7 +174,7 @@ func (sc compactScope) canCompact() bool {
 			}
 			// A whole page a tight page of its live bytes would replace with
 			// a tile or more to spare (repack, under pressure only).
-			if ok && l > 0 && pg.granule == 0 && ceilTo(l, TileStep)+TileStep <= pg.size() && ceilTo(l, TileStep) <= sc[0].pageSize {
+			if repack && ok && l > 0 && pg.granule == 0 && ceilTo(l, TileStep)+TileStep <= pg.size() && ceilTo(l, TileStep) <= sc[0].pageSize {
 				repackable = true
 			}
 			free += pg.size() - min(pg.size(), pg.occupied())
@@ -230,12 +234,19 @@ func (p *Sliced) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.Er
 
 // plan is PlanCompact over the scope.
 func (sc compactScope) plan(lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	return sc.planFrom(0, lim, st, g)
+}
+
+// planFrom is plan with sources on the scope's pools from index from on
+// only; targets may lie on any.
+func (sc compactScope) planFrom(from int, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
 	var plan CompactPlan
 	if lim.Spent() {
 		return relocation.New(nil), plan
 	}
 	var cands []compactSource
-	for k, p := range sc {
+	for k, p := range sc[from:] {
+		k += from
 		for i, pg := range p.pages {
 			if pg.guarded() {
 				continue
@@ -572,9 +583,26 @@ func (a *Arena) PlanCompact(lim CompactLimits, st storage.Storage, g *handle.Err
 	return a.scope().plan(lim, st, g)
 }
 
+// PlanCompactWith plans the emptying of other's pages (the small pool's)
+// into free room of the arena's pools or other's other pages, for a
+// compaction under pressure on whole pages: a small page holding a few
+// live slices is a page of bytes the device pays for, and the arena's holes
+// can take them, so the page goes back; the bytes it frees may be what the
+// tight page of a repack lacked (on a device a page short, a 2 MiB small
+// page is the difference). Only other's pages are sources (the arena's
+// compact on their own, PlanCompact); CommitWith lands it.
+func (a *Arena) PlanCompactWith(other *Sliced, lim CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, CompactPlan) {
+	sc := a.scope()
+	return append(sc, other).planFrom(len(sc), lim, st, g)
+}
+
+// CanCompactWith is CanCompact over the arena's pools and other, under
+// pressure (PlanCompactWith plans only with a goal).
+func (a *Arena) CanCompactWith(other *Sliced) bool { return append(a.scope(), other).canCompact(true) }
+
 // CanCompact reports whether a compaction of the arena might empty a page
 // (Sliced.CanCompact over its pools).
-func (a *Arena) CanCompact() bool { return a.scope().canCompact() }
+func (a *Arena) CanCompact(underPressure bool) bool { return a.scope().canCompact(underPressure) }
 
 // scope is the arena's pools as one compaction sees them: the current pool
 // first (its free room is where moves belong), then the outdated ones in

@@ -44,7 +44,7 @@ func TestPlanCompactEmptiesTheSparsestPageIntoTheBestFitAndEveryByteSurvives(t *
 	}
 	want := slices.Clone(src.Bytes)
 
-	if !p.CanCompact() {
+	if !p.CanCompact(false) {
 		t.Fatal("CanCompact = false with 5 MiB free over three 4 MiB pages")
 	}
 	plan, info := p.PlanCompact(CompactLimits{}, st, g)
@@ -164,7 +164,7 @@ func TestPlanCompactRefusesAPlanThatOnlyMapsWhatItUnmaps(t *testing.T) {
 	f0.Release()
 	f1.Release()
 	p.UnmapFree(st)
-	if !p.CanCompact() {
+	if !p.CanCompact(false) {
 		t.Fatal("CanCompact = false with a page of free room")
 	}
 	plan, info := p.PlanCompact(CompactLimits{}, st, g)
@@ -181,7 +181,7 @@ func TestCanCompactIsFalseWithoutAPageOfRoom(t *testing.T) {
 	// 3 MiB live on each 4 MiB page: 2 MiB free in all, and a tight page
 	// of either page's live bytes (4 MiB, in 2 MiB tiles) frees nothing.
 	p, _ := compactPages(t, st, g, []uint64{3}, []uint64{3})
-	if p.CanCompact() {
+	if p.CanCompact(true) {
 		t.Fatal("CanCompact = true with 2 MiB free over two 4 MiB pages, neither repackable")
 	}
 	if plan, _ := p.PlanCompact(CompactLimits{}, st, g); !plan.IsEmpty() {
@@ -210,8 +210,11 @@ func TestPlanCompactUnderPressureRepacksAPageOntoATightNewPage(t *testing.T) {
 		want = append(want, slices.Clone(r.Bytes))
 	}
 	before := st.BytesAllocated()
-	if !p.CanCompact() {
-		t.Fatal("CanCompact = false with a 4 MiB page of 2 MiB live (repackable)")
+	if !p.CanCompact(true) {
+		t.Fatal("CanCompact(under pressure) = false with a 4 MiB page of 2 MiB live (repackable)")
+	}
+	if p.CanCompact(false) {
+		t.Fatal("CanCompact(no pressure) = true with 1 MiB free over two 4 MiB pages: only a repack could help, and none runs there")
 	}
 
 	plan, info := p.PlanCompact(CompactLimits{}, st, g)
@@ -256,4 +259,57 @@ func TestPlanCompactUnderPressureRepacksAPageOntoATightNewPage(t *testing.T) {
 			t.Fatalf("moved allocation %d: bytes differ from what was written", n)
 		}
 	}
+}
+
+// Under pressure on whole pages, PlanCompactWith empties a small-pool page
+// into the arena's room: the page's 2 MiB are the device's bytes, and the
+// arena's hole takes its few slices. Every byte survives the move.
+func TestPlanCompactWithEmptiesASmallPageIntoTheArena(t *testing.T) {
+	st := storage.NewHost(32, nil)
+	g := handle.NewErrorGraph()
+	a := NewArena(wideSizing, Limits{}, nil)
+	big, err := a.Reserve(st, 7*MiB, g) // an 8 MiB page, 1 MiB of it free
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Release()
+	small := NewSliced(2*MiB, 64<<10, false, 32, 1, Limits{})
+	y := slicedReserve(t, small, st, 64<<10, g)
+	src, _ := st.Resolve(small.Slice(y.Location()).Region)
+	for i := range src.Bytes {
+		src.Bytes[i] = byte(i%241 + 5)
+	}
+	want := slices.Clone(src.Bytes)
+	before := st.BytesAllocated()
+	if plan, _ := a.PlanCompact(CompactLimits{Goal: 2 * MiB}, st, g); !plan.IsEmpty() {
+		t.Fatal("the arena alone planned a move: its lone page holds 7 MiB of 8")
+	}
+	if !a.CanCompactWith(small) {
+		t.Fatal("CanCompactWith = false with the small page's slice fitting the arena's hole")
+	}
+	plan, info := a.PlanCompactWith(small, CompactLimits{Goal: 2 * MiB}, st, g)
+	if got := moveIDs(plan); !slices.Equal(got, ids(y)) || info.Pages != 1 || info.BytesFreed != 2*MiB {
+		t.Fatalf("plan moves %v (info %+v), want y %v and the 2 MiB small page", got, info, ids(y))
+	}
+	landed, err := plan.Copy(st, relocation.HostCopies{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.CommitWith(small, landed, st, g)
+	if got := y.Location().Pool(); got == 1 {
+		t.Fatalf("y still in the small pool at %v", y.Location())
+	}
+	if n, b := small.ReleaseEmpty(st, g); n != 1 || b != 2*MiB {
+		t.Fatalf("the small pool gave back %d pages (%d bytes), want its 2 MiB page", n, b)
+	}
+	if got := st.BytesAllocated(); got != before-2*MiB {
+		t.Fatalf("storage holds %d bytes, want %d", got, before-2*MiB)
+	}
+	small.Check()
+	a.Check()
+	dst, _ := st.Resolve(a.Current().Slice(y.Location()).Region)
+	if !bytes.Equal(dst.Bytes, want) {
+		t.Fatal("y's bytes differ after the move")
+	}
+	y.Release()
 }
