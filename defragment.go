@@ -54,11 +54,12 @@ type compactPass struct {
 	holeFor *Stream
 }
 
-// underPressure reports whether the pass compacts for a failed
-// reservation (p may be nil): a hole to make or a goal to free, where a
-// page may be repacked (pool: repack); Defragment's never is.
+// underPressure reports whether the pass compacts toward a goal (p may be
+// nil): a failed reservation's, where a page may be repacked (pool: repack)
+// and small pages emptied into the arena, as the memory's Compact does
+// with the same limits; Defragment's never is.
 func (p *compactPass) underPressure() bool {
-	return p != nil && (p.hole > 0 || p.lim.Goal > 0)
+	return p != nil && p.lim.Goal > 0
 }
 
 // spent reports whether the pass may move nothing more.

@@ -241,8 +241,11 @@ func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
 	a := mustAlloc(t, s, 4*mib)
 	wa := pattern(4*mib, 31)
 	mustWrite(t, a, wa)
-	if got := d.Stats().BytesReserved; got != 10*mib {
-		t.Fatalf("setup: %d bytes reserved, want one 10 MiB page", got)
+	// A small page too, whose slice would fit the arena's room: only under
+	// pressure does it move there.
+	tiny := mustAlloc(t, s, 4<<10)
+	if got := d.Stats().BytesReserved; got != 12*mib {
+		t.Fatalf("setup: %d bytes reserved, want one 10 MiB page and a 2 MiB small page", got)
 	}
 	res, err := d.Defragment(bg, DefragOptions{})
 	if err != nil || res != (DefragResult{}) {
@@ -251,6 +254,7 @@ func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
 	if runs := d.Stats().Relocation.Runs[relocation.Compact]; runs != 0 {
 		t.Fatalf("%d compactions planned by Defragment, want none", runs)
 	}
+	mustFree(t, tiny)
 	// 7 MiB more needs a page of its own; the device has 4 MiB free, and
 	// only the repack of the 10 MiB page onto a tight 4 MiB one makes room.
 	c, err := s.Alloc(bg, 7*mib)
@@ -380,4 +384,51 @@ func TestMakeRoomGivesBackASmallPageWhoseSlicesFitTheArena(t *testing.T) {
 		wantBytes(t, b, pattern(4*mib, 9))
 		mustFree(t, big)
 	}
+}
+
+// A compaction whose copy wait fails on a healthy device leaks its moves
+// (R7): the copy may still write its target. Nothing after it in the same
+// make-room may move that target (owned by nobody, it looks live) or give
+// its page back: here the small pool's own compaction leaks a move between
+// its two pages, and the small pages into the arena, which would otherwise
+// empty both, must leave them. The reservation fails instead, honestly,
+// and every kept byte survives.
+func TestALeakedCompactionLeavesItsPagesWhereALaterPlanWouldMoveThem(t *testing.T) {
+	d, faults := faultyDevice(t, WithCapacity(14*mib),
+		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 14 * mib}))
+	s := d.DefaultStream()
+	mustFree(t, mustAlloc(t, s, 9*mib)) // page size 10 MiB
+	big := mustAlloc(t, s, 17*mib/2)
+	const k = 64 << 10
+	var small []*Buffer
+	for d.Stats().BytesReserved <= 12*mib {
+		small = append(small, mustAlloc(t, s, k)) // fills the first small page, starts a second
+	}
+	keep := []*Buffer{small[0], small[1], small[len(small)-1]}
+	for _, b := range small[2 : len(small)-1] {
+		mustFree(t, b)
+	}
+	for i, b := range keep {
+		mustWrite(t, b, pattern(k, byte(70+i)))
+	}
+	if got := d.Stats().BytesReserved; got != 14*mib {
+		t.Fatalf("setup: %d bytes reserved, want 14 MiB (a 10 MiB page, two small pages)", got)
+	}
+	(*faults)[0].RefuseWaits(func(n int) bool { return n == 2 })
+	_, err := s.Alloc(bg, 18*mib/10)
+	(*faults)[0].RefuseWaits(nil)
+	st := d.Stats()
+	if st.Relocation.Leaked != 1 {
+		t.Fatalf("%d compactions leaked, want the small pool's one", st.Relocation.Leaked)
+	}
+	if !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("the reservation after a leaked compaction = %v, want ErrOutOfMemory", err)
+	}
+	if st.BytesAllocated != 14*mib {
+		t.Fatalf("%d bytes allocated after the leak, want all 14 MiB kept (a leaked copy may still write there)", st.BytesAllocated)
+	}
+	for i, b := range keep {
+		wantBytes(t, b, pattern(k, byte(70+i)))
+	}
+	mustFree(t, big)
 }

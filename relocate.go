@@ -307,7 +307,7 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err
 			return d.retryUpdateLocked(s)
 		}
 	case stageCompact:
-		if exhausted || !d.deviceCanCompactLocked(s, size) {
+		if exhausted || !d.deviceCanCompactLocked(s, size, packGoal(s, compactGoal(err))) {
 			return 0, errNothingToMove
 		}
 	}
@@ -350,7 +350,7 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err
 		if c == nil || goal == 0 || c.res.BytesFreed == 0 || c.res.BytesFreed >= goal || pass >= maxCompactPasses || d.closed {
 			break
 		}
-		if !d.deviceCanCompactLocked(s, size) {
+		if !d.deviceCanCompactLocked(s, size, goal-c.res.BytesFreed) {
 			break
 		}
 		goal -= c.res.BytesFreed
@@ -408,10 +408,11 @@ func compactGoal(err error) uint64 {
 
 // deviceCanCompactLocked reports whether a compaction might make room for
 // a reservation of size on s: a hole in s's pages, or a current page of
-// any stream given back (false under WithoutRelocation or
-// WithoutCompaction).
-func (d *Device) deviceCanCompactLocked(s *Stream, size uint64) bool {
-	pass := &compactPass{hole: size, holeFor: s}
+// any stream given back by a compaction toward goal, the pass's own (a
+// repack or small pages into the arena only with one; false under
+// WithoutRelocation or WithoutCompaction).
+func (d *Device) deviceCanCompactLocked(s *Stream, size, goal uint64) bool {
+	pass := &compactPass{lim: pool.CompactLimits{Goal: goal}, hole: size, holeFor: s}
 	for _, t := range d.streams {
 		if (streamsOf{d: d, s: t, compact: pass}).CanCompact() {
 			return true

@@ -49,7 +49,8 @@ type Relocating interface {
 	State() relocation.ArenaState
 	// CanCompact reports, without planning, whether a compaction might
 	// empty a current page (pool.Sliced.CanCompact); underPressure: one with
-	// a Goal, where a repack or small pages into the arena may run.
+	// a Goal (Compact's lim), where a repack or small pages into the arena
+	// may run.
 	CanCompact(underPressure bool) bool
 	// CanMakeHole reports, without planning, whether MakeHole might make
 	// room for a reservation of size in the pool that would serve it.
@@ -415,7 +416,7 @@ var (
 // small pool might give a page back; on whole pages, also a small page
 // into the arena's room (under pressure, smallIntoArenaTarget).
 func (a *AdaptiveMemory) CanCompact(underPressure bool) bool {
-	return a.arena.CanCompact(underPressure) || a.small.CanCompact(underPressure) || underPressure && a.smallIntoArenaTarget().can()
+	return a.arena.CanCompact(underPressure) || a.small.CanCompact(underPressure) || a.smallIntoArenaTarget(underPressure).can()
 }
 
 // compactTarget is one place a compaction plans and lands: the arena (its
@@ -438,16 +439,17 @@ func (a *AdaptiveMemory) arenaTarget(underPressure bool) compactTarget {
 // pressure on whole pages only (pool.Arena.PlanCompactWith): a small page
 // is 2 MiB of the device's, and those bytes may be what a repack's tight
 // page lacked. It comes after the arena's and the small pool's own
-// compactions, so small slices leave their pool only when those fell
-// short of the goal; without a goal (Defragment) it plans nothing, since
-// the small pool exists to keep metadata off the arena.
-func (a *AdaptiveMemory) smallIntoArenaTarget() compactTarget {
+// compactions, so the arena's holes serve the arena's slices first (with
+// the make-room path packing ahead on whole pages, its goal is never met,
+// so it runs at every make-room compaction there); without a goal
+// (Defragment, a refusal that named no size) it never runs, since the
+// small pool exists to keep metadata off the arena.
+func (a *AdaptiveMemory) smallIntoArenaTarget(underPressure bool) compactTarget {
 	return compactTarget{
-		can: func() bool { return a.granule == 0 && a.small.Pages() > 0 && a.arena.CanCompactWith(a.small) },
+		can: func() bool {
+			return underPressure && a.granule == 0 && a.small.Pages() > 0 && a.arena.CanCompactWith(a.small)
+		},
 		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
-			if l.Goal == 0 {
-				return relocation.New(nil), pool.CompactPlan{}
-			}
 			return a.arena.PlanCompactWith(a.small, l, st, g)
 		},
 		commit: func(l *relocation.Landed, st storage.Storage, g *handle.ErrorGraph) {
@@ -468,15 +470,17 @@ func (a *AdaptiveMemory) smallTarget(underPressure bool) compactTarget {
 
 // Compact implements Relocating (design §7.7): the arena first (its pages
 // are the large ones; sources and targets on its current and outdated
-// pools), then the small pool, each one relocation (plan, copy, commit)
-// for relocation.Compact within what lim leaves; the emptied pages go back
-// at once (a reservation retried right after needs the room). The outcome
-// sums both: Moved if either moved, else the first failure, else
-// NothingToMove.
+// pools), then the small pool, then (under pressure, on whole pages) the
+// small pages into the arena's room, each one relocation (plan, copy,
+// commit) for relocation.Compact within what lim leaves; the emptied pages
+// go back at once (a reservation retried right after needs the room). A
+// leaked one ends it: its copies may still run, and nothing more should
+// move until the device answers again. The outcome sums them: Moved if
+// any moved, else the first failure, else NothingToMove.
 func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome {
 	var total relocation.Outcome
 	pressure := lim.Goal > 0
-	for _, t := range [...]compactTarget{a.arenaTarget(pressure), a.smallTarget(pressure), a.smallIntoArenaTarget()} {
+	for _, t := range [...]compactTarget{a.arenaTarget(pressure), a.smallTarget(pressure), a.smallIntoArenaTarget(pressure)} {
 		if !t.can() {
 			continue
 		}
@@ -491,7 +495,7 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 		case o.Kind != relocation.NothingToMove && total.Kind == relocation.NothingToMove:
 			total = o
 		}
-		if lim.Spent() {
+		if o.Kind == relocation.Leaked || lim.Spent() {
 			break
 		}
 	}

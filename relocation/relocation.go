@@ -224,11 +224,19 @@ func (r *Relocation) Copy(st storage.Storage, q CopyQueue) (*Landed, error) {
 // poisoned device nothing will use the memory again, so the handles are
 // released as in Abandon. Otherwise a copy may still be writing: the handles
 // are dropped without release, so neither source nor target ever becomes
-// free and neither is reused (R7).
+// free and neither is reused (R7), and each is bound (a Binding never
+// released), so no later plan moves either: every planner leaves a page
+// holding a bound slice alone, while a leaked target that merely looked live
+// (nobody owns it) would be moved off, its room freed and reused under the
+// copy that may still write there.
 func (r *Relocation) releaseOrLeak(poisoned bool) {
 	if poisoned {
 		r.Abandon()
 		return
+	}
+	for _, m := range r.moves {
+		m.Allocation().Binding()
+		m.Target().Binding()
 	}
 	r.phase = leaked
 }

@@ -281,6 +281,10 @@ func TestCopyLeaksSourceAndTargetWhenTheCopyWaitFailsOnAHealthyDevice(t *testing
 				if src.slice.IsFree() {
 					t.Errorf("source %d free after a leaked relocation", i)
 				}
+				// Bound: no later plan may move either side (R7).
+				if !src.slice.IsBound() || !p.targets[i].slice.IsBound() {
+					t.Errorf("move %d: source bound %v, target bound %v after a leak; want both", i, src.slice.IsBound(), p.targets[i].slice.IsBound())
+				}
 			}
 			// Leaked stays leaked: an abandon on the error path releases nothing.
 			p.r.Abandon()
