@@ -38,9 +38,14 @@ func sparsePages(t *testing.T, s *Stream) (live []*Buffer, want [][]byte) {
 
 func compactDevice(t *testing.T, opts ...Option) *Device {
 	t.Helper()
-	opts = append([]Option{WithCapacity(30 * mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 30 * mib})}, opts...)
-	return openHost(t, opts...)
+	return openHost(t, append(capacityOptions(30*mib), opts...)...)
+}
+
+// capacityOptions is a device of capacity bytes with 1 GiB pages at most
+// and 32-byte alignment: the relocation trigger's capacity too.
+func capacityOptions(capacity uint64, more ...Option) []Option {
+	return append([]Option{WithCapacity(capacity),
+		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: capacity})}, more...)
 }
 
 // design §7.7: a reservation that neither a cleanup nor a relocation off
@@ -234,8 +239,7 @@ func TestDefragmentMovesNothingWithoutCompaction(t *testing.T) {
 // not even plan a compaction (none is counted) and moves nothing; a
 // failing reservation's make-room, under pressure, does repack it.
 func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
-	d := compactDevice(t, WithCapacity(14*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 14 * mib}))
+	d := openHost(t, capacityOptions(14*mib)...)
 	s := d.DefaultStream()
 	mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
 	a := mustAlloc(t, s, 4*mib)
@@ -278,8 +282,7 @@ func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
 // compaction the reservation fails; with it every byte survives.
 func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testing.T) {
 	for _, compacting := range []bool{true, false} {
-		opts := []Option{WithCapacity(38 * mib),
-			WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 38 * mib})}
+		opts := capacityOptions(38 * mib)
 		if !compacting {
 			opts = append(opts, WithoutCompaction())
 		}
@@ -347,8 +350,7 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 // allocation's bytes survive the move.
 func TestMakeRoomGivesBackASmallPageWhoseSlicesFitTheArena(t *testing.T) {
 	for _, compacting := range []bool{true, false} {
-		opts := []Option{WithCapacity(14 * mib),
-			WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 14 * mib})}
+		opts := capacityOptions(14 * mib)
 		if !compacting {
 			opts = append(opts, WithoutCompaction())
 		}
@@ -394,8 +396,7 @@ func TestMakeRoomGivesBackASmallPageWhoseSlicesFitTheArena(t *testing.T) {
 // empty both, must leave them. The reservation fails instead, honestly,
 // and every kept byte survives.
 func TestALeakedCompactionLeavesItsPagesWhereALaterPlanWouldMoveThem(t *testing.T) {
-	d, faults := faultyDevice(t, WithCapacity(14*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 14 * mib}))
+	d, faults := faultyDevice(t, capacityOptions(14*mib)...)
 	s := d.DefaultStream()
 	mustFree(t, mustAlloc(t, s, 9*mib)) // page size 10 MiB
 	big := mustAlloc(t, s, 17*mib/2)

@@ -274,12 +274,7 @@ func TestPlanCompactWithEmptiesASmallPageIntoTheArena(t *testing.T) {
 	}
 	defer big.Release()
 	small := NewSliced(2*MiB, 64<<10, false, 32, 1, Limits{})
-	y := slicedReserve(t, small, st, 64<<10, g)
-	src, _ := st.Resolve(small.Slice(y.Location()).Region)
-	for i := range src.Bytes {
-		src.Bytes[i] = byte(i%241 + 5)
-	}
-	want := slices.Clone(src.Bytes)
+	y, want := patternedSmallSlice(t, small, st, g, 5)
 	before := st.BytesAllocated()
 	if plan, _ := a.PlanCompact(CompactLimits{Goal: 2 * MiB}, st, g); !plan.IsEmpty() {
 		t.Fatal("the arena alone planned a move: its lone page holds 7 MiB of 8")
@@ -312,4 +307,19 @@ func TestPlanCompactWithEmptiesASmallPageIntoTheArena(t *testing.T) {
 		t.Fatal("y's bytes differ after the move")
 	}
 	y.Release()
+}
+
+// patternedSmallSlice reserves one 64 KiB slice on small, fills it with a
+// pattern of seed and returns it with a copy of its bytes.
+func patternedSmallSlice(t *testing.T, small *Sliced, st storage.Storage, g *handle.ErrorGraph, seed int) (*handle.Handle, []byte) {
+	t.Helper()
+	y := slicedReserve(t, small, st, 64<<10, g)
+	src, err := st.Resolve(small.Slice(y.Location()).Region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range src.Bytes {
+		src.Bytes[i] = byte(i%239 + seed)
+	}
+	return y, slices.Clone(src.Bytes)
 }

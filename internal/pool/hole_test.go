@@ -242,12 +242,7 @@ func TestPlanUnmapWithMovesASmallSliceIntoTheArenaToFreeItsGranule(t *testing.T)
 	}
 	defer big.Release()
 	small := NewSliced(8*MiB, 64<<10, false, 32, 1, Limits{})
-	y := slicedReserve(t, small, st, 64<<10, g)
-	src, _ := st.Resolve(small.Slice(y.Location()).Region)
-	for i := range src.Bytes {
-		src.Bytes[i] = byte(i%239 + 3)
-	}
-	want := slices.Clone(src.Bytes)
+	y, want := patternedSmallSlice(t, small, st, g, 3)
 	if plan, _ := small.PlanUnmap(0, CompactLimits{}, st, g); !plan.IsEmpty() {
 		t.Fatal("the small pool alone planned a move: it has one page")
 	}
