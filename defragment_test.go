@@ -10,19 +10,21 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// sparsePages lays out three 10 MiB pages on s, each a 4 MiB pattern then
-// 6 MiB free: 30 MiB reserved, 12 MiB live, no hole of 7 MiB. The first
-// 9 MiB reservation sets the page size (design §5.3) and is freed.
+// sparsePages lays out three 10 MiB pages on s, each a 5 MiB pattern then
+// 5 MiB free: 30 MiB reserved, 15 MiB live, no hole of 6 MiB. The first
+// 9 MiB reservation sets the page size (design §5.3) and is freed; half a
+// page tiles it, so each pattern shares its page with the gap after it
+// (pool PL32).
 func sparsePages(t *testing.T, s *Stream) (live []*Buffer, want [][]byte) {
 	t.Helper()
 	mustFree(t, mustAlloc(t, s, 9*mib))
 	var gaps []*Buffer
 	for i := range 3 {
-		b := mustAlloc(t, s, 4*mib)
-		w := pattern(4*mib, byte(10+i))
+		b := mustAlloc(t, s, 5*mib)
+		w := pattern(5*mib, byte(10+i))
 		mustWrite(t, b, w)
 		live, want = append(live, b), append(want, w)
-		gaps = append(gaps, mustAlloc(t, s, 6*mib))
+		gaps = append(gaps, mustAlloc(t, s, 5*mib))
 	}
 	for _, g := range gaps {
 		mustFree(t, g)
@@ -62,33 +64,33 @@ func TestMakeRoomCompactsOnlyWhenTheReservationWouldFailOtherwise(t *testing.T) 
 		d := compactDevice(t, opts...)
 		s := d.DefaultStream()
 		live, want := sparsePages(t, s)
-		// A 6 MiB reservation fits a gap: no compaction.
-		six := mustAlloc(t, s, 6*mib)
+		// A 5 MiB reservation fits a gap: no compaction.
+		five := mustAlloc(t, s, 5*mib)
 		if st := d.Stats().Relocation; st.Runs[relocation.Compact] != 0 {
 			t.Fatalf("compacting=%v: %d compactions for a reservation a gap served", compacting, st.Runs[relocation.Compact])
 		}
-		mustFree(t, six)
-		b, err := s.Alloc(bg, 7*mib)
+		mustFree(t, five)
+		b, err := s.Alloc(bg, 6*mib)
 		st := d.Stats()
 		if !compacting {
 			if !errors.Is(err, ErrOutOfMemory) {
-				t.Fatalf("without compaction, 7 MiB = %v, want ErrOutOfMemory", err)
+				t.Fatalf("without compaction, 6 MiB = %v, want ErrOutOfMemory", err)
 			}
 			if st.Relocation.Runs[relocation.Compact] != 0 {
 				t.Fatalf("WithoutCompaction compacted %d times", st.Relocation.Runs[relocation.Compact])
 			}
 		} else {
 			if err != nil {
-				t.Fatalf("7 MiB with 18 MiB free in 6 MiB gaps: %v", err)
+				t.Fatalf("6 MiB with 15 MiB free in 5 MiB gaps: %v", err)
 			}
-			if st.Relocation.CompactMoves != 1 || st.Relocation.CompactBytesMoved != 4*mib {
-				t.Fatalf("compaction moved %d allocations, %d bytes; want one 4 MiB pattern", st.Relocation.CompactMoves, st.Relocation.CompactBytesMoved)
+			if st.Relocation.CompactMoves != 1 || st.Relocation.CompactBytesMoved != 5*mib {
+				t.Fatalf("compaction moved %d allocations, %d bytes; want one 5 MiB pattern", st.Relocation.CompactMoves, st.Relocation.CompactBytesMoved)
 			}
 			if st.BytesReserved > 30*mib {
 				t.Fatalf("%d bytes reserved, want no more than the three pages", st.BytesReserved)
 			}
-			mustWrite(t, b, pattern(7*mib, 99))
-			wantBytes(t, b, pattern(7*mib, 99))
+			mustWrite(t, b, pattern(6*mib, 99))
+			wantBytes(t, b, pattern(6*mib, 99))
 		}
 		for i, l := range live {
 			wantBytes(t, l, want[i])
@@ -111,7 +113,7 @@ func TestDefragmentEmptiesSparsePagesAfterEveryStreamsWorkAndEveryByteSurvives(t
 	// stream, rewrites it once the gate opens; another stream's op waits
 	// on the same gate.
 	gate, release := newGate(t)
-	rewritten := pattern(4*mib, 77)
+	rewritten := pattern(5*mib, 77)
 	opDone := make(chan struct{})
 	err = s.Enqueue("gated rewrite", []Use{{Buffer: live[0], Access: Write}}, func(res []storage.Resource) error {
 		<-gate
@@ -145,8 +147,8 @@ func TestDefragmentEmptiesSparsePagesAfterEveryStreamsWorkAndEveryByteSurvives(t
 	if o.err != nil {
 		t.Fatalf("Defragment: %v", o.err)
 	}
-	if o.res.PagesFreed != 1 || o.res.BytesFreed != 10*mib || o.res.Moves != 1 || o.res.BytesMoved != 4*mib {
-		t.Fatalf("Defragment = %+v, want one 4 MiB move emptying one 10 MiB page", o.res)
+	if o.res.PagesFreed != 1 || o.res.BytesFreed != 10*mib || o.res.Moves != 1 || o.res.BytesMoved != 5*mib {
+		t.Fatalf("Defragment = %+v, want one 5 MiB move emptying one 10 MiB page", o.res)
 	}
 	if got := d.Stats().BytesReserved; got != 20*mib {
 		t.Fatalf("%d bytes reserved after Defragment, want 20 MiB", got)
@@ -176,7 +178,7 @@ func TestDefragmentKeepsItsLimitsAndRefusesMisuse(t *testing.T) {
 		t.Fatalf("MaxMoves -1 = %v, want ErrInvalidLimits", err)
 	}
 	if res, err := d.Defragment(bg, DefragOptions{MaxBytes: 2 * mib}); err != nil || res.Moves != 0 {
-		t.Fatalf("MaxBytes 2 MiB = %+v, %v; want nothing moved (each page holds 4 MiB)", res, err)
+		t.Fatalf("MaxBytes 2 MiB = %+v, %v; want nothing moved (each page holds 5 MiB)", res, err)
 	}
 	ctx, cancel := context.WithCancel(bg)
 	cancel()
@@ -274,7 +276,7 @@ func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
 }
 
 // design §7.7, repack: on whole pages whose live slices no other page's
-// room holds (two 4 MiB patterns a 2 MiB gap apart on each 10 MiB page), a
+// room holds (a 2 MiB gap and two 4 MiB patterns on each 10 MiB page), a
 // reservation the device lacks 4 MiB for is served once compaction moved
 // pages onto tight 8 MiB ones. The tight page must fit beside the page it
 // empties, so one pass repacks one page (the device has 8 MiB free) and
@@ -292,13 +294,17 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		var live, gaps []*Buffer
 		var want [][]byte
 		for i := range 6 {
+			if i%2 == 0 {
+				// The gap first: on a new page a 4 MiB reservation,
+				// two to a 10 MiB page with 2 MiB left over, would
+				// get a page of its own (pool PL32); a 2 MiB one tiles
+				// the page and shares it.
+				gaps = append(gaps, mustAlloc(t, s, 2*mib))
+			}
 			b := mustAlloc(t, s, 4*mib)
 			w := pattern(4*mib, byte(20+i))
 			mustWrite(t, b, w)
 			live, want = append(live, b), append(want, w)
-			if i%2 == 0 {
-				gaps = append(gaps, mustAlloc(t, s, 2*mib))
-			}
 		}
 		for _, g := range gaps {
 			mustFree(t, g)

@@ -61,8 +61,10 @@
 // storage refuses is asked again at the reservation's own size (PL30), and
 // a reservation needing more than half a page gets a page of its own size
 // from the start (PL32), as PyTorch gives a large request a segment of its
-// size: no second one that large could share the page. An
-// outdated pool
+// size: no second one that large could share the page; so does one needing
+// more than an eighth whose size does not tile the page, where the rest
+// the reservations of its size leave would cost more than the own-size
+// page's rounding. An outdated pool
 // serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool
@@ -221,10 +223,13 @@
 //     (its address space may be what was refused). On whole pages a
 //     growth's page size tiles what the arena served (tiling.go).
 //   - (PL32) On storage that backs pages whole, an arena reservation that
-//     needs a new page and more than half of the pool's page (a growth's
-//     first page included) gets a page of its own size instead: its
-//     effective size rounded up to TileStep, within [Min, Max], when that
-//     is smaller than the pool's page. It reads only the size and the page
+//     needs a new page (a growth's first page included) and more than half
+//     of the pool's page, or more than an eighth of it when the k
+//     reservations of its size that fit the page would leave more unused
+//     per reservation (tail/k) than the own-size page's rounding, gets a
+//     page of its own size instead: its effective size rounded up to
+//     TileStep, within [Min, Max], when that is smaller than the pool's
+//     page. It reads only the size and the page
 //     size, never what the device has left, so every capacity places alike
 //     until the first refusal; a refused own-size page leaves the
 //     reservation to the pool's page and PL30. Such a page is an ordinary

@@ -196,3 +196,45 @@ func TestLargeReservationGetsAPageOfItsOwnSize(t *testing.T) {
 	}
 	b.Check()
 }
+
+// PL32 below half a page: a reservation needing a new page and more than an
+// eighth of the pool's gets a page of its own size when the reservations of
+// its size that fit one page would each leave more of it unused than the
+// own-size page's rounding to 2 MiB; one whose size tiles the page shares
+// it, and one of an eighth or less always shares, however badly it tiles.
+func TestNonTilingReservationGetsAPageOfItsOwnSize(t *testing.T) {
+	for _, c := range []struct {
+		size, want uint64
+		why        string
+	}{
+		{12 * MiB, 12 * MiB, "two to a 34 MiB page leave 10 MiB, 5 each, against no rounding"},
+		{13 * MiB, 14 * MiB, "two leave 8 MiB, 4 each, against 1 MiB of rounding"},
+		{17 * MiB, 34 * MiB, "half a page tiles it"},
+		{17 * MiB / 2, 34 * MiB, "a quarter tiles it, though its own page would be 10 MiB"},
+		{11 * MiB, 34 * MiB, "three leave 1 MiB, 341 KiB each, against 1 MiB of rounding"},
+		{5 * MiB, 34 * MiB, "six leave 4 MiB, 683 KiB each, against 1 MiB of rounding"},
+		{4*MiB - 4096, 34 * MiB, "an eighth or less: shares, though eight leave 256 KiB each against 4 KiB of rounding"},
+	} {
+		st := storage.NewSim(32, nil)
+		a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+		arenaReserve(t, a, st, 34*MiB, nil) // 34 MiB pages, one full page
+		if a.PageSize() != 34*MiB {
+			t.Fatalf("page size %d after a 34 MiB reservation, want 34 MiB", a.PageSize())
+		}
+		h := arenaReserve(t, a, st, c.size, nil)
+		if got := h.Location().Page(); got != 1 {
+			t.Fatalf("%d bytes on page %d of a full page 0, want a new page 1", c.size, got)
+		}
+		if got := pageBytes(t, a, a.Current().Index(), 1); got != c.want {
+			t.Fatalf("%d bytes on 34 MiB pages: a page of %d bytes, want %d (%s)", c.size, got, c.want, c.why)
+		}
+		wantOwn := uint64(0)
+		if c.want != 34*MiB {
+			wantOwn = 1
+		}
+		if a.PageSize() != 34*MiB || a.LargeOwnSizePages() != wantOwn || a.OwnSizePages() != 0 {
+			t.Fatalf("%d bytes: page size %d, large own-size pages %d, refused own-size pages %d; want 34 MiB, %d, 0", c.size, a.PageSize(), a.LargeOwnSizePages(), a.OwnSizePages(), wantOwn)
+		}
+		a.Check()
+	}
+}
