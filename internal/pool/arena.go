@@ -185,7 +185,7 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 //   - when it needs more than an eighth (ownPageShareDiv) and k reservations
 //     of its size, as many as fit p's page, would leave a tail that wastes
 //     more per reservation (tail/k) than the own-size page's rounding
-//     (own-need, under 2 MiB). Sizes that tile the page (a transformer's
+//     (own-need: under 2 MiB above Min). Sizes that tile the page (a transformer's
 //     activations, powers of two) keep sharing it; sizes that do not (the
 //     random large buffers of a growing or churning workload) stop pinning
 //     pages whose rest no later reservation of theirs can use.
