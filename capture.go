@@ -358,20 +358,46 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 // it used may since have been guarded (another stream's graph sealed over
 // a buffer on it), which serves nothing new. A reservation the storage
 // refuses is skipped: the recording will say so if it needs that room.
+//
+// A refusal may be the layout's fault rather than the device's: the pages
+// the rehearsal starts on were laid out by what ran before the window, and
+// the room they hold in holes no size of the sequence fits is what the
+// refused page lacked. Then, where releases are allowed (no other stream
+// records), the rehearsal lets go of its holds, gives back s's empty pages
+// (an explicit cleanup of s's memory, as make-room's first stage would on
+// a refused Allow reservation: nothing records yet) and runs once more,
+// adding pages in the sequence's own order (design §10.2).
 func (s *Stream) rehearseLocked() {
 	steps := s.cap.rehearsal
 	s.cap.rehearsal, s.cap.allocs = nil, 0
 	if len(steps) == 0 {
 		return
 	}
-	if !s.d.otherRecordsLocked(s) {
-		// What an Allow reservation would give back first (outdated pages
-		// the warmup emptied): the recording can use none of it, and with
-		// nothing released during the rehearsal it would stay held beside
-		// the pages the rehearsal adds. Not while another stream records:
-		// that forbids releases on every stream.
-		s.mem.Cleanup(pool.Periodic)
+	if s.d.otherRecordsLocked(s) {
+		s.cap.rehearsalRefused = s.rehearseOnceLocked(steps)
+		return
 	}
+	// What an Allow reservation would give back first (outdated pages
+	// the warmup emptied): the recording can use none of it, and with
+	// nothing released during the rehearsal it would stay held beside
+	// the pages the rehearsal adds. Not while another stream records:
+	// that forbids releases on every stream.
+	s.mem.Cleanup(pool.Periodic)
+	refused := s.rehearseOnceLocked(steps)
+	if refused != nil {
+		s.mem.Cleanup(pool.Explicit)
+		if h := s.d.hist; h != nil {
+			h.cleanupLocked(s, false)
+		}
+		refused = s.rehearseOnceLocked(steps)
+	}
+	s.cap.rehearsalRefused = refused
+}
+
+// rehearseOnceLocked runs steps once (AddOnly), lets go of every hold, and
+// returns the first reservation the storage refused (nil: none).
+func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) error {
+	var refused error
 	held := make([]*handle.Handle, 0, len(steps))
 	for _, st := range steps {
 		if st.free >= 0 {
@@ -384,8 +410,8 @@ func (s *Stream) rehearseLocked() {
 		h, err := s.mem.Reserve(st.size, memory.AddOnly)
 		if err != nil {
 			h = nil
-			if s.cap.rehearsalRefused == nil {
-				s.cap.rehearsalRefused = fmt.Errorf("%d bytes: %w", st.size, err)
+			if refused == nil {
+				refused = fmt.Errorf("%d bytes: %w", st.size, err)
 			}
 		}
 		held = append(held, h)
@@ -395,6 +421,7 @@ func (s *Stream) rehearseLocked() {
 			h.Release()
 		}
 	}
+	return refused
 }
 
 // otherRecordsLocked reports whether a stream other than s records (s's own

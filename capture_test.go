@@ -155,6 +155,55 @@ func TestRecordingAfterARefusedRehearsalSaysTheRehearsalFoundNoMemory(t *testing
 	}
 }
 
+// A rehearsal refused on the pages the warmup left runs again from empty
+// pages. The warmup grows the arena (7.25 MiB on an 8 MiB page, then 11 MiB
+// on 12 MiB pages) and leaves a 12 MiB and a 10 MiB page behind; rehearsed
+// on those, the 7.25 MiB buffer takes the 12 MiB page and the 11 MiB one
+// needs a page the 33 MiB device cannot add. Given back and rehearsed from
+// nothing, the sequence takes 8 + 12 + 10 MiB pages, as the warmup did,
+// and the recording finds its room.
+func TestRehearsalRefusedOnTheWarmupsPagesRunsAgainOnEmptyPages(t *testing.T) {
+	d := openHost(t, capacityOptions(33*mib)...)
+	s := d.DefaultStream()
+	const quarter = mib / 4
+	fn := func(ctx context.Context, s *Stream) error {
+		var held []*Buffer
+		for _, size := range []uint64{29 * quarter, 44 * quarter, 39 * quarter} {
+			b, err := s.Alloc(ctx, size)
+			if err != nil {
+				return err
+			}
+			held = append(held, b)
+		}
+		if err := held[1].Free(); err != nil {
+			return err
+		}
+		b, err := s.Alloc(ctx, 45*quarter)
+		if err != nil {
+			return err
+		}
+		for _, b := range []*Buffer{held[0], held[2], b} {
+			if err := b.Free(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	g, err := s.Capture(bg, fn)
+	if err != nil {
+		t.Fatalf("capture: %v", err)
+	}
+	if got := d.BytesAllocated(); got != 30*mib {
+		t.Fatalf("device bytes after the capture %d MiB, want 30 (pages of 8, 12 and 10 MiB)", got/mib)
+	}
+	if err := g.Launch(bg); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A recording that repeats its warmup needs no page (Begin rehearsed the
 // warmup against the pools), and a buffer it allocates and frees again
 // gives its slice to the next one: the three buffers of the recording,
