@@ -374,7 +374,7 @@ func (s *Stream) rehearseLocked() {
 		return
 	}
 	if s.d.otherRecordsLocked(s) {
-		s.cap.rehearsalRefused = s.rehearseOnceLocked(steps)
+		s.cap.rehearsalRefused = s.rehearseSettledLocked(steps)
 		return
 	}
 	// What an Allow reservation would give back first (outdated pages
@@ -383,16 +383,38 @@ func (s *Stream) rehearseLocked() {
 	// the pages the rehearsal adds. Not while another stream records:
 	// that forbids releases on every stream.
 	s.mem.Cleanup(pool.Periodic)
-	refused := s.rehearseOnceLocked(steps)
+	refused := s.rehearseSettledLocked(steps)
 	if refused != nil {
 		s.mem.Cleanup(pool.Explicit)
 		if h := s.d.hist; h != nil {
 			h.cleanupLocked(s, false)
 		}
-		refused = s.rehearseOnceLocked(steps)
+		refused = s.rehearseSettledLocked(steps)
 	}
 	s.cap.rehearsalRefused = refused
 }
+
+// rehearseSettledLocked runs steps until a run adds no storage, at most
+// maxRehearsals times, and returns the last run's refusal. The recording
+// starts on the pages the last run started on, so it repeats that run's
+// placements only if that run added none: the arena carves from the
+// tightest page (pool PL33), and a page added late in one run, empty at the
+// start of the next, may be the tightest for an early reservation there.
+// A refused run is not repeated (rehearseLocked decides what follows).
+func (s *Stream) rehearseSettledLocked(steps []rehearsalStep) error {
+	for run := 1; ; run++ {
+		before := s.mem.BytesAllocated()
+		refused := s.rehearseOnceLocked(steps)
+		if refused != nil || run == maxRehearsals || s.mem.BytesAllocated() <= before {
+			return refused
+		}
+	}
+}
+
+// maxRehearsals bounds the runs of one rehearsal (rehearseSettledLocked).
+// Each run only adds pages, so the runs settle; a sequence that still adds
+// on its last run leaves the recording to find what it can.
+const maxRehearsals = 4
 
 // rehearseOnceLocked runs steps once (AddOnly), lets go of every hold, and
 // returns the first reservation the storage refused (nil: none).

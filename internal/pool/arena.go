@@ -240,7 +240,9 @@ func (a *Arena) RefusedOwnSize(size uint64) bool {
 }
 
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
-	return NewSliced(pageSize, pageSize, false, a.sizing.Align, uint8(ArenaFirstIndex+slot), a.lim)
+	p := NewSliced(pageSize, pageSize, false, a.sizing.Align, uint8(ArenaFirstIndex+slot), a.lim)
+	p.tightest = true // PL33
+	return p
 }
 
 // Sizing returns the arena's page sizing.

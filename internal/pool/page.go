@@ -191,8 +191,17 @@ func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0, false) }
 // no heap object; a reservation that binds the buffer at once
 // (tryReserveFor) needs no clone and leaves it as it is.
 func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
+	p.coalesceKeeping(g, need, renew)
+}
+
+// coalesceKeeping is coalesceFor, returning the index of the slice it kept
+// apart from free slices after it (-1: none). A caller that then carves
+// elsewhere raises the page's signal at that index (tightestPage), so the
+// next visit merges the run whole and no free neighbours stay split.
+func (p *page) coalesceKeeping(g *handle.ErrorGraph, need uint64, renew bool) (kept int) {
+	kept = -1
 	if !p.changed.Raised() { // a plain load: most pages are clean
-		return
+		return kept
 	}
 	n := len(p.slices)
 	// Only slices from the lowest index a release named (Signal.Lowest)
@@ -259,6 +268,7 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 					if i == j {
 						continue
 					}
+					kept = out - 1
 				}
 			}
 		}
@@ -292,11 +302,12 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	}
 	p.maxFree, p.empty, p.firstFree = largest, empty, firstFree
 	if !merged {
-		return
+		return kept
 	}
 	clear(p.slices[out:])
 	p.slices = p.slices[:out]
 	p.relocate(start)
+	return kept
 }
 
 // renew gives free slice i a descriptor made by the page's recycler, unless

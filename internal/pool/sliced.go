@@ -7,7 +7,8 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Sliced is a pool of pages of one size carved into slices, first fit. The
+// Sliced is a pool of pages of one size carved into slices, first fit within
+// a page; across pages first fit too, or the tightest page (PL33). The
 // adaptive memory's small pool and every arena pool are Sliced.
 type Sliced struct {
 	pageSize uint64
@@ -36,7 +37,11 @@ type Sliced struct {
 	spares    handle.Recycler
 	pagesPeak uint64
 	largest   uint64
-	busy      []bool // scratch for unmapFree
+	// tightest: reservations carve from the tightest page, not the first
+	// with room (PL33, tightest.go); the arena's pools, not the small pool.
+	tightest bool
+	kept     []keptSlice // scratch for tightestPage
+	busy     []bool      // scratch for unmapFree
 }
 
 // NewSliced returns an empty pool of pageSize pages serving slices up to
@@ -104,6 +109,12 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 		return nil
 	}
 	p.startScan()
+	if pg, at, found, ok := p.tryReserveTightest(st, size, need, g, true); ok {
+		if !found {
+			return nil
+		}
+		return pg.slices[at].h.Clone()
+	}
 	var largest uint64
 	for _, pg := range p.pages {
 		if pg.guarded() {
@@ -136,6 +147,12 @@ func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorG
 		return false
 	}
 	p.startScan()
+	if pg, at, found, ok := p.tryReserveTightest(st, size, need, g, false); ok {
+		if found {
+			pg.slices[at].Rebind(assigned, cursor, g)
+		}
+		return found
+	}
 	var largest uint64
 	for _, pg := range p.pages {
 		if pg.guarded() {
