@@ -158,12 +158,13 @@ func TestRecordingAfterARefusedRehearsalSaysTheRehearsalFoundNoMemory(t *testing
 // A rehearsal refused on the pages the warmup left runs again from empty
 // pages. The warmup grows the arena (7.25 MiB on an 8 MiB page, then 11 MiB
 // on 12 MiB pages) and leaves a 12 MiB and a 10 MiB page behind; rehearsed
-// on those, the 7.25 MiB buffer takes the 12 MiB page and the 11 MiB one
-// needs a page the 33 MiB device cannot add. Given back and rehearsed from
-// nothing, the sequence takes 8 + 12 + 10 MiB pages, as the warmup did,
-// and the recording finds its room.
+// on those, the 7.25 MiB buffer takes the 10 MiB page (the tightest, pool
+// PL33) and the 9.75 MiB one needs a third page, 32 MiB in all, which the
+// 31 MiB device cannot hold. Given back and rehearsed from nothing, the
+// sequence takes 8 + 12 + 10 MiB pages, as the warmup did, and the
+// recording finds its room.
 func TestRehearsalRefusedOnTheWarmupsPagesRunsAgainOnEmptyPages(t *testing.T) {
-	d := openHost(t, capacityOptions(33*mib)...)
+	d := openHost(t, capacityOptions(31*mib)...)
 	s := d.DefaultStream()
 	const quarter = mib / 4
 	fn := func(ctx context.Context, s *Stream) error {

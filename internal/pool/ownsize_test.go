@@ -181,8 +181,10 @@ func TestLargeReservationGetsAPageOfItsOwnSize(t *testing.T) {
 	}
 	h.Release()
 	held := st.BytesAllocated()
-	if g := arenaReserve(t, a, st, 4*MiB, nil); g.Location().Page() != 1 || st.BytesAllocated() != held {
-		t.Fatalf("4 MiB after the free at %v with %d bytes held (was %d): want the own-size page 1, nothing added", g.Location(), st.BytesAllocated(), held)
+	// 16 MiB: more than page 2's free half, so the emptied own-size page
+	// serves it (a smaller one would go to page 2's tighter hole, PL33).
+	if g := arenaReserve(t, a, st, 16*MiB, nil); g.Location().Page() != 1 || st.BytesAllocated() != held {
+		t.Fatalf("16 MiB after the free at %v with %d bytes held (was %d): want the own-size page 1, nothing added", g.Location(), st.BytesAllocated(), held)
 	}
 	a.Check()
 
