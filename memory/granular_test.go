@@ -74,10 +74,9 @@ func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T
 		t.Fatalf("unmapped without pressure: %d mapped", st.BytesAllocated())
 	}
 	// Fill the freed first page from held room (its granules are still
-	// mapped; 19.5 MiB is more than the second page's 19 MiB hole), so the
-	// next 4 MiB goes beside keep on the second page and maps two granules
-	// there: 26 MiB mapped.
-	front := alloc(t, m, 19*mib+mib/2, memory.Allow)
+	// mapped), so the next 4 MiB goes beside keep on the second page and
+	// maps two granules there: 26 MiB mapped.
+	front := alloc(t, m, 19*mib, memory.Allow)
 	other := alloc(t, m, 4*mib, memory.Allow)
 	front.Release()
 	other.Release()

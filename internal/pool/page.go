@@ -46,6 +46,12 @@ type page struct {
 	maxFree   uint64
 	empty     bool
 	firstFree int // no slice below this index is free (while changed is down)
+	// tightRun is tightestFree's answer for tightNeed (0: nothing cached),
+	// kept while the page's slices keep their layout: a carve, a split or
+	// a visit that finds the signal raised drops it (PL33). A reservation
+	// scans every page with room for the tightest, and without the cache
+	// each scan read every free run of every page again.
+	tightNeed, tightRun uint64
 }
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
@@ -153,6 +159,7 @@ func (p *page) fitFrom(from int, need uint64) (at, first int, largest uint64) {
 // padding pad, splitting the rest off as a new free slice right after it.
 // The caller takes the slice: a clone of its handle, or a Rebind.
 func (p *page) carve(i int, size, pad uint64) {
+	p.tightNeed = 0 // slice i is taken: the free runs change
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	need := size + pad
@@ -196,13 +203,14 @@ func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 
 // coalesceKeeping is coalesceFor, returning the index of the slice it kept
 // apart from free slices after it (-1: none). A caller that then carves
-// elsewhere raises the page's signal at that index (tightestPage), so the
-// next visit merges the run whole and no free neighbours stay split.
+// elsewhere merges the run whole (tightestPage), so no free neighbours
+// stay split.
 func (p *page) coalesceKeeping(g *handle.ErrorGraph, need uint64, renew bool) (kept int) {
 	kept = -1
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return kept
 	}
+	p.tightNeed = 0 // a slice became free: the free runs change
 	n := len(p.slices)
 	// Only slices from the lowest index a release named (Signal.Lowest)
 	// can have become free since the last scan, and none of them merges
@@ -416,6 +424,11 @@ func (p *page) check() {
 		}
 		if largest > p.maxFree || empty != p.empty {
 			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (PL4)", p.index, largest, p.maxFree, empty, p.empty))
+		}
+		if p.tightNeed != 0 {
+			if got := p.tightestRun(p.tightNeed); got != p.tightRun {
+				panic(fmt.Sprintf("pool: page %d unchanged but its tightest free run for %d bytes is %d, cached %d (PL33)", p.index, p.tightNeed, got, p.tightRun))
+			}
 		}
 	}
 }

@@ -15,7 +15,8 @@ type planPage struct {
 	allocs []*handle.Handle // clones of the live slices' handles
 }
 
-// targetSearch finds first-fit targets on the current pool for one plan.
+// targetSearch finds targets on the current pool for one plan: on the
+// tightest page where the pool reserves that way (PL33), else by first fit.
 // Between the events that reset a page's hint (its first visit, an abandoned
 // page releasing targets on it) only the plan carves, which never frees a
 // byte, so every hint stays true.
@@ -189,6 +190,15 @@ func analyse(pg *page) (planPage, bool) {
 func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st storage.Storage, g *handle.ErrorGraph) *handle.Handle {
 	cur := s.cur
 	pad, need := padded(size, cur.align)
+	if pg, at, found, ok := cur.tryReserveTightest(st, size, need, g, false); ok {
+		// An arena pool on whole pages places a target as it places a
+		// reservation (PL33): on the tightest page, by the page hints of
+		// PL4, which the plan's carving keeps true as it keeps its own.
+		if found {
+			return pg.slices[at].h.Clone()
+		}
+		return s.allocate(size, room, st)
+	}
 	start := 0
 	if need >= s.openBelow {
 		start = s.open
@@ -228,6 +238,13 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 			s.openBelow = max(s.openBelow, hint.maxFree+1)
 		}
 	}
+	return s.allocate(size, room, st)
+}
+
+// allocate adds a page to the current pool for a target of size bytes when
+// room is MayAllocate; nil otherwise, or when the storage refuses.
+func (s *targetSearch) allocate(size uint64, room relocation.TargetRoom, st storage.Storage) *handle.Handle {
+	cur := s.cur
 	if room != relocation.MayAllocate {
 		return nil
 	}

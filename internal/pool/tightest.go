@@ -42,6 +42,14 @@ func (p *page) tightestFree(need uint64) uint64 {
 	if p.maxFree < need {
 		return 0
 	}
+	if p.tightNeed != need {
+		p.tightNeed, p.tightRun = need, p.tightestRun(need)
+	}
+	return p.tightRun
+}
+
+// tightestRun is tightestFree without the cache: a scan of the free runs.
+func (p *page) tightestRun(need uint64) uint64 {
 	var tightest, run uint64
 	end := func() {
 		if run >= need && (tightest == 0 || run < tightest) {
@@ -67,9 +75,9 @@ func (p *page) tightestFree(need uint64) uint64 {
 // holds need (PL29's bound).
 //
 // coalesceFor keeps apart, on each page, the slice first fit would take when
-// it has exactly need bytes; on a page not chosen that slice stays free
-// beside free room it would have merged with, so the page's signal is
-// raised at it, and the next visit merges the run whole.
+// it has exactly need bytes; on a page not chosen that slice would stay
+// free beside free room it belongs with, so the run is merged whole there
+// before returning.
 func (p *Sliced) tightestPage(g *handle.ErrorGraph, need uint64, renew bool) (best *page, largest uint64) {
 	var tightest uint64
 	kept := p.kept[:0]
@@ -90,7 +98,12 @@ func (p *Sliced) tightestPage(g *handle.ErrorGraph, need uint64, renew bool) (be
 	}
 	for _, k := range kept {
 		if k.pg != best {
+			// Merge the run now: left to the next visit, a reservation of
+			// the same size would keep the slice apart again, and every
+			// page with such a run would be rescanned, and its cached
+			// tightest run dropped, on every reservation.
 			k.pg.changed.RaiseAt(uint32(k.at))
+			k.pg.coalesceFor(g, 0, false)
 		}
 	}
 	clear(kept)
@@ -109,7 +122,7 @@ type keptSlice struct {
 // to map the chosen page's granules (the caller then scans by first fit).
 // found false with ok true: no page holds need.
 func (p *Sliced) tryReserveTightest(st storage.Storage, size, need uint64, g *handle.ErrorGraph, renew bool) (pg *page, at int, found, ok bool) {
-	if !p.tightest {
+	if !p.tightest || storage.GranuleOf(st) > 0 {
 		return nil, -1, false, false
 	}
 	pg, largest := p.tightestPage(g, need, renew)
