@@ -234,13 +234,14 @@
 //     until the first refusal; a refused own-size page leaves the
 //     reservation to the pool's page and PL30. Such a page is an ordinary
 //     page of its pool, as PL30's.
-//   - (PL33) An arena pool carves a reservation from its tightest page: the
-//     unguarded page whose smallest free run (adjacent free slices) holding
-//     the reservation is the smallest, the first such page on a tie; within
-//     that page, first fit. The small pool keeps first fit across pages.
+//   - (PL33) An arena pool on whole pages carves a reservation, and a
+//     relocation plan a target, from its tightest page: the unguarded page
+//     whose smallest free run (adjacent free slices) holding it is the
+//     smallest, the first such page on a tie; within that page, first fit.
 //     Runs, not slices, so a run an earlier visit left split (coalesceFor's
 //     kept slice) weighs as the hole it is, and the choice does not depend
-//     on which pages were visited before (tightest.go).
+//     on which pages were visited before. Granular storage and the small
+//     pool keep first fit across pages (tightest.go).
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be

@@ -5,24 +5,43 @@
 // however loose the fit: a 5 MiB buffer takes the front of an empty 30 MiB
 // page while a 6 MiB hole two pages on stays free, and the 30 MiB buffer
 // that comes next needs a page of its own. PyTorch's caching allocator
-// takes the smallest free block that holds the request (best fit) and
-// on generated workloads laid its segments out tighter than gpumem's first
-// fit did. An arena pool therefore carves from the page whose smallest free
-// slice that holds the reservation is the smallest of all pages (the first
-// such page on a tie, so a pool of one page, or of pages with equal holes,
-// behaves as before), and within that page still by first fit: the page
-// keeps its live slices to the front, and the in-page layout rules
-// (coalesceFor's kept run, PL4's hints) are unchanged.
+// takes the smallest free block that holds the request (best fit) and on
+// generated workloads laid its segments out tighter than gpumem's first fit
+// did. An arena pool on whole pages therefore carves from the page whose
+// smallest free run (adjacent free slices) that holds the reservation is
+// the smallest of all pages (the first such page on a tie, so a pool of one
+// page, or of pages with equal holes, behaves as before), and within that
+// page still by first fit: the page keeps its live slices to the front, and
+// the in-page layout rules (coalesceFor's kept slice, PL4's hints) are
+// unchanged. A relocation's targets are placed the same way (plan.go), so a
+// plan lands where the reservations it stands for would have.
 //
 // Measured (smallest capacity of `adaptive-pages`, `gpumem replay`, against
-// first fit across pages; design §5.5): on 69 generated traces lower on 19,
-// higher on 26, at or below the torch model on 69 (68 before); on 120
-// held-out traces lower on 56, higher on 34, at or below on 120 (118);
+// first fit across pages; design §5.3): on 69 generated traces lower on 19,
+// higher on 25, at or below the torch model on 69 (68 before); on 120
+// held-out traces lower on 55, higher on 36, at or below on 120 (118);
 // geometric mean against the torch model 0.871× → 0.872× and 0.879× →
-// 0.869×. The small pool keeps first fit: its pages hold thousands of
-// metadata slices, where a scan of every page on each reservation would
-// cost what PL4 and PL29 saved, and its 2 MiB pages are not what the device
-// runs out of.
+// 0.868×. Not kept: carving at the tightest run itself rather than by first
+// fit on the tightest page (worse on both sets: 0.873× and 0.869×), and the
+// page whose largest free run is the smallest (level: 0.873× and 0.866×;
+// neither wins on both sets).
+//
+// Granular storage keeps first fit: a page there is address space, and free
+// granules stay mapped until pressure or an explicit cleanup unmaps them
+// (§6.4), so spreading reuse over the pages maps granules first fit would
+// never have touched (the embedded trace's unlimited peak rose 3,983 →
+// 4,231 MiB, above expandable segments' 4,022, for no smaller capacity
+// anywhere: ±8 MiB on the generated traces). The small pool keeps first fit
+// too: its pages hold thousands of metadata slices, and its 2 MiB pages are
+// not what the device runs out of.
+//
+// Cost: every unguarded page with room is visited (an exact fit stops the
+// walk). A page's answer is cached until its layout changes (page.tightRun),
+// and a page not chosen merges at once the run coalesceFor kept apart for
+// the reservation, so a page nothing touched costs a few loads: 370 ns
+// against first fit's 60 on 64 pages whose holes all fit loosely, 85 against
+// 105 when the first page fits exactly (`go test -run '^$' -bench
+// ReserveAcrossPages ./internal/pool`).
 
 package pool
 
