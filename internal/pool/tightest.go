@@ -38,10 +38,11 @@
 // Cost: every unguarded page with room is visited (an exact fit stops the
 // walk). A page's answer is cached until its layout changes (page.tightRun),
 // and a page not chosen merges at once the run coalesceFor kept apart for
-// the reservation, so a page nothing touched costs a few loads: 370 ns
-// against first fit's 60 on 64 pages whose holes all fit loosely, 85 against
-// 105 when the first page fits exactly (`go test -run '^$' -bench
-// ReserveAcrossPages ./internal/pool`).
+// the reservation, so a page nothing touched costs a few loads: 390–410 ns
+// against first fit's 60–76 on 64 pages whose holes all fit loosely, 82
+// against 62–94 when the first page fits exactly (`go test -run '^$' -bench
+// ReserveAcrossPages -benchtime 20000x -count 3 ./internal/pool`). A pool of
+// one page skips the walk: first fit chooses alike there.
 
 package pool
 
@@ -141,8 +142,8 @@ type keptSlice struct {
 // to map the chosen page's granules (the caller then scans by first fit).
 // found false with ok true: no page holds need.
 func (p *Sliced) tryReserveTightest(st storage.Storage, size, need uint64, g *handle.ErrorGraph, renew bool) (pg *page, at int, found, ok bool) {
-	if !p.tightest || storage.GranuleOf(st) > 0 {
-		return nil, -1, false, false
+	if !p.tightest || len(p.pages) < 2 || storage.GranuleOf(st) > 0 {
+		return nil, -1, false, false // first fit chooses alike, or is the rule
 	}
 	pg, largest := p.tightestPage(g, need, renew)
 	if pg == nil {
