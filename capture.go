@@ -384,7 +384,9 @@ func (s *Stream) rehearseLocked() {
 	// that forbids releases on every stream.
 	s.mem.Cleanup(pool.Periodic)
 	refused := s.rehearseSettledLocked(steps)
-	if refused != nil {
+	if memory.MaySucceedAfterReclaim(refused) {
+		// Only a refusal that giving memory back can cure: a buffer too
+		// large for any page, or a poisoned device, is refused again.
 		s.mem.Cleanup(pool.Explicit)
 		if h := s.d.hist; h != nil {
 			h.cleanupLocked(s, false)
