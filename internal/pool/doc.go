@@ -123,7 +123,9 @@
 //   - (PL6) A slice that is not free lies on mapped granules: every granule
 //     its effective window touches is mapped. A reservation maps them before
 //     it returns, and a refused mapping leaves the page as it was (the
-//     granules mapped for it are unmapped again and nothing is carved).
+//     granules mapped for it are unmapped again and nothing is carved);
+//     a refusal for want of memory passes over that slice to the next one
+//     on the page that holds the reservation, whose granules may be mapped.
 //   - (PL7) A granule is unmapped only by unmapFree, only when no live slice
 //     touches it, and never on a guarded page: a guard's holder may use any
 //     address of the page, free slices included.

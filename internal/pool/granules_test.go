@@ -242,3 +242,46 @@ func TestRelocationTargetMapsItsGranulesFirst(t *testing.T) {
 	a.Check()
 	old.Release()
 }
+
+// A mapping refused for want of memory passes over the slice, not the page:
+// a later free slice whose granules are still mapped serves the
+// reservation without a storage call. 4 MiB slices A, B, C, D on granules
+// 0–1, 2–3, 4–5, 6–7; A freed and its granules unmapped, C freed with its
+// granules kept; with no more memory to map, 4 MiB lands on C.
+func TestRefusedMappingPassesOverTheSliceToMappedRoom(t *testing.T) {
+	inner := storage.NewGranularSim(32, granuleSize, nil)
+	st := storage.NewFaulty(inner)
+	p := granularPool()
+	var hs []*handle.Handle
+	for range 4 {
+		hs = append(hs, mustReserve(t, p, st, 4*MiB))
+	}
+	hs[0].Release()
+	p.UnmapFree(st)
+	hs[2].Release()
+	pg := p.pages[0]
+	if got := layout(pg); got != "..MMMMMM" {
+		t.Fatalf("setup: %s, want ..MMMMMM", got)
+	}
+	st.RefuseAllocAbove(inner.BytesAllocated()) // nothing more maps
+	h := p.TryReserve(st, 4*MiB, nil)
+	if h == nil {
+		t.Fatal("4 MiB with C's granules mapped and A's refused: no reservation, want C")
+	}
+	if off := p.Slice(h.Location()).Region.Offset - pg.region.Offset; off != 8*MiB {
+		t.Fatalf("4 MiB at offset %d MiB, want 8 (C)", off/MiB)
+	}
+	if got := layout(pg); got != "..MMMMMM" || inner.BytesAllocated() != 12*MiB {
+		t.Fatalf("after the reservation: %s, %d mapped; want ..MMMMMM, 12 MiB", got, inner.BytesAllocated())
+	}
+	// Nothing else fits: A's room cannot be mapped.
+	if h2 := p.TryReserve(st, 4*MiB, nil); h2 != nil {
+		t.Fatalf("a second 4 MiB was served at %v with nothing left to map", h2.Location())
+	}
+	st.RefuseAllocAbove(0)
+	pg.check()
+	h.Release()
+	for _, x := range []*handle.Handle{hs[1], hs[3]} {
+		x.Release()
+	}
+}

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -127,11 +128,43 @@ func (p *page) reserveAt(st storage.Storage, from int, size uint64) (int, error)
 		}
 		return -1, nil
 	}
-	if err := p.back(st, p.slices[at].Region.Offset, need); err != nil {
+	at, err := p.backFit(st, at, need)
+	if at < 0 {
 		return -1, err
+	}
+	if err != nil {
+		// A slice before at was passed over: the run coalesceFor kept
+		// apart for this reservation may be it, so the next visit merges.
+		p.changed.Raise()
 	}
 	p.carve(at, size, pad)
 	return at, nil
+}
+
+// backFit maps the granules the need bytes from free slice at touch (PL6)
+// and returns at; when the storage refuses for want of memory it passes
+// over that slice, not the page, to the next free slice that holds need,
+// whose granules may be mapped already (a slice freed since the page was
+// last cleaned up keeps its granules): -1 when none could be backed, with
+// the first refusal. A refusal that is not for want of memory (a poisoned
+// device) ends the search at once. The first refusal is returned with a
+// found slice too, so the caller knows one was passed over.
+func (p *page) backFit(st storage.Storage, at int, need uint64) (int, error) {
+	var refused error
+	for at >= 0 {
+		err := p.back(st, p.slices[at].Region.Offset, need)
+		if err == nil {
+			return at, refused
+		}
+		if refused == nil {
+			refused = err
+		}
+		if !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) {
+			return -1, refused
+		}
+		at, _, _ = p.fitFrom(at+1, need)
+	}
+	return -1, refused
 }
 
 // fitFrom finds the first free slice at or after index from whose effective

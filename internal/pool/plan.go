@@ -212,11 +212,15 @@ func (s *targetSearch) reserve(size uint64, room relocation.TargetRoom, st stora
 		if hint.maxFree >= need {
 			at, first, largest := pg.fitFrom(hint.first, need)
 			if at >= 0 {
-				if err := pg.back(st, pg.slices[at].Region.Offset, need); err != nil {
-					// The storage refused to map the target's granules:
-					// nothing was carved; a later page may have mapped
-					// room, as TryReserve would find.
+				var err error
+				if at, err = pg.backFit(st, at, need); at < 0 {
+					// The storage refused to map the granules of every
+					// fitting slice: nothing was carved; a later page may
+					// have mapped room, as TryReserve would find.
 					continue
+				}
+				if err != nil {
+					pg.changed.Raise() // as reserveAt: a passed-over run merges next visit
 				}
 				if len(pg.slices) == cap(pg.slices) {
 					room := pg.slices[at].EffectiveSize() / max(need, 1)
