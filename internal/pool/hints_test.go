@@ -54,11 +54,18 @@ func (t *twin) dump() string {
 		for _, pg := range p.pages {
 			fmt.Fprintf(&b, "  page %d g=%d:", pg.index, pg.guards)
 			for _, s := range pg.slices {
-				f := "L"
 				if s.h.IsFree() {
-					f = "F"
+					// A free slice's split of its bytes between size and
+					// padding is what its last owner left (coalesceFor keeps
+					// an exact fit apart without merging); every rule reads
+					// its effective size, so only that is compared. The
+					// hints may leave such a slice unmerged where a full scan
+					// keeps it apart, or the other way round (PL4's bound
+					// on the slices before the freed one is conservative).
+					fmt.Fprintf(&b, " F%d@%d", s.EffectiveSize(), s.Region.Offset)
+					continue
 				}
-				fmt.Fprintf(&b, " %s%d+%d@%d", f, s.Region.Size, s.Padding, s.Region.Offset)
+				fmt.Fprintf(&b, " L%d+%d@%d", s.Region.Size, s.Padding, s.Region.Offset)
 			}
 			fmt.Fprintf(&b, " mapped=%v\n", pg.mapped)
 		}
