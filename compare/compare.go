@@ -95,10 +95,16 @@ type Options struct {
 	// Timeline points per policy (0 = none).
 	Timeline int
 	// Host replays gpumem policies on host storage (real bytes, small
-	// traces only) instead of Sim. Run refuses (ErrHostTooSmall) a trace
-	// whose peak live passes HostShare of the host's memory
+	// traces only) instead of Sim. Run first replays each gpumem policy
+	// on Sim to learn the most any of them reserves, and refuses
+	// (ErrHostTooSmall) a replay whose need (that, the heap in use and
+	// the replay's own bookkeeping) passes HostShare of the host's memory
 	// (storage.MachineMemoryLimit), or a Capacity above that memory,
-	// before any replay: the kernel would kill the process instead.
+	// before any host replay: the kernel would kill the process instead.
+	// While it replays, Run lowers the process's soft memory limit
+	// (runtime/debug.SetMemoryLimit) to that need and then restores it,
+	// so that pages the replays give back are collected before the heap
+	// passes it.
 	Host bool
 	// Capacity, when set, is the device capacity the verdict is given
 	// for: every policy also replays at Capacity − Overhead and says
@@ -283,10 +289,15 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Host {
-		if err := hostHolds(peak, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+	if opts.Host && opts.Open == nil {
+		plan, err := planHost(ctx, names, src.Events, maxPageFor(src.Events), how, opts.Progress)
+		if err != nil {
 			return nil, err
 		}
+		if err := hostHolds(plan, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+			return nil, err
+		}
+		defer boundHeap(plan)()
 	}
 	c := &Comparison{
 		Trace:             src.Name,
