@@ -18,13 +18,16 @@
 // storage releases held back for a stream's queued work (design §9.9) when
 // they are held, and when held ones go back (or are withdrawn).
 //
-// Held releases. A held free's release is noticed when the device next
-// records an entry (a binding goes without a call the history hears of:
-// a stream's queued use passes, a mapping is released), so it comes before
-// whatever that call did with the memory, and WriteTrace, WriteSnapshot and
-// History of a running recording notice pending ones first. The held
-// frees still waiting are a list the recorder looks through then: empty,
-// the cost is one length check per entry.
+// Held releases. A held free's release is recorded when it happens: the
+// free watches the buffer's descriptor (handle.Descriptor.WatchRelease),
+// and the release that leaves its slice free — a stream's queued use
+// passing, a mapping released, a Hold's release — records the entry then,
+// under the device lock, before anything can carve the slice again. So a
+// relocation's move onto that memory, or an allocation there, always
+// comes after its release in the history. (Noticed later, the slice's
+// descriptor may already serve a reservation or a move's target, and the
+// release would be recorded after what reused its memory.) Only held
+// frees pay: one watch, a small closure, each.
 //
 // Costs. Recording off is one nil check per hook (d.hist). On, an entry is
 // a 64-byte value written into a ring that grows to MaxEntries and is then
@@ -221,8 +224,6 @@ type history struct {
 	bases   map[storage.ID]uint64 // live storage allocations' addresses
 	growths []uint64              // per stream, its arena's growth counter when last read
 	nextAdr uint64
-	bound   []boundFree // held frees whose release has not been noticed yet
-	// captures numbers capture windows (trace graph numbers).
 }
 
 // firstAddress is where the history's address space begins: a plausible
@@ -245,37 +246,10 @@ func newHistory(o HistoryOptions, since func() time.Time) *history {
 // it; nothing does yet).
 func (d *Device) histSince() time.Time { return time.Now() }
 
-// boundFree is a buffer freed while something still bound its memory.
-type boundFree struct {
-	desc   *handle.Descriptor
-	id     BufferID
-	size   uint64
-	stream int32
-}
-
-// noteReleasedLocked records a release entry for every held free whose
-// memory no binding holds any more.
-func (h *history) noteReleasedLocked() {
-	kept := h.bound[:0]
-	for _, f := range h.bound {
-		if f.desc.IsFree() {
-			h.add(histEntry{kind: HistoryRelease, stream: f.stream, id: uint64(f.id), size: f.size})
-			continue
-		}
-		kept = append(kept, f)
-	}
-	clear(h.bound[len(kept):])
-	h.bound = kept
-}
-
 // add appends e (stamped with the clock, see timePeriod) to the ring,
 // overwriting the oldest entry once the ring holds MaxEntries, and returns
-// its slot. The releases of held frees that happened since the last entry
-// are recorded first.
+// its slot.
 func (h *history) add(e histEntry) int {
-	if len(h.bound) > 0 && e.kind != HistoryRelease {
-		h.noteReleasedLocked()
-	}
 	if h.next%timePeriod == 0 || e.kind > HistoryFree {
 		h.now = int64(time.Since(h.start))
 	}
@@ -373,7 +347,8 @@ func (h *history) allocFailedLocked(d *Device, s *Stream, id BufferID, size uint
 
 // freeLocked records the free of buffer id, whose last user handle is
 // about to go: held when something else (a binding) still holds its
-// memory, whose release is then recorded when noticed.
+// memory, whose release is then recorded the moment the last binding goes
+// (WatchRelease), if this recording is still the device's running one.
 func (h *history) freeLocked(s *Stream, id BufferID, size uint64, desc *handle.Descriptor) {
 	e := histEntry{kind: HistoryFree, stream: int32(s.index), id: uint64(id), size: size}
 	held := desc.IsBound()
@@ -382,7 +357,12 @@ func (h *history) freeLocked(s *Stream, id BufferID, size uint64, desc *handle.D
 	}
 	h.add(e)
 	if held {
-		h.bound = append(h.bound, boundFree{desc: desc, id: id, size: size, stream: int32(s.index)})
+		d, st := s.d, int32(s.index)
+		desc.WatchRelease(func() {
+			if d.hist == h {
+				h.add(histEntry{kind: HistoryRelease, stream: st, id: uint64(id), size: size})
+			}
+		})
 	}
 }
 

@@ -183,8 +183,8 @@ func TestHeldFreeRoundTripsThroughTheSnapshot(t *testing.T) {
 	}
 }
 
-// A held free's release is recorded once its last binding goes, noticed at
-// the next entry or, with none, when the history is read; the storage
+// A held free's release is recorded when its last binding goes, with no
+// entry after it needed to notice it; the storage
 // releases a stream's queued work held are recorded when held and when
 // they went.
 func TestHistoryRecordsHeldFreesAndReleasesInOrder(t *testing.T) {
@@ -205,7 +205,7 @@ func TestHistoryRecordsHeldFreesAndReleasesInOrder(t *testing.T) {
 	if err := b.Free(); err != nil {
 		t.Fatal(err)
 	}
-	release() // no entry follows: History notices it
+	release() // no entry follows: the release records itself
 	h, err := d.History()
 	if err != nil {
 		t.Fatal(err)

@@ -98,12 +98,8 @@ func (d *Device) historyLocked() *history {
 	return d.stopped
 }
 
-// viewLocked copies h, noticing first what held frees of a running
-// recording were released since its last entry.
+// viewLocked copies h.
 func viewLocked(h *history, recording bool) *histView {
-	if recording && len(h.bound) > 0 {
-		h.noteReleasedLocked()
-	}
 	v := &histView{opts: h.opts, recording: recording, recorded: h.next, dropped: h.dropped(), bases: make(map[storage.ID]uint64, len(h.bases))}
 	v.entries, v.stacks = h.entries()
 	for id, a := range h.bases {

@@ -8,7 +8,9 @@
 // [Descriptor] with its two explicit counters, [Handle] (an owner) and
 // [Binding] (a holder of the address, not an owner), the [Recycler] of
 // free-slice descriptors, the predicates IsFree,
-// CanMut and IsBound, [ErrNotFound], and failure bookkeeping: [FailureID],
+// CanMut and IsBound, the free signal and its watches
+// ([Descriptor.WatchRelease]: told at the release that leaves an
+// allocation free), [ErrNotFound], and failure bookkeeping: [FailureID],
 // [ErrorGraph] and [Taint] (design §11).
 //
 // # Invariants

@@ -58,6 +58,10 @@ type Signal struct {
 	// was last lowered, 0 after a Raise. A page rescans from there.
 	low    uint32
 	parent *Signal
+	// watch, set only on a signal WatchRelease put in front of a
+	// descriptor's own, is called when a release leaves that descriptor
+	// free; the descriptor's signal is then parent again.
+	watch func()
 }
 
 // Forward sets the parent; call it before the signal is shared.
@@ -102,10 +106,30 @@ func (d *Descriptor) SignalFree(f *Signal) { d.signal = f }
 // FreeSignal returns the flag set by SignalFree, or nil.
 func (d *Descriptor) FreeSignal() *Signal { return d.signal }
 
+// WatchRelease calls fn, under the caller's lock, at the release that
+// next leaves the allocation free (refs ≤ 1), before its free signal is
+// raised; the descriptor's free signal is the holder's own again from
+// then on. A device's history watches a buffer freed while something still
+// binds it, to record its memory's release at the moment it goes back to
+// its page: noticed any later, the slice may have been carved again (a
+// reservation's or a relocation target's clone reuses the free slice's
+// descriptor), and the history would see it taken, not free. Call it only
+// on a descriptor that is not free; the holder must not replace the free
+// signal (SignalFree) until then, which no pool does while a binding
+// holds the slice. Watches stack: each is called once, newest first.
+func (d *Descriptor) WatchRelease(fn func()) {
+	d.signal = &Signal{parent: d.signal, watch: fn}
+}
+
 // released is called after a reference went: it raises the free signal
-// when only the slice's own reference is left.
+// when only the slice's own reference is left, after telling the watchers
+// (WatchRelease).
 func (d *Descriptor) released(refs int32) {
 	if refs <= 1 {
+		for s := d.signal; s != nil && s.watch != nil; s = d.signal {
+			d.signal = s.parent
+			s.watch()
+		}
 		d.signal.RaiseAt(d.loc.Slice()) // a slice's descriptor carries its index (PL3)
 	}
 	if refs == 0 && d.home != nil {

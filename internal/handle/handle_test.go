@@ -220,3 +220,36 @@ func TestSignalRaiseAtKeepsTheLowestIndex(t *testing.T) {
 	var none *handle.Signal
 	none.RaiseAt(1) // nobody listens: nothing happens
 }
+
+// A watch is told at the release that leaves the allocation free, before
+// the holder's signal is raised, and once only: the holder's signal is the
+// descriptor's own again afterwards.
+func TestWatchReleaseIsToldWhenTheLastBindingGoes(t *testing.T) {
+	var page handle.Signal
+	slice := handle.New(handle.MustLocation(0, 0, 4))
+	slice.Descriptor().SignalFree(&page)
+	user := slice.Clone()
+	bind := user.Binding()
+	user.Release()  // freed while bound: not free yet
+	var told []bool // the page's signal at each call
+	slice.Descriptor().WatchRelease(func() { told = append(told, page.Raised()) })
+	if len(told) != 0 || page.Raised() {
+		t.Fatalf("told %v, page raised %v before the binding went", told, page.Raised())
+	}
+	bind.Release()
+	if len(told) != 1 || told[0] {
+		t.Fatalf("told %v at the binding's release, want one call before the page's signal rose", told)
+	}
+	if !page.Raised() || page.Lowest() != 4 {
+		t.Fatalf("page signal raised %v lowest %d, want raised at slice 4", page.Raised(), page.Lowest())
+	}
+	if slice.Descriptor().FreeSignal() != &page {
+		t.Fatal("the holder's signal is not the descriptor's own again")
+	}
+	page.Lower()
+	reuse := slice.Clone() // the free slice carved again: its descriptor reused
+	reuse.Release()
+	if len(told) != 1 || !page.Raised() {
+		t.Fatalf("told %v after the descriptor's reuse, want the one call; page raised %v", told, page.Raised())
+	}
+}
