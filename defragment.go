@@ -34,13 +34,30 @@ type DefragOptions struct {
 	MaxMoves int
 }
 
-// DefragResult is what one Defragment pass did, summed over the streams it
-// compacted.
+// DefragResult is what one Defragment call did, summed over the streams.
+// Moves, BytesMoved, PagesFreed and BytesFreed are its compaction's alone;
+// PagesReleased and BytesReleased are everything the call gave back to the
+// device, compaction included. The cleanup Defragment runs first often
+// gives back more than its compaction (every empty page, the outdated
+// pages its relocation emptied, free granules on granular storage), and a
+// caller judging whether the call was worth it reads the latter two.
 type DefragResult struct {
-	Moves      uint64 // allocations moved
+	Moves      uint64 // allocations compaction moved
 	BytesMoved uint64 // requested bytes those moves copied
-	PagesFreed uint64 // current pages emptied and given back
+	PagesFreed uint64 // current pages compaction emptied and gave back
 	BytesFreed uint64 // bytes of those pages (mapped bytes on granular storage)
+	// PagesReleased counts the storage allocations the call handed back to
+	// the device: pages, dedicated buffers and persistent slots its cleanup
+	// let go, the outdated pages its relocation emptied, and PagesFreed.
+	PagesReleased uint64
+	// BytesReleased is the device memory those held (an allocation's size;
+	// a granular page's mapped granules) plus the granules unmapped from
+	// pages that stay, BytesFreed included. On a device nothing else uses
+	// meanwhile, Stats.BytesAllocated falls by that much, less the
+	// granules moves mapped on their targets (granular storage). A release
+	// that waits for work queued before it counts too: Defragment waits for
+	// that work before it returns.
+	BytesReleased uint64
 }
 
 // compactPass bounds what one compaction may still move (lim) and gathers
@@ -93,15 +110,39 @@ func (p *compactPass) charge(after, before relocation.Stats) {
 // Cleanup would. Pages a graph guards, and pages with an allocation a
 // mapping or queued cross-stream work binds, stay put.
 //
+// When it helps: to give memory back at a moment the runtime chooses, when
+// live allocations lie scattered over pages whose free room the workload
+// will not use again soon — after a phase that freed most of what it
+// allocated, or before the memory is wanted elsewhere (another process,
+// another device user). Compacting at such a moment also keeps a later
+// reservation off the slow path, which would otherwise compact under it.
+//
+// When it does not: a plain Cleanup already gives back every empty page,
+// relocates what outdated pages hold (a growth leaves them behind) and, on
+// granular storage, unmaps free granules; where the freed buffers emptied
+// whole pages, Defragment gives back what Cleanup would, moving nothing
+// (PagesReleased with Moves 0). It is not needed to keep allocations from
+// failing either: a reservation that would fail for want of memory
+// compacts on its own, as the last stage of making room, and relocation
+// off outdated pages runs on its own when the arena has used its page
+// sizes and when a capture is prepared (design §7.7, §8.1). It cannot
+// touch pages a graph guards or allocations a mapping or queued
+// cross-stream work binds, and on granular storage, where a sparse page
+// costs only its mapped granules once they are unmapped, its compaction
+// has little to give back beyond the cleanup's unmapping. Memory given
+// back is memory the next growth asks the device for again: between the
+// steps of a loop that will allocate the same again, it costs more than
+// it saves.
+//
 // Like Cleanup it waits, without the device lock, until every stream's
 // work is done (a move may touch memory any stream uses), so it is for a
 // quiet moment: ctx bounds that wait (its error is returned with nothing
 // moved). It is refused while a stream records a graph (ErrRecording),
 // from inside an op (ErrCalledFromOp), on a closed device (ErrClosed), and
 // for a negative MaxMoves (ErrInvalidLimits). A device opened
-// WithoutCompaction or WithoutRelocation moves nothing and returns a zero
-// result. What a pass moved before a failure is kept and returned with the
-// error.
+// WithoutCompaction or WithoutRelocation moves nothing: its result counts
+// what the cleanup gave back. What a call moved and gave back before a
+// failure is kept and returned with the error.
 func (d *Device) Defragment(ctx context.Context, opts DefragOptions) (DefragResult, error) {
 	if opts.MaxMoves < 0 {
 		return DefragResult{}, fmt.Errorf("%w: MaxMoves is %d (0 means no bound)", ErrInvalidLimits, opts.MaxMoves)
@@ -128,19 +169,25 @@ func (d *Device) defragmentLocked(ctx context.Context, opts DefragOptions) (Defr
 		return DefragResult{}, err
 	}
 	pass := &compactPass{lim: pool.CompactLimits{MaxBytes: opts.MaxBytes, MaxMoves: opts.MaxMoves}}
+	var gave releaseTally
+	result := func() DefragResult {
+		res := pass.res
+		res.PagesReleased, res.BytesReleased = gave.pages, gave.bytes
+		return res
+	}
 	// Relocation off outdated pages first: their live allocations belong
 	// on current pages, and compaction then keeps those dense.
-	if err := d.reclaimLocked(ctx, d.streams, reclaimHow{relocate: true, reason: relocation.Explicit}); err != nil {
-		return pass.res, err
+	if err := d.reclaimLocked(ctx, d.streams, reclaimHow{relocate: true, reason: relocation.Explicit, gave: &gave}); err != nil {
+		return result(), err
 	}
 	if d.noRelocate || d.noCompact {
-		return pass.res, nil
+		return result(), nil
 	}
-	err := d.reclaimLocked(ctx, d.streams, reclaimHow{compact: pass})
+	err := d.reclaimLocked(ctx, d.streams, reclaimHow{compact: pass, gave: &gave})
 	if h := d.hist; h != nil {
 		for _, s := range d.streams {
 			h.cleanupLocked(s, true)
 		}
 	}
-	return pass.res, err
+	return result(), err
 }

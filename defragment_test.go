@@ -170,6 +170,60 @@ func TestDefragmentEmptiesSparsePagesAfterEveryStreamsWorkAndEveryByteSurvives(t
 	}
 }
 
+// Defragment's result counts what the call gave back, its first cleanup
+// included (found by adversarial testing, reliability-2026-12-b: 200
+// buffers of 3 MiB, 9 in 10 freed, then Defragment: BytesReserved fell
+// from 800 to 80 MiB and the result was all zeros). The freed buffers empty
+// whole pages, so the cleanup gives them back and compaction moves nothing;
+// on granular storage the cleanup unmaps their granules instead. What the
+// result says it released is what the device's counters say went.
+func TestDefragmentCountsWhatItsCleanupGaveBack(t *testing.T) {
+	for _, granular := range []bool{false, true} {
+		d := openHost(t, WithPageGranular(granular))
+		s := d.DefaultStream()
+		var bufs []*Buffer
+		for range 200 {
+			bufs = append(bufs, mustAlloc(t, s, 3*mib))
+		}
+		for i, b := range bufs {
+			if i%10 != 0 {
+				mustFree(t, b)
+			}
+		}
+		before := d.Stats()
+		res, err := d.Defragment(bg, DefragOptions{})
+		if err != nil {
+			t.Fatalf("granular=%v: Defragment: %v", granular, err)
+		}
+		after := d.Stats()
+		fell := before.BytesAllocated - after.BytesAllocated
+		if fell < 500*mib {
+			t.Fatalf("granular=%v: setup: %d -> %d bytes allocated; want the freed buffers' memory given back", granular, before.BytesAllocated, after.BytesAllocated)
+		}
+		if res.BytesReleased != fell || res.PagesReleased != after.StorageDeallocs-before.StorageDeallocs {
+			t.Fatalf("granular=%v: Defragment = %+v; the device gave back %d bytes in %d storage deallocations",
+				granular, res, fell, after.StorageDeallocs-before.StorageDeallocs)
+		}
+		if !granular && (res.PagesReleased == 0 || before.BytesReserved-after.BytesReserved != res.BytesReleased) {
+			t.Fatalf("Defragment = %+v; BytesReserved %d -> %d", res, before.BytesReserved, after.BytesReserved)
+		}
+		if res.Moves != 0 || res.PagesFreed != 0 || res.BytesFreed != 0 {
+			t.Fatalf("granular=%v: Defragment = %+v; want the compaction's fields zero: nothing was left to compact", granular, res)
+		}
+		if res, err := d.Defragment(bg, DefragOptions{}); err != nil || res != (DefragResult{}) {
+			t.Fatalf("granular=%v: second Defragment = %+v, %v; want nothing given back", granular, res, err)
+		}
+	}
+	// Compaction's pages are among those released: one page emptied by a
+	// move is one page released, of the same bytes.
+	d := compactDevice(t, WithCapacity(64*mib))
+	sparsePages(t, d.DefaultStream())
+	res, err := d.Defragment(bg, DefragOptions{})
+	if err != nil || res.PagesFreed != 1 || res.PagesReleased != 1 || res.BytesReleased != res.BytesFreed {
+		t.Fatalf("Defragment of sparse pages = %+v, %v; want the page compaction emptied counted as released", res, err)
+	}
+}
+
 func TestDefragmentKeepsItsLimitsAndRefusesMisuse(t *testing.T) {
 	d := compactDevice(t, WithCapacity(64*mib))
 	s := d.DefaultStream()

@@ -286,6 +286,7 @@ type reclaimHow struct {
 	relocate bool
 	reason   relocation.Reason
 	compact  *compactPass
+	gave     *releaseTally // what the reclaim gave back, when counted (streamsOf.gave)
 }
 
 // reclaimLocked is the reclaim sequence, written once (explicit cleanups,
@@ -312,7 +313,7 @@ func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, how reclaimHow
 		s.drainDeferredLocked()
 	}
 	for _, s := range of {
-		x := streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !how.relocate && how.compact == nil, compact: how.compact}
+		x := streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !how.relocate && how.compact == nil, compact: how.compact, gave: how.gave}
 		var err error
 		if how.compact != nil {
 			err = relocation.ReclaimCompacting(x)
@@ -454,6 +455,37 @@ type countedStorage struct {
 	// passedLater marks later ones passed out of order.
 	vOpened, vPassed uint64
 	vPassedLater     map[uint64]bool
+	// released tallies what the pools handed back through this storage,
+	// held or not, so a call that gives memory back can report it
+	// (Defragment's result, read as differences under the device lock).
+	released releaseTally
+}
+
+// releaseTally counts what pools handed back to the device: storage
+// allocations (pages, dedicated buffers, persistent slots) and the device
+// bytes they held — an allocation's size, a granular reservation's mapped
+// granules — plus granules unmapped from pages that stay.
+type releaseTally struct{ pages, bytes uint64 }
+
+func (t releaseTally) less(u releaseTally) releaseTally {
+	return releaseTally{pages: t.pages - u.pages, bytes: t.bytes - u.bytes}
+}
+
+// deviceBytes is the device memory allocation id holds: a granular
+// reservation's mapped granules less those whose unmap is held (counted as
+// released when the unmap was asked for), any other allocation's size.
+func (c *countedStorage) deviceBytes(id storage.ID) uint64 {
+	m, reserved := c.mapped[id]
+	if !reserved {
+		return c.sizes[id]
+	}
+	var held uint64
+	for _, h := range c.held {
+		if h.id == id && h.n != 0 {
+			held += h.n
+		}
+	}
+	return storage.SatSub(m, held) * c.Granule()
 }
 
 // heldRelease is a deallocation (n == 0) or an unmap of granules
@@ -594,6 +626,8 @@ func (c *countedStorage) Alloc(size uint64) (storage.Region, error) {
 
 func (c *countedStorage) Dealloc(id storage.ID) {
 	c.deallocs.Add(1)
+	c.released.pages++
+	c.released.bytes += c.deviceBytes(id)
 	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
 		c.hold(seq, id, 0, 0)
 		return

@@ -138,6 +138,7 @@ func (c *countedStorage) Unmap(id storage.ID, first, n uint64) {
 	if !ok || n == 0 {
 		return
 	}
+	c.released.bytes += n * c.Granule()
 	if seq := c.busyUntil(); seq != 0 || c.holdsFor(id) || c.vBusy() {
 		c.hold(seq, id, first, n)
 		return

@@ -29,9 +29,39 @@ type streamsOf struct {
 	// what it moved and freed (a Defragment pass, or the make-room path's
 	// compacting stage); nil compacts without limits.
 	compact *compactPass
+	// gave, when set, tallies what the steps that give memory back
+	// (cleanup, relocation, compaction) handed to the device's storages: a
+	// Defragment reports it. Each step runs under the lock, so the
+	// difference it measures is its own, whatever other goroutines did while
+	// a wait before it let the lock go.
+	gave *releaseTally
 }
 
 var _ relocation.Streams = streamsOf{}
+
+// tallied runs step, which may give memory back, adding what the device's
+// storages were handed meanwhile to x.gave (nothing without one).
+func (x streamsOf) tallied(step func()) {
+	if x.gave == nil {
+		step()
+		return
+	}
+	before := x.d.releasedLocked()
+	step()
+	d := x.d.releasedLocked().less(before)
+	x.gave.pages += d.pages
+	x.gave.bytes += d.bytes
+}
+
+// releasedLocked sums what every stream's pools handed back so far.
+func (d *Device) releasedLocked() releaseTally {
+	var t releaseTally
+	for _, s := range d.streams {
+		t.pages += s.st.released.pages
+		t.bytes += s.st.released.bytes
+	}
+	return t
+}
 
 // Recording: any stream's capture is in phase Recording.
 func (x streamsOf) Recording() bool { return x.d.recordingLocked() != nil }
@@ -67,7 +97,8 @@ func (x streamsOf) Finish() error {
 // RelocateMemory moves what the relocating stream's memory holds on
 // outdated pages, copying on that stream.
 func (x streamsOf) RelocateMemory(r relocation.Reason) {
-	o := x.s.mem.Relocate(&deviceCopies{d: x.d, s: x.s}, r)
+	var o relocation.Outcome
+	x.tallied(func() { o = x.s.mem.Relocate(&deviceCopies{d: x.d, s: x.s}, r) })
 	if h := x.d.hist; h != nil {
 		h.relocationLocked(x.s, r, o)
 	}
@@ -91,7 +122,8 @@ func (x streamsOf) DeviceHasOutdated() bool {
 func (x streamsOf) RelocateDeviceMemory(r relocation.Reason) {
 	for _, s := range x.d.streams {
 		if s.mem.HasOutdated() {
-			o := s.mem.Relocate(&deviceCopies{d: x.d, s: s}, r)
+			var o relocation.Outcome
+			x.tallied(func() { o = s.mem.Relocate(&deviceCopies{d: x.d, s: s}, r) })
 			if h := x.d.hist; h != nil {
 				h.relocationLocked(s, r, o)
 			}
@@ -101,7 +133,7 @@ func (x streamsOf) RelocateDeviceMemory(r relocation.Reason) {
 
 // CleanupMemory gives back every page the relocating stream's memory holds
 // and nothing needs.
-func (x streamsOf) CleanupMemory() { x.s.mem.Cleanup(pool.Explicit) }
+func (x streamsOf) CleanupMemory() { x.tallied(func() { x.s.mem.Cleanup(pool.Explicit) }) }
 
 // deviceCopies is the device's relocation copy queue: before the first copy
 // it waits for every stream's work (a relocation moves memory any stream
@@ -446,7 +478,9 @@ func (x streamsOf) CanCompact() bool {
 // CompactMemory compacts the relocating stream's current pages, copying on
 // that stream, within what the pass's limits leave (none without a pass),
 // and charges what it moved and freed to the pass.
-func (x streamsOf) CompactMemory() {
+func (x streamsOf) CompactMemory() { x.tallied(x.compactMemory) }
+
+func (x streamsOf) compactMemory() {
 	var lim pool.CompactLimits
 	if x.compact != nil {
 		lim = x.compact.lim
