@@ -168,6 +168,15 @@ func (d *Device) defragmentLocked(ctx context.Context, opts DefragOptions) (Defr
 	if err := d.refuseWhileRecordingLocked(d.streams[0]); err != nil {
 		return DefragResult{}, err
 	}
+	// The history records the call when it returns, after what its drain
+	// of cross-stream uses released and what it moved (a failed one too:
+	// what it moved is kept). A replay performs it there, after those
+	// releases, so its Defragment finds free what the device's found.
+	defer func() {
+		if h := d.hist; h != nil {
+			h.defragmentLocked(opts)
+		}
+	}()
 	pass := &compactPass{lim: pool.CompactLimits{MaxBytes: opts.MaxBytes, MaxMoves: opts.MaxMoves}}
 	var gave releaseTally
 	result := func() DefragResult {
@@ -184,10 +193,5 @@ func (d *Device) defragmentLocked(ctx context.Context, opts DefragOptions) (Defr
 		return result(), nil
 	}
 	err := d.reclaimLocked(ctx, d.streams, reclaimHow{compact: pass, gave: &gave})
-	if h := d.hist; h != nil {
-		for _, s := range d.streams {
-			h.cleanupLocked(s, true)
-		}
-	}
 	return result(), err
 }

@@ -16,7 +16,8 @@
 // move's old and new address; storage allocations and deallocations
 // (pages, slots, granular reservations) and granule maps and unmaps; the
 // storage releases held back for a stream's queued work (design §9.9) when
-// they are held, and when held ones go back (or are withdrawn).
+// they are held, and when held ones go back (or are withdrawn); and each
+// Defragment call, with its bounds, when it returns.
 //
 // Held releases. A held free's release is recorded when it happens: the
 // free watches the buffer's descriptor (handle.Descriptor.WatchRelease),
@@ -179,13 +180,14 @@ const (
 	HistoryRelease                            // a held free's memory released: no binding left
 	HistoryHeld                               // a storage release held back for the stream's queued work
 	HistoryPassed                             // held storage releases went back (or were withdrawn)
+	HistoryDefragment                         // a Device.Defragment returned (after its moves)
 )
 
 var historyKindNames = [...]string{
 	HistoryAlloc: "alloc", HistoryAllocFailed: "alloc_failed", HistoryFree: "free", HistoryWindow: "window",
 	HistoryCapture: "capture", HistoryCleanup: "cleanup", HistoryGrowth: "growth", HistoryRelocation: "relocation",
 	HistoryMove: "move", HistoryPageAlloc: "page_alloc", HistoryPageFree: "page_free", HistoryMap: "map", HistoryUnmap: "unmap",
-	HistoryRelease: "release", HistoryHeld: "held", HistoryPassed: "passed",
+	HistoryRelease: "release", HistoryHeld: "held", HistoryPassed: "passed", HistoryDefragment: "defragment",
 }
 
 func (k HistoryKind) String() string {
@@ -468,6 +470,12 @@ func (h *history) heldLocked(stream int, r heldRelease, size, held, granule uint
 		e.size = r.n * granule
 	}
 	h.add(e)
+}
+
+// defragmentLocked records a Defragment call within opts as it returns:
+// a replay performs one where the device did.
+func (h *history) defragmentLocked(opts DefragOptions) {
+	h.add(histEntry{kind: HistoryDefragment, size: opts.MaxBytes, a: uint64(opts.MaxMoves)})
 }
 
 // passedLocked records that held releases of the stream went back or were

@@ -48,6 +48,7 @@ type History struct {
 //	HistoryMap, Unmap   Stream, Address (of the first granule), Size (their bytes), Granules, Held (an unmap that had been held)
 //	HistoryHeld         Stream, Address (of the page, or of the first granule), Size, Granular (an unmap, else a deallocation)
 //	HistoryPassed       Stream: held releases of the stream went back (or were withdrawn)
+//	HistoryDefragment   Size (DefragOptions.MaxBytes), Moves (DefragOptions.MaxMoves): a Defragment returned (its moves come before)
 //
 // Time is since the recording started, from the monotonic clock; it never
 // decreases along a history. Addresses are the history's own numbering of
@@ -185,6 +186,8 @@ func (v *histView) public() History {
 		case HistoryMap, HistoryUnmap:
 			granule := e.size / max(e.c, 1)
 			p.Address, p.Size, p.Granules, p.Held = e.a+e.b*granule, e.size, e.c, e.aux2 == 1
+		case HistoryDefragment:
+			p.Size, p.Moves = e.size, int(e.a)
 		}
 		out.Entries[i] = p
 	}

@@ -2,12 +2,16 @@ package gpumem_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/compare"
+	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/trace"
 )
@@ -33,6 +37,9 @@ type churn struct {
 	// frees instead of allocating (0: allocate regardless, so a capped
 	// device refuses some).
 	liveCap uint64
+	// shift bounds allocation sizes: 4 KiB << IntN(shift), plus up to a
+	// half (0: 13, up to 24 MiB).
+	shift int
 }
 
 func newChurn(t testing.TB, d *gpumem.Device, seed uint64) *churn {
@@ -60,7 +67,7 @@ func (c *churn) run(ops int) {
 		r := c.rng.IntN(100)
 		if len(c.bufs) == 0 || (r < 45 && (c.liveCap == 0 || c.p.live < c.liveCap)) {
 			s := c.streams[c.rng.IntN(len(c.streams))]
-			size := uint64(4<<10) << c.rng.IntN(13) // 4 KiB … 16 MiB
+			size := uint64(4<<10) << c.rng.IntN(cmp.Or(c.shift, 13))
 			size += c.rng.Uint64N(size / 2)
 			b, err := s.Alloc(ctx, size)
 			if err != nil {
@@ -235,6 +242,152 @@ func TestDefragmentWithHeldFreesRoundTripsThroughTheSnapshot(t *testing.T) {
 				t.Errorf("seed %d, granular %v (%d defragments, %d held frees): %d unmatched free requests, net live %d, Stats.BytesInUse %d",
 					seed, granular, c.defrags, snap.Counts.HeldFrees, snap.Counts.UnmatchedFreeRequests, net, inUse)
 			}
+		}
+	}
+}
+
+// replayRecorded decodes a written trace with its header and replays it
+// through package replay on a Sim device opened as the trace's recording
+// device ran (replay.DeviceOptions), then extra options.
+func replayRecorded(t *testing.T, tr []byte, extra ...gpumem.Option) *replay.Report {
+	t.Helper()
+	var h trace.Header
+	var events []trace.Event
+	for e, err := range trace.DecodeWithHeader(bytes.NewReader(tr), &h) {
+		if err != nil {
+			t.Fatalf("the written trace does not decode: %v", err)
+		}
+		events = append(events, e)
+	}
+	if h.Device == nil {
+		t.Fatalf("the written trace's header has no device: %+v", h)
+	}
+	opts, err := replay.DeviceOptions(*h.Device)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := gpumem.Open(append(append(opts, gpumem.WithSim()), extra...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dev.Close()
+	rep, err := replay.Run(t.Context(), dev, slices.Values(events), replay.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// recordChurn runs work on the churn of seed on a Sim device with opts, its
+// history kept whole, and returns the workload and the written trace.
+func recordChurn(t *testing.T, seed uint64, work func(*churn), opts ...gpumem.Option) (*churn, []byte) {
+	t.Helper()
+	d, err := gpumem.Open(append([]gpumem.Option{gpumem.WithSim(), gpumem.WithHistory(gpumem.HistoryOptions{MaxEntries: 1 << 22})}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c := newChurn(t, d, seed)
+	work(c)
+	if got := d.Stats().BytesInUse; got != c.p.live {
+		t.Fatalf("seed %d: the workload counts %d live bytes, Stats.BytesInUse %d", seed, c.p.live, got)
+	}
+	var buf bytes.Buffer
+	if err := d.WriteTrace(&buf); err != nil {
+		t.Fatal(err)
+	}
+	if h, err := d.History(); err != nil || h.Dropped != 0 {
+		t.Fatalf("seed %d: history dropped entries (%v): the trace would start with a prelude", seed, err)
+	}
+	return c, buf.Bytes()
+}
+
+// Defect R3: a device capped at 160 MiB refuses allocations amid held
+// frees, cross-stream frees and Defragment. Its whole history, written as
+// a trace and replayed through package replay, reaches the device's own
+// peak live bytes, never counting the refused allocations: replayed with
+// room to spare they are served and freed at once; replayed on the device
+// as it ran (its capacity, from the header) they are refused again, every
+// other allocation is served, no free is ignored, and the replay ends with
+// the device's live bytes and peaks at its device bytes. Before, each
+// refusal was written as an alloc and a free: replayed with room they
+// counted in peak live, and at the device's capacity, without its
+// Defragment calls, frees were ignored and the replay ended with less
+// live.
+func TestFailedAllocationsReplayOutsideLiveBytes(t *testing.T) {
+	const capacity = 160 << 20
+	for seed := range uint64(6) {
+		c, tr := recordChurn(t, seed, func(c *churn) { c.run(3000) }, gpumem.WithCapacity(capacity))
+		ops := opsOf(t, tr)
+		if c.failed == 0 || c.defrags == 0 || ops["held free"] == 0 || ops["alloc_failed"] != c.failed || ops["defragment"] != c.defrags {
+			t.Fatalf("seed %d: %d failed allocations, %d defragments; trace ops %v: the workload does not exercise R3", seed, c.failed, c.defrags, ops)
+		}
+		rep := replayRecorded(t, tr)
+		if rep.PeakLive != c.p.peakLive || rep.FinalLive != c.p.live || rep.IgnoredFrees != 0 || rep.IgnoredReleases != 0 ||
+			rep.FailedAllocs != c.failed || rep.RecordedFailedAllocs != c.failed || rep.RecordedFailedAllocsServed != 0 ||
+			rep.Defragments != c.defrags || rep.PeakDevice != c.p.peakDevice {
+			t.Errorf("seed %d at the device's capacity: peak live %d, final live %d, peak device %d, %d ignored frees, %d ignored releases, %d failed (%d recorded, %d of them served), %d defragments; the device: peak live %d, final live %d, peak device %d, %d failed, %d defragments",
+				seed, rep.PeakLive, rep.FinalLive, rep.PeakDevice, rep.IgnoredFrees, rep.IgnoredReleases, rep.FailedAllocs, rep.RecordedFailedAllocs, rep.RecordedFailedAllocsServed, rep.Defragments,
+				c.p.peakLive, c.p.live, c.p.peakDevice, c.failed, c.defrags)
+		}
+		rep = replayRecorded(t, tr, gpumem.WithCapacity(0), gpumem.WithProperties(gpumem.HostProperties(0)))
+		if rep.PeakLive != c.p.peakLive || rep.FinalLive != c.p.live || rep.FailedAllocs != 0 || rep.RecordedFailedAllocsServed != c.failed {
+			t.Errorf("seed %d with room to spare: peak live %d, final live %d, %d failed, %d of %d recorded failures served; the device: peak live %d, final live %d",
+				seed, rep.PeakLive, rep.FinalLive, rep.FailedAllocs, rep.RecordedFailedAllocsServed, rep.RecordedFailedAllocs, c.p.peakLive, c.p.live)
+		}
+	}
+}
+
+// A device opened WithCapacity(2 GiB) makes pages of at most 512 MiB, so a
+// buffer of 520 to 700 MiB gets storage of its own; its written trace says
+// so (and its capacity, alignment and policy), and a replay takes them:
+// through package replay (replay.DeviceOptions) and through compare.Run as
+// gpumem replay runs it, with no setting given, the trace replays to the
+// device's own peak device bytes (compare's verdict, at the device's
+// capacity). Before, the trace had no device: compare replayed it with
+// 1 GiB pages, on which those buffers grow the arena to pages that stay,
+// and peaked far above the device.
+func TestWrittenTraceReplaysOnTheRecordingDevicesSettings(t *testing.T) {
+	const capacity = 2 << 30
+	for seed := range uint64(3) {
+		c, tr := recordChurn(t, seed, func(c *churn) {
+			c.shift, c.liveCap = 14, 700<<20
+			for i := range 4 {
+				c.run(300)
+				big := c.p.alloc(c.streams[i%2], uint64(520+60*i)<<20)
+				c.run(200)
+				c.p.free(big)
+			}
+			c.run(300)
+		}, gpumem.WithCapacity(capacity))
+		if c.failed != 0 {
+			t.Fatalf("seed %d: %d allocations failed; the workload is meant to fit the device", seed, c.failed)
+		}
+		if rep := replayRecorded(t, tr); rep.PeakDevice != c.p.peakDevice || rep.PeakLive != c.p.peakLive {
+			t.Errorf("seed %d through replay.DeviceOptions: peak device %d, peak live %d; the device's %d, %d", seed, rep.PeakDevice, rep.PeakLive, c.p.peakDevice, c.p.peakLive)
+		}
+		src, err := compare.DecodeTrace("recorded.jsonl", bytes.NewReader(tr))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmpRes, err := compare.Run(t.Context(), src, compare.Options{Policies: []string{compare.AdaptivePages}, SkipCapacity: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmpRes.MaxPage != 512<<20 || cmpRes.Capacity != capacity || cmpRes.DevicePolicy != compare.AdaptivePages ||
+			!slices.Contains(cmpRes.FromTrace, "max page") || !slices.Contains(cmpRes.FromTrace, "capacity") {
+			t.Fatalf("seed %d: compare took max page %d, capacity %d, policy %q from %v; want the device's 512 MiB, 2 GiB, adaptive-pages", seed, cmpRes.MaxPage, cmpRes.Capacity, cmpRes.DevicePolicy, cmpRes.FromTrace)
+		}
+		p := cmpRes.Policies[0]
+		if v := p.Verdict; v == nil || !v.Fits || v.PeakReserved != c.p.peakDevice {
+			t.Errorf("seed %d through compare: at the device's capacity %+v; the device's peak %d", seed, v, c.p.peakDevice)
+		}
+		var text bytes.Buffer
+		if err := cmpRes.WriteText(&text); err != nil {
+			t.Fatal(err)
+		}
+		if want := "the trace's recording device ran adaptive-pages; from it, as no flag set them: max page, capacity"; !bytes.Contains(text.Bytes(), []byte(want)) {
+			t.Fatalf("the report does not say which settings came from the trace (want %q):\n%s", want, text.String())
 		}
 	}
 }

@@ -48,8 +48,9 @@
 // stays consistent with the segments; a relocation that did not commit
 // moves them back. A free whose buffer's address the history never saw
 // (allocated before the history's window) is left out: the viewer could
-// not place it. Windows, capture phases, cleanups and growths have no
-// PyTorch action and are not written (History and WriteTrace have them).
+// not place it. Windows, capture phases, cleanups, growths and Defragment
+// calls have no PyTorch action and are not written (History and WriteTrace
+// have them; a Defragment's moves are written as above).
 //
 // Addresses are the history's numbering (history.go); without a recording
 // the snapshot numbers the storage allocations it draws in ID order.

@@ -20,9 +20,15 @@
 //     and reproduces the device's bytes under the same policy; another
 //     policy's releases are held where this device's were, which is where
 //     the stream had work queued.
-//   - HistoryAllocFailed → alloc of the buffer ID the failed call took,
-//     then its free: a replay that fails the same way counts the failure
-//     and ignores the free; one that succeeds does not keep the buffer.
+//   - HistoryAllocFailed → alloc_failed of the buffer ID the failed call
+//     took (version 2): never live, so a replay's live bytes never count
+//     it; the replay tries it (the program asked for it), and one that
+//     fails the same way, at the device's capacity, counts the failure.
+//     An alloc followed by a free, as version 1 wrote it, was served by a
+//     replay with room to spare and counted in its peak live bytes.
+//   - HistoryDefragment → defragment with its bounds (version 2), which a
+//     replay performs at the same point; its moves and page frees happen
+//     again by themselves.
 //   - HistoryWindow → window (persistent, dedicated; auto closes).
 //   - HistoryCapture → capture with the token's number as the graph; an
 //     abort becomes end, which on a window that never began does what
@@ -33,6 +39,13 @@
 //     calls do.
 //
 // Times are the entries' times in microseconds.
+//
+// The header carries the device (trace.Device): its backend, capacity,
+// largest page, alignment, granule and memory config, relocation and
+// compaction. A replay opened with them (replay.DeviceOptions; the CLI's
+// replay takes them unless a flag says otherwise) runs the trace on the
+// device that recorded it: a 2 GiB device's largest page is 512 MiB, and
+// replayed with another page size the trace peaks elsewhere.
 //
 // The prelude. The ring is bounded and a recording may begin after
 // buffers were allocated, so the trace would free buffers it never
@@ -55,6 +68,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 
 	"github.com/gpumem/gpumem/internal/pool"
@@ -100,6 +114,7 @@ func (d *Device) WriteTrace(w io.Writer) error {
 	}
 	v := viewLocked(h, h == d.hist)
 	live := d.liveBuffersLocked()
+	dev := d.traceDeviceLocked()
 	d.unlock(borrowed)
 	events, prelude := v.traceEvents(live)
 	streams := 1
@@ -109,7 +124,7 @@ func (d *Device) WriteTrace(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	enc := trace.NewEncoder(bw)
 	src := fmt.Sprintf("gpumem device history: %d entries, %d dropped, %d prelude allocations", len(v.entries), v.dropped, prelude)
-	if err := enc.WriteHeader(trace.Header{Source: src, Streams: streams}); err != nil {
+	if err := enc.WriteHeader(trace.Header{Source: src, Streams: streams, Device: dev}); err != nil {
 		return err
 	}
 	for _, e := range events {
@@ -118,6 +133,24 @@ func (d *Device) WriteTrace(w io.Writer) error {
 		}
 	}
 	return bw.Flush()
+}
+
+// traceDeviceLocked describes how the device runs, for the trace header:
+// what a replay needs to run the trace as the device did.
+func (d *Device) traceDeviceLocked() *trace.Device {
+	dev := &trace.Device{
+		Backend: d.backend.Name(), Capacity: d.budget.Capacity(),
+		MaxPage: d.props.MaxPageSize, Alignment: d.props.Alignment, MaxMemory: d.props.MaxMemory,
+		Dynamic: d.cfg.Dynamic.String(), Persistent: d.cfg.Persistent.String(),
+		NoRelocate: d.noRelocate, NoCompact: d.noCompact,
+	}
+	if d.cfg.BaseMode != nil {
+		dev.BaseMode = d.cfg.BaseMode.String()
+	}
+	if d.cfg.PageGranular == memory.GranulesAuto && len(d.streams) > 0 {
+		dev.Granule = d.streams[0].st.Granule()
+	}
+	return dev
 }
 
 // traceEvents converts the view to native events, prelude first, and
@@ -164,8 +197,9 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 		case HistoryAlloc:
 			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st})
 		case HistoryAllocFailed:
-			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st},
-				trace.Event{Op: trace.OpFree, T: t, ID: e.id})
+			out = append(out, trace.Event{Op: trace.OpAllocFailed, T: t, ID: e.id, Size: e.size, Stream: st})
+		case HistoryDefragment:
+			out = append(out, trace.Event{Op: trace.OpDefragment, T: t, Size: e.size, MaxMoves: int32(min(e.a, math.MaxInt32))})
 		case HistoryFree:
 			out = append(out, trace.Event{Op: trace.OpFree, T: t, ID: e.id, Held: e.aux == 1})
 			if e.aux == 1 {

@@ -143,8 +143,19 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	}
 	if !s.capture.Recording() {
 		// Not while recording: a held page release forwarded now would be a
-		// storage call inside the recording, which invalidates it.
-		s.releasePassedLocked()
+		// storage call inside the recording, which invalidates it. The
+		// cross-stream uses every stream's queue has passed (a stream that
+		// records keeps its own) are released before the reservation, not
+		// in the middle of it: otherwise a held free's memory comes back
+		// inside a failed reservation's make-room, after the first try,
+		// where its history records the release before the allocation and
+		// no replay of the trace can try the reservation the way the
+		// device did (design §14).
+		for _, t := range d.streams {
+			if t == s || !t.capture.Recording() {
+				t.releasePassedLocked()
+			}
+		}
 		s.st.releasePassed()
 	}
 	u := s.pageUpdateLocked()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -84,6 +85,32 @@ type Source struct {
 	// the snapshot (trace.Snapshot.ReadFrames; FramesFromFile reads them
 	// from the snapshot's file), for Options.Frames.
 	Frames func(entries []int) (map[int][]trace.TorchFrame, error)
+	// Device is how the device that recorded a native trace ran (its
+	// header's, DecodeTrace reads it; nil for a snapshot or a trace
+	// without one). Run replays as that device ran unless Options say
+	// otherwise: its largest page for every gpumem policy, its capacity
+	// for the verdict, its alignment, no compaction when it had none
+	// (Comparison.FromTrace names what it took).
+	Device *trace.Device
+}
+
+// DecodeTrace reads a native JSONL trace (trace.DecodeWithHeader) into a
+// Source named name, with the recording device of its header. A trace
+// without events is ErrEmptyTrace; a bad line is the decoder's error,
+// naming it.
+func DecodeTrace(name string, r io.Reader) (Source, error) {
+	var h trace.Header
+	var events []trace.Event
+	for e, err := range trace.DecodeWithHeader(r, &h) {
+		if err != nil {
+			return Source{}, fmt.Errorf("reading %s: %w", name, err)
+		}
+		events = append(events, e)
+	}
+	if len(events) == 0 {
+		return Source{}, fmt.Errorf("%w: %s has no events", ErrEmptyTrace, name)
+	}
+	return Source{Name: name, Events: slices.Clip(events), Device: h.Device}, nil
 }
 
 // Options tunes Run.
@@ -226,10 +253,18 @@ type Comparison struct {
 	// TorchSettingsFrom says where the torch policy's settings came from:
 	// "-torch-conf", "the snapshot's allocator_settings" or "PyTorch's
 	// defaults".
-	TorchSettingsFrom string         `json:"torch_settings_from"`
-	Bandwidth         float64        `json:"bandwidth_bytes_per_second"`
-	MaxPage           uint64         `json:"max_page_bytes"`
-	Warnings          map[string]int `json:"warnings,omitempty"`
+	TorchSettingsFrom string  `json:"torch_settings_from"`
+	Bandwidth         float64 `json:"bandwidth_bytes_per_second"`
+	MaxPage           uint64  `json:"max_page_bytes"`
+	// FromTrace names the settings taken from the trace's recording device
+	// (Source.Device) because no option set them: "max page", "capacity",
+	// "alignment", "no compaction". DevicePolicy is the gpumem policy that
+	// device ran ("" when the trace does not say), and DeviceNotes what of
+	// it no policy reproduces.
+	FromTrace    []string       `json:"settings_from_trace,omitempty"`
+	DevicePolicy string         `json:"device_policy,omitempty"`
+	DeviceNotes  []string       `json:"device_notes,omitempty"`
+	Warnings     map[string]int `json:"warnings,omitempty"`
 	// FramesError says why the failing allocations have no stack frames
 	// when reading them failed (Options.Frames); the verdicts stand.
 	FramesError string         `json:"frames_error,omitempty"`
@@ -282,6 +317,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 	if len(src.Events) == 0 {
 		return nil, fmt.Errorf("%w: %s has no events", ErrEmptyTrace, src.Name)
 	}
+	maxPage, rec := recordedSettings(src, &opts, &how)
 	if opts.Capacity > 0 && opts.Overhead >= opts.Capacity {
 		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, pool.Bytes(opts.Overhead), pool.Bytes(opts.Capacity))
 	}
@@ -290,11 +326,14 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		return nil, err
 	}
 	if opts.Host && opts.Open == nil {
-		plan, err := planHost(ctx, names, src.Events, maxPageFor(src.Events), how, opts.Progress)
+		plan, err := planHost(ctx, names, src.Events, maxPage, how, opts.Progress)
 		if err != nil {
 			return nil, err
 		}
 		if err := hostHolds(plan, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+			if slices.Contains(rec.from, "capacity") {
+				err = fmt.Errorf("%w (that capacity is the trace's recording device's; -capacity judges another)", err)
+			}
 			return nil, err
 		}
 		defer boundHeap(plan)()
@@ -304,7 +343,10 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		Events:            len(src.Events),
 		PeakLive:          peak,
 		Bandwidth:         bw,
-		MaxPage:           maxPageFor(src.Events),
+		MaxPage:           maxPage,
+		FromTrace:         rec.from,
+		DevicePolicy:      rec.policy,
+		DeviceNotes:       rec.notes,
 		Warnings:          src.Warnings,
 		Recording:         src.RecordedTimeline,
 		PyTorch:           src.PyTorch,
@@ -395,6 +437,64 @@ func maxPageFor(events []trace.Event) uint64 {
 		}
 	}
 	return page
+}
+
+// recorded is what Run took from a trace's recording device.
+type recorded struct {
+	from   []string // the settings taken, as Comparison.FromTrace names them
+	policy string   // the device's gpumem policy
+	notes  []string // what of the device no policy reproduces
+}
+
+// recordedSettings returns the max page every gpumem policy replays with —
+// the recording device's (src.Device) when the trace says, else
+// maxPageFor — and fills from that device what opts leaves unset: the
+// capacity of the verdict, the alignment (unless opts.Open picks a
+// backend, whose alignment is its own), no compaction. A trace replays as
+// its device ran unless the caller says otherwise.
+func recordedSettings(src Source, opts *Options, how *deviceOptions) (uint64, recorded) {
+	d := src.Device
+	if d == nil {
+		return maxPageFor(src.Events), recorded{}
+	}
+	rec := recorded{from: []string{"max page"}, policy: devicePolicy(d)}
+	if opts.Capacity == 0 && d.Capacity > 0 {
+		opts.Capacity = d.Capacity
+		rec.from = append(rec.from, "capacity")
+	}
+	if how.alignment == 0 && how.open == nil && d.Alignment > 0 {
+		how.alignment = d.Alignment
+		rec.from = append(rec.from, "alignment")
+	}
+	if d.NoCompact && !how.noCompact {
+		how.noCompact = true
+		rec.from = append(rec.from, "no compaction")
+	}
+	if d.Persistent != "" && d.Persistent != memory.Enabled.String() {
+		rec.notes = append(rec.notes, "persistent memory "+d.Persistent)
+	}
+	if d.BaseMode != "" {
+		rec.notes = append(rec.notes, "base mode "+d.BaseMode)
+	}
+	if d.Granule > 0 && d.Granule != storage.DefaultGranule {
+		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", pool.Bytes(d.Granule), pool.Bytes(storage.DefaultGranule)))
+	}
+	return d.MaxPage, rec
+}
+
+// devicePolicy names the gpumem policy a recording device ran.
+func devicePolicy(d *trace.Device) string {
+	switch {
+	case d.Dynamic == memory.ExclusivePages.String():
+		return Exclusive
+	case d.Granule > 0 && d.NoRelocate:
+		return AdaptiveNoRelocate
+	case d.Granule > 0:
+		return Adaptive
+	case d.NoRelocate:
+		return AdaptivePagesNoRelocate
+	}
+	return AdaptivePages
 }
 
 // openPolicy opens a Sim device for a gpumem policy at capacity (0 =

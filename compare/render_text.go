@@ -9,6 +9,23 @@ import (
 	"github.com/gpumem/gpumem/internal/pool"
 )
 
+// fromTraceLine says which settings came from the trace's recording
+// device, the policy it ran and what of it no policy reproduces ("" when
+// the trace does not say).
+func (c *Comparison) fromTraceLine() string {
+	if c.DevicePolicy == "" {
+		return ""
+	}
+	line := "the trace's recording device ran " + c.DevicePolicy
+	if len(c.FromTrace) > 0 {
+		line += "; from it, as no flag set them: " + strings.Join(c.FromTrace, ", ")
+	}
+	if len(c.DeviceNotes) > 0 {
+		line += "; not reproduced by the policies: " + strings.Join(c.DeviceNotes, ", ")
+	}
+	return line
+}
+
 // WriteText writes the comparison as a report: PyTorch's own figures for
 // the window, one table whose columns are grouped by the run they come
 // from (unlimited capacity, smallest capacity, the capacity asked about),
@@ -37,7 +54,11 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	} else {
 		b.WriteString("no -capacity given (no verdict); ")
 	}
-	fmt.Fprintf(&b, "max page %s; copy time at %s\n\n", pool.Bytes(c.MaxPage), rate(c.Bandwidth))
+	fmt.Fprintf(&b, "max page %s; copy time at %s\n", pool.Bytes(c.MaxPage), rate(c.Bandwidth))
+	if line := c.fromTraceLine(); line != "" {
+		b.WriteString(line + "\n")
+	}
+	b.WriteByte('\n')
 
 	t := table{width: width, groups: []tableGroup{
 		{"", []string{"policy"}},

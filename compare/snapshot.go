@@ -27,7 +27,9 @@ func SnapshotPolicies() []string {
 // history, and writes the device at the end of the replay with that history
 // as PyTorch's memory snapshot (gpumem.Device.WriteSnapshot), for
 // pytorch.org/memory_viz. The device opens as Run's replay at unlimited
-// capacity does, or at opts.Capacity − opts.Overhead when a capacity is set
+// capacity does (with the settings Run takes from a trace's recording
+// device), or at opts.Capacity − opts.Overhead when a capacity is set (the
+// recording device's when opts sets none)
 // (so the viewer shows the out-of-memory points of the device judged).
 // Torch policies are refused (ErrUnknownPolicy): PyTorch's model has no
 // gpumem device to draw. The history holds every entry of the replay (its
@@ -39,11 +41,13 @@ func WriteSnapshot(ctx context.Context, src Source, policy string, opts Options,
 	if len(src.Events) == 0 {
 		return fmt.Errorf("%w: %s", ErrEmptyTrace, src.Name)
 	}
+	how := opts.device()
+	maxPage, _ := recordedSettings(src, &opts, &how)
 	var capacity uint64
 	if opts.Capacity > 0 {
 		capacity = opts.Capacity - min(opts.Overhead, opts.Capacity)
 	}
-	dev, err := openPolicy(policy, capacity, maxPageFor(src.Events), opts.device())
+	dev, err := openPolicy(policy, capacity, maxPage, how)
 	if err != nil {
 		return err
 	}

@@ -15,8 +15,14 @@
 // counted and ignored); a hold opens gpumem.Stream.HoldReleases on its
 // stream and a pass passes that stream's oldest open one (a pass with none
 // open is skipped). A trace without these replays as before. Live bytes
-// end at the free, held or not. Live bytes are the sum of the live
-// allocations' requested sizes; a trace whose live bytes would pass 2^63 stops the
+// end at the free, held or not. A failed allocation the recording device
+// saw (alloc_failed) is tried, since the program asked for it, and freed at
+// once when it is served: it never counts in live bytes; a refusal here
+// counts as a failed allocation like any other, so a replay at the
+// device's capacity fails where the device failed, and one with room to
+// spare does not. A defragment runs Device.Defragment with its bounds (a
+// refusal, while a capture records, is skipped and counted). Live bytes
+// are the sum of the live allocations' requested sizes; a trace whose live bytes would pass 2^63 stops the
 // replay with an error naming the event. Live, device and reserved
 // bytes are sampled after every event, so the peaks are exact. On Sim
 // storage nothing is copied and ops run inline, so a replay costs the
@@ -101,8 +107,16 @@ type Report struct {
 	// ImpliedFrees counts allocs of an ID still live: the old allocation
 	// is freed first (design §13.4).
 	ImpliedFrees int `json:"implied_frees"`
-	Cleanups     int `json:"explicit_cleanups"`
-	Skipped      int `json:"skipped_events"`
+	// RecordedFailedAllocs counts the trace's alloc_failed events: the
+	// allocations the recording device refused. RecordedFailedAllocsServed
+	// counts those this replay served (and freed at once); the others
+	// failed here too and are in FailedAllocs.
+	RecordedFailedAllocs       int `json:"recorded_failed_allocs"`
+	RecordedFailedAllocsServed int `json:"recorded_failed_allocs_served"`
+	// Defragments counts the trace's defragment events performed.
+	Defragments int `json:"defragments"`
+	Cleanups    int `json:"explicit_cleanups"`
+	Skipped     int `json:"skipped_events"`
 
 	FailedAllocs       int            `json:"failed_allocs"`
 	FailedAllocsByKind map[string]int `json:"failed_allocs_by_kind"`
@@ -190,7 +204,7 @@ type replayer struct {
 	// byOp counts events per op (index Op; the last slot for any other),
 	// turned into Report.EventsByOp at the end: a map update per event
 	// cost more than the rest of the replay's own bookkeeping.
-	byOp [10]int
+	byOp [12]int
 }
 
 // Run applies events to dev in order and reports what it measured. It
@@ -285,6 +299,31 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 	rep := r.rep
 	r.byOp[min(int(e.Op), len(r.byOp)-1)]++
 	switch e.Op {
+	case trace.OpAllocFailed:
+		s, err := r.stream(e.Stream)
+		if err != nil {
+			return err
+		}
+		if e.Size > trace.MaxSize {
+			return fmt.Errorf("%w: alloc_failed size %d exceeds %d", trace.ErrInvalidEvent, e.Size, trace.MaxSize)
+		}
+		rep.RecordedFailedAllocs++
+		b, err := s.Alloc(ctx, e.Size)
+		if err != nil {
+			return r.failed(ctx, i, e, err)
+		}
+		rep.RecordedFailedAllocsServed++
+		return b.Free()
+	case trace.OpDefragment:
+		_, err := r.dev.Defragment(ctx, gpumem.DefragOptions{MaxBytes: e.Size, MaxMoves: int(e.MaxMoves)})
+		switch {
+		case errors.Is(err, gpumem.ErrRecording):
+			rep.Skipped++ // as the device refuses one while a stream records
+		case err != nil:
+			return err
+		default:
+			rep.Defragments++
+		}
 	case trace.OpAlloc:
 		s, err := r.stream(e.Stream)
 		if err != nil {
@@ -305,21 +344,7 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 		}
 		b, err := s.Alloc(ctx, e.Size)
 		if err != nil {
-			if errors.Is(err, gpumem.ErrClosed) || ctx.Err() != nil {
-				return err
-			}
-			rep.FailedAllocs++
-			rep.FailedAllocsByKind[gpumem.FailureKind(err)]++
-			if rep.FirstFailure < 0 {
-				rep.FirstFailure = i
-				rep.FirstFailureError = err.Error()
-				u := r.dev.Report().Usage()
-				rep.FirstFailureState = &FailureState{
-					Event: i, T: e.T, Request: e.Size, Live: r.live, Device: r.dev.BytesAllocated(),
-					FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied()),
-				}
-			}
-			return nil
+			return r.failed(ctx, i, e, err)
 		}
 		rep.Allocs++
 		r.buffers[e.ID] = b
@@ -408,6 +433,28 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 		return r.capture(ctx, e)
 	default:
 		rep.Skipped++
+	}
+	return nil
+}
+
+// failed counts the refusal err of event i's allocation (the first one
+// with the device's state), or returns err when it stops the replay (a
+// closed device, a cancelled context).
+func (r *replayer) failed(ctx context.Context, i int, e trace.Event, err error) error {
+	if errors.Is(err, gpumem.ErrClosed) || ctx.Err() != nil {
+		return err
+	}
+	rep := r.rep
+	rep.FailedAllocs++
+	rep.FailedAllocsByKind[gpumem.FailureKind(err)]++
+	if rep.FirstFailure < 0 {
+		rep.FirstFailure = i
+		rep.FirstFailureError = err.Error()
+		u := r.dev.Report().Usage()
+		rep.FirstFailureState = &FailureState{
+			Event: i, T: e.T, Request: e.Size, Live: r.live, Device: r.dev.BytesAllocated(),
+			FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied()),
+		}
 	}
 	return nil
 }

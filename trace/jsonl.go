@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"math"
 	"reflect"
 	"strconv"
 	"strings"
@@ -29,21 +30,49 @@ type wireEvent struct {
 	Phase  *string `json:"phase"`
 	Graph  *int    `json:"graph"`
 	Held   *bool   `json:"held"`
+	// A defragment's bounds.
+	MaxBytes *uint64 `json:"max_bytes"`
+	MaxMoves *int64  `json:"max_moves"`
 
-	Format  *string `json:"format"`
-	Version *int    `json:"version"`
+	Format  *string     `json:"format"`
+	Version *int        `json:"version"`
+	Source  *string     `json:"source"`
+	Streams *int        `json:"streams"`
+	Device  *wireDevice `json:"device"`
+}
+
+// wireDevice is a header's device as decoded; the booleans are pointers
+// because relocation and compaction are on unless a header says not.
+type wireDevice struct {
+	Backend    string `json:"backend"`
+	Capacity   uint64 `json:"capacity"`
+	MaxPage    uint64 `json:"max_page"`
+	Alignment  uint64 `json:"alignment"`
+	MaxMemory  uint64 `json:"max_memory"`
+	Granule    uint64 `json:"granule"`
+	Dynamic    string `json:"dynamic"`
+	Persistent string `json:"persistent"`
+	BaseMode   string `json:"base_mode"`
+	Relocation *bool  `json:"relocation"`
+	Compaction *bool  `json:"compaction"`
 }
 
 // Decode streams the events of a JSONL trace (design §13.1). An optional header
-// line is checked (format gpumem-trace, version 1) and skipped; blank lines
-// are skipped; unknown fields are ignored. The first malformed line ends the
-// sequence with an error naming its 1-based line number and wrapping
-// [ErrUnknownOp], [ErrInvalidEvent] or [ErrBadHeader]; a read error ends it
-// with that error wrapped. Times must not decrease; a release must name an
-// ID freed with "held":true and not released since, a pass a stream with
-// an open hold, and an ID awaiting its release may not be allocated or
-// freed held again.
-func Decode(r io.Reader) iter.Seq2[Event, error] {
+// line is checked (format gpumem-trace, version MinVersion to Version) and
+// skipped; blank lines are skipped; unknown fields are ignored. The first
+// malformed line ends the sequence with an error naming its 1-based line
+// number and wrapping [ErrUnknownOp], [ErrInvalidEvent] or [ErrBadHeader];
+// a read error ends it with that error wrapped. Times must not decrease; a
+// release must name an ID freed with "held":true and not released since, a
+// pass a stream with an open hold, and an ID awaiting its release may not
+// be allocated or freed held again.
+func Decode(r io.Reader) iter.Seq2[Event, error] { return DecodeWithHeader(r, nil) }
+
+// DecodeWithHeader is Decode that also stores the trace's header in *h
+// (when h is not nil) before it yields the first event, so a replay can
+// run the trace as the device that recorded it ran (Header.Device). A
+// trace without a header leaves *h zero (Format "").
+func DecodeWithHeader(r io.Reader, h *Header) iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
 		sc := bufio.NewScanner(r)
 		sc.Buffer(make([]byte, 0, 64*1024), MaxLineBytes)
@@ -66,14 +95,13 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 			if first {
 				first = false
 				if w.Op == nil && w.Format != nil {
-					if *w.Format != Format || w.Version == nil || *w.Version != Version {
-						v := -1
-						if w.Version != nil {
-							v = *w.Version
-						}
-						yield(Event{}, fmt.Errorf("%w: line %d: format %q version %d (want %q version %d)",
-							ErrBadHeader, line, *w.Format, v, Format, Version))
+					hd, err := w.header()
+					if err != nil {
+						yield(Event{}, fmt.Errorf("%w: line %d: %w", ErrBadHeader, line, err))
 						return
+					}
+					if h != nil {
+						*h = hd
 					}
 					continue
 				}
@@ -105,6 +133,41 @@ func Decode(r io.Reader) iter.Seq2[Event, error] {
 	}
 }
 
+// header checks a header line: the format, a version this package reads
+// (a newer one is refused by name, so a user knows to update), and the
+// device's figures.
+func (w *wireEvent) header() (Header, error) {
+	if *w.Format != Format {
+		return Header{}, fmt.Errorf("format %q (want %q): not a gpumem trace header", *w.Format, Format)
+	}
+	if w.Version == nil {
+		return Header{}, fmt.Errorf("format %q without a version (want %d to %d)", Format, MinVersion, Version)
+	}
+	switch v := *w.Version; {
+	case v > Version:
+		return Header{}, fmt.Errorf("format %q version %d is newer than this gpumem reads (versions %d to %d): update gpumem to replay it", Format, v, MinVersion, Version)
+	case v < MinVersion:
+		return Header{}, fmt.Errorf("format %q version %d (want %d to %d)", Format, v, MinVersion, Version)
+	}
+	h := Header{Format: Format, Version: *w.Version}
+	if w.Source != nil {
+		h.Source = *w.Source
+	}
+	if w.Streams != nil {
+		h.Streams = *w.Streams
+	}
+	if wd := w.Device; wd != nil {
+		d := &Device{Backend: wd.Backend, Capacity: wd.Capacity, MaxPage: wd.MaxPage, Alignment: wd.Alignment, MaxMemory: wd.MaxMemory,
+			Granule: wd.Granule, Dynamic: wd.Dynamic, Persistent: wd.Persistent, BaseMode: wd.BaseMode,
+			NoRelocate: wd.Relocation != nil && !*wd.Relocation, NoCompact: wd.Compaction != nil && !*wd.Compaction}
+		if err := d.Validate(); err != nil {
+			return Header{}, err
+		}
+		h.Device = d
+	}
+	return h, nil
+}
+
 // event checks that the fields its op requires are present and valid.
 func (w *wireEvent) event() (Event, error) {
 	if w.Op == nil {
@@ -126,11 +189,21 @@ func (w *wireEvent) event() (Event, error) {
 	}
 	e.T = *w.T
 	switch op {
-	case OpAlloc:
+	case OpAlloc, OpAllocFailed:
 		if err := errorsJoinFirst(need("id", w.ID != nil), need("size", w.Size != nil), need("stream", w.Stream != nil)); err != nil {
 			return Event{}, err
 		}
 		e.ID, e.Size, e.Stream = *w.ID, *w.Size, *w.Stream
+	case OpDefragment:
+		if w.MaxBytes != nil {
+			e.Size = *w.MaxBytes
+		}
+		if m := w.MaxMoves; m != nil {
+			if *m < 0 || *m > math.MaxInt32 {
+				return Event{}, fmt.Errorf("%w: field \"max_moves\" is %d, want 0 (no bound) to %d", ErrInvalidEvent, *m, math.MaxInt32)
+			}
+			e.MaxMoves = int32(*m)
+		}
 	case OpFree:
 		if err := need("id", w.ID != nil); err != nil {
 			return Event{}, err
@@ -190,9 +263,11 @@ type Encoder struct {
 // one Write call.
 func NewEncoder(w io.Writer) *Encoder { return &Encoder{w: w, holds: newHoldChecker("event")} }
 
-// WriteHeader writes the header line. Format and Version are filled in when
-// empty; another format or version is refused with [ErrBadHeader]. It must
-// come before the first event.
+// WriteHeader writes the header line, with the device when h.Device is
+// set. Format and Version are filled in when empty; another format or
+// version than this package writes (Version), or a device whose figures
+// are impossible, is refused with [ErrBadHeader]. It must come before the
+// first event.
 func (enc *Encoder) WriteHeader(h Header) error {
 	if enc.n > 0 {
 		return fmt.Errorf("%w: header after %d events", ErrBadHeader, enc.n)
@@ -215,6 +290,35 @@ func (enc *Encoder) WriteHeader(h Header) error {
 	b = appendString(b, h.Source)
 	b = append(b, `,"streams":`...)
 	b = strconv.AppendInt(b, int64(h.Streams), 10)
+	if d := h.Device; d != nil {
+		if err := d.Validate(); err != nil {
+			return err
+		}
+		b = append(b, `,"device":{"backend":`...)
+		b = appendString(b, d.Backend)
+		for _, f := range []struct {
+			key string
+			v   uint64
+		}{{"capacity", d.Capacity}, {"max_page", d.MaxPage}, {"alignment", d.Alignment}, {"max_memory", d.MaxMemory}, {"granule", d.Granule}} {
+			b = append(b, `,"`...)
+			b = append(b, f.key...)
+			b = append(b, `":`...)
+			b = strconv.AppendUint(b, f.v, 10)
+		}
+		b = append(b, `,"dynamic":`...)
+		b = appendString(b, d.Dynamic)
+		b = append(b, `,"persistent":`...)
+		b = appendString(b, d.Persistent)
+		if d.BaseMode != "" {
+			b = append(b, `,"base_mode":`...)
+			b = appendString(b, d.BaseMode)
+		}
+		b = append(b, `,"relocation":`...)
+		b = strconv.AppendBool(b, !d.NoRelocate)
+		b = append(b, `,"compaction":`...)
+		b = strconv.AppendBool(b, !d.NoCompact)
+		b = append(b, '}')
+	}
 	b = append(b, "}\n"...)
 	enc.buf = b
 	_, err := enc.w.Write(b)
@@ -241,13 +345,22 @@ func (enc *Encoder) Encode(e Event) error {
 	b = append(b, `","t":`...)
 	b = strconv.AppendInt(b, e.T, 10)
 	switch e.Op {
-	case OpAlloc:
+	case OpAlloc, OpAllocFailed:
 		b = append(b, `,"id":`...)
 		b = strconv.AppendUint(b, e.ID, 10)
 		b = append(b, `,"size":`...)
 		b = strconv.AppendUint(b, e.Size, 10)
 		b = append(b, `,"stream":`...)
 		b = strconv.AppendInt(b, int64(e.Stream), 10)
+	case OpDefragment:
+		if e.Size != 0 {
+			b = append(b, `,"max_bytes":`...)
+			b = strconv.AppendUint(b, e.Size, 10)
+		}
+		if e.MaxMoves != 0 {
+			b = append(b, `,"max_moves":`...)
+			b = strconv.AppendInt(b, int64(e.MaxMoves), 10)
+		}
 	case OpFree:
 		b = append(b, `,"id":`...)
 		b = strconv.AppendUint(b, e.ID, 10)

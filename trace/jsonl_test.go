@@ -69,7 +69,7 @@ func TestEncoderWritesKeysInSpecOrder(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	want := `{"format":"gpumem-trace","version":1,"source":"s","streams":2}
+	want := `{"format":"gpumem-trace","version":2,"source":"s","streams":2}
 {"op":"alloc","t":1,"id":7,"size":512,"stream":1}
 {"op":"free","t":2,"id":7}
 {"op":"cleanup","t":3,"stream":1}
@@ -172,7 +172,7 @@ func TestDecodeRejectsNegativeTimesNamingTheLineAndField(t *testing.T) {
 }
 
 func TestDecodeRejectsOtherFormatOrVersion(t *testing.T) {
-	for _, h := range []string{`{"format":"other","version":1}`, `{"format":"gpumem-trace","version":2}`, `{"format":"gpumem-trace"}`} {
+	for _, h := range []string{`{"format":"other","version":1}`, `{"format":"gpumem-trace","version":3}`, `{"format":"gpumem-trace","version":0}`, `{"format":"gpumem-trace"}`} {
 		if _, err := decodeAll(t, h+"\n"); !errors.Is(err, ErrBadHeader) {
 			t.Fatalf("%s: got %v", h, err)
 		}
@@ -232,7 +232,7 @@ func TestEncoderRefusesInvalidEventsAndWritesNothing(t *testing.T) {
 }
 
 func TestParseOpAndString(t *testing.T) {
-	for o := OpAlloc; o <= OpPass; o++ {
+	for o := OpAlloc; o <= OpDefragment; o++ {
 		p, err := ParseOp(o.String())
 		if err != nil || p != o {
 			t.Fatalf("%v: %v %v", o, p, err)
@@ -240,5 +240,90 @@ func TestParseOpAndString(t *testing.T) {
 	}
 	if Op(0).String() != "op(0)" {
 		t.Fatal(Op(0).String())
+	}
+}
+
+// Version 2's additions round-trip: a failed allocation, a defragment with
+// and without bounds, and the header's device; a version-1 trace still
+// reads, with no device.
+func TestVersion2EventsAndDeviceRoundTrip(t *testing.T) {
+	dev := &Device{Backend: "host", Capacity: 2 << 30, MaxPage: 512 << 20, Alignment: 512, MaxMemory: 2 << 30, Granule: 2 << 20,
+		Dynamic: "adaptive", Persistent: "enabled", BaseMode: "persistent", NoCompact: true}
+	events := []Event{
+		{Op: OpAlloc, T: 1, ID: 1, Size: 4096, Stream: 1},
+		{Op: OpAllocFailed, T: 2, ID: 2, Size: 1 << 40, Stream: 1},
+		{Op: OpDefragment, T: 3},
+		{Op: OpDefragment, T: 3, Size: 64 << 20, MaxMoves: 12},
+		{Op: OpFree, T: 4, ID: 1},
+	}
+	var buf bytes.Buffer
+	enc := NewEncoder(&buf)
+	if err := enc.WriteHeader(Header{Source: "s", Streams: 2, Device: dev}); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wantHeader := `{"format":"gpumem-trace","version":2,"source":"s","streams":2,"device":{"backend":"host","capacity":2147483648,"max_page":536870912,"alignment":512,"max_memory":2147483648,"granule":2097152,"dynamic":"adaptive","persistent":"enabled","base_mode":"persistent","relocation":true,"compaction":false}}`
+	lines := strings.Split(buf.String(), "\n")
+	if lines[0] != wantHeader || lines[2] != `{"op":"alloc_failed","t":2,"id":2,"size":1099511627776,"stream":1}` ||
+		lines[3] != `{"op":"defragment","t":3}` || lines[4] != `{"op":"defragment","t":3,"max_bytes":67108864,"max_moves":12}` {
+		t.Fatalf("written:\n%s", buf.String())
+	}
+	var h Header
+	var got []Event
+	for e, err := range DecodeWithHeader(bytes.NewReader(buf.Bytes()), &h) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, e)
+	}
+	if !slices.Equal(got, events) || h.Version != 2 || h.Source != "s" || h.Streams != 2 || h.Device == nil || *h.Device != *dev {
+		t.Fatalf("read back %v, header %+v device %+v", got, h, h.Device)
+	}
+	h = Header{}
+	for _, err := range DecodeWithHeader(strings.NewReader(`{"format":"gpumem-trace","version":1,"source":"old","streams":1}
+{"op":"alloc","t":1,"id":1,"size":10,"stream":0}
+`), &h) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h.Version != 1 || h.Source != "old" || h.Device != nil {
+		t.Fatalf("version-1 header read as %+v", h)
+	}
+}
+
+// A trace of a newer version is refused saying so, before any event; a
+// device with impossible figures and bad defragment bounds are refused
+// naming the field.
+func TestDecodeRefusesNewerVersionsAndBadDevices(t *testing.T) {
+	_, err := decodeAll(t, `{"format":"gpumem-trace","version":3,"source":"future","streams":1}
+{"op":"alloc","t":1,"id":1,"size":10,"stream":0}
+`)
+	if !errors.Is(err, ErrBadHeader) || !strings.Contains(err.Error(), "version 3 is newer") || !strings.Contains(err.Error(), "versions 1 to 2") || !strings.Contains(err.Error(), "update gpumem") {
+		t.Fatalf("a version-3 trace: %v", err)
+	}
+	for line, want := range map[string]string{
+		`{"format":"gpumem-trace","version":2,"device":{"max_page":0}}`:                             `"max_page"`,
+		`{"format":"gpumem-trace","version":2,"device":{"max_page":4096,"alignment":768}}`:          `"alignment"`,
+		`{"format":"gpumem-trace","version":2,"device":{"max_page":4096,"capacity":-1}}`:            `capacity`,
+		`{"format":"gpumem-trace","version":2,"device":{"max_page":9223372036854775807}}`:           `"max_page"`,
+		`{"format":"gpumem-trace","version":2}` + "\n" + `{"op":"defragment","t":1,"max_moves":-1}`: `"max_moves"`,
+		`{"op":"defragment","t":1,"max_moves":4294967296}`:                                          `"max_moves"`,
+		`{"op":"alloc_failed","t":1,"id":1,"stream":0}`:                                             `"size"`,
+	} {
+		_, err := decodeAll(t, line+"\n")
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v, want an error naming %s", line, err, want)
+		}
+	}
+	if err := NewEncoder(&bytes.Buffer{}).Encode(Event{Op: OpFree, T: 1, ID: 1, MaxMoves: 2}); !errors.Is(err, ErrInvalidEvent) || !strings.Contains(err.Error(), "max_moves") {
+		t.Fatalf("Encode of a free with max_moves: %v", err)
+	}
+	if err := NewEncoder(&bytes.Buffer{}).WriteHeader(Header{Device: &Device{MaxPage: 0}}); !errors.Is(err, ErrBadHeader) {
+		t.Fatalf("WriteHeader of a device without a page size: %v", err)
 	}
 }

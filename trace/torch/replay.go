@@ -47,10 +47,13 @@ type Result struct {
 	// which change nothing.
 	Captures      int
 	CaptureErrors int
-	// Skipped counts window, hold and pass events, and capture prepare
-	// and launch phases: PyTorch has no counterpart (its cudaFree waits
-	// for the device, so nothing holds a segment's release; a warmup is
-	// ordinary work; a replay allocates nothing).
+	// Skipped counts window, hold, pass and defragment events, alloc_failed
+	// ones, and capture prepare and launch phases: PyTorch has no
+	// counterpart (its cudaFree waits for the device, so nothing holds a
+	// segment's release; a warmup is ordinary work; a replay allocates
+	// nothing; it never moves memory), and a failed allocation gpumem's
+	// device recorded is left out as the snapshot reader leaves out
+	// PyTorch's own oom entries.
 	Skipped       int
 	PeakReserved  uint64 // highest reserved bytes
 	FinalReserved uint64
