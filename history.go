@@ -27,8 +27,7 @@
 // relocation's move onto that memory, or an allocation there, always
 // comes after its release in the history. (Noticed later, the slice's
 // descriptor may already serve a reservation or a move's target, and the
-// release would be recorded after what reused its memory.) Only held
-// frees pay: one watch, a small closure, each.
+// release would be recorded after what reused its memory.)
 //
 // Costs. Recording off is one nil check per hook (d.hist). On, an entry is
 // a 64-byte value written into a ring that grows to MaxEntries and is then
@@ -36,9 +35,10 @@
 // (timePeriod) and on every other entry. The Alloc+Free pair pays two
 // entries, one slice lookup (where the buffer landed) and one growth
 // counter read. Stacks add a runtime.Callers
-// walk per Alloc (README gives the ratios). No entry allocates; only the
-// rare paths (a failed Alloc reads the device's usage, a growth its page
-// size) do extra work.
+// walk per Alloc (README gives the ratios). No entry allocates but a held
+// free's, whose watch of the descriptor is a signal and a closure (see
+// Held releases); only the rare paths (a failed Alloc reads the device's
+// usage, a growth its page size) do extra work.
 //
 // Addresses. gpumem has no device addresses on the host or Sim backends,
 // and PyTorch's viewer draws by address, so the history numbers memory
