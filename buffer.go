@@ -94,6 +94,9 @@ func (b *Buffer) Free() error {
 		h.freeLocked(b.s, b.h.ID(), b.size, b.h.Descriptor())
 	}
 	b.h.Release()
+	if c := b.s.cap; c != nil && len(c.given) > 0 {
+		c.giveBackLocked() // the slice is free now: back to the recording's room
+	}
 	return nil
 }
 

@@ -14,7 +14,12 @@
 //     the stream's memory, pages allowed and nothing released (AddOnly),
 //     before the queue records. The pools then hold room laid out for the
 //     recording that repeats the warmup: its transient peak, not its whole
-//     working set.
+//     working set. That room stays bound for the recording (a held room,
+//     memory.RecordingRoom) until the seal: between Begin and each of the
+//     recording's allocations the device lock goes, and free room would be
+//     anyone's meanwhile — another graph sealing over a buffer on the page
+//     guards it, and a guarded page serves nothing new. Each allocation of
+//     the recording takes the bytes its rehearsal counterpart took.
 //  3. While a stream records: its reservations may only use held room
 //     (Forbidden), other streams may add pages but release and renumber
 //     nothing (AddOnly), relocation and cleanup refuse, host syncs on the
@@ -23,7 +28,7 @@
 //     recording's own ops, gives its slice back to the recording's later
 //     allocations (stream-ordered reuse: the graph runs its ops in recorded
 //     order, so every use of the freed buffer precedes every use of the
-//     next one), and its page is guarded at the seal.
+//     next one), through the held room, and its room is held at the seal.
 //  4. Sealing guards every page the recording touched, in whichever stream's
 //     memory it lives, read from the current location (never a cached
 //     index): a guarded page serves nothing new, is never released and never
@@ -72,6 +77,16 @@ type captureState struct {
 	// make (the storage refused a page, or the device was full): a
 	// recording that then finds no held room says why (Stream.Alloc).
 	rehearsalRefused error
+	// room holds, from the rehearsal until the seal, the bytes the
+	// rehearsal's last run placed the warmup's allocations on, so that no
+	// other goroutine's call (another graph's seal guarding the page, above
+	// all) can take them before the recording's allocations do; given
+	// holds the slices of recorded buffers whose room went back to the
+	// recording, given back to room once their buffer's free completes
+	// (giveBackLocked). nil: nothing held (no rehearsal, or its room could
+	// not be held), and the recording finds free room as it may.
+	room  *memory.RecordingRoom
+	given []handle.Location
 	// recorded maps a buffer allocated on s while Recording to the window's
 	// bindings of it (touched and written): when its last reference goes
 	// and nothing else binds it, they are released and its slice serves
@@ -158,8 +173,9 @@ func (c *captureState) allocatedLocked(b *Buffer) {
 // buffer the recording allocated, which nothing but the window's own
 // bindings holds (no mapping, hold, graph or other stream's pending use)
 // and whose pool guards whole pages, releases those bindings, so the slice
-// is free for the recording's later allocations on s, and notes its page
-// for the seal to guard. Every use of b is a recorded op enqueued before
+// serves the recording's later allocations on s (given to the room held
+// for the recording once b's handle went: giveBackLocked), and notes its
+// page for the seal to hold. Every use of b is a recorded op enqueued before
 // this free and every use of what takes the slice next one enqueued after,
 // and a graph runs its ops in recorded order on one queue (a cross-stream
 // wait dooms the recording), so at each launch the two never overlap.
@@ -181,8 +197,31 @@ func (c *captureState) freedLocked(b *Buffer) {
 			return
 		}
 		delete(c.recorded, desc)
-		c.returnRoomLocked(b, r) // else kept bound until the seal, as any touched buffer
+		if c.returnRoomLocked(b, r) && c.room != nil { // else kept bound until the seal, as any touched buffer
+			c.given = append(c.given, desc.Location())
+		}
 	}
+}
+
+// giveBackLocked hands the room of the recorded buffers just freed back to
+// the recording's held room (Buffer.Free calls it once the buffer's last
+// reference went): free room would be anyone's until the recording's next
+// allocation, which the rehearsal placed there.
+func (c *captureState) giveBackLocked() {
+	for _, loc := range c.given {
+		c.room.Give(loc)
+	}
+	c.given = c.given[:0]
+}
+
+// releaseRoomLocked lets go of the room held for the recording: from the
+// seal on, what its graph writes is guarded or held by the graph itself.
+func (c *captureState) releaseRoomLocked() {
+	if c.room != nil {
+		c.room.Release()
+		c.room = nil
+	}
+	c.given = nil
 }
 
 // touchedLocked records a buffer a recorded op resolved; the binding keeps
@@ -245,6 +284,7 @@ func (c *captureState) endWarmupLocked() {
 func (c *captureState) discardLocked() {
 	c.endWarmupLocked()
 	c.rehearsal = nil
+	c.releaseRoomLocked()
 	for _, t := range c.touched {
 		if !t.b.Released() {
 			t.b.Release()
@@ -348,11 +388,14 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 
 // rehearseLocked runs the warmup's allocations and frees on s once more,
 // before the queue records, with pages allowed but nothing released
-// (AddOnly), after one periodic cleanup, and then lets go of what it still
-// holds. The recording, which
-// may only use held room, repeats the warmup: starting from the room the
-// rehearsal left, the pools' placements repeat too, so it finds room laid
-// out as it needs it. The warmup alone would not do: it began with less
+// (AddOnly), after one periodic cleanup, lets go of its holds, and then
+// holds for the recording the bytes its last run placed the allocations on
+// (s.cap.room). The recording, which may only use held room, repeats
+// the warmup, and each of its allocations takes from that room the bytes
+// its counterpart took. Left free, the room would be anyone's once Begin
+// lets go of the device lock: another graph sealing over a buffer on the
+// same page guards the page, which then serves nothing new (R7, design
+// §10.2). The warmup alone would not do: it began with less
 // room than the recording starts with (the pages it added), so first fit
 // placed some of its buffers elsewhere than the recording will, and a page
 // it used may since have been guarded (another stream's graph sealed over
@@ -373,42 +416,54 @@ func (s *Stream) rehearseLocked() {
 	if len(steps) == 0 {
 		return
 	}
+	var refused error
+	var placed []memory.RoomStep
 	if s.d.otherRecordsLocked(s) {
-		s.cap.rehearsalRefused = s.rehearseSettledLocked(steps)
-		return
-	}
-	// What an Allow reservation would give back first (outdated pages
-	// the warmup emptied): the recording can use none of it, and with
-	// nothing released during the rehearsal it would stay held beside
-	// the pages the rehearsal adds. Not while another stream records:
-	// that forbids releases on every stream.
-	s.mem.Cleanup(pool.Periodic)
-	refused := s.rehearseSettledLocked(steps)
-	if memory.MaySucceedAfterReclaim(refused) {
-		// Only a refusal that giving memory back can cure: a buffer too
-		// large for any page, or a poisoned device, is refused again.
-		s.mem.Cleanup(pool.Explicit)
-		if h := s.d.hist; h != nil {
-			h.cleanupLocked(s, false)
+		placed, refused = s.rehearseSettledLocked(steps)
+	} else {
+		// What an Allow reservation would give back first (outdated pages
+		// the warmup emptied): the recording can use none of it, and with
+		// nothing released during the rehearsal it would stay held beside
+		// the pages the rehearsal adds. Not while another stream records:
+		// that forbids releases on every stream.
+		s.mem.Cleanup(pool.Periodic)
+		placed, refused = s.rehearseSettledLocked(steps)
+		if memory.MaySucceedAfterReclaim(refused) {
+			// Only a refusal that giving memory back can cure: a buffer too
+			// large for any page, or a poisoned device, is refused again.
+			s.mem.Cleanup(pool.Explicit)
+			if h := s.d.hist; h != nil {
+				h.cleanupLocked(s, false)
+			}
+			placed, refused = s.rehearseSettledLocked(steps)
 		}
-		refused = s.rehearseSettledLocked(steps)
 	}
 	s.cap.rehearsalRefused = refused
+	// The lock goes when Begin returns, and another goroutine's call may
+	// then reach the room the last run laid out before the recording's
+	// reservation does: hold it. A refusal leaves it free, as before.
+	if room, err := s.mem.HoldRoom(placed); err == nil {
+		s.cap.room = room
+	} else {
+		s.d.log.Warn("gpumem: the room the rehearsal laid out could not be held for the recording", "stream", s.name, "err", err)
+	}
 }
 
 // rehearseSettledLocked runs steps until a run adds no storage, at most
-// maxRehearsals times, and returns the last run's refusal. The recording
-// starts on the pages the last run started on, so it repeats that run's
-// placements only if that run added none: the arena carves from the
-// tightest page (pool PL33), and a page added late in one run, empty at the
-// start of the next, may be the tightest for an early reservation there.
-// A refused run is not repeated (rehearseLocked decides what follows).
-func (s *Stream) rehearseSettledLocked(steps []rehearsalStep) error {
+// maxRehearsals times, and returns the last run's placements and refusal.
+// A run that added storage started from fewer pages than the recording
+// will: the arena carves from the tightest page (pool PL33), and a page
+// added late in one run, empty at the start of the next, may be the
+// tightest for an early reservation there. The recording takes the last
+// run's placements from the room held for it (RecordingRoom), so a run
+// that settles leaves that room on the fewest pages. A refused run is not
+// repeated (rehearseLocked decides what follows).
+func (s *Stream) rehearseSettledLocked(steps []rehearsalStep) ([]memory.RoomStep, error) {
 	for run := 1; ; run++ {
 		before := s.mem.BytesAllocated()
-		refused := s.rehearseOnceLocked(steps)
+		placed, refused := s.rehearseOnceLocked(steps)
 		if refused != nil || run == maxRehearsals || s.mem.BytesAllocated() <= before {
-			return refused
+			return placed, refused
 		}
 	}
 }
@@ -419,10 +474,12 @@ func (s *Stream) rehearseSettledLocked(steps []rehearsalStep) error {
 const maxRehearsals = 4
 
 // rehearseOnceLocked runs steps once (AddOnly), lets go of every hold, and
-// returns the first reservation the storage refused (nil: none).
-func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) error {
+// returns where each allocation was placed, in order, and the first
+// reservation the storage refused (nil: none).
+func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) ([]memory.RoomStep, error) {
 	var refused error
 	held := make([]*handle.Handle, 0, len(steps))
+	placed := make([]memory.RoomStep, 0, len(steps))
 	for _, st := range steps {
 		if st.free >= 0 {
 			if h := held[st.free]; h != nil && !st.keep {
@@ -437,6 +494,9 @@ func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) error {
 			if refused == nil {
 				refused = fmt.Errorf("%d bytes: %w", st.size, err)
 			}
+			placed = append(placed, memory.RoomStep{Size: st.size})
+		} else {
+			placed = append(placed, s.mem.Placement(h, st.size))
 		}
 		held = append(held, h)
 	}
@@ -445,7 +505,7 @@ func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) error {
 			h.Release()
 		}
 	}
-	return refused
+	return placed, refused
 }
 
 // otherRecordsLocked reports whether a stream other than s records (s's own
@@ -542,6 +602,8 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	// (capture_reuse.go).
 	scratch, overlapUses, rerr := c.liveOverlapsLocked()
 	guards, held := s.guardTouchedLocked(c)
+	// After the guards and holds: room a launch writes stays the graph's.
+	c.releaseRoomLocked()
 	uses := distinctUses(append(c.touched, overlapUses...)) // kept for the graph's life: launches order on them
 	c.touched = nil
 	// The deferred uses held through the recording go once their ops pass;

@@ -200,12 +200,23 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		}
 		return h, err
 	}
-	reserved, retried, err := reserveWithRetry(reserve, size, u,
-		func(err error, stage roomStage) (memory.PageUpdate, error) {
-			return d.makeRoomLocked(ctx, s, size, err, stage)
-		},
-		exact,
-		func(msg string) { d.log.Warn(msg, "stream", s.name) })
+	// A recording takes the bytes its rehearsal placed this allocation on,
+	// held for it since (capture.go); free room is what remains when the
+	// recording strays from its warmup.
+	var reserved *handle.Handle
+	var retried bool
+	var err, roomWhy error
+	if u == memory.Forbidden && s.cap != nil && s.cap.room != nil {
+		reserved, roomWhy = s.cap.room.Take(size)
+	}
+	if reserved == nil {
+		reserved, retried, err = reserveWithRetry(reserve, size, u,
+			func(err error, stage roomStage) (memory.PageUpdate, error) {
+				return d.makeRoomLocked(ctx, s, size, err, stage)
+			},
+			exact,
+			func(msg string) { d.log.Warn(msg, "stream", s.name) })
+	}
 	if retried {
 		d.counters.reserveRetries++
 	}
@@ -221,6 +232,10 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 				// reserve it: that is the cause a user can act on (free
 				// memory, a larger device), so the error carries both.
 				err = fmt.Errorf("%w (the rehearsal before the recording could not reserve its room: %w)", err, s.cap.rehearsalRefused)
+			} else if roomWhy != nil && errors.Is(err, memory.ErrPageUpdateForbidden) {
+				// The rehearsal held room for the recording; why that
+				// room could not serve this allocation is the cause.
+				err = fmt.Errorf("%w (%w)", err, roomWhy)
 			}
 			s.capture.Fail(err)
 		}

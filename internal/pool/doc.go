@@ -81,7 +81,10 @@
 // and Plan neither moves it nor carves targets on it. [Sliced.HoldFree]
 // freezes less: the free bytes of one range of a page, carved into slices
 // of their own and bound (hold.go), for room a graph writes that no buffer
-// owns; the rest of the page serves as usual.
+// owns; the rest of the page serves as usual. [Sliced.HoldRoom] sets room
+// aside the same way for one owner (a capture's recording), which carves
+// from it at the offsets it chooses and gives slices back to it (room.go,
+// PL34).
 //
 // On granular storage ([storage.Granular] with a granule > 0) a sliced page
 // is a reservation of address space whose granules are mapped on demand: a
@@ -93,7 +96,8 @@
 //
 // [Pool], [Slice], the pools [Sliced], [Exclusive], [Direct] and
 // [Persistent], the [Arena] with [PageSizing], [FitKind], Plan and Commit,
-// [PageGuard], held free room ([Sliced.HoldFree]), granule mapping of
+// [PageGuard], held free room ([Sliced.HoldFree]), room held for one owner
+// ([Room], [Sliced.HoldRoom], [Arena.HoldRoom]), granule mapping of
 // sliced pages, [Limits], [CleanupKind],
 // [Usage], [Report], [Kind] and its five implementations, [Bytes], and the
 // errors [ErrBufferTooBig] and [ErrPageSizesExhausted].
@@ -244,6 +248,16 @@
 //     kept slice) weighs as the hole it is, and the choice does not depend
 //     on which pages were visited before. Granular storage and the small
 //     pool keep first fit across pages (tightest.go).
+//
+// Room held for one owner (room.go):
+//
+//   - (PL34) A Room's ranges are bound slices (no free room): no
+//     reservation, coalescing, release, unmapping or plan reaches them, and
+//     only its owner carves from them (TakeAt, TakeFirst), under a page
+//     guard too: room is set aside only on unguarded pages, and a guard
+//     taken later holds no address of it (it was bound when the guard was
+//     taken). What the owner does not take goes back as free room at
+//     Release.
 //
 // Check methods ([Sliced.Check], [Exclusive.Check], [Direct.Check],
 // [Persistent.Check], [Arena.Check]) verify the invariants that can be
