@@ -40,7 +40,7 @@
 //     looked up.
 //   - (E6) Reading a snapshot holds memory bounded by its input: the
 //     decoded values hold at most SnapshotOptions.MaxBytes/16 (1 MiB at
-//     least) plus 8 bytes per input byte read (24 for JSON), and an input
+//     least) plus 4 bytes per input byte read (24 for JSON), and an input
 //     past that, or past MaxBytes, is a [*TooLargeError] (limits.go).
 //
 // # Does not know

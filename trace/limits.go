@@ -10,24 +10,32 @@
 //     of empty dicts 130, JSON white space 2.7 (read whole before being
 //     refused), so a 1 GiB input could take 20 to 130 GiB before being
 //     refused (a 1.5 MB gzip file exhausted the machine). The decoders count what every value
-//     they build holds (containers, their elements, the stack, the memo,
-//     strings) as they build it, and refuse the input the moment the count
+//     they build holds (containers, their elements, the stack by its
+//     capacity, the memo and what it is referenced from, strings, boxed
+//     numbers) as they build it, and refuse the input the moment the count
 //     passes the budget for the bytes read so far, so memory stays within a
 //     small multiple of what a real snapshot of the same size needs.
 //
 // The allowances are set from the real snapshots (design §13.2), in held
 // bytes per input byte as the decoders count them: the shared PyTorch
-// pickles (with stack frames) hold 1.5 to 1.7, the same pickles without
-// frames (record_history without stacks, the densest real shape) 4.4 to
-// 5.3, their JSON forms 7.8 to 8.2 with frames and 11.4 to 12.1 without.
-// Hostile input of one repeated opcode holds 8 to 16 (a list of None; the
-// list's capacity is counted, so 16 right after it doubles), 16 (a stack
-// of None or of marks) or 80 (a stack of empty dicts), and is refused once
-// past the floor. Input just under the allowance (a long list of 5-byte
-// integers) is not refused before the input-bytes limit, but holds at most
-// the allowance: within a small multiple of what a real snapshot of its
-// size holds. The floor lets any input of a few MiB through whatever its
-// shape, and raising MaxBytes raises it for a legitimately denser one.
+// pickles (with stack frames, as PyTorch records them by default) hold 1.0
+// to 1.7; the same pickles without frames (recorded with context=None)
+// 4.5 to 5.6, their JSON forms 7.8 to 8.2 with frames and 11.4 to 12.1
+// without. The pickle allowance, 4, is over twice the densest snapshot
+// with frames, and is what a file that will be refused can make the
+// reader hold: a 1 GiB input (the default limit) holds at most about
+// 4 GiB, where 8 allowed 8 GiB, and a file of small trace-entry dicts
+// (4.5, as dense as a real snapshot without frames) runs into it within
+// its first hundred MB instead of holding 5 GB before the input-bytes
+// limit refuses it. The price: a snapshot recorded without frames reads
+// whole only while the floor covers what it holds past the allowance, up
+// to about MaxBytes/25 (some 40 MB at the default limit, a million trace
+// entries); a larger one needs a larger MaxBytes, which raises the floor. Hostile input of one repeated opcode holds 8 to
+// 16 (a list of None or of memo references; the list's and the stack's
+// capacities are counted, so 16 right after one doubles), 16 (a stack of
+// None or of marks) or 80 (a stack of empty dicts), and is refused once
+// past the floor. The floor lets any input of a few MiB through whatever
+// its shape, and raising MaxBytes raises it for a legitimately denser one.
 
 package trace
 
@@ -37,9 +45,10 @@ import (
 )
 
 // heldPerInputByte is the pickle decoder's allowance of held bytes per
-// input byte: 1.5 times the densest real pickle (5.3, frames removed), 5
-// times one with frames.
-const heldPerInputByte = 8
+// input byte: over twice the densest real pickle with stack frames (1.7),
+// below one without (4.5 to 5.6), which the floor covers up to tens of MB
+// (see above).
+const heldPerInputByte = 4
 
 // jsonHeldPerInputByte is the JSON decoder's: encoding/json's maps and
 // boxed values make a real JSON snapshot hold 8 to 12 bytes per input
@@ -97,7 +106,7 @@ func (e *TooLargeError) Error() string {
 		return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
 	}
 	allowed := heldBudget{floor: e.Floor, perByte: e.PerByte}.allowed(e.Read)
-	return fmt.Sprintf("%v: decoded values hold about %d bytes after %d bytes of input, more than the %d allowed by the limit of %d bytes (%d per input byte read plus %d): far denser than a real snapshot",
+	return fmt.Sprintf("%v: decoded values hold about %d bytes after %d bytes of input, more than the %d allowed by the limit of %d bytes (%d per input byte read plus %d): far denser than a real snapshot, unless it was recorded without stack frames",
 		ErrSnapshot, e.Held, e.Read, allowed, e.Limit, e.PerByte, e.Floor)
 }
 

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -102,7 +103,7 @@ func wantHeldLimit(t *testing.T, err error, limit, readAtMost int64) {
 	if tl.Read > readAtMost {
 		t.Fatalf("refused after %d bytes of input, want at most %d: %v", tl.Read, readAtMost, err)
 	}
-	if !strings.Contains(err.Error(), "decoded values hold about") || !strings.Contains(err.Error(), "far denser than a real snapshot") {
+	if !strings.Contains(err.Error(), "decoded values hold about") || !strings.Contains(err.Error(), "far denser than a real snapshot") || !strings.Contains(err.Error(), "unless it was recorded without stack frames") {
 		t.Fatalf("message: %v", err)
 	}
 }
@@ -238,12 +239,14 @@ func TestDenseJSONIsRefusedWithinTheHeldLimit(t *testing.T) {
 }
 
 // The held-bytes limit tells real snapshots from hostile input of the same
-// size: each real one reads at a limit of its own size (the floor then
-// 1 MiB, the smallest, so its density, not the floor, lets it through),
-// while a pickle list of None as long is refused under that limit.
-// The real ones include a snapshot written without stack frames, the
-// densest real shape (about 5 held bytes per input byte against the 8
-// allowed), and its JSON form.
+// size: each real one with stack frames reads at a limit of its own size
+// (the floor then 1 MiB, the smallest, so its density, not the floor, lets
+// it through), while a pickle list of None as long is refused under that
+// limit. A snapshot written without stack frames, the densest real shape
+// (about 5.5 held bytes per input byte against the 4 allowed), reads at
+// the default limit, whose floor covers it, and is refused at a limit of
+// its own size, the message naming that shape; its
+// JSON form (12 against the 24 allowed) reads at its own size.
 func TestHeldLimitTellsRealFromHostile(t *testing.T) {
 	var entries []TorchTraceEntry
 	for i := range 100_000 {
@@ -265,8 +268,13 @@ func TestHeldLimitTellsRealFromHostile(t *testing.T) {
 		fmt.Fprintf(&js, `{"action": %q, "addr": %d, "size": %d, "stream": %d, "time_us": %d, "frames": []}`, e.Action, e.Addr, e.Size, e.Stream, e.TimeUS)
 	}
 	js.WriteString(`]], "segments": []}`)
-	inputs := map[string][]byte{"frameless written": frameless.Bytes(), "frameless JSON": js.Bytes()}
-	for _, name := range []string{"transformer-ctx128-forward.pickle", "transformer-ctx128-fullstep.pickle", "unet-snapshot.pickle"} {
+	if s, err := ReadSnapshot(bytes.NewReader(frameless.Bytes()), SnapshotOptions{}); err != nil || s.Counts.Entries != len(entries) {
+		t.Fatalf("frameless written (%d bytes) at the default limit: %v", frameless.Len(), err)
+	}
+	_, err := ReadSnapshot(bytes.NewReader(frameless.Bytes()), SnapshotOptions{MaxBytes: int64(frameless.Len())})
+	wantHeldLimit(t, err, int64(frameless.Len()), int64(frameless.Len()))
+	inputs := map[string][]byte{"frameless JSON": js.Bytes()}
+	for _, name := range []string{"transformer-ctx128-forward.pickle", "transformer-ctx128-fullstep.pickle", "unet-snapshot.pickle", "llm-compression-empty-cache.pickle"} {
 		if data := openSharedOrNil(t, name); data != nil {
 			inputs[name] = data
 		}
@@ -298,4 +306,68 @@ func openSharedOrNil(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// memoRefsPickle is the R6 reproducer's pickle: a list of three integers
+// stored in the memo, then a list of n references to it (BINGET 0), two
+// input bytes each.
+func memoRefsPickle(n int) []byte {
+	return slices.Concat([]byte("\x80\x02](K\x01K\x02K\x03eq\x00]("), bytes.Repeat([]byte("h\x00"), n), []byte("e."))
+}
+
+// smallDictsPickle is a snapshot-shaped pickle of n small trace-entry
+// dicts (nine keys, memoized once and then referenced, their values
+// inline), 50 input bytes each and appended a thousand at a time, as
+// Python's pickler writes a list: as dense as a real snapshot recorded
+// without stack frames, and not one PyTorch wrote (its actions are not
+// strings).
+func smallDictsPickle(n int) []byte {
+	p := pk{}.op('}', '(').str("device_traces").op(']', ']', 'q', 0, '(', '}', '(')
+	for i, k := range []string{"action", "addr", "size", "stream", "time_us", "frames", "device_free", "total", "compile_context"} {
+		p = p.str(k).op('q', byte(i+1)).int1(0)
+	}
+	p = p.op('u')
+	one := []byte("}(h\x01K\x00h\x02J\x00\x10\x00\x00h\x03M\x00\x02h\x04K\x00h\x05\x8a\x06\x01\x02\x03\x04\x05\x06h\x06]h\x07J\x01\x02\x03\x04h\x08K\x07h\x09Nu")
+	for i := 0; i < n; i += 1000 {
+		p = append(p, bytes.Repeat(one, min(1000, n-i))...)
+		p = p.op('e', '(')
+	}
+	return p.op('e', 'a').str("segments").op(']', 'u').done()
+}
+
+// Values pushed by memo references are held like any other (R6): a list
+// of 8 million references to one stored list (16 MB of pickle, 4 KB of
+// gzip), read under a 64 MiB limit, was charged by the stack's height
+// while it was built and by the list's capacity once APPENDS moved it,
+// never both, at exactly the 8 bytes per input byte then allowed, so it
+// read whole (some 700 MB allocated: the stack grew by a quarter at a
+// time) before "top level is list". A file of small trace-entry dicts is
+// as dense as a real snapshot without frames, and read whole under the
+// allowance of 8. Now the stack counts by its capacity and the allowance
+// is 4: each is refused by the held-bytes limit within its first quarter,
+// allocating about its input's size (twice what it held: the stack's and
+// the list's arrays before they doubled).
+func TestMemoReferencesAndSmallDictsAreRefusedEarly(t *testing.T) {
+	for name, c := range map[string]struct {
+		data  []byte
+		limit int64
+	}{
+		"memo references": {memoRefsPickle(8 << 20), 64 << 20},
+		"small dicts":     {smallDictsPickle(480_000), 32 << 20},
+	} {
+		z := gzipped(t, c.data)
+		var err error
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		_, err = ReadSnapshot(bytes.NewReader(z), SnapshotOptions{MaxBytes: c.limit})
+		runtime.ReadMemStats(&after)
+		allocated := after.TotalAlloc - before.TotalAlloc
+		ratio := float64(allocated) / float64(len(c.data))
+		t.Logf("%s: %d bytes of gzip, %d decompressed: %v; allocated %d bytes, %.2f per input byte", name, len(z), len(c.data), err, allocated, ratio)
+		wantHeldLimit(t, err, c.limit, int64(len(c.data))/4)
+		if ratio > 1.5 {
+			t.Errorf("%s: reading allocated %.2f bytes per input byte (%d in all), want at most 1.5", name, ratio, allocated)
+		}
+	}
 }

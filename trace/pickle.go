@@ -65,8 +65,10 @@
 //     more than 20 digits.
 //   - (U6) Memory is bounded by the input read: every value built adds
 //     what it holds to a count of held bytes (containers and their
-//     elements, memo entries, strings and byte strings; the stack and marks
-//     are counted by their height), and before each opcode run refuses the
+//     elements, memo entries, strings and byte strings, boxed numbers; the
+//     stack and marks are counted by their capacity, so a value pushed by
+//     a memo reference is counted too, in its stack slot and then in the
+//     container it goes to), and before each opcode run refuses the
 //     input with a *TooLargeError once the count passes the held-bytes
 //     budget for the bytes read so far (limits.go). The check costs a
 //     compare per opcode: the budget is worked out again only when the
@@ -357,15 +359,22 @@ func grow(l []any, n int) []any {
 
 // What the decoded values hold, in bytes, as the held-bytes limit counts
 // it (U6): Go's sizes of the value types, the slot that holds each value in
-// its container (a list's whole capacity, as grow allocates it), and a
-// string's or byte string's header. The counts are close to what the
-// values cost, not exact (a boxed integer, the spare capacity of a dict's
-// slices and of the stack are not counted, nor the keys a dict shares with
-// another); the allowance per input byte leaves room for that.
+// its container (a list's whole capacity, as grow allocates it), a
+// string's or byte string's header, the box of a number stored in an
+// interface, and the stack's and the mark stack's whole capacity. Every
+// value the pickle pushes takes a stack slot, a memo reference (BINGET)
+// too, and that slot stays allocated after APPENDS moves the value into a
+// list: counting the stack by its height let a list of memo references
+// hold twice what was counted (a slot on the stack, one in the list),
+// close to what the allowance let through. The counts are close to what
+// the values cost, not exact (the spare capacity of a dict's slices is not
+// counted, nor the keys a dict shares with another); the allowance per
+// input byte leaves room for that.
 const (
 	slotBytes       = int64(unsafe.Sizeof(any(nil)))
 	stackSlotBytes  = slotBytes
-	markBytes       = 2 * int64(unsafe.Sizeof(int(0))) // with its slice's spare capacity
+	markBytes       = int64(unsafe.Sizeof(int(0)))
+	boxBytes        = 8 // an int64 or float64 stored in an interface
 	dictBytes       = int64(unsafe.Sizeof(pyDict{}))
 	listBytes       = int64(unsafe.Sizeof(pyList{}))
 	framesListBytes = int64(unsafe.Sizeof(framesList{}))
@@ -601,7 +610,36 @@ func (u *unpickler) line() (string, error) {
 	}
 }
 
-func (u *unpickler) push(v any) { u.stack = append(u.stack, v) }
+func (u *unpickler) push(v any) {
+	if len(u.stack) == cap(u.stack) {
+		u.growStack()
+	}
+	u.stack = append(u.stack, v)
+}
+
+// growStack doubles the stack's capacity. append grows a large slice by a
+// quarter, and each old array stays in the process's memory until the
+// runtime returns it, so a long run of pushes held about five times the
+// stack it built; doubling bounds that by twice. A doubling the held-bytes
+// budget does not allow now is counted but not allocated: the stack grows
+// by the one slot the push needs, and the next check refuses the input
+// (U6), which so never allocates a stack twice what it is allowed.
+func (u *unpickler) growStack() {
+	n := max(2*cap(u.stack), 256)
+	if room := (u.budget.allowed(u.base+int64(u.pos)) - u.heldNow()) / stackSlotBytes; int64(n-cap(u.stack)) > room {
+		u.held += stackSlotBytes * int64(n-cap(u.stack)-1)
+		n = cap(u.stack) + 1
+	}
+	s := make([]any, len(u.stack), n)
+	copy(s, u.stack)
+	u.stack = s
+}
+
+// heldNow is what the values built so far hold, the stack and marks
+// included (U6).
+func (u *unpickler) heldNow() int64 {
+	return u.held + stackSlotBytes*int64(cap(u.stack)) + markBytes*int64(cap(u.marks))
+}
 
 func (u *unpickler) pop() (any, error) {
 	if len(u.stack) <= u.floor {
@@ -704,8 +742,11 @@ func (u *unpickler) pushInt(v int64) {
 	c := &u.ints[uint64(v)*0x9e3779b97f4a7c15>>(64-10)]
 	if c.box == nil || c.v != v {
 		c.v, c.box = v, v
+		if uint64(v) >= 256 {
+			u.held += boxBytes // Go boxes 0..255 without allocating
+		}
 	}
-	u.stack = append(u.stack, c.box)
+	u.push(c.box)
 }
 
 // memoLen is the number of memo entries, which MEMOIZE uses as its index
@@ -752,7 +793,7 @@ func (u *unpickler) memoize(idx uint64) error {
 
 func (u *unpickler) get(idx uint64) error {
 	if idx < u.memoN {
-		u.stack = append(u.stack, u.memo[idx/memoChunk][idx%memoChunk])
+		u.push(u.memo[idx/memoChunk][idx%memoChunk])
 		return nil
 	}
 	v, ok := u.far[idx]
@@ -870,7 +911,7 @@ func (u *unpickler) pushFrames(items []any) error {
 // run executes the pickle program until STOP.
 func (u *unpickler) run() (any, error) {
 	for {
-		if held := u.held + stackSlotBytes*int64(len(u.stack)) + markBytes*int64(len(u.marks)); held > u.heldNext {
+		if held := u.heldNow(); held > u.heldNext {
 			if err := u.checkHeld(held); err != nil {
 				return nil, err
 			}
@@ -993,12 +1034,14 @@ func (u *unpickler) run() (any, error) {
 				if f, err = strconv.ParseFloat(s, 64); err != nil {
 					err = u.errf("bad float %s", describe(s))
 				} else {
+					u.held += boxBytes
 					u.push(f)
 				}
 			}
 		case 'G': // BINFLOAT, big-endian
 			var b []byte
 			if b, err = u.next(8); err == nil {
+				u.held += boxBytes
 				u.push(math.Float64frombits(binary.BigEndian.Uint64(b)))
 			}
 		case 'X', 0x8c, 0x8d, 'T', 'U': // BINUNICODE, SHORT_BINUNICODE, BINUNICODE8, BINSTRING, SHORT_BINSTRING
@@ -1187,13 +1230,14 @@ func (u *unpickler) textInt(s string) error {
 		return u.errf("integer of %d digits (at most %d)", digits, maxIntDigits)
 	}
 	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
-		u.push(v)
+		u.pushInt(v)
 		return nil
 	}
 	b, ok := new(big.Int).SetString(s, 10)
 	if !ok {
 		return u.errf("bad integer %s", describe(s))
 	}
+	u.held += bigBytes + int64(len(b.Bits()))*int64(unsafe.Sizeof(big.Word(0)))
 	u.push(b)
 	return nil
 }

@@ -248,7 +248,7 @@ const writtenByKey = "written_by"
 //
 // Bounds: the (decompressed) input is at most SnapshotOptions.MaxBytes
 // (default [DefaultMaxSnapshotBytes]) and its decoded values hold at most
-// MaxBytes/16 (1 MiB at least) plus 8 bytes per input byte read, 24 for
+// MaxBytes/16 (1 MiB at least) plus 4 bytes per input byte read, 24 for
 // JSON, both refused with a [*TooLargeError]; its first byte must open a JSON
 // object or be a pickle opcode before the rest is read, so a stream of
 // garbage (zeros from a gzip bomb) is refused at once; tuples, lists and
