@@ -149,7 +149,7 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 					opts.Progress(policy, step, done, total)
 				}
 			}
-			results[i], errs[i] = Run(ctx, src, o)
+			results[i], errs[i] = run(ctx, src, o, false)
 		}()
 	}
 	wg.Wait()
@@ -161,6 +161,9 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	c := results[0]
 	for _, r := range results[1:] {
 		c.Policies = append(c.Policies, r.Policies...)
+	}
+	if err := c.explainFits(ctx, src, opts, false); err != nil {
+		return nil, err
 	}
 	c.addFrames(src, opts.Frames)
 	a := &Advice{Comparison: c, Baseline: baseline, BaselineConf: baselineConf, BaselineFrom: baselineFrom}

@@ -39,6 +39,7 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 			writeWrapped(&b, l, proseWidth)
 			if d := a.Defaults; i == 0 && d != nil && !d.Fits {
 				writeFrames(&b, d.Allocation, a.Baseline, map[int]string{})
+				d.OutOfMemory.writeCause(&b, d.Capacity, a.Baseline, map[string]string{})
 			}
 		}
 	}

@@ -293,6 +293,13 @@ func recordedConf(src Source) string {
 
 // Run replays src under each policy.
 func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
+	return run(ctx, src, opts, true)
+}
+
+// run is Run; explainFits says whether an out-of-memory not caused by
+// exhaustion is told which policies fit instead (Advise tells it once for
+// its whole grid).
+func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comparison, error) {
 	names := opts.Policies
 	if len(names) == 0 {
 		names = Policies()
@@ -368,6 +375,7 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 		}
 		if v := res.Verdict; v != nil && v.OutOfMemory != nil {
 			v.Allocation = failingAllocation(src, v.OutOfMemory.Event)
+			v.OutOfMemory.explain(src, v.Capacity, peak)
 		}
 		res.CopySeconds = float64(res.BytesMoved) / bw
 		res.MinCapacityCopySeconds = float64(res.MinCapacityBytesMoved) / bw
@@ -382,6 +390,11 @@ func Run(ctx context.Context, src Source, opts Options) (*Comparison, error) {
 			res.MinCapacityOver = float64(res.MinCapacity) / float64(c.PeakLive)
 		}
 		c.Policies = append(c.Policies, res)
+	}
+	if explainFits {
+		if err := c.explainFits(ctx, src, opts, true); err != nil {
+			return nil, err
+		}
 	}
 	c.addFrames(src, opts.Frames)
 	return c, nil
@@ -609,6 +622,7 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 		rep.FirstFailureState = &replay.FailureState{
 			Event: f, T: events[f].T, Request: events[f].Size, Live: at.Stats.Requested, Device: at.FinalReserved,
 			FreeInPages: at.FinalReserved - min(at.FinalReserved, at.FinalAllocated), LargestFree: at.FinalLargestFree,
+			Held: at.FinalHeld,
 		}
 		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", pool.Bytes(events[f].Size))
 	}

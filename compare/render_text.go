@@ -98,7 +98,8 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	t.write(&b)
 	c.writeSlowPath(&b, width)
 	c.writeTorchNote(&b)
-	stackShown := map[int]string{} // entry → the policy whose lines showed its stack
+	stackShown := map[int]string{}   // entry → the policy whose lines showed its stack
+	liveShown := map[string]string{} // largest live allocations → the policy whose lines showed them
 	for _, p := range c.Policies {
 		if p.Verdict != nil && !p.Verdict.Fits {
 			o := p.Verdict.OutOfMemory
@@ -114,6 +115,7 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 			}
 			b.WriteString("\n")
 			writeFrames(&b, p.Verdict.Allocation, p.Name, stackShown)
+			o.writeCause(&b, p.Verdict.Capacity, p.Name, liveShown)
 		}
 	}
 	if c.FramesError != "" {

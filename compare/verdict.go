@@ -20,8 +20,9 @@ type Verdict struct {
 	// of the capacity then (fits only).
 	PeakReserved uint64 `json:"peak_reserved_bytes"`
 	Headroom     uint64 `json:"headroom_bytes"`
-	// OutOfMemory is the first failed allocation (does not fit only).
-	OutOfMemory *replay.FailureState `json:"out_of_memory,omitempty"`
+	// OutOfMemory is the first failed allocation, explained (does not fit
+	// only).
+	OutOfMemory *OutOfMemory `json:"out_of_memory,omitempty"`
 	// Margin is the capacity less the policy's smallest device
 	// (PolicyResult.MinDevice): the room the workload could still grow
 	// into, where Headroom is only what was left at this run's peak — a
@@ -138,8 +139,9 @@ func cppWithoutArgs(name string) string {
 // instantiations run to a thousand characters; the JSON keeps them whole).
 const maxFrameName = 160
 
-// addFrames gives every failing allocation with a snapshot entry the top n
-// frames of its stack, read once for all of c's policies through
+// addFrames gives every failing allocation with a snapshot entry, and every
+// one of the largest live allocations at a failure, the top n frames of its
+// stack, read once for all of c's policies through
 // src.Frames. Frames are an aid, not the verdict: an error reading them is
 // kept in c.FramesError and the report goes on without them.
 func (c *Comparison) addFrames(src Source, n int) {
@@ -149,9 +151,19 @@ func (c *Comparison) addFrames(src Source, n int) {
 	var entries []int
 	var allocs []*FailingAllocation
 	for _, p := range c.Policies {
-		if v := p.Verdict; v != nil && v.Allocation != nil && v.Allocation.Entry != nil {
-			allocs = append(allocs, v.Allocation)
-			entries = append(entries, *v.Allocation.Entry)
+		v := p.Verdict
+		if v == nil {
+			continue
+		}
+		named := []*FailingAllocation{v.Allocation}
+		if v.OutOfMemory != nil {
+			named = append(named, v.OutOfMemory.LargestLive...)
+		}
+		for _, a := range named {
+			if a != nil && a.Entry != nil {
+				allocs = append(allocs, a)
+				entries = append(entries, *a.Entry)
+			}
 		}
 	}
 	if len(entries) == 0 {
@@ -233,9 +245,14 @@ func verdictAt(ctx context.Context, name string, events []trace.Event, capacity,
 		v.Headroom = capacity - min(capacity, rep.PeakDevice)
 		return v, nil
 	}
-	v.OutOfMemory = rep.FirstFailureState
-	if v.OutOfMemory == nil {
-		v.OutOfMemory = &replay.FailureState{Event: rep.FirstFailure}
+	v.OutOfMemory = &OutOfMemory{FailureState: replay.FailureState{Event: rep.FirstFailure}}
+	if f := rep.FirstFailureState; f != nil {
+		v.OutOfMemory.FailureState = *f
+	}
+	for kind := range rep.FailedAllocsByKind {
+		if kind != "out_of_memory" { // fail-fast: the one failure's kind
+			v.OutOfMemory.Refusal = kind + ": " + rep.FirstFailureError
+		}
 	}
 	return v, nil
 }

@@ -80,7 +80,11 @@ type Point struct {
 // asked, what was live and what the device held. FreeInPages is held room
 // the request did not fit in (free room of mapped pages; for PyTorch's
 // model, free cached blocks). LargestFree is the largest free block in
-// that room where the allocator can say (PyTorch's model), else 0.
+// that room where the allocator can say (PyTorch's model), else 0. Held
+// is memory kept for other streams or pools that the allocator's
+// out-of-memory path could not take back: gpumem's pending-free slices (a
+// held free awaiting another stream's work, a slice a graph binds),
+// PyTorch's model's torch.Allocator.Held.
 type FailureState struct {
 	Event       int    `json:"event"`
 	T           int64  `json:"t"`
@@ -89,6 +93,7 @@ type FailureState struct {
 	Device      uint64 `json:"device_bytes"`
 	FreeInPages uint64 `json:"free_in_pages_bytes"`
 	LargestFree uint64 `json:"largest_free_block_bytes,omitempty"`
+	Held        uint64 `json:"held_bytes"`
 }
 
 // Report is what a replay measured (design §13.4).
@@ -454,6 +459,7 @@ func (r *replayer) failed(ctx context.Context, i int, e trace.Event, err error) 
 		rep.FirstFailureState = &FailureState{
 			Event: i, T: e.T, Request: e.Size, Live: r.live, Device: r.dev.BytesAllocated(),
 			FreeInPages: u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied()),
+			Held:        u.BytesPendingFree,
 		}
 	}
 	return nil

@@ -62,8 +62,11 @@ type Result struct {
 	// and the largest free cached block at the end.
 	FinalAllocated   uint64
 	FinalLargestFree uint64
-	PeakLive         uint64 // highest requested bytes live
-	Stats            Stats  // the allocator's counters at the end
+	// FinalHeld is the cached bytes held for other streams or pools at the
+	// end (Allocator.Held).
+	FinalHeld uint64
+	PeakLive  uint64 // highest requested bytes live
+	Stats     Stats  // the allocator's counters at the end
 	// Segments lists every segment allocation and release in order, so a
 	// caller can rebuild the reserved-bytes timeline or compare segment
 	// sizes with PyTorch's segment_alloc entries.
@@ -104,6 +107,7 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 		res.PeakAllocated = res.Stats.PeakAllocated
 		res.FinalAllocated = a.Allocated()
 		res.FinalLargestFree = a.LargestFree()
+		res.FinalHeld = a.Held()
 		res.PeakLive = res.Stats.PeakRequested
 	}
 	for e := range events {
