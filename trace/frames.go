@@ -76,7 +76,9 @@ var errFramesKept = errors.New("every wanted frames list was read")
 // MaxBytes: ReadSnapshot keeps no frames, so this is a second read (see
 // the file comment), a pickle's stopping right after the last wanted
 // entry's frames. Each entry's frames come as PyTorch recorded them,
-// innermost first ([UserFrames] picks the ones to show); an entry without
+// innermost first ([UserFrames] picks the ones to show), an item that is
+// not a frame dict kept in its place as an [TorchFrame.Unreadable] frame
+// that says what it is; an entry without
 // frames (none recorded, or an empty list), or out of range, is absent
 // from the map. Input that no longer
 // matches s (a frames list of another length) is an [ErrSnapshot]; the
@@ -132,11 +134,7 @@ func (s *Snapshot) ReadFrames(r io.Reader, entries []int) (map[int][]TorchFrame,
 		if len(items) != int(ref.n) {
 			return nil, fmt.Errorf("%w: entry %d has %d stack frames, %d when the snapshot was read: not the same input", ErrSnapshot, i, len(items), ref.n)
 		}
-		fs, err := framesOf(items, i)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = fs
+		out[i] = framesOf(items)
 	}
 	return out, nil
 }
@@ -170,14 +168,32 @@ func jsonEntryFrames(root any, device, i int) ([]any, error) {
 	return l, nil
 }
 
+// notAFrame opens the Name of a frame that stands for an item of a
+// recorded stack that is not a frame dict: "(not a frame: bytes of 4)".
+const notAFrame = "(not a frame: "
+
+// Unreadable reports whether f stands for an item of a recorded stack that
+// is not a frame (ReadFrames): its Name says what the item is, "(not a
+// frame: bytes of 4)", and its Filename and Line are empty.
+func (f TorchFrame) Unreadable() bool {
+	return f.Filename == "" && f.Line == 0 && strings.HasPrefix(f.Name, notAFrame)
+}
+
 // framesOf converts one entry's decoded frames: dicts of name, filename
-// and line, a missing or mistyped field left zero.
-func framesOf(items []any, entry int) ([]TorchFrame, error) {
+// and line, a missing or mistyped field left zero. An item that is not a
+// dict is kept in its place as an Unreadable frame naming what it is: the
+// stack keeps its recorded depth and the frames around it, as PyTorch's
+// memory_viz shows what it can of a stack. A frame is a dict as PyTorch
+// records it, but ReadSnapshot, which never decodes frames, accepted the
+// snapshot, and frames are an aid to reading a failing allocation, no
+// reason to refuse the snapshot at the second read.
+func framesOf(items []any) []TorchFrame {
 	out := make([]TorchFrame, len(items))
 	for j, v := range items {
 		d, ok := v.(*pyDict)
 		if !ok {
-			return nil, fmt.Errorf("%w: entry %d: stack frame %d is %s, not a dict", ErrSnapshot, entry, j, describe(v))
+			out[j].Name = notAFrame + describe(v) + ")"
+			continue
 		}
 		nv, _ := d.get("name")
 		out[j].Name, _ = nv.(string)
@@ -189,7 +205,7 @@ func framesOf(items []any, entry int) ([]TorchFrame, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // UserFrames returns at most n frames of stack (as PyTorch records it,
@@ -208,7 +224,8 @@ func framesOf(items []any, entry int) ([]TorchFrame, error) {
 //     autograd engine's loop, the thread's start), and less C functions
 //     of unknown source (no "::" in the name, file "??" or ""), which are
 //     the interpreter's and the C library's;
-//  3. when that leaves nothing either, the stack's first n frames.
+//  3. when that leaves nothing either, the stack's first n frames
+//     (Unreadable ones, which the first two rules pass over, included).
 //
 // The rule comes from the shared snapshots' stacks (design §13.2): 25 to 96
 // frames an allocation, the first Python frame 17 to 39 frames down, the
@@ -223,6 +240,8 @@ func UserFrames(stack []TorchFrame, n int) []TorchFrame {
 	var python, user, native []TorchFrame
 	for _, f := range stack {
 		switch {
+		case f.Unreadable():
+			// Not a frame: shown only by rule 3, when nothing else is.
 		case strings.HasSuffix(f.Filename, ".py"):
 			python = append(python, f)
 			if !isPythonWrapper(f) {

@@ -340,3 +340,48 @@ func TestReadFramesOfAListThatGrowsLate(t *testing.T) {
 		t.Fatal("a whole-built snapshot counted as growing late")
 	}
 }
+
+// R5: a snapshot in which a stack frame is not a dict (here 4 bytes, as
+// the fuzzer found it) is accepted by ReadSnapshot, which never decodes
+// frames; ReadFrames used to refuse it ("stack frame 0 is bytes of 4, not
+// a dict"), so the snapshot's frames could not be read at all. Now the
+// item keeps its place as an Unreadable frame naming it, the stack keeps
+// its recorded depth and its other frames, and UserFrames passes over
+// it; a stack of nothing else shows it, as the stack's first frames. The
+// same holds for a JSON snapshot (a string where a frame stands).
+func TestReadFramesKeepsAnItemThatIsNotAFrameInItsPlace(t *testing.T) {
+	user := TorchFrame{Name: "f", Filename: "x.py", Line: 3}
+	bad := TorchFrame{Name: "(not a frame: bytes of 4)"}
+	pickled := []byte("\x80\x04\x95\x9a\x00\x00\x00\x00\x00\x00\x00}\x94(\x8c\x0ddevice_traces\x94]\x94]\x94}\x94(\x8c\x06action\x94\x8c\x05alloc\x94\x8c\x04addr\x94M\x00\x10\x8c\x04size\x94M\x00\x02\x8c\x06stream\x94K\x00\x8c\x06frames\x94]\x94(C\x04abcd\x94}\x94(\x8c\x04name\x94\x8c\x01f\x94\x8c\x08filename\x94\x8c\x04x.py\x94\x8c\x04line\x94K\x03ueuaa\x8c\x08segments\x94]\x94u.")
+	a := ent("alloc", 1<<30, 1<<20, 0, 1)
+	a["frames"] = []any{"abcd", map[string]any{"name": "f", "filename": "x.py", "line": 3}}
+	// A string that reads as a C++ name is not taken for one.
+	if u := UserFrames([]TorchFrame{{Name: `(not a frame: "at::native::f")`}, {Name: "at::native::g()", Filename: "??"}}, 3); len(u) != 1 || u[0].Name != "at::native::g()" {
+		t.Fatalf("UserFrames passing over an unreadable item: %+v", u)
+	}
+	for name, c := range map[string]struct {
+		data []byte
+		bad  TorchFrame
+	}{
+		"pickle": {pickled, bad},
+		"JSON":   {snapshotJSON(t, nil, []map[string]any{a}), TorchFrame{Name: `(not a frame: "abcd")`}},
+	} {
+		s := mustSnapshot(t, c.data, SnapshotOptions{})
+		got, err := s.ReadFrames(bytes.NewReader(c.data), []int{0})
+		if err != nil {
+			t.Fatalf("%s: the frames of a snapshot ReadSnapshot accepted: %v", name, err)
+		}
+		if want := []TorchFrame{c.bad, user}; !reflect.DeepEqual(got[0], want) {
+			t.Fatalf("%s: frames %+v, want %+v", name, got[0], want)
+		}
+		if !got[0][0].Unreadable() || got[0][1].Unreadable() {
+			t.Fatalf("%s: Unreadable: %v, %v; want true, false", name, got[0][0].Unreadable(), got[0][1].Unreadable())
+		}
+		if u := UserFrames(got[0], 3); !reflect.DeepEqual(u, []TorchFrame{user}) {
+			t.Fatalf("%s: UserFrames %+v, want the one frame", name, u)
+		}
+		if u := UserFrames(got[0][:1], 3); !reflect.DeepEqual(u, []TorchFrame{c.bad}) {
+			t.Fatalf("%s: UserFrames of the item alone %+v, want it", name, u)
+		}
+	}
+}
