@@ -342,3 +342,131 @@ func BenchmarkGraphLaunch(b *testing.B) {
 	b.ReportMetric(float64(direct.Nanoseconds()), "direct-ns/op")
 	b.ReportMetric(float64(per)/float64(direct), "x-floor")
 }
+
+// BenchmarkTransfers measures Buffer.Write (waited for with Synchronize)
+// and Buffer.Read against raw cuMemcpyHtoDAsync_v2 and cuMemcpyDtoHAsync_v2
+// of the same bytes, from and to pageable Go memory as gpumem's are,
+// between the same host slices and a cuMemAlloc_v2 allocation, on a
+// stream of the same context followed by cuStreamSynchronize, interleaved
+// in one run. Read returns a new slice each time, as the API does; the
+// floor reads into one warmed slice. 1 GiB runs on the real driver only.
+// Metrics: write-B/s, read-B/s, raw-write-B/s, raw-read-B/s, and
+// write-x-floor, read-x-floor = gpumem throughput ÷ the raw one's (1: as
+// fast as the driver's copy). Every copy is checked at both ends.
+func BenchmarkTransfers(b *testing.B) {
+	path, real := benchLibrary(b)
+	sizes := []uint64{1 << 20, 64 << 20}
+	if real {
+		sizes = append(sizes, 1<<30)
+	}
+	for _, size := range sizes {
+		b.Run(sizeName(size), func(b *testing.B) { benchTransfers(b, path, size) })
+	}
+}
+
+func benchTransfers(b *testing.B, path string, size uint64) {
+	ctx := context.Background()
+	d, err := OpenDevice(Options{Library: path})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	c := d.Backend().(*Backend).Context()
+	raw, err := c.Alloc(size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Free(raw)
+	rs, err := c.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rs.Close()
+	s := d.DefaultStream()
+	buf, err := s.Alloc(ctx, size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer buf.Free()
+	src := bytes.Repeat([]byte{0x5a}, int(size))
+	src[0], src[size-1] = 0x11, 0x22
+	dst := make([]byte, size)
+	ends := func(got []byte, what string) {
+		if got[0] != 0x11 || got[size-1] != 0x22 || got[size/2] != 0x5a {
+			b.Fatalf("%s: other bytes than written", what)
+		}
+	}
+	write := func() time.Duration {
+		t0 := time.Now()
+		if err := buf.Write(ctx, src); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Synchronize(ctx); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	read := func() time.Duration {
+		t0 := time.Now()
+		got, err := buf.Read(ctx)
+		el := time.Since(t0)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ends(got, "Read")
+		return el
+	}
+	rawWrite := func() time.Duration {
+		t0 := time.Now()
+		if err := rs.CopyHtoD(raw, src); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	rawRead := func() time.Duration {
+		t0 := time.Now()
+		if err := rs.CopyDtoH(dst, raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(t0)
+		ends(dst, "the raw read")
+		return el
+	}
+	write() // warm
+	read()
+	rawWrite()
+	rawRead()
+	rounds := max(1, int((64<<20)/size))
+	var w, r, rw, rr time.Duration
+	for b.Loop() {
+		for k := range rounds {
+			// Alternate which runs first, so a slow moment of the machine
+			// costs both alike.
+			if k%2 == 0 {
+				w += write()
+				r += read()
+				rw += rawWrite()
+				rr += rawRead()
+			} else {
+				rw += rawWrite()
+				rr += rawRead()
+				w += write()
+				r += read()
+			}
+		}
+	}
+	n := float64(b.N*rounds) * float64(size)
+	bps := func(el time.Duration) float64 { return n / el.Seconds() }
+	b.ReportMetric(bps(w), "write-B/s")
+	b.ReportMetric(bps(r), "read-B/s")
+	b.ReportMetric(bps(rw), "raw-write-B/s")
+	b.ReportMetric(bps(rr), "raw-read-B/s")
+	b.ReportMetric(rw.Seconds()/w.Seconds(), "write-x-floor")
+	b.ReportMetric(rr.Seconds()/r.Seconds(), "read-x-floor")
+}
