@@ -12,7 +12,7 @@
 // included); the [Capture] state machine ([Phase], [Owner], first failure);
 // and the sentinels [ErrCaptureState], [ErrCaptureInvalidated],
 // [ErrCaptureUnsupported], [ErrWrongOwner], [ErrCaptureCrossStream],
-// [ErrClosed], [ErrInvalid] and [ErrOpPanicked].
+// [ErrClosed], [ErrInvalid], [ErrWaitsOnItself] and [ErrOpPanicked].
 //
 // # Invariants
 //

@@ -52,6 +52,16 @@ var (
 	// executable recorded by another kind of queue. Nothing changed.
 	ErrInvalid = errors.New("stream: invalid argument")
 
+	// ErrWaitsOnItself is returned by a wait on a held Inline queue
+	// (NewInlineHeld) from a goroutine that is running an earlier step of that
+	// queue, so the step waited for could only run after the wait returned:
+	// an op that waits for a later step of its own queue, or for another
+	// queue whose steps wait on it. A fence wait step that meets it fails
+	// with it (an OpFailure) instead of blocking. Fence waits alone never
+	// cause it (Q3); wait after the op returns, or on another goroutine.
+	ErrWaitsOnItself = errors.New("stream: the calling goroutine runs an earlier step of the queue it waits for, so the wait could never end " +
+		"(wait after the op returns, or on another goroutine)")
+
 	// ErrOpPanicked is wrapped by the OpFailure error of an op whose Run
 	// panicked. The queue recovered and kept running later ops; the op's
 	// outputs are as unreliable as those of an op that returned an error.

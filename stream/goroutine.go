@@ -65,10 +65,14 @@ var (
 // WaitCompleted implements Completer.
 func (q *Host) WaitCompleted(ctx context.Context, seq uint64) error { return q.t.waitSeq(ctx, seq) }
 
-// WaitCompleted implements Completer; a held queue first runs its steps.
+// WaitCompleted implements Completer; a held queue first runs its steps up
+// to seq on the calling goroutine (ErrWaitsOnItself when that goroutine is
+// running an earlier step of this queue, which could never let seq run).
 func (q *Inline) WaitCompleted(ctx context.Context, seq uint64) error {
 	if q.held {
-		q.runHeld(seq)
+		if err := q.runHeld(ctx, seq); err != nil {
+			return err
+		}
 	}
 	return q.t.waitSeq(ctx, seq)
 }

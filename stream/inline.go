@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"fmt"
 	"sync"
 )
 
@@ -16,10 +17,10 @@ import (
 // replay on, wait a fence on, or close its own Inline queue: it would wait
 // for itself.
 //
-// NewInlineHeld makes one that holds its steps instead, until Flush, a Wait
-// or Close runs them on the caller's goroutine: a device enqueues under its
-// lock and flushes after releasing it, so an op may call back into the
-// device.
+// NewInlineHeld makes one that holds its steps instead, until Flush or Close
+// runs them on the caller's goroutine, or a wait that needs a step runs the
+// steps up to that one: a device enqueues under its lock and flushes after
+// releasing it, so an op may call back into the device.
 type Inline struct {
 	t tracker
 
@@ -29,7 +30,7 @@ type Inline struct {
 	// Lock order: run before t.mu. (Not used when held.)
 	run sync.Mutex
 
-	// held: steps wait in pending until a Flush, Wait or Close runs them.
+	// held: steps wait in pending until a Flush, Close or a wait runs them.
 	held bool
 	// Guarded by t.mu (held only): issued steps not yet run, in sequence
 	// order; whether a goroutine is running them, and which one.
@@ -45,7 +46,7 @@ type Inline struct {
 // Inline queues (one device's). An op of one queue that enqueues on another
 // flushes it; if another goroutine is running that queue, waiting for it
 // could deadlock (that runner may be inside an op enqueueing back), so a
-// runner's flush leaves the steps to the running goroutine instead.
+// runner's flush leaves the steps held, for the next flush or wait.
 type RunnerGroup struct {
 	mu      sync.Mutex
 	running map[Goroutine]int // runners, with how many queues each runs (nested)
@@ -96,62 +97,105 @@ func NewInlineHeld(group *RunnerGroup) *Inline {
 	return q
 }
 
-// runHeld runs the held steps in order on the calling goroutine, until none
-// is left, or, while another goroutine runs them (that runner takes the new
-// steps too), waits until step need has run (0: every step issued now).
+// runHeld runs the held steps on the calling goroutine, in sequence order, up
+// to and including step need (0: every step issued when it is called), and
+// leaves the later ones held for their own flush or wait. A run stops at the
+// step it needs because a later step may wait, through another queue, on the
+// very step the calling goroutine is running further up its stack (design
+// §9.3): running it would make the goroutine wait for itself. Stopping there
+// cannot strand a step: each is run by the flush of whoever issued it, or by
+// the wait that needs it.
 //
-// A flush (need 0) by a goroutine that is itself running ops of the group
-// (an op enqueueing) does neither: it leaves the steps held, for the next
-// flush or wait. Waiting could deadlock (the other runner may be inside an
-// op enqueueing back), and so could running them (one may wait for the very
-// op that enqueued it). A wait for a step (need > 0) runs or waits: fence
-// waits between these queues form no cycle (Q3). A call by this queue's own
-// runner returns at once: its steps run after the running op.
-func (q *Inline) runHeld(need uint64) {
+// While another goroutine runs the queue, runHeld waits until step need has
+// run, or until that runner stops short of it and the steps are free to run
+// here; ctx ends that wait. A flush (need 0) by a goroutine that is itself
+// running ops of the group (an op enqueueing) leaves the steps held, for the
+// next flush or wait: waiting could deadlock (the other runner may be inside
+// an op enqueueing back), and so could running them (one may wait for the
+// very op that enqueued it).
+//
+// Fence waits between these queues form no cycle (Q3), and a run follows
+// them only towards steps issued earlier, so a wait step never needs a step
+// its own goroutine holds up. Only an op that itself waits for its own queue,
+// or for one whose steps wait on it, can: that is refused with
+// ErrWaitsOnItself instead of a wait that could never end.
+func (q *Inline) runHeld(ctx context.Context, need uint64) error {
 	q.t.mu.Lock()
-	if !q.running && len(q.pending) == 0 {
+	issued := q.t.issued.Load()
+	if need > issued {
 		q.t.mu.Unlock()
-		return
+		return fmt.Errorf("stream: wait for step %d: the queue issued only %d (it would never run): %w", need, issued, ErrInvalid)
+	}
+	target := need
+	if target == 0 {
+		target = issued
+	}
+	if q.t.completed.Load() >= target || (!q.running && len(q.pending) == 0) {
+		q.t.mu.Unlock()
+		return nil
 	}
 	q.t.mu.Unlock()
 	me := CurrentGoroutine()
 	if need == 0 && q.group.runs(me) {
-		return
+		return nil
 	}
 	q.t.mu.Lock()
-	if q.running {
-		runner, target := q.runner, need
-		if target == 0 {
-			target = q.t.issued.Load()
+	for q.running {
+		if q.t.completed.Load() >= target {
+			q.t.mu.Unlock()
+			return nil
 		}
-		q.t.mu.Unlock()
-		if runner == me {
-			return
-		}
-		_ = q.t.waitSeq(context.Background(), target)
-		return
-	}
-	q.running = true
-	q.runner = me
-	q.group.enter(me)
-	for len(q.pending) > 0 {
-		batch := q.pending
-		q.pending = nil
-		q.t.mu.Unlock()
-		for i, st := range batch {
-			name := st.op.Name
-			if st.op.Run == nil {
-				name = waitStepName
+		if q.runner == me {
+			completed := q.t.completed.Load()
+			q.t.mu.Unlock()
+			if need == 0 {
+				return nil // the steps run after the running op
 			}
-			q.t.complete(st.seq, name, runStep(st))
-			batch[i] = step{}
+			return fmt.Errorf("stream: wait for step %d (completed %d): %w", need, completed, ErrWaitsOnItself)
+		}
+		ch := q.t.progressLocked() // closed when a step completes or the runner stops
+		q.t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("stream: wait for step %d (completed %d): %w", target, q.t.completed.Load(), ctx.Err())
 		}
 		q.t.mu.Lock()
 	}
+	if q.t.completed.Load() >= target {
+		q.t.mu.Unlock()
+		return nil // the runner that just stopped ran it
+	}
+	// Every step up to target is pending now, in order: steps are appended
+	// under t.mu as they are issued, and only a runner takes them.
+	n := 0
+	for n < len(q.pending) && q.pending[n].seq <= target {
+		n++
+	}
+	batch := q.pending[:n:n]
+	q.pending = q.pending[n:]
+	if len(q.pending) == 0 {
+		q.pending = nil // let the array go
+	}
+	q.running = true
+	q.runner = me
+	q.t.mu.Unlock()
+	q.group.enter(me)
+	for i, st := range batch {
+		name := st.op.Name
+		if st.op.Run == nil {
+			name = waitStepName
+		}
+		q.t.complete(st.seq, name, runStep(st))
+		batch[i] = step{}
+	}
+	q.group.leave(me)
+	q.t.mu.Lock()
 	q.running = false
 	q.runner = 0
+	q.t.wakeLocked() // a waiter for a later step may run it now
 	q.t.mu.Unlock()
-	q.group.leave(me)
+	return nil
 }
 
 // RunsOpsOn reports whether g is running this queue's ops now.
@@ -264,7 +308,7 @@ func (q *Inline) WaitFence(f Fence) error {
 // Later calls return nil.
 func (q *Inline) Close() error {
 	if q.held {
-		q.runHeld(0)
+		_ = q.runHeld(context.Background(), 0) // a flush's only error is ErrInvalid, for a step never issued
 	}
 	q.run.Lock()
 	defer q.run.Unlock()
@@ -275,11 +319,14 @@ func (q *Inline) Close() error {
 	return nil
 }
 
-// Flush runs the held steps (NewInlineHeld); an Inline queue made by
-// NewInline holds nothing. After Close it returns ErrClosed.
+// Flush runs the steps held when it is called (NewInlineHeld), on the
+// calling goroutine, after any another goroutine is running; an Inline queue
+// made by NewInline holds nothing. Called from inside an op of the queue's
+// RunnerGroup it leaves them held, for the next flush or wait. After Close
+// it returns ErrClosed.
 func (q *Inline) Flush() error {
 	if q.held {
-		q.runHeld(0)
+		_ = q.runHeld(context.Background(), 0) // a flush's only error is ErrInvalid, for a step never issued
 	}
 	return q.t.flush()
 }
@@ -295,16 +342,13 @@ func (q *Inline) Completed() uint64 { return q.t.completed.Load() }
 func (q *Inline) Issued() uint64 { return q.t.issued.Load() }
 
 // Wait blocks until f has passed or ctx is done; for a fence of this queue
-// that is at most until ops running on other goroutines finish. On a
-// recording queue, or with a fence of a recording queue of this package, it
-// returns at once with ErrCaptureUnsupported and ErrCaptureInvalidated and
-// invalidates that capture.
-func (q *Inline) Wait(ctx context.Context, f Fence) error {
-	if q.held && f.Q == Queue(q) && !q.t.recording() {
-		q.runHeld(f.Seq)
-	}
-	return q.t.wait(ctx, f)
-}
+// that is at most until ops running on other goroutines finish. A fence of a
+// held queue (this one or another) runs that queue's held steps up to f on
+// the calling goroutine, and no later ones. On a recording queue, or with a
+// fence of a recording queue of this package, it returns at once with
+// ErrCaptureUnsupported and ErrCaptureInvalidated and invalidates that
+// capture.
+func (q *Inline) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f) }
 
 // TakeFailures returns the failures since the last call, in sequence order,
 // and forgets them.

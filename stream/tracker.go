@@ -12,7 +12,8 @@
 // do, so completion is announced by closing a channel: a waiter that finds
 // its step incomplete takes the current progress channel (creating it) and
 // selects on it and its context; the executor, after advancing completed,
-// closes the channel and clears it. Checking and taking the channel both
+// closes the channel and clears it (a held Inline queue's runner closes it
+// too when it stops, so a waiter for a later step can run that step). Checking and taking the channel both
 // happen under mu, and advancing and closing too, so no completion is missed.
 // Each completion wakes every waiter, which then re-checks; with a handful of
 // waiters per queue (the device's syncs) that costs less than per-waiter
@@ -140,6 +141,21 @@ func (t *tracker) complete(seq uint64, name string, err error) {
 		t.failures = append(t.failures, OpFailure{Seq: seq, Name: name, Err: err})
 	}
 	t.completed.Store(seq)
+	t.wakeLocked()
+}
+
+// progressLocked returns the channel the next wakeLocked closes, creating
+// it. t.mu must be held.
+func (t *tracker) progressLocked() chan struct{} {
+	if t.progress == nil {
+		t.progress = make(chan struct{})
+	}
+	return t.progress
+}
+
+// wakeLocked wakes every waiter to check again: a step completed, or a held
+// queue's runner stopped. t.mu must be held.
+func (t *tracker) wakeLocked() {
 	if t.progress != nil {
 		close(t.progress)
 		t.progress = nil
@@ -177,7 +193,10 @@ func runOp(op Op) (err error) {
 // fence was taken.
 func waitPassed(f Fence) error {
 	if in, ok := f.Q.(*Inline); ok && in.held {
-		in.runHeld(f.Seq) // its steps run only when someone runs them
+		// Its steps run only when someone runs them: here, up to f.Seq.
+		if err := in.runHeld(context.Background(), f.Seq); err != nil {
+			return err
+		}
 	}
 	if target := trackerOf(f.Q); target != nil {
 		return target.waitSeq(context.Background(), f.Seq)
@@ -197,10 +216,7 @@ func (t *tracker) waitSeq(ctx context.Context, seq uint64) error {
 			t.mu.Unlock()
 			return nil
 		}
-		if t.progress == nil {
-			t.progress = make(chan struct{})
-		}
-		ch := t.progress
+		ch := t.progressLocked()
 		t.mu.Unlock()
 		if ctx.Done() == nil {
 			<-ch // not cancellable: a plain receive
@@ -274,6 +290,13 @@ func (t *tracker) wait(ctx context.Context, f Fence) error {
 	case target == nil:
 		return f.Q.Wait(ctx, f)
 	default:
+		if in, ok := f.Q.(*Inline); ok && in.held {
+			// A held queue's steps run only when someone runs them: the
+			// caller, up to f.Seq, whichever queue it waits from.
+			if err := in.runHeld(ctx, f.Seq); err != nil {
+				return err
+			}
+		}
 		return target.waitSeq(ctx, f.Seq)
 	}
 }
