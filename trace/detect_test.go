@@ -80,7 +80,9 @@ func TestSniffCallsALongSingleLineJSONASnapshot(t *testing.T) {
 }
 
 // Text that is neither format is refused with the formats listed, the byte
-// and its offset; an empty input (plain or gzipped) is an empty snapshot.
+// and its offset; so is an empty input (plain or gzipped), which could have
+// been meant as either, its (empty) content returned; a gzip stream that
+// cannot be read is an ErrCorruptGzip, which names neither format.
 func TestSniffRefusesOtherContentNamingTheFormatsItReads(t *testing.T) {
 	for _, in := range [][]byte{[]byte("hello, world\n"), gzipBytes(t, []byte("  hello")), []byte("\x00\x00\x00")} {
 		_, content, _, err := Sniff(bytes.NewReader(in))
@@ -92,11 +94,70 @@ func TestSniffRefusesOtherContentNamingTheFormatsItReads(t *testing.T) {
 		}
 	}
 	for _, in := range [][]byte{nil, []byte(" \n\t"), gzipBytes(t, nil)} {
-		if _, _, _, err := Sniff(bytes.NewReader(in)); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "empty") {
-			t.Errorf("%q: got %v, want an empty-input ErrSnapshot", in, err)
+		_, content, _, err := Sniff(bytes.NewReader(in))
+		if !errors.Is(err, ErrUnknownFormat) || errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "empty input") || content == nil {
+			t.Errorf("%q: got %v (content %v), want an empty-input ErrUnknownFormat with its content", in, err, content)
 		}
 	}
-	if _, _, _, err := Sniff(bytes.NewReader([]byte{0x1f, 0x8b, 1, 2, 3})); !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "gzip") {
-		t.Errorf("a broken gzip header: got %v", err)
+	broken := [][]byte{{0x1f, 0x8b, 1, 2, 3}, gzipBytes(t, []byte("{\"op\":\"free\"}"))[:14]}
+	for _, in := range broken {
+		_, _, _, err := Sniff(bytes.NewReader(in))
+		if !errors.Is(err, ErrCorruptGzip) || errors.Is(err, ErrSnapshot) || strings.Contains(err.Error(), "snapshot") {
+			t.Errorf("% x: got %v, want ErrCorruptGzip naming no format", in, err)
+		}
+	}
+}
+
+// R4: the first line's top-level keys decide, not whether the line is valid
+// JSON. A trace whose header or first event holds a NaN, or an unknown
+// field nested deeper than encoding/json's 10,000 levels, or a header line
+// longer than Sniff reads, is a trace (the trace decoder then names the
+// line); before, each was read as a JSON snapshot and refused as a bad
+// PyTorch snapshot. "op" or "format" nested in a value, or as a value, is
+// not a key of the line, and a snapshot stays a snapshot.
+func TestSniffDecidesByTheFirstLinesTopLevelKeys(t *testing.T) {
+	deep := strings.Repeat("[", 20000) + strings.Repeat("]", 20000)
+	events := "{\"op\":\"alloc\",\"t\":1,\"id\":1,\"size\":8,\"stream\":0}\n"
+	for _, c := range []struct {
+		name string
+		in   string
+		want InputKind
+	}{
+		{"header with NaN", `{"format":"gpumem-trace","version":2,"x":NaN}` + "\n" + events, InputJSONL},
+		{"header with deep nesting", `{"format":"gpumem-trace","version":2,"x":` + deep + "}\n" + events, InputJSONL},
+		{"deep nesting before the key", `{"x":` + deep + `,"format":"gpumem-trace","version":2}` + "\n" + events, InputJSONL},
+		{"first event with NaN", `{"op":"alloc","t":NaN,"id":1,"size":8,"stream":0}` + "\n", InputJSONL},
+		{"key with white space", `{ "op" : "free", "t": 1, "id": 1}`, InputJSONL},
+		{"escaped quote before the key", `{"x":"a\"b","op":"free"}`, InputJSONL},
+		{"header longer than Sniff reads", `{"format":"gpumem-trace","x":"` + strings.Repeat("a", sniffBytes) + `"}` + "\n", InputJSONL},
+		{"op nested in a value", `{"segments":[{"op":"alloc"}],"device_traces":[]}`, InputSnapshot},
+		{"op as a value", `{"segments":"op","device_traces":[]}`, InputSnapshot},
+		{"format in a nested object", `{"a":{"format":"gpumem-trace"},"b":1}`, InputSnapshot},
+		{"snapshot with NaN", `{"segments":[NaN],"device_traces":[]}`, InputSnapshot},
+	} {
+		for _, gz := range []bool{false, true} {
+			in := []byte(c.in)
+			if gz {
+				in = gzipBytes(t, in)
+			}
+			kind, _, _, err := Sniff(bytes.NewReader(in))
+			if err != nil || kind != c.want {
+				t.Errorf("%s (gzipped %v): %v, %v; want %v", c.name, gz, kind, err, c.want)
+			}
+		}
+	}
+}
+
+// A gzipped trace past its bound is a TooLargeError of Kind InputJSONL: its
+// message speaks of a trace, and it matches no snapshot sentinel (R4: the
+// CLI said "invalid trace event: after line N: bad PyTorch snapshot: input
+// larger than the limit").
+func TestTraceTooLargeErrorSpeaksOfATrace(t *testing.T) {
+	err := error(&TooLargeError{Limit: 1 << 30, Kind: InputJSONL})
+	if msg := err.Error(); msg != "gzipped gpumem trace larger than the limit of 1073741824 bytes once decompressed" || errors.Is(err, ErrSnapshot) {
+		t.Fatalf("%q (matches ErrSnapshot: %v)", msg, errors.Is(err, ErrSnapshot))
+	}
+	if snap := error(&TooLargeError{Limit: 1 << 30}); !errors.Is(snap, ErrSnapshot) || !strings.Contains(snap.Error(), "bad PyTorch snapshot: input larger") {
+		t.Fatalf("a snapshot's: %v", snap)
 	}
 }

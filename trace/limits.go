@@ -91,10 +91,16 @@ func (b heldBudget) check(held, read int64) error {
 }
 
 // TooLargeError is the error for a snapshot past one of the size limits
-// set by SnapshotOptions.MaxBytes; the caller names its own way to raise
-// it (the CLI's -max-snapshot). It matches ErrSnapshot.
+// set by SnapshotOptions.MaxBytes, or for a gzipped trace a caller bounds
+// by the same limit (Kind InputJSONL); the caller names its own way to
+// raise it (the CLI's -max-snapshot). A snapshot's matches ErrSnapshot, a
+// trace's no sentinel: a message about a trace never speaks of a
+// snapshot.
 type TooLargeError struct {
 	Limit int64 // MaxBytes (or its default), in bytes
+	// Kind is what was read: InputJSONL for a gzipped trace, which only
+	// the input-bytes limit bounds; zero or InputSnapshot for a snapshot.
+	Kind InputKind
 	// Held is 0 when the input itself was larger than Limit. Otherwise the
 	// decoded values outgrew the held-bytes limit: they held about Held
 	// bytes after Read bytes of input, more than Floor + PerByte×Read.
@@ -102,6 +108,9 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
+	if e.Kind == InputJSONL {
+		return fmt.Sprintf("gzipped gpumem trace larger than the limit of %d bytes once decompressed", e.Limit)
+	}
 	if e.Held == 0 {
 		return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
 	}
@@ -110,8 +119,13 @@ func (e *TooLargeError) Error() string {
 		ErrSnapshot, e.Held, e.Read, allowed, e.Limit, e.PerByte, e.Floor)
 }
 
-// Unwrap makes a TooLargeError match ErrSnapshot.
-func (e *TooLargeError) Unwrap() error { return ErrSnapshot }
+// Unwrap makes a snapshot's TooLargeError match ErrSnapshot.
+func (e *TooLargeError) Unwrap() error {
+	if e.Kind == InputJSONL {
+		return nil
+	}
+	return ErrSnapshot
+}
 
 // inputTooLarge is the error for an input past limit bytes.
 func inputTooLarge(limit int64) error { return &TooLargeError{Limit: limit} }
