@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/compare"
@@ -83,7 +84,9 @@ func checkOutputs(fs *flag.FlagSet, format string, html, snapshotOut string) err
 
 // checkWritable refuses an output path that cannot be written, before the
 // work that would fill it runs: its folder must exist and take a new file,
-// and an existing path must be a writable file. "" and "-" pass.
+// and an existing path must be a writable file. "" and "-" pass. The
+// message names the flag and the path the user gave, and what is wrong
+// with them (outputError), never the probe file the check creates.
 func checkWritable(flagName, path string) error {
 	if path == "" || path == "-" {
 		return nil
@@ -94,16 +97,41 @@ func checkWritable(flagName, path string) error {
 		}
 		f, err := os.OpenFile(path, os.O_WRONLY, 0)
 		if err != nil {
-			return fmt.Errorf("%s %s cannot be written: %w", flagName, path, err)
+			return outputError(flagName, path, err)
 		}
 		return f.Close()
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), ".gpumem-check-*")
 	if err != nil {
-		return fmt.Errorf("%s %s cannot be written: %w", flagName, path, err)
+		return outputError(flagName, path, err)
 	}
 	f.Close()
 	return os.Remove(f.Name())
+}
+
+// outputError says why the output flagName path cannot be written, in the
+// user's terms: the path they gave and its folder, with the system's
+// reason but not the file name it was given with (an internal probe file,
+// or the path again). A folder that does not exist, or a folder given
+// where a file is wanted, is a usage error; a refused permission or a full
+// disk is not.
+func outputError(flagName, path string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	dir := filepath.Dir(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%w: %s %s: the folder %s does not exist", errUsage, flagName, path, dir)
+	case errors.Is(err, syscall.EISDIR):
+		return fmt.Errorf("%w: %s %s is a folder: give a file name", errUsage, flagName, path)
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w: %s %s: %s is not a folder", errUsage, flagName, path, dir)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%s %s cannot be written: permission denied (the file, or a new file in %s)", flagName, path, dir)
+	}
+	return fmt.Errorf("%s %s cannot be written: %w", flagName, path, err)
 }
 
 func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -250,12 +278,12 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *htmlOut != "" {
-		if err := writeOutput(*htmlOut, stdout, c.WriteHTML); err != nil {
+		if err := writeOutput("-html", *htmlOut, stdout, c.WriteHTML); err != nil {
 			return err
 		}
 	}
 	if *snapshotOut != "" {
-		err := writeOutput(*snapshotOut, stdout, func(w io.Writer) error {
+		err := writeOutput("-snapshot-out", *snapshotOut, stdout, func(w io.Writer) error {
 			return compare.WriteSnapshot(ctx, src, *snapshotPolicy, opts, w)
 		})
 		if isPolicyError(err) {
@@ -332,19 +360,21 @@ func checkDevice(device int, fs *flag.FlagSet) error {
 	return nil
 }
 
-// writeOutput writes through fn to path, or to stdout when path is "-".
-func writeOutput(path string, stdout io.Writer, fn func(io.Writer) error) error {
+// writeOutput writes through fn to path, the value of the output flag
+// flagName, or to stdout when path is "-".
+func writeOutput(flagName, path string, stdout io.Writer, fn func(io.Writer) error) error {
 	if path == "-" {
 		return fn(stdout)
 	}
-	return writeFile(path, fn)
+	return writeFile(flagName, path, fn)
 }
 
-// writeFile writes through fn to path, removing a partial file on error.
-func writeFile(path string, fn func(io.Writer) error) error {
+// writeFile writes through fn to path, removing a partial file on error;
+// a path that cannot be created is named with its flag (outputError).
+func writeFile(flagName, path string, fn func(io.Writer) error) error {
 	f, err := os.Create(path)
 	if err != nil {
-		return err
+		return outputError(flagName, path, err)
 	}
 	if err := fn(f); err != nil {
 		f.Close()
@@ -372,26 +402,20 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if len(pos) != 1 || *out == "" {
 		return fmt.Errorf("%w: gpumem convert SNAPSHOT -o TRACE.jsonl", errUsage)
 	}
-	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs)); err != nil {
+	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs), checkWritable("-o", *out)); err != nil {
 		return err
 	}
-	f, err := os.Open(pos[0])
+	// The input is read as replay reads it (readInput), so the same file
+	// gets the same message from either command.
+	in, err := readInput(pos[0], inputOptions{maxSnapshot: int64(maxSnapshot.v), device: *device, noPrelude: *noPrelude})
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	opts := trace.SnapshotOptions{NoPrelude: *noPrelude, MaxBytes: int64(maxSnapshot.v)}
-	if *device >= 0 {
-		opts.ChooseDevice, opts.Device = true, *device
+	snap := in.snap
+	if snap == nil {
+		return fmt.Errorf("%w: %s is a gpumem trace already: convert writes a PyTorch snapshot's events as one; replay and advise read it as it is", errUsage, pos[0])
 	}
-	snap, err := trace.ReadSnapshot(f, opts)
-	if err != nil {
-		return fmt.Errorf("reading snapshot %s: %w", pos[0], snapshotHint(err))
-	}
-	if len(snap.Events) == 0 {
-		return fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to convert", compare.ErrEmptyTrace, pos[0])
-	}
-	err = writeOutput(*out, stdout, func(w io.Writer) error {
+	err = writeOutput("-o", *out, stdout, func(w io.Writer) error {
 		enc := trace.NewEncoder(w)
 		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: pos[0], Streams: snap.Streams}); err != nil {
 			return err
@@ -437,12 +461,15 @@ func synthCmd(args []string, stdout, stderr io.Writer) error {
 	if maxOutput.v == 0 {
 		return fmt.Errorf("%w: -max-output must be at least 1 byte", errUsage)
 	}
+	if err := checkWritable("-o", *out); err != nil {
+		return err
+	}
 	events, err := trace.Synth(*workload, *seed, trace.SynthParams{Allocs: *allocs, Streams: *streams})
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	n := 0
-	err = writeOutput(*out, stdout, func(w io.Writer) error {
+	err = writeOutput("-o", *out, stdout, func(w io.Writer) error {
 		enc := trace.NewEncoder(&cappedWriter{w: w, limit: maxOutput.v})
 		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: fmt.Sprintf("synth %s seed %d", *workload, *seed)}); err != nil {
 			return err
@@ -593,7 +620,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *htmlOut != "" {
-		if err := writeOutput(*htmlOut, stdout, a.WriteHTML); err != nil {
+		if err := writeOutput("-html", *htmlOut, stdout, a.WriteHTML); err != nil {
 			return err
 		}
 	}

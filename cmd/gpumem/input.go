@@ -8,25 +8,50 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"github.com/gpumem/gpumem/compare"
 	"github.com/gpumem/gpumem/trace"
 )
 
-// loadSource reads FILE (a .jsonl trace, or a PyTorch snapshot: pickle or
-// JSON, optionally gzipped, at most maxSnapshot bytes decompressed), or the
-// embedded default trace when path is "". device ≥ 0 chooses a snapshot's
-// device trace (-device); -1 reads its only one.
+// loadSource is readInput for the commands that replay FILE's events
+// (replay, advise): FILE, or the embedded trace when path is "", read with
+// -max-snapshot and -device (-1: none).
 func loadSource(path string, maxSnapshot int64, device int) (compare.Source, error) {
+	in, err := readInput(path, inputOptions{maxSnapshot: maxSnapshot, device: device})
+	return in.src, err
+}
+
+// inputOptions are the flags that change how FILE is read.
+type inputOptions struct {
+	maxSnapshot int64 // -max-snapshot; 0 for trace.DefaultMaxSnapshotBytes
+	device      int   // -device: a snapshot's device trace; -1 reads its only one
+	noPrelude   bool  // convert -no-prelude
+}
+
+// input is FILE as read: the events to replay, and the snapshot they came
+// from (nil for a native trace), whose counts convert reports.
+type input struct {
+	src  compare.Source
+	snap *trace.Snapshot
+}
+
+// readInput reads FILE for replay, advise and convert alike, so that an
+// input gets the same verdict and the same message whichever command reads
+// it: a gpumem trace (JSONL, with its header's device) or a PyTorch
+// snapshot (pickle or JSON, at most maxSnapshot bytes decompressed), each
+// optionally gzipped, told apart by content, never by name (trace.Sniff);
+// the embedded default trace when path is "". A message speaks of a trace
+// or of a snapshot, never of both, and names the flag that changes it.
+func readInput(path string, o inputOptions) (input, error) {
 	if path == "" {
 		name, data := trace.Default()
-		return decodeJSONL(name+" (embedded)", bytes.NewReader(data))
+		src, err := compare.DecodeTrace(name+" (embedded)", bytes.NewReader(data))
+		return input{src: src}, err
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return compare.Source{}, err
+		return input{}, err
 	}
 	defer f.Close()
 	// The content decides, not the name: a gzipped or upper-case .jsonl
@@ -34,61 +59,53 @@ func loadSource(path string, maxSnapshot int64, device int) (compare.Source, err
 	kind, content, gzipped, err := trace.Sniff(f)
 	if errors.Is(err, trace.ErrUnknownFormat) && namedJSONL(path) {
 		// Named a trace and neither format: the JSONL decoder names the
-		// line and what is wrong with it.
+		// line and what is wrong with it, or says there are no events.
 		kind, err = trace.InputJSONL, nil
 	}
 	if err != nil {
-		return compare.Source{}, fmt.Errorf("reading %s: %w", path, err)
+		return input{}, fmt.Errorf("reading %s: %w", path, err)
 	}
 	if kind == trace.InputJSONL {
-		if device >= 0 {
-			return compare.Source{}, fmt.Errorf("%w: -device chooses among a snapshot's devices; %s is a gpumem trace, which has one", errUsage, path)
+		if o.device >= 0 {
+			return input{}, fmt.Errorf("%w: -device chooses among a snapshot's devices; %s is a gpumem trace, which has one", errUsage, path)
 		}
 		if gzipped {
 			// A gzip stream can expand a thousandfold: the same bound as a
 			// snapshot's keeps a crafted file from filling memory.
-			content = &boundedReader{r: content, limit: cmp.Or(maxSnapshot, trace.DefaultMaxSnapshotBytes)}
+			content = &boundedReader{r: content, limit: cmp.Or(o.maxSnapshot, trace.DefaultMaxSnapshotBytes)}
 		}
-		src, err := decodeJSONL(filepath.Base(path), content)
+		src, err := compare.DecodeTrace(filepath.Base(path), content)
+		var tooLarge *trace.TooLargeError
+		if errors.As(err, &tooLarge) {
+			// Past the bound, whatever line the decoder had reached: the
+			// size is the problem, not an event.
+			return input{}, fmt.Errorf("reading %s: %w", path, snapshotHint(tooLarge))
+		}
 		if err != nil {
-			return compare.Source{}, snapshotHint(err)
+			return input{}, err
 		}
-		return src, nil
+		return input{src: src}, nil
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
+		return input{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
-	opts := trace.SnapshotOptions{MaxBytes: maxSnapshot}
-	if device >= 0 {
-		opts.ChooseDevice, opts.Device = true, device
+	opts := trace.SnapshotOptions{MaxBytes: o.maxSnapshot, NoPrelude: o.noPrelude}
+	if o.device >= 0 {
+		opts.ChooseDevice, opts.Device = true, o.device
 	}
 	snap, err := trace.ReadSnapshot(f, opts)
 	if err != nil {
-		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, snapshotHint(err))
+		return input{}, fmt.Errorf("reading snapshot %s: %w", path, snapshotHint(err))
 	}
 	src, err := compare.FromSnapshot(filepath.Base(path), snap)
 	if err != nil {
-		return compare.Source{}, fmt.Errorf("reading snapshot %s: %w", path, err)
+		return input{}, fmt.Errorf("reading snapshot %s: %w", path, err)
 	}
 	if len(src.Events) == 0 {
-		return compare.Source{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: nothing to replay", compare.ErrEmptyTrace, path)
+		return input{}, fmt.Errorf("%w: snapshot %s has no trace entries and no live blocks: no events", compare.ErrEmptyTrace, path)
 	}
 	src.Frames = compare.FramesFromFile(path, snap) // -frames: read again, only for failing allocations
-	return src, nil
-}
-
-func decodeJSONL(name string, r io.Reader) (compare.Source, error) {
-	var events []trace.Event
-	for e, err := range trace.Decode(r) {
-		if err != nil {
-			return compare.Source{}, fmt.Errorf("reading %s: %w", name, err)
-		}
-		events = append(events, e)
-	}
-	if len(events) == 0 {
-		return compare.Source{}, fmt.Errorf("%w: %s has no events", compare.ErrEmptyTrace, name)
-	}
-	return compare.Source{Name: name, Events: slices.Clip(events)}, nil
+	return input{src: src, snap: snap}, nil
 }
 
 // namedJSONL reports whether path is named as a JSONL trace (.jsonl or
@@ -113,7 +130,7 @@ func (b *boundedReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.read += int64(n)
 	if b.read > b.limit {
-		return 0, &trace.TooLargeError{Limit: b.limit}
+		return 0, &trace.TooLargeError{Limit: b.limit, Kind: trace.InputJSONL}
 	}
 	return n, err
 }
