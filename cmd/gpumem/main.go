@@ -5,6 +5,7 @@
 //
 //	gpumem replay [flags] [FILE]     compare policies on a trace (default: the embedded one)
 //	gpumem advise SNAPSHOT [-capacity SIZE]
+//	gpumem diff A [B]                why run B needs more memory than run A
 //	gpumem convert SNAPSHOT -o TRACE.jsonl
 //	gpumem synth -workload NAME -seed N -o TRACE.jsonl
 //	gpumem info
@@ -91,6 +92,7 @@ const usageText = `usage:
                                     (FILE: .pickle/.json snapshot or .jsonl trace; default: embedded)
   gpumem advise SNAPSHOT [-capacity SIZE]
                                     which PyTorch allocator settings the workload needs
+  gpumem diff A [B]                 why run B needs more memory than run A (or two -torch-conf settings)
   gpumem convert SNAPSHOT -o TRACE.jsonl
   gpumem synth -workload NAME [-seed N] -o TRACE.jsonl
   gpumem info                       available backends and their properties
@@ -106,6 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return replayCmd(ctx, args[1:], stdout, stderr)
 	case "advise":
 		return adviseCmd(ctx, args[1:], stdout, stderr)
+	case "diff":
+		return diffCmd(ctx, args[1:], stdout, stderr)
 	case "convert":
 		return convertCmd(args[1:], stdout, stderr)
 	case "synth":

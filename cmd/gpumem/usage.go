@@ -89,10 +89,10 @@ func helpCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return nil
 	}
 	switch args[0] {
-	case "replay", "advise", "convert", "synth", "info", "version":
+	case "replay", "advise", "diff", "convert", "synth", "info", "version":
 		return run(ctx, []string{args[0], "-h"}, stdout, stdout)
 	}
-	return fmt.Errorf("%w: no command %q; the commands are replay, advise, convert, synth, info and version", errUsage, args[0])
+	return fmt.Errorf("%w: no command %q; the commands are replay, advise, diff, convert, synth, info and version", errUsage, args[0])
 }
 
 // messages is where a command's closing message goes: stdout, unless the
