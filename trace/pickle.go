@@ -226,6 +226,7 @@ type unpickler struct {
 	budget   heldBudget // the held-bytes limit (U6)
 	held     int64      // bytes held by the values built so far, the stack and marks aside
 	heldNext int64      // run checks the budget when held bytes pass this
+	refused  error      // the budget refused the stack's growth (growStack): run returns it
 
 	stack []any
 	marks []int   // stack heights of the open marks
@@ -392,6 +393,9 @@ const (
 // what is allowed now, so a real snapshot, which holds far less than its
 // allowance, is checked a few times in all (U6).
 func (u *unpickler) checkHeld(held int64) error {
+	if u.refused != nil {
+		return u.refused
+	}
 	read := u.base + int64(u.pos)
 	if err := u.budget.check(held, read); err != nil {
 		return err
@@ -610,29 +614,37 @@ func (u *unpickler) line() (string, error) {
 	}
 }
 
+// push pushes v. When the stack is full and the held-bytes budget does not
+// allow it to grow, v is dropped and run returns the refusal (u.refused)
+// before the next opcode: every opcode pushes last, so nothing reads the
+// stack in between.
 func (u *unpickler) push(v any) {
-	if len(u.stack) == cap(u.stack) {
-		u.growStack()
+	if len(u.stack) == cap(u.stack) && !u.growStack() {
+		return
 	}
 	u.stack = append(u.stack, v)
 }
 
-// growStack doubles the stack's capacity. append grows a large slice by a
-// quarter, and each old array stays in the process's memory until the
+// growStack doubles the stack's capacity, if the held-bytes budget allows
+// the doubled stack now; otherwise it allocates nothing, records the
+// refusal in u.refused and returns false (U6). append grows a large slice
+// by a quarter, and each old array stays in the process's memory until the
 // runtime returns it, so a long run of pushes held about five times the
-// stack it built; doubling bounds that by twice. A doubling the held-bytes
-// budget does not allow now is counted but not allocated: the stack grows
-// by the one slot the push needs, and the next check refuses the input
-// (U6), which so never allocates a stack twice what it is allowed.
-func (u *unpickler) growStack() {
+// stack it built; doubling bounds that by twice, and checking before the
+// allocation keeps a refused input from allocating the array it is
+// refused for.
+func (u *unpickler) growStack() bool {
 	n := max(2*cap(u.stack), 256)
-	if room := (u.budget.allowed(u.base+int64(u.pos)) - u.heldNow()) / stackSlotBytes; int64(n-cap(u.stack)) > room {
-		u.held += stackSlotBytes * int64(n-cap(u.stack)-1)
-		n = cap(u.stack) + 1
+	read := u.base + int64(u.pos)
+	if want := u.heldNow() + stackSlotBytes*int64(n-cap(u.stack)); want > u.budget.allowed(read) {
+		u.refused = u.budget.check(want, read)
+		u.heldNext = -1 // run's next check returns u.refused
+		return false
 	}
 	s := make([]any, len(u.stack), n)
 	copy(s, u.stack)
 	u.stack = s
+	return true
 }
 
 // heldNow is what the values built so far hold, the stack and marks
