@@ -39,6 +39,16 @@
 // shaders/, SPIR-V beside it, scripts/vulkan-shaders.sh regenerates it):
 // KernelSaxpy, KernelReduceU32, KernelAddU32, loaded with LoadShipped.
 //
+// A device runs at most maxComputeWorkGroupCount groups per dimension
+// (Backend.Info().Limits): 65,535 on many devices, lavapipe's included,
+// and never fewer; at a local size of 64 that is 4,194,240 items for a
+// kernel of one item per invocation. Dispatch refuses a larger count at
+// once, with an *ArgError matching ErrWorkGroupCount that names the count,
+// the dimension and the limit (the driver would fail the submission). A
+// kernel that loops over its items with a grid stride, as the shipped ones
+// do, is loaded with KernelSpec.GridStride: Dispatch caps its counts at
+// MaxStrideGroups and GroupsFor(n, local) works for any n.
+//
 // # Owns
 //
 //   - Loading: libvulkan.so.1 (Options.Library, else $GPUMEM_LIBVULKAN,
@@ -90,7 +100,9 @@
 //     memory, freed by Close).
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
 //     pipelines, descriptor sets per dispatch, push constants (checked
-//     against the module's block), device copies between an op's uses.
+//     against the module's block), group counts (checked against
+//     maxComputeWorkGroupCount, capped for grid-stride kernels), device
+//     copies between an op's uses.
 //   - Capture (capture.go): the queues are stream.Recorders; a capture
 //     is one command buffer (SIMULTANEOUS_USE), sealed into a
 //     *CommandGraph that each launch submits as one step.

@@ -46,6 +46,15 @@ var (
 	// anything.
 	ErrArgs = errors.New("vulkan: dispatch arguments do not fit the kernel")
 
+	// ErrWorkGroupCount is matched by the *ArgError of a dispatch whose
+	// group count in some dimension is past the device's
+	// maxComputeWorkGroupCount (65,535 on many devices): the driver cannot
+	// run it. The message names the count, the dimension and the limit.
+	// Split the work over several dispatches, or make the kernel loop over
+	// the grid and load it with KernelSpec.GridStride, whose counts
+	// Dispatch caps instead (see GroupsFor).
+	ErrWorkGroupCount = errors.New("vulkan: workgroup count past the device's maxComputeWorkGroupCount")
+
 	// ErrOpEnded is returned by an Op's methods called after its run
 	// function returned: its buffers may have moved and its stream runs
 	// other work.
@@ -129,11 +138,18 @@ func resultName(r int32) string {
 }
 
 // ArgError is a dispatch refused before the driver saw it: Kernel names the
-// kernel, Reason says what does not fit. It matches ErrArgs.
+// kernel, Reason says what does not fit. It matches ErrArgs, and a group
+// count past the device's limit also ErrWorkGroupCount.
 type ArgError struct {
 	Kernel string
 	Reason string
+
+	kind error // a narrower sentinel it matches too, or nil
 }
+
+// Is reports whether target is the narrower sentinel this refusal matches
+// besides ErrArgs (ErrWorkGroupCount).
+func (e *ArgError) Is(target error) bool { return e.kind != nil && target == e.kind }
 
 func (e *ArgError) Error() string {
 	return fmt.Sprintf("vulkan: dispatch %s: %s", e.Kernel, e.Reason)

@@ -15,11 +15,29 @@ import (
 // buffers at descriptor set 0, bindings 0 to Buffers-1, and PushConstants
 // bytes of push constants (a multiple of 4, at most maxPushConstantsSize)
 // at offset 0. Entry is the entry point ("" = "main").
+//
+// GridStride says the shader loops over its items with a stride of the
+// whole grid (gl_NumWorkGroups times its local size), so it covers them
+// with any number of groups. Dispatch then runs at most MaxStrideGroups
+// groups per dimension (fewer where the device allows fewer) whatever
+// count it is given, instead of refusing a count past the device's
+// maxComputeWorkGroupCount: GroupsFor(n, local) works for any n. The
+// module must read gl_NumWorkGroups (LoadKernel checks). The shipped
+// kernels are grid-stride kernels.
 type KernelSpec struct {
 	Entry         string
 	Buffers       int
 	PushConstants uint32
+	GridStride    bool
 }
+
+// MaxStrideGroups is the most groups per dimension Dispatch runs of a
+// GridStride kernel: the least maxComputeWorkGroupCount Vulkan allows a
+// device, so the same count runs everywhere, and small enough that a
+// shader's 32-bit invocation index and stride cannot wrap (65,535 groups of
+// at most 1,024 invocations each). It keeps any device busy: a grid-stride
+// kernel gains nothing from more.
+const MaxStrideGroups = 65535
 
 // Kernel is a compute pipeline: a shader module, its descriptor set layout
 // and pipeline layout, made by Backend.LoadKernel. Dispatch it inside an op
@@ -155,7 +173,45 @@ func (b *Backend) checkSpec(name string, spirv []byte, spec KernelSpec) error {
 	if !slices.Equal(bindings, want) {
 		return bad("the module binds descriptor set 0 at bindings %v, KernelSpec.Buffers = %d says %v", bindings, spec.Buffers, want)
 	}
+	if spec.GridStride {
+		reads, err := spirvReadsNumWorkgroups(spirv)
+		if err != nil {
+			return bad("%v", err)
+		}
+		if !reads {
+			// Dispatch may run fewer groups than asked for such a kernel:
+			// one that does not loop over the grid would skip items.
+			return bad("KernelSpec.GridStride is set, but the module does not read gl_NumWorkGroups: " +
+				"a kernel that does not stride over the grid would leave items undone when Dispatch caps its groups")
+		}
+	}
 	return nil
+}
+
+// SPIR-V decoration and built-in spirvReadsNumWorkgroups reads.
+const (
+	spvDecorationBuiltIn   = 11
+	spvBuiltInNumWorkgroup = 24
+)
+
+// spirvReadsNumWorkgroups reports whether the module declares the
+// NumWorkgroups built-in (gl_NumWorkGroups), which a grid-stride loop needs.
+func spirvReadsNumWorkgroups(code []byte) (bool, error) {
+	if _, err := spirvBindings(code); err != nil { // checks the header and the instruction stream
+		return false, err
+	}
+	word := func(i int) uint32 { return binary.LittleEndian.Uint32(code[4*i:]) }
+	n := len(code) / 4
+	for i := spvHeaderWords; i < n; {
+		w := word(i)
+		op, count := w&0xffff, int(w>>16)
+		if op == spvOpDecorate && count >= spvDecorateWordsMinLen &&
+			word(i+2) == spvDecorationBuiltIn && word(i+3) == spvBuiltInNumWorkgroup {
+			return true, nil
+		}
+		i += count
+	}
+	return false, nil
 }
 
 // SPIR-V opcodes and decorations spirvBindings reads.

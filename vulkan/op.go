@@ -123,9 +123,23 @@ func UseRange(i int, off, size uint64) Binding { return Binding{use: i, off: off
 type Groups struct{ X, Y, Z uint32 }
 
 // GroupsFor returns the 1-D groups covering n items with local size local
-// (the shader's local_size_x).
+// (the shader's local_size_x), one item per invocation: ceil(n/local)
+// (local 0 counts as 1), at most 2^32-1.
+//
+// A device runs at most maxComputeWorkGroupCount groups per dimension:
+// 65,535 on many devices (lavapipe's, and the least Vulkan allows), which
+// is 4,194,240 items at a local size of 64. Past that, a kernel whose spec
+// is GridStride (the shipped ones) still works: Dispatch caps its groups at
+// MaxStrideGroups and the kernel's loop covers the rest. For any other
+// kernel Dispatch refuses the count with an *ArgError matching
+// ErrWorkGroupCount; split the items over several dispatches, or make the
+// kernel loop over the grid and declare it GridStride.
 func GroupsFor(n uint64, local uint32) Groups {
-	g := (n + uint64(local) - 1) / uint64(max(local, 1))
+	l := uint64(max(local, 1))
+	g := n / l
+	if n%l != 0 {
+		g++
+	}
 	return Groups{X: uint32(min(g, math.MaxUint32)), Y: 1, Z: 1}
 }
 
@@ -174,8 +188,18 @@ func (p PushConstants) encode() ([]byte, error) {
 // a count that differs from the kernel's spec, a use the op does not have,
 // a window past its use, an offset off minStorageBufferOffsetAlignment, a
 // binding larger than maxStorageBufferRange, push constants of another
-// size, or groups of 0 or past maxComputeWorkGroupCount is an *ArgError
-// matching ErrArgs, and nothing is recorded.
+// size, or groups of 0 is an *ArgError matching ErrArgs, and nothing is
+// recorded.
+//
+// A group count past the device's maxComputeWorkGroupCount in some
+// dimension (65,535 on many devices; Backend.Info().Limits has the
+// device's) is refused here, with an *ArgError matching ErrArgs and
+// ErrWorkGroupCount that names the count, the dimension and the limit:
+// what a driver does with such a count is undefined. A run function that
+// returns the refusal fails its op, so the next Read of what the op writes
+// reports it too. A GridStride kernel's counts are capped at
+// MaxStrideGroups (or the device's limit, if lower) instead, and its loop
+// covers the items of the groups not run.
 func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushConstants) error {
 	if k == nil {
 		return fmt.Errorf("vulkan: op %q: dispatch of a nil *Kernel: %w", op.name, stream.ErrInvalid)
@@ -201,9 +225,21 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 	if uint32(len(pc)) != k.spec.PushConstants {
 		return bad("%d bytes of push constants, the kernel takes %d", len(pc), k.spec.PushConstants)
 	}
-	for i, g := range []uint32{groups.X, groups.Y, groups.Z} {
-		if g == 0 || g > lim.MaxComputeWorkGroupCount[i] {
-			return bad("workgroup count %d of dimension %d is outside 1..%d (maxComputeWorkGroupCount)", g, i, lim.MaxComputeWorkGroupCount[i])
+	dims := [3]*uint32{&groups.X, &groups.Y, &groups.Z}
+	for i, g := range dims {
+		limit := lim.MaxComputeWorkGroupCount[i]
+		if k.spec.GridStride {
+			limit = min(limit, MaxStrideGroups)
+			*g = min(*g, limit) // the kernel's loop covers the groups not run
+		}
+		switch {
+		case *g == 0:
+			return bad("workgroup count 0 in dimension %d: a dispatch runs at least one group in each dimension", i)
+		case *g > limit:
+			return &ArgError{Kernel: k.name, kind: ErrWorkGroupCount, Reason: fmt.Sprintf(
+				"workgroup count %d in dimension %d is past the device's limit of %d (maxComputeWorkGroupCount): "+
+					"split the work over several dispatches, or loop over the grid in the kernel and declare it KernelSpec.GridStride",
+				*g, i, limit)}
 		}
 	}
 	infos := make([]vkDescriptorBufferInfo, len(buffers))

@@ -14,13 +14,19 @@ import (
 //go:embed shaders/*.spv
 var shaderFiles embed.FS
 
-// Names of the shipped kernels, for Backend.LoadShipped.
+// Names of the shipped kernels, for Backend.LoadShipped. Each loops over
+// its items with a grid stride (KernelSpec.GridStride), so GroupsFor(n,
+// local) works for any n: Dispatch caps the groups at MaxStrideGroups and
+// the loop covers the rest, where a kernel of one item per invocation would
+// stop at maxComputeWorkGroupCount groups (4,194,240 items at a local size
+// of 64 on a device with the least limit, 65,535).
 const (
 	// KernelSaxpy: y[i] = a*x[i] + y[i] over float32; buffers x, y; push
 	// constants Push(n uint32, a float32); GroupsFor(n, 64).
 	KernelSaxpy = "saxpy"
-	// KernelReduceU32: sums[g] = the uint32 sum of v[256g:256g+256] (zeros
-	// past n); buffers v, sums; Push(n uint32); GroupsFor(n, 256).
+	// KernelReduceU32: sums[b] = the uint32 sum of v[256b:256b+256] (zeros
+	// past n) for each of the ceil(n/256) blocks b, whatever the number of
+	// groups; buffers v, sums; Push(n uint32); GroupsFor(n, 256).
 	KernelReduceU32 = "reduce_u32"
 	// KernelAddU32: v[i] += k over uint32; buffer v; Push(n, k uint32);
 	// GroupsFor(n, 64).
@@ -30,9 +36,9 @@ const (
 // shippedSpecs are the shipped kernels' argument layouts.
 func shippedSpecs() map[string]KernelSpec {
 	return map[string]KernelSpec{
-		KernelSaxpy:     {Buffers: 2, PushConstants: 8},
-		KernelReduceU32: {Buffers: 2, PushConstants: 4},
-		KernelAddU32:    {Buffers: 1, PushConstants: 8},
+		KernelSaxpy:     {Buffers: 2, PushConstants: 8, GridStride: true},
+		KernelReduceU32: {Buffers: 2, PushConstants: 4, GridStride: true},
+		KernelAddU32:    {Buffers: 1, PushConstants: 8, GridStride: true},
 	}
 }
 
