@@ -17,10 +17,15 @@ package gpumem_test
 // only.
 //
 //	go test -race -run ShadowModelOnVulkan -count=1 .
+//
+// Long run (new seeds until the duration has passed, then totals):
+//
+//	go test -run ShadowModelOnVulkan -soak 10m .
 
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -63,6 +68,10 @@ func TestShadowModelOnVulkan(t *testing.T) {
 			ops = *smOps
 		}
 	}
+	if *smSoak > 0 && *smSeed == 0 {
+		smSoakOnVulkan(t, *smSoak, ops)
+		return
+	}
 	var sum smTotals
 	for _, seed := range seeds {
 		start := time.Now()
@@ -71,6 +80,23 @@ func TestShadowModelOnVulkan(t *testing.T) {
 		t.Logf("seed %d (%s, %v): %s", seed, smVulkanConfig(seed).name, time.Since(start).Round(time.Millisecond), res)
 	}
 	t.Logf("total: %s", sum)
+}
+
+// smSoakOnVulkan is -soak on Vulkan: new seeds of ops operations each
+// (each on a fresh validated backend) until d has passed, then totals, as
+// smSoakRun prints them for the other storages.
+func smSoakOnVulkan(t *testing.T, d time.Duration, ops int) {
+	start := time.Now()
+	seed := uint64(time.Now().UnixNano())
+	var sum smTotals
+	for time.Since(start) < d && !t.Failed() {
+		seed++
+		fmt.Fprintf(os.Stderr, "shadow: seed %d (%s)\n", seed, smVulkanConfig(seed).name)
+		sum.add(smRunOnVulkan(t, seed, ops))
+	}
+	msg := fmt.Sprintf("vulkan soak %v: %s", time.Since(start).Round(time.Second), sum)
+	t.Log(msg)
+	fmt.Fprintln(os.Stderr, "shadow:", msg)
 }
 
 // smRunOnVulkan runs one seed on a fresh validated Vulkan backend and
