@@ -191,15 +191,19 @@ func (o *OutOfMemory) writeCause(b *strings.Builder, capacity uint64, policy str
 	here := fmt.Sprintf("%s live and %s requested", pool.Bytes(o.Live), pool.Bytes(o.Request))
 	switch o.Cause {
 	case CauseExhaustion:
-		if o.peakLive > o.Live+o.Request {
+		switch {
+		case o.Live+o.Request <= capacity:
 			fmt.Fprintf(&l, "cause: exhaustion. The run's peak live bytes, %s, pass the %s the allocator has: no allocator fits this run; shed at least %s. (Here %s fit, but the peak is still to come.)",
 				pool.Bytes(o.peakLive), pool.Bytes(capacity), pool.Bytes(o.Shed), here)
-		} else {
+		case o.peakLive > o.Live+o.Request:
+			fmt.Fprintf(&l, "cause: exhaustion. %s pass the %s the allocator has, and the run's peak, %s, is still to come: no allocator fits this run; shed at least %s.",
+				here, pool.Bytes(capacity), pool.Bytes(o.peakLive), pool.Bytes(o.Shed))
+		default:
 			fmt.Fprintf(&l, "cause: exhaustion. %s pass the %s the allocator has: no allocator fits this run; shed at least %s.",
 				here, pool.Bytes(capacity), pool.Bytes(o.Shed))
 		}
 	case CauseCache:
-		fmt.Fprintf(&l, "cause: cache. %s fit in %s, and the request would fit in the %s free on the device once the %s the allocator holds for other streams or pools (a CUDA graph's private pool, a capture underway, frees awaiting other streams' work) went back; its out-of-memory path does not release them.",
+		fmt.Fprintf(&l, "cause: cache. %s fit in %s, and the request would fit in the %s free on the device once the %s the allocator holds for other streams or pools (a CUDA graph's private pool, a capture underway, frees awaiting other streams' work) went back; its out-of-memory path does not release them. Release them first: close the graphs no longer needed (PyTorch then needs torch.cuda.empty_cache()), or let the other streams' work finish.",
 			here, pool.Bytes(capacity), pool.Bytes(o.FreeOnDevice), pool.Bytes(o.Held))
 	default:
 		fmt.Fprintf(&l, "cause: fragmentation. %s fit in %s (so does the run's peak, %s), but no free block is large enough: %s free on the device, %s free in reserved memory",

@@ -183,3 +183,33 @@ func TestOutOfMemoryCauseCache(t *testing.T) {
 		t.Fatalf("out_of_memory %v; want cause cache and largest_live [] (not null)", m)
 	}
 }
+
+// The shared snapshots' verdicts read right: the forward pass at 18 GiB
+// (peak live 18.02 GiB) is exhaustion even where PyTorch's model fails
+// early for want of a block, shed 24 MiB; the compression run at 4.2 GiB
+// (4509715661 B, as -capacity 4.2GiB reads; peak live 4.05 GiB) is fragmentation under PyTorch's defaults, with
+// expandable segments and gpumem's adaptive policy fitting instead.
+func TestOutOfMemoryCauseOnSharedSnapshots(t *testing.T) {
+	fwd := sharedSource(t, "transformer-ctx128-forward.pickle")
+	c, err := Run(context.Background(), fwd, Options{Policies: []string{Torch}, SkipCapacity: true, Capacity: 18 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := verdictOf(t, c, Torch).OutOfMemory
+	if o == nil || o.Cause != CauseExhaustion || o.Shed != c.PeakLive-18<<30 || o.Live+o.Request > 18<<30 || len(o.LargestLive) != largestLiveShown {
+		t.Fatalf("forward at 18 GiB: %+v", o)
+	}
+	var text strings.Builder
+	if err := c.WriteText(&text); err != nil || !strings.Contains(strings.Join(strings.Fields(text.String()), " "), "fit, but the peak is still to come") {
+		t.Fatalf("forward at 18 GiB (%v):\n%s", err, text.String())
+	}
+	comp := sharedSource(t, "llm-compression-empty-cache.pickle")
+	c, err = Run(context.Background(), comp, Options{Policies: []string{Torch}, SkipCapacity: true, Capacity: 4509715661})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = verdictOf(t, c, Torch).OutOfMemory
+	if o == nil || o.Cause != CauseFragmentation || strings.Join(o.FitsInstead, ",") != Adaptive+","+TorchExpandable || o.LargestFree == 0 || o.LargestFree >= o.Request {
+		t.Fatalf("compression at 4.2 GiB: %+v", o)
+	}
+}
