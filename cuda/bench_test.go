@@ -364,6 +364,9 @@ func BenchmarkTransfers(b *testing.B) {
 	}
 }
 
+// benchTransfers holds a raw allocation and a buffer of size (its page
+// perhaps larger): it skips on a device of less than four times that.
+
 func benchTransfers(b *testing.B, path string, size uint64) {
 	ctx := context.Background()
 	d, err := OpenDevice(Options{Library: path})
@@ -372,6 +375,9 @@ func benchTransfers(b *testing.B, path string, size uint64) {
 	}
 	defer d.Close()
 	c := d.Backend().(*Backend).Context()
+	if 4*size > c.TotalMem() {
+		b.Skipf("%s needs about %d bytes; the device has %d", sizeName(size), 4*size, c.TotalMem())
+	}
 	raw, err := c.Alloc(size)
 	if err != nil {
 		b.Fatal(err)

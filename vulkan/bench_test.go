@@ -595,6 +595,10 @@ func benchTransfers(b *testing.B, size uint64, gpuOnly bool) {
 		be.Close()
 		b.Skipf("%s transfers are measured on GPUs only (%s is a CPU device)", sizeName(size), be.Info().Name)
 	}
+	if m := be.Properties().MaxMemory; 4*size > m {
+		be.Close()
+		b.Skipf("%s needs about %d bytes; the device has %d", sizeName(size), 4*size, m)
+	}
 	d, err := gpumem.OpenBackend(be)
 	if err != nil {
 		be.Close()

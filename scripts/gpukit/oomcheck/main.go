@@ -114,6 +114,7 @@ func fill(d *gpumem.Device, chunk, limit uint64, prefix string, cls classify) (s
 	var held []*gpumem.Buffer
 	var total uint64
 	var refusal error
+	retries := d.Stats().ReserveRetries
 	t0 := time.Now()
 	for total+chunk <= limit {
 		b, err := s.Alloc(ctx, chunk)
@@ -130,7 +131,7 @@ func fill(d *gpumem.Device, chunk, limit uint64, prefix string, cls classify) (s
 	figure(prefix+"_bytes_held", total)
 	figure(prefix+"_bytes_allocated", st.BytesAllocated)
 	figure(prefix+"_seconds", fmt.Sprintf("%.3f", el.Seconds()))
-	figure(prefix+"_reserve_retries", st.ReserveRetries)
+	figure(prefix+"_reserve_retries", st.ReserveRetries-retries)
 	who := ""
 	if refusal != nil {
 		var detail string
