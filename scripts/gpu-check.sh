@@ -462,6 +462,21 @@ s_device() {
 			done
 		fi
 	fi
+	if [ "$VK_OK" = 1 ] && [ -n "$validation" ]; then
+		# Does the validation layer load here? If not, the Vulkan steps run
+		# without it rather than fail for it.
+		echo
+		echo "== the validation layer ($validation)"
+		local vp
+		vp="$(cd "$K/tree/vulkan" && CI=true with_timeout 60 "$K/test/vulkan.test" -test.count=1 -test.v -test.run '^TestValidationMessagesReachTheBackend$' 2>&1)"
+		echo "$vp" | tail -n 5
+		if grep -q '^--- PASS: TestValidationMessagesReachTheBackend' <<<"$vp"; then
+			fig validation "$validation"
+		else
+			fig validation "off: the layer does not work here ($(grep -v '^\s*$' <<<"$vp" | grep -v '^=== RUN' | head -n 2 | paste -sd' ' - | cut -c1-200))"
+			validation=""
+		fi
+	fi
 	fig cuda "$([ $CUDA_OK = 1 ] && echo available || echo "not available: $CUDA_WHY")"
 	fig vulkan "$([ $VK_OK = 1 ] && echo available || echo "not available: $VK_WHY")"
 	fig vulkan_is_gpu "$VK_GPU"
