@@ -197,6 +197,11 @@ func roundTrip(d *gpumem.Device, size uint64) error {
 	return nil
 }
 
+// fillLimit is where a fill stops when nothing refused: a tenth past the
+// capacity, no further, so a driver that hands out past its memory (host
+// memory behind it, say) is caught without exhausting the machine.
+func fillLimit(capacity uint64) uint64 { return capacity + capacity/10 }
+
 // chunkFor is the fill's buffer size: a 64th of the memory, between
 // 64 MiB and 1 GiB, in whole MiB.
 func chunkFor(capacity uint64) uint64 {
@@ -222,12 +227,12 @@ func checkCUDA() error {
 	figure("device_bytes", total)
 	figure("free_bytes", freeMem)
 	chunk := chunkFor(capacity)
-	who, err := fill(d, chunk, 2*capacity, "fill", classifyCUDA)
+	who, err := fill(d, chunk, fillLimit(capacity), "fill", classifyCUDA)
 	if err != nil {
 		return err
 	}
 	if who == "" {
-		return fmt.Errorf("fill: %d bytes on a device of %d without a refusal", 2*capacity, capacity)
+		return fmt.Errorf("fill: %d bytes on a device of %d without a refusal", fillLimit(capacity), capacity)
 	}
 
 	// The driver's own refusal: a raw allocation of a quarter of the free
@@ -241,7 +246,7 @@ func checkCUDA() error {
 		return fmt.Errorf("driver: the raw cuMemAlloc of %d bytes beside the device: %w", squat, err)
 	}
 	figure("driver_squatter_bytes", squat)
-	who, err = fill(d, chunk, 2*capacity, "driver", classifyCUDA)
+	who, err = fill(d, chunk, fillLimit(capacity), "driver", classifyCUDA)
 	if ferr := c.Free(p); ferr != nil && err == nil {
 		err = ferr
 	}
@@ -274,12 +279,12 @@ func checkVulkan() error {
 		info.Name, info.Type, capacity, b.Properties().MaxPageSize, info.MemoryBudget)
 	figure("heap_budget_bytes", capacity)
 	chunk := min(chunkFor(capacity), b.Properties().MaxPageSize)
-	who, err := fill(d, chunk, 2*capacity, "fill", classifyVulkan)
+	who, err := fill(d, chunk, fillLimit(capacity), "fill", classifyVulkan)
 	if err != nil {
 		return err
 	}
 	if who == "" {
-		return fmt.Errorf("fill: %d bytes on a heap budget of %d without a refusal", 2*capacity, capacity)
+		return fmt.Errorf("fill: %d bytes on a heap budget of %d without a refusal (the driver hands out past its heap)", fillLimit(capacity), capacity)
 	}
 	if info.Type == "CPU" {
 		fmt.Printf("driver: skipped: %s is a CPU device, which hands out past its heap (host memory, untouched); the budget refuses there\n", info.Name)
@@ -310,7 +315,7 @@ func checkVulkan() error {
 		squat += chunk
 	}
 	figure("driver_squatter_bytes", squat)
-	who, err = fill(d, chunk, 2*capacity, "driver", classifyVulkan)
+	who, err = fill(d, chunk, fillLimit(capacity), "driver", classifyVulkan)
 	for _, buf := range held2 {
 		buf.Free()
 	}
