@@ -35,6 +35,11 @@ type streamsOf struct {
 	// difference it measures is its own, whatever other goroutines did while
 	// a wait before it let the lock go.
 	gave *releaseTally
+	// dry, when set, is a WouldFit's dry run (wouldfit.go): the questions
+	// that decide whether a step has anything to do (HasOutdated,
+	// DeviceHasOutdated, CanCompact) read each stream's memory in its view,
+	// as it would be once the dry run's steps ran.
+	dry *dryRun
 }
 
 var _ relocation.Streams = streamsOf{}
@@ -68,7 +73,7 @@ func (x streamsOf) Recording() bool { return x.d.recordingLocked() != nil }
 
 // HasOutdated: the relocating stream's memory has outdated pages.
 func (x streamsOf) HasOutdated() bool {
-	return !x.d.noRelocate && !x.cleanOnly && x.s.mem.HasOutdated()
+	return !x.d.noRelocate && !x.cleanOnly && x.s.mem.HasOutdatedIn(x.dry.view(x.s))
 }
 
 // RelocationNeed: the relocating stream's memory's need.
@@ -110,7 +115,7 @@ func (x streamsOf) DeviceHasOutdated() bool {
 		return false
 	}
 	for _, s := range x.d.streams {
-		if s.mem.HasOutdated() {
+		if s.mem.HasOutdatedIn(x.dry.view(s)) {
 			return true
 		}
 	}
@@ -326,22 +331,15 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err
 	if invariantsOn {
 		d.assertLocked("makeRoomLocked")
 	}
+	if d.stageIdleLocked(s, size, err, stage, nil) {
+		return 0, errNothingToMove
+	}
 	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
-	switch stage {
-	case stageRelocate:
-		if x := (streamsOf{d: d, s: s}); (exhausted && !x.HasOutdated()) || (!exhausted && !x.DeviceHasOutdated()) {
-			return 0, errNothingToMove
+	if stage == stageRelocate && exhausted {
+		if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
+			return 0, rerr
 		}
-		if exhausted {
-			if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
-				return 0, rerr
-			}
-			return d.retryUpdateLocked(s)
-		}
-	case stageCompact:
-		if exhausted || !d.deviceCanCompactLocked(s, size, packGoal(s, compactGoal(err))) {
-			return 0, errNothingToMove
-		}
+		return d.retryUpdateLocked(s)
 	}
 	if u, uerr := d.retryUpdateLocked(s); uerr != nil || u != memory.Allow {
 		return u, uerr // a capture records: no reclaim under it
@@ -382,13 +380,33 @@ func (d *Device) makeRoomLocked(ctx context.Context, s *Stream, size uint64, err
 		if c == nil || goal == 0 || c.res.BytesFreed == 0 || c.res.BytesFreed >= goal || pass >= maxCompactPasses || d.closed {
 			break
 		}
-		if !d.deviceCanCompactLocked(s, size, goal-c.res.BytesFreed) {
+		if !d.deviceCanCompactLocked(s, size, goal-c.res.BytesFreed, nil) {
 			break
 		}
 		goal -= c.res.BytesFreed
 		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}}}
 	}
 	return d.retryUpdateLocked(s)
+}
+
+// stageIdleLocked reports that a make-room stage would move nothing for a
+// reservation of size on s that failed with err (makeRoomLocked answers
+// errNothingToMove then): relocating with nothing outdated (on s for
+// exhausted page sizes, where only a relocation of s that may allocate
+// helps; on any stream otherwise), compacting for exhausted page sizes
+// (which a denser pool does not cure) or with no stream that could
+// compact. The cleanup stage always runs. dry: a WouldFit's dry run, whose
+// views the questions read (nil: the device as it is).
+func (d *Device) stageIdleLocked(s *Stream, size uint64, err error, stage roomStage, dry *dryRun) bool {
+	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
+	switch stage {
+	case stageRelocate:
+		x := streamsOf{d: d, s: s, dry: dry}
+		return (exhausted && !x.HasOutdated()) || (!exhausted && !x.DeviceHasOutdated())
+	case stageCompact:
+		return exhausted || !d.deviceCanCompactLocked(s, size, packGoal(s, compactGoal(err)), dry)
+	}
+	return false
 }
 
 // packGoal is the goal a make-room compaction pass plans toward, for a
@@ -442,11 +460,12 @@ func compactGoal(err error) uint64 {
 // a reservation of size on s: a hole in s's pages, or a current page of
 // any stream given back by a compaction toward goal, the pass's own (a
 // repack or small pages into the arena only with one; false under
-// WithoutRelocation or WithoutCompaction).
-func (d *Device) deviceCanCompactLocked(s *Stream, size, goal uint64) bool {
+// WithoutRelocation or WithoutCompaction). dry: a WouldFit's dry run, in
+// whose views the streams' memories are read (nil: as they are).
+func (d *Device) deviceCanCompactLocked(s *Stream, size, goal uint64, dry *dryRun) bool {
 	pass := &compactPass{lim: pool.CompactLimits{Goal: goal}, hole: size, holeFor: s}
 	for _, t := range d.streams {
-		if (streamsOf{d: d, s: t, compact: pass}).CanCompact() {
+		if (streamsOf{d: d, s: t, compact: pass, dry: dry}).CanCompact() {
 			return true
 		}
 	}
@@ -469,10 +488,11 @@ func (x streamsOf) CanCompact() bool {
 	if x.d.noRelocate || x.d.noCompact || x.cleanOnly || (x.compact != nil && x.compact.spent()) {
 		return false
 	}
-	if x.compact.wantsHole(x.s) && x.s.mem.CanMakeHole(x.compact.hole) {
+	v := x.dry.view(x.s)
+	if x.compact.wantsHole(x.s) && x.s.mem.CanMakeHoleIn(v, x.compact.hole) {
 		return true
 	}
-	return x.s.mem.CanCompact(x.compact.underPressure())
+	return x.s.mem.CanCompactIn(v, x.compact.underPressure())
 }
 
 // CompactMemory compacts the relocating stream's current pages, copying on

@@ -211,7 +211,13 @@ func (d *Device) unlock(borrowed bool) {
 // memory, refusing an op that would have to borrow it.
 func (d *Device) lockUnlessBorrowed(call string) error {
 	if d.lockOrBorrow() {
-		return fmt.Errorf("gpumem: %s: %w (this backend runs an op inside Enqueue, with the device held)", call, ErrCalledFromOp)
+		return errBorrowed(call)
 	}
 	return nil
+}
+
+// errBorrowed is the refusal of call from an op that borrows the device
+// (lockUnlessBorrowed), which WouldFit reports for the Alloc it stands for.
+func errBorrowed(call string) error {
+	return fmt.Errorf("gpumem: %s: %w (this backend runs an op inside Enqueue, with the device held)", call, ErrCalledFromOp)
 }

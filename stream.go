@@ -152,7 +152,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		// no replay of the trace can try the reservation the way the
 		// device did (design §14).
 		for _, t := range d.streams {
-			if t == s || !t.capture.Recording() {
+			if s.releasesPassedOf(t) {
 				t.releasePassedLocked()
 			}
 		}
@@ -191,7 +191,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 	// served from storage of its own would find no such room there (its
 	// storage goes back when freed).
 	exact := func() (*handle.Handle, error) {
-		if d.closed || s.pageUpdateLocked() != memory.Allow || d.captureWindowOpenLocked() {
+		if !s.exactAllowedLocked() {
 			return nil, errExactNotTried // the retry's error stands
 		}
 		h, err := s.mem.ReserveExact(size)
@@ -257,6 +257,22 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 		d.recordAllocLocked(hist, s, h, size, mark)
 	}
 	return b, nil
+}
+
+// releasesPassedOf reports whether an Alloc on s, which does not record,
+// releases t's cross-stream uses that passed before it reserves: every
+// stream's but another recording one's (a stream that records keeps its
+// own). WouldFit counts the same releases.
+func (s *Stream) releasesPassedOf(t *Stream) bool { return t == s || !t.capture.Recording() }
+
+// exactAllowedLocked reports whether a failed reservation of s may be
+// served from storage of its own size now (Alloc's exact step): the device
+// open, the page update Allow, and no capture window open (the rehearsal
+// and the recording reserve from the pools what the warmup reserved, and a
+// warmup buffer served from storage of its own would find no such room
+// there).
+func (s *Stream) exactAllowedLocked() bool {
+	return !s.d.closed && s.pageUpdateLocked() == memory.Allow && !s.d.captureWindowOpenLocked()
 }
 
 // Window opens a mode window (Persistent or Dedicated) for the stream's next

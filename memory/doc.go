@@ -9,7 +9,11 @@
 // cleanup, the relocate entry point), [Dynamic] memory
 // ([ExclusivePools] or [Adaptive] = tiny + small + arena), [Config] and
 // [Properties] with validation errors, reports, [ErrPageUpdateForbidden],
-// [ErrInvalidConfig], [ErrAlreadyPlaced] and [MaySucceedAfterReclaim].
+// [ErrInvalidConfig], [ErrAlreadyPlaced] and [MaySucceedAfterReclaim];
+// the dry runs of a reservation and a cleanup ([Manager.WouldReserve],
+// [Manager.WouldReserveExact], [Manager.WouldCleanup]), which take the
+// reservation's routes and ask each pool its dry form (pool would.go), so
+// a device can say whether an allocation would fit before making it.
 //
 // # Invariants
 //

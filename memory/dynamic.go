@@ -27,6 +27,12 @@ type Dynamic interface {
 	Cleanup(st storage.Storage, allocNr uint64, kind pool.CleanupKind)
 	// Report describes every pool, smallest first.
 	Report() []pool.Report
+	// WouldReserve, WouldTryReserve and WouldCleanup are Reserve,
+	// TryReserve and Cleanup in a dry run's view (pool would.go): what they
+	// would do, changing nothing.
+	WouldReserve(v *pool.View, size uint64) pool.Would
+	WouldTryReserve(v *pool.View, size uint64) pool.Would
+	WouldCleanup(v *pool.View, allocNr uint64, kind pool.CleanupKind)
 }
 
 // Relocating is a dynamic memory whose growth leaves outdated pages behind
@@ -55,6 +61,11 @@ type Relocating interface {
 	// CanMakeHole reports, without planning, whether MakeHole might make
 	// room for a reservation of size in the pool that would serve it.
 	CanMakeHole(size uint64) bool
+	// HasOutdatedIn, CanCompactIn and CanMakeHoleIn are HasOutdated,
+	// CanCompact and CanMakeHole in a dry run's view (nil: as it is).
+	HasOutdatedIn(v *pool.View) bool
+	CanCompactIn(v *pool.View, underPressure bool) bool
+	CanMakeHoleIn(v *pool.View, size uint64) bool
 	// MakeHole moves the live allocations of the cheapest run of slices
 	// that would hold a reservation of size onto other pages, so that
 	// reservation finds room without a new page.
@@ -141,13 +152,13 @@ func (a *AdaptiveMemory) Arena() *pool.Arena { return a.arena }
 // Reserve implements Dynamic: tiny for zero bytes, small up to 64 KiB,
 // arena for everything else.
 func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
-	switch {
-	case size == 0:
+	switch a.route(size) {
+	case toTiny:
 		if h := a.tiny.TryReserve(st, 0, a.g); h != nil {
 			return h, nil
 		}
 		return a.tiny.Alloc(st, 0)
-	case a.small.Accept(size):
+	case toSmall:
 		if h := a.small.TryReserve(st, size, a.g); h != nil {
 			return h, nil
 		}
@@ -156,22 +167,41 @@ func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handl
 	return a.arena.Reserve(st, size, a.g)
 }
 
+// adaptiveRoute is the pool of the adaptive memory a size goes to.
+type adaptiveRoute uint8
+
+const (
+	toArena adaptiveRoute = iota
+	toTiny                // zero bytes (design §5.2)
+	toSmall               // up to the small pool's largest slice
+)
+
+// route is the pool a reservation of size goes to: every reservation, and
+// its dry run, reads it.
+func (a *AdaptiveMemory) route(size uint64) adaptiveRoute {
+	switch {
+	case size == 0:
+		return toTiny
+	case a.small.Accept(size):
+		return toSmall
+	}
+	return toArena
+}
+
 // routesToArena reports that Reserve sends size to the arena (neither the
 // tiny nor the small pool).
-func (a *AdaptiveMemory) routesToArena(size uint64) bool {
-	return size != 0 && !a.small.Accept(size)
-}
+func (a *AdaptiveMemory) routesToArena(size uint64) bool { return a.route(size) == toArena }
 
 // ReserveFor implements HeldBinder: Reserve's routes, each binding assigned
 // to a slice its held room serves.
 func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
-	switch {
-	case size == 0:
+	switch a.route(size) {
+	case toTiny:
 		if a.tiny.TryReserveFor(0, a.g, assigned, cursor) {
 			return nil, nil
 		}
 		return a.tiny.Alloc(st, 0)
-	case a.small.Accept(size):
+	case toSmall:
 		if a.small.TryReserveFor(st, size, a.g, assigned, cursor) {
 			return nil, nil
 		}
@@ -182,10 +212,10 @@ func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *h
 
 // TryReserve implements Dynamic.
 func (a *AdaptiveMemory) TryReserve(st storage.Storage, size uint64) *handle.Handle {
-	switch {
-	case size == 0:
+	switch a.route(size) {
+	case toTiny:
 		return a.tiny.TryReserve(st, 0, a.g)
-	case a.small.Accept(size):
+	case toSmall:
 		return a.small.TryReserve(st, size, a.g)
 	}
 	return a.arena.TryReserve(st, size, a.g)
@@ -354,7 +384,12 @@ func (e *ExclusivePools) alloc(st storage.Storage, size uint64) (*handle.Handle,
 			return b.Alloc(st, size)
 		}
 	}
-	return nil, fmt.Errorf("%w: %d bytes exceed the largest exclusive bucket of %d bytes (raise the max page size)",
+	return nil, e.errTooBig(size)
+}
+
+// errTooBig is the refusal of a size no bucket accepts.
+func (e *ExclusivePools) errTooBig(size uint64) error {
+	return fmt.Errorf("%w: %d bytes exceed the largest exclusive bucket of %d bytes (raise the max page size)",
 		pool.ErrBufferTooBig, size, e.buckets[len(e.buckets)-1].MaxAlloc())
 }
 
@@ -416,7 +451,18 @@ var (
 // small pool might give a page back; on whole pages, also a small page
 // into the arena's room (under pressure, smallIntoArenaTarget).
 func (a *AdaptiveMemory) CanCompact(underPressure bool) bool {
-	return a.arena.CanCompact(underPressure) || a.small.CanCompact(underPressure) || a.smallIntoArenaTarget(underPressure).can()
+	return a.CanCompactIn(nil, underPressure)
+}
+
+// CanCompactIn implements Relocating: CanCompact in a dry run's view.
+func (a *AdaptiveMemory) CanCompactIn(v *pool.View, underPressure bool) bool {
+	return a.arena.CanCompactIn(v, underPressure) || a.small.CanCompactIn(v, underPressure) || a.smallIntoArenaCan(v, underPressure)
+}
+
+// smallIntoArenaCan is smallIntoArenaTarget's can, in view v (nil: as it
+// is).
+func (a *AdaptiveMemory) smallIntoArenaCan(v *pool.View, underPressure bool) bool {
+	return underPressure && a.granule == 0 && a.small.PagesIn(v) > 0 && a.arena.CanCompactWithIn(v, a.small)
 }
 
 // compactTarget is one place a compaction plans and lands: the arena (its
@@ -446,9 +492,7 @@ func (a *AdaptiveMemory) arenaTarget(underPressure bool) compactTarget {
 // small pool exists to keep metadata off the arena.
 func (a *AdaptiveMemory) smallIntoArenaTarget(underPressure bool) compactTarget {
 	return compactTarget{
-		can: func() bool {
-			return underPressure && a.granule == 0 && a.small.Pages() > 0 && a.arena.CanCompactWith(a.small)
-		},
+		can: func() bool { return a.smallIntoArenaCan(nil, underPressure) },
 		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 			return a.arena.PlanCompactWith(a.small, l, st, g)
 		},
@@ -505,14 +549,15 @@ func (a *AdaptiveMemory) Compact(st storage.Storage, q relocation.CopyQueue, lim
 // holeTarget is where a reservation of size would be served from in room
 // held today (the small pool, or the arena's current pool when size fits
 // its pages), as a compaction target making a hole there; false for zero
-// bytes or a growth, which no hole cures.
-func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
-	switch {
-	case size == 0:
+// bytes or a growth, which no hole cures. Its can reads view v (nil: as
+// it is).
+func (a *AdaptiveMemory) holeTarget(v *pool.View, size uint64) (compactTarget, bool) {
+	switch a.route(size) {
+	case toTiny:
 		return compactTarget{}, false
-	case a.small.Accept(size):
+	case toSmall:
 		t := a.smallTarget(true)
-		t.can = func() bool { return a.small.CanHole(size) }
+		t.can = func() bool { return a.small.CanHoleIn(v, size) }
 		t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 			return a.small.PlanHole(size, l, st, g)
 		}
@@ -522,7 +567,7 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 		return compactTarget{}, false
 	}
 	t := a.arenaTarget(true)
-	t.can = func() bool { return a.arena.CanHole(size) }
+	t.can = func() bool { return a.arena.CanHoleIn(v, size) }
 	t.plan = func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 		return a.arena.PlanHole(size, l, st, g)
 	}
@@ -534,9 +579,9 @@ func (a *AdaptiveMemory) holeTarget(size uint64) (compactTarget, bool) {
 // map (goal: the bytes it lacked, lim.Goal): the arena's pools and the
 // small pool as one scope (pool.Arena.PlanUnmapWith), since the budget is
 // the device's whichever pool gives a granule back.
-func (a *AdaptiveMemory) unmapTarget() compactTarget {
+func (a *AdaptiveMemory) unmapTarget(v *pool.View) compactTarget {
 	return compactTarget{
-		can: func() bool { return a.arena.CanUnmapWith(a.small) },
+		can: func() bool { return a.arena.CanUnmapWithIn(v, a.small) },
 		plan: func(l pool.CompactLimits, st storage.Storage, g *handle.ErrorGraph) (*relocation.Relocation, pool.CompactPlan) {
 			return a.arena.PlanUnmapWith(a.small, l.Goal, l, st, g)
 		},
@@ -551,11 +596,14 @@ func (a *AdaptiveMemory) unmapTarget() compactTarget {
 // CanMakeHole implements Relocating: the pool that would serve size might
 // be compacted into a hole for it (pool.Sliced.CanHole); on granular
 // storage, some mapped granule might be freed (pool.Sliced.CanUnmap).
-func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
+func (a *AdaptiveMemory) CanMakeHole(size uint64) bool { return a.CanMakeHoleIn(nil, size) }
+
+// CanMakeHoleIn implements Relocating: CanMakeHole in a dry run's view.
+func (a *AdaptiveMemory) CanMakeHoleIn(v *pool.View, size uint64) bool {
 	if a.granule > 0 {
-		return a.unmapTarget().can()
+		return a.unmapTarget(v).can()
 	}
-	t, ok := a.holeTarget(size)
+	t, ok := a.holeTarget(v, size)
 	return ok && t.can()
 }
 
@@ -567,14 +615,14 @@ func (a *AdaptiveMemory) CanMakeHole(size uint64) bool {
 // page.
 func (a *AdaptiveMemory) MakeHole(st storage.Storage, q relocation.CopyQueue, size uint64, lim pool.CompactLimits) relocation.Outcome {
 	if a.granule > 0 {
-		t := a.unmapTarget()
+		t := a.unmapTarget(nil)
 		if !t.can() {
 			return relocation.Outcome{Kind: relocation.NothingToMove}
 		}
 		o, _ := a.compactOne(st, q, t.plan, t.commit, lim)
 		return o
 	}
-	t, ok := a.holeTarget(size)
+	t, ok := a.holeTarget(nil, size)
 	if !ok {
 		return relocation.Outcome{Kind: relocation.NothingToMove}
 	}

@@ -289,23 +289,29 @@ func (m *Manager) reserve(size uint64, u PageUpdate, to *bindTo) (*handle.Handle
 	if h := m.reserveHeld(size); h != nil {
 		return h, nil
 	}
-	return nil, fmt.Errorf("%w: %d bytes in %s mode, no held room fits (a recording finds room for what its warmup allocated, in the warmup's order: warm up with the same allocations and frees)", ErrPageUpdateForbidden, size, m.Mode())
+	return nil, m.errForbidden(size)
+}
+
+// errForbidden is a Forbidden reservation's refusal of size (and its dry
+// run's): no held room serves it.
+func (m *Manager) errForbidden(size uint64) error {
+	return fmt.Errorf("%w: %d bytes in %s mode, no held room fits (a recording finds room for what its warmup allocated, in the warmup's order: warm up with the same allocations and frees)", ErrPageUpdateForbidden, size, m.Mode())
 }
 
 func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
 	m.allocNr++
-	mode := m.Mode()
-	if mode == Dedicated || m.aboveLargestPage(size) {
+	r := m.addRoute(size, m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size))
+	if r.dedicated {
 		m.debug("dedicated", size)
 		return m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
 	}
-	if mode == Persistent || m.cfg.Persistent == SizeMatch {
+	if r.persistentHeld {
 		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
 			m.debug("persistent (held)", size)
 			return h, nil
 		}
 	}
-	if mode == Persistent || (m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size)) {
+	if r.persistentNew {
 		m.debug("persistent (new slice)", size)
 		if m.cfg.LogLevel >= LogBasic {
 			m.log.Info("gpumem: new persistent page", "stream", m.name, "size", size)
@@ -326,6 +332,30 @@ func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.
 	return h, err
 }
 
+// addRoute is where reserveAdding serves a size (design §6.3): the
+// dedicated pool (a Dedicated window, or a size above the largest page);
+// else held persistent room first (a Persistent window, or SizeMatch);
+// then a new persistent slot (a Persistent window, or SizeMatch with a
+// bucket of the size); else the dynamic memory. A reservation and its dry
+// run (WouldReserve) both read it.
+type addRoute struct {
+	dedicated, persistentHeld, persistentNew bool
+}
+
+// addRoute is the route of a reservation of size under the current mode;
+// sizeMatched: the config is SizeMatch and the persistent pool has a bucket
+// of size (Persistent.HasSize, or in a dry run its view's).
+func (m *Manager) addRoute(size uint64, sizeMatched bool) addRoute {
+	mode := m.Mode()
+	if mode == Dedicated || m.aboveLargestPage(size) {
+		return addRoute{dedicated: true}
+	}
+	return addRoute{
+		persistentHeld: mode == Persistent || m.cfg.Persistent == SizeMatch,
+		persistentNew:  mode == Persistent || sizeMatched,
+	}
+}
+
 // ErrOwnSizeTried is ReserveExact's answer for a size whose latest
 // reservation already asked the storage for a page of exactly its own
 // effective size and was refused (the adaptive arena on whole pages, pool
@@ -340,16 +370,26 @@ var ErrOwnSizeTried = errors.New("memory: own-size storage already tried")
 // whose own-size page would be the larger smallest page, or that found the
 // arena's page sizes exhausted, never asked those bytes: it gets its
 // dedicated try.
-func (m *Manager) ownSizeTried(size uint64) bool {
+func (m *Manager) ownSizeTried(size uint64) bool { return m.ownSizeTriedIn(nil, nil, size) }
+
+// ownSizeTriedIn is ownSizeTried in a dry run's view v, after its latest
+// reservation last (nil, nil: as it is).
+func (m *Manager) ownSizeTriedIn(v *pool.View, last *pool.Would, size uint64) bool {
 	mode := m.Mode()
 	if mode == Dedicated || mode == Persistent || m.aboveLargestPage(size) || m.granule > 0 {
 		return false
 	}
-	if m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size) {
+	if m.cfg.Persistent == SizeMatch && m.persistent.HasSizeIn(v, size) {
 		return false
 	}
 	a, ok := m.dynamic.(*AdaptiveMemory)
-	return ok && a.routesToArena(size) && a.arena.RefusedOwnSize(size)
+	if !ok || !a.routesToArena(size) {
+		return false
+	}
+	if last != nil {
+		return a.arena.RefusedOwnSizeIn(*last, size)
+	}
+	return a.arena.RefusedOwnSize(size)
 }
 
 // ReserveExact serves size from storage of its own size (the direct pool,
@@ -359,7 +399,7 @@ func (m *Manager) ownSizeTried(size uint64) bool {
 // returned as it is. On error nothing changed (M2).
 func (m *Manager) ReserveExact(size uint64) (*handle.Handle, error) {
 	if m.ownSizeTried(size) {
-		return nil, fmt.Errorf("%w: the arena already asked for a page of the %d bytes' own size", ErrOwnSizeTried, size)
+		return nil, errOwnSizeTried(size)
 	}
 	m.debug("dedicated (fallback)", size)
 	h, err := m.dedicated.AllocMayRelease(m.st, size, true, m.g)
@@ -367,6 +407,11 @@ func (m *Manager) ReserveExact(size uint64) (*handle.Handle, error) {
 		m.checkInvariants("ReserveExact")
 	}
 	return h, err
+}
+
+// errOwnSizeTried is ReserveExact's refusal of size (and its dry run's).
+func errOwnSizeTried(size uint64) error {
+	return fmt.Errorf("%w: the arena already asked for a page of the %d bytes' own size", ErrOwnSizeTried, size)
 }
 
 // aboveLargestPage reports whether size is larger than any page the
@@ -382,21 +427,47 @@ func (m *Manager) aboveLargestPage(size uint64) bool {
 }
 
 func (m *Manager) reserveHeld(size uint64) *handle.Handle {
-	if m.aboveLargestPage(size) {
+	switch m.heldRoute(size) {
+	case heldDedicated:
 		return m.dedicated.TryReserve(m.st, size, m.g)
-	}
-	switch m.Mode() {
-	case Dedicated:
-		return m.dedicated.TryReserve(m.st, size, m.g)
-	case Persistent:
+	case heldPersistent:
 		return m.persistent.TryReserve(m.st, size, m.g)
-	}
-	if m.cfg.Persistent == SizeMatch {
+	case heldSizeMatch:
 		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
 			return h
 		}
 	}
 	return m.dynamic.TryReserve(m.st, size)
+}
+
+// heldRoute is where reserveHeld looks for room (design §6.3): the
+// dedicated pool (a Dedicated window, or a size above the largest page),
+// the persistent pool (a Persistent window), the persistent pool then the
+// dynamic memory (SizeMatch), or the dynamic memory. A reservation and its
+// dry run both read it.
+type heldRoute uint8
+
+const (
+	heldDynamic heldRoute = iota
+	heldDedicated
+	heldPersistent
+	heldSizeMatch
+)
+
+func (m *Manager) heldRoute(size uint64) heldRoute {
+	if m.aboveLargestPage(size) {
+		return heldDedicated
+	}
+	switch m.Mode() {
+	case Dedicated:
+		return heldDedicated
+	case Persistent:
+		return heldPersistent
+	}
+	if m.cfg.Persistent == SizeMatch {
+		return heldSizeMatch
+	}
+	return heldDynamic
 }
 
 func (m *Manager) debug(route string, size uint64) {
@@ -657,7 +728,11 @@ func (m *Manager) cleanup(kind pool.CleanupKind) {
 // memory without a MaxMemory figure is never under pressure. The rule
 // judges this stream's storage only; the device's other streams are not
 // seen from here.
-func (m *Manager) underPressure() bool {
+func (m *Manager) underPressure() bool { return m.underPressureAt(m.st.BytesAllocated()) }
+
+// underPressureAt is underPressure for a storage holding allocated bytes
+// (a dry run's figure, pool.Dry.Allocated).
+func (m *Manager) underPressureAt(allocated uint64) bool {
 	capacity := m.props.MaxMemory
 	if capacity == 0 {
 		return false
@@ -666,7 +741,7 @@ func (m *Manager) underPressure() bool {
 	if a, ok := m.dynamic.(*AdaptiveMemory); ok {
 		page = max(page, storage.RoundUp(a.arena.LargestServed(), m.granule))
 	}
-	return storage.SatAdd(m.st.BytesAllocated(), page) > storage.SatSub(capacity, page)
+	return storage.SatAdd(allocated, page) > storage.SatSub(capacity, page)
 }
 
 // Granule is the mapping granule of the storage the pools use: 0 when pages

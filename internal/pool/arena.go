@@ -143,34 +143,69 @@ func NewArena(sizing PageSizing, lim Limits, log *slog.Logger) *Arena {
 // that does not tile it, gets a page of its own size (PL32, ownPageFor); if
 // the storage refuses it, the rest runs as written.
 func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.Handle, error) {
-	if own, ok := a.ownPageFor(st, p, size); ok {
-		if h, err := p.allocSized(st, size, own); err == nil {
-			a.largeOwnPages++
-			return h, nil
+	var h *handle.Handle
+	kind, refused, err := a.pageTries(storage.GranuleOf(st), p, size, func(bytes uint64) error {
+		var err error
+		h, err = p.allocSized(st, size, bytes)
+		return err
+	})
+	if refused != 0 {
+		a.refusedOwn = refused
+	}
+	if err != nil {
+		return nil, err
+	}
+	switch kind {
+	case ownLargePage:
+		a.largeOwnPages++
+	case ownRefusedPage:
+		a.ownSizePages++
+	}
+	return h, nil
+}
+
+// pageKind is which of allocPage's pages was granted.
+type pageKind uint8
+
+const (
+	poolPage       pageKind = iota // a page of the pool's size
+	ownLargePage                   // PL32's page of the reservation's own size
+	ownRefusedPage                 // PL30's page of its own size, after a refusal
+)
+
+// pageTries is allocPage's sequence of page requests for a reservation of
+// size on p, on storage of mapping granule granule, written once for the
+// reservation (try adds the page) and its dry run (try asks a Dry
+// storage): PL32's own-size page, then the pool's page, then (whole pages,
+// a refusal for want of memory) PL30's own-size page. try(bytes) asks for
+// a page of bytes; the sequence stops at the first granted. It returns
+// which was granted, and, when the storage refused a page of the
+// reservation's exact effective size, that size (Arena.refusedOwn).
+func (a *Arena) pageTries(granule uint64, p *Sliced, size uint64, try func(bytes uint64) error) (kind pageKind, refusedOwn uint64, err error) {
+	if own, ok := a.ownPageFor(granule, p, size); ok {
+		if try(own) == nil {
+			return ownLargePage, 0, nil
 		}
 		// Refused: the pool's page is asked as before (and PL30 after it),
 		// so a refusal here changes nothing.
 	}
-	h, err := p.Alloc(st, size)
-	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) || storage.GranuleOf(st) > 0 {
-		return h, err
+	err = try(p.pageSize)
+	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) || granule > 0 {
+		return poolPage, 0, err
 	}
 	_, need := padded(size, a.sizing.Align)
 	own := max(need, a.sizing.Min)
 	if own >= p.pageSize {
 		if need == p.pageSize {
-			a.refusedOwn = need // the page refused was exactly its own size
+			refusedOwn = need // the page refused was exactly its own size
 		}
-		return nil, err
+		return poolPage, refusedOwn, err
 	}
-	h, err = p.allocSized(st, size, own)
-	switch {
-	case err == nil:
-		a.ownSizePages++
-	case errors.Is(err, storage.ErrOutOfMemory):
-		a.refusedOwn = own
+	err = try(own)
+	if errors.Is(err, storage.ErrOutOfMemory) {
+		refusedOwn = own
 	}
-	return h, err
+	return ownRefusedPage, refusedOwn, err
 }
 
 // ownPageFor is PL32: on storage that backs pages whole, the page a
@@ -201,8 +236,8 @@ func (a *Arena) allocPage(st storage.Storage, p *Sliced, size uint64) (*handle.H
 // peak places every buffer as the unlimited run does until the first
 // refusal (the do-no-harm test's first property), unlike the own-size page
 // ahead of pressure that was measured and rejected (design §5.3).
-func (a *Arena) ownPageFor(st storage.Storage, p *Sliced, size uint64) (uint64, bool) {
-	if storage.GranuleOf(st) > 0 {
+func (a *Arena) ownPageFor(granule uint64, p *Sliced, size uint64) (uint64, bool) {
+	if granule > 0 {
 		return 0, false // a page is address space: the granules cost the same on any page
 	}
 	_, need := padded(size, a.sizing.Align)
@@ -234,9 +269,16 @@ const ownPageShareDiv = 8
 // same request refused. Not so when the own-size page was larger than size
 // (the smallest page is Min), when none was asked (the pool's page was no
 // larger, or the growth found no slot), or on granular storage.
-func (a *Arena) RefusedOwnSize(size uint64) bool {
+func (a *Arena) RefusedOwnSize(size uint64) bool { return a.refusedOwnOf(a.refusedOwn, size) }
+
+// RefusedOwnSizeIn is RefusedOwnSize after a dry run's reservation w.
+func (a *Arena) RefusedOwnSizeIn(w Would, size uint64) bool {
+	return a.refusedOwnOf(w.RefusedOwn, size)
+}
+
+func (a *Arena) refusedOwnOf(refused, size uint64) bool {
 	_, need := padded(size, a.sizing.Align)
-	return a.refusedOwn != 0 && a.refusedOwn == need
+	return refused != 0 && refused == need
 }
 
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
@@ -289,7 +331,7 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 	kind, grown := a.sizing.Fit(size, a.PageSize())
 	switch kind {
 	case TooLarge:
-		return nil, fmt.Errorf("%w: %d bytes exceed the largest page size of %d bytes (raise the max page size)", ErrBufferTooBig, size, a.sizing.Max)
+		return nil, a.errTooLarge(size)
 	case Grow:
 		return a.grow(st, size, grown)
 	}
@@ -351,36 +393,23 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 	return h, err
 }
 
+// errTooLarge is Reserve's refusal of a size no page size holds.
+func (a *Arena) errTooLarge(size uint64) error {
+	return fmt.Errorf("%w: %d bytes exceed the largest page size of %d bytes (raise the max page size)", ErrBufferTooBig, size, a.sizing.Max)
+}
+
 // grow builds the next current pool in the lowest empty slot, with its first
-// page holding size, before switching (PL28). The page size is
-// growthPageSize's: the largest page on granular storage (PL31), else what
-// tiles the arena's served sizes (PageSizing.tiled), from Fit's smallest,
-// smallest, up, for the bytes the arena holds (a scan of its pools, skipped
-// when the history is too thin to tile: growths are rare).
+// page holding size, before switching (PL28), as growth lays out.
 func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle, error) {
-	pageSize := a.growthPageSize(st, size, smallest)
-	slot := -1
-	for i, p := range a.slots {
-		if p == nil {
-			slot = i
-			break
-		}
-	}
-	if slot < 0 {
-		return nil, fmt.Errorf("%w: growing to %d-byte pages for a %d-byte allocation needs a slot, all %d hold a pool", ErrPageSizesExhausted, pageSize, size, ArenaSlots)
-	}
-	p := a.newPool(slot, pageSize)
-	h, err := a.allocPage(st, p, size)
-	if err != nil && storage.GranuleOf(st) > 0 && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) {
-		// The largest page's address space may be what was refused (a
-		// host under strict overcommit counts a reservation in full): the
-		// tiled size asks less of it.
-		if tiled := a.tiledPageSize(size, smallest); tiled < pageSize {
-			pageSize = tiled
-			p = a.newPool(slot, pageSize)
+	var h *handle.Handle
+	p, slot, err := a.growth(storage.GranuleOf(st), size, smallest,
+		func() uint64 { return a.Usage().BytesOccupied() },
+		func(i int) bool { return a.slots[i] == nil },
+		func(p *Sliced) error {
+			var err error
 			h, err = a.allocPage(st, p, size)
-		}
-	}
+			return err
+		})
 	if err != nil {
 		return nil, err
 	}
@@ -389,8 +418,46 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 	a.current = slot
 	a.growths++
 	a.record(size)
-	a.log.Info("gpumem: arena grew", "page_size", pageSize, "slot", slot, "outdated_pools", len(a.outdated))
+	a.log.Info("gpumem: arena grew", "page_size", p.pageSize, "slot", slot, "outdated_pools", len(a.outdated))
 	return h, nil
+}
+
+// growth is a growth's sequence, written once for the growth (try adds
+// the new pool's first page, holding size) and its dry run: the page size
+// (growthPageSize: the largest page on granular storage, PL31, else what
+// tiles the arena's served sizes, from Fit's smallest up, for the bytes
+// occupied says the arena holds, a scan skipped when the history is too
+// thin to tile: growths are rare), the lowest slot empty says is empty
+// (none: ErrPageSizesExhausted), a new pool there, and on granular storage
+// a refused largest page asked again at the tiled size. It returns the
+// pool try succeeded on and its slot.
+func (a *Arena) growth(granule, size, smallest uint64, occupied func() uint64, empty func(slot int) bool, try func(p *Sliced) error) (*Sliced, int, error) {
+	pageSize := a.growthPageSize(granule, size, smallest, occupied)
+	slot := -1
+	for i := range a.slots {
+		if empty(i) {
+			slot = i
+			break
+		}
+	}
+	if slot < 0 {
+		return nil, -1, fmt.Errorf("%w: growing to %d-byte pages for a %d-byte allocation needs a slot, all %d hold a pool", ErrPageSizesExhausted, pageSize, size, ArenaSlots)
+	}
+	p := a.newPool(slot, pageSize)
+	err := try(p)
+	if err != nil && granule > 0 && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) {
+		// The largest page's address space may be what was refused (a
+		// host under strict overcommit counts a reservation in full): the
+		// tiled size asks less of it.
+		if tiled := a.tiledPageSize(size, smallest, occupied); tiled < pageSize {
+			p = a.newPool(slot, tiled)
+			err = try(p)
+		}
+	}
+	if err != nil {
+		return nil, -1, err
+	}
+	return p, slot, nil
 }
 
 // growthPageSize is the page size a growth for size takes (PL31): on
@@ -400,22 +467,23 @@ func (a *Arena) grow(st storage.Storage, size, smallest uint64) (*handle.Handle,
 // further growth outdates a pool that must drain or be relocated off; on
 // whole pages what the arena served tiles (tiling.go), from Fit's smallest
 // up.
-func (a *Arena) growthPageSize(st storage.Storage, size, smallest uint64) uint64 {
-	if storage.GranuleOf(st) > 0 {
+func (a *Arena) growthPageSize(granule, size, smallest uint64, occupied func() uint64) uint64 {
+	if granule > 0 {
 		return a.sizing.Max
 	}
-	return a.tiledPageSize(size, smallest)
+	return a.tiledPageSize(size, smallest, occupied)
 }
 
 // tiledPageSize is the page size that tiles what the arena served for a
-// growth for size, from smallest up (tiling.go).
-func (a *Arena) tiledPageSize(size, smallest uint64) uint64 {
+// growth for size, from smallest up (tiling.go); occupied is the effective
+// bytes the arena's slices take, asked only when the history is not thin.
+func (a *Arena) tiledPageSize(size, smallest uint64, occupied func() uint64) uint64 {
 	_, need := padded(size, a.sizing.Align)
 	footprint := need
 	if !a.served.thin(need) { // else tiled takes smallest: no scan
 		// Effective bytes, as need and the served sizes are; slices
 		// freed but still bound take room too.
-		footprint = storage.SatAdd(a.Usage().BytesOccupied(), need)
+		footprint = storage.SatAdd(occupied(), need)
 	}
 	return a.sizing.tiled(need, smallest, footprint, &a.served)
 }

@@ -151,24 +151,29 @@ func (c compactSource) sparser(d compactSource) int {
 // tile leave a tile of it or more: a repack might replace it by a tight
 // page. The plan decides. O(slices).
 func (p *Sliced) CanCompact(underPressure bool) bool {
-	return compactScope{p}.canCompact(underPressure)
+	return compactScope{p}.canCompact(nil, underPressure)
 }
 
-// canCompact is CanCompact over the scope: the free room of its unguarded
-// pages is at least the smallest movable page, or (repack) a page might be
-// repacked.
-func (sc compactScope) canCompact(repack bool) bool {
+// CanCompactIn is CanCompact in a dry run's view (would.go).
+func (p *Sliced) CanCompactIn(v *View, underPressure bool) bool {
+	return compactScope{p}.canCompact(v, underPressure)
+}
+
+// canCompact is CanCompact over the scope, in view v (nil: as it is): the
+// free room of its unguarded pages is at least the smallest movable page,
+// or (repack) a page might be repacked.
+func (sc compactScope) canCompact(v *View, repack bool) bool {
 	var free uint64
 	smallest := uint64(0)
 	unguarded := 0
 	repackable := false
 	for _, p := range sc {
 		for _, pg := range p.pages {
-			if pg.guarded() {
+			if pg.guarded() || !v.present(pg) {
 				continue
 			}
 			unguarded++
-			l, ok := movableLive(pg)
+			l, ok := movableLiveIn(v, pg)
 			if ok && l > 0 && (smallest == 0 || pg.size() < smallest) {
 				smallest = pg.size()
 			}
@@ -177,7 +182,7 @@ func (sc compactScope) canCompact(repack bool) bool {
 			if repack && ok && l > 0 && pg.granule == 0 && ceilTo(l, TileStep)+TileStep <= pg.size() && ceilTo(l, TileStep) <= sc[0].pageSize {
 				repackable = true
 			}
-			free += pg.size() - min(pg.size(), pg.occupied())
+			free += pg.size() - min(pg.size(), v.occupied(pg))
 		}
 	}
 	return smallest > 0 && (repackable || unguarded >= 2 && free >= smallest)
@@ -185,14 +190,17 @@ func (sc compactScope) canCompact(repack bool) bool {
 
 // movableLive sums the requested bytes of the page's live slices; false when
 // a live slice is bound (moving the others would not empty the page).
-func movableLive(pg *page) (uint64, bool) {
+func movableLive(pg *page) (uint64, bool) { return movableLiveIn(nil, pg) }
+
+// movableLiveIn is movableLive in view v (nil: as it is).
+func movableLiveIn(v *View, pg *page) (uint64, bool) {
 	var live uint64
 	for i := range pg.slices {
 		s := &pg.slices[i]
-		if s.h.IsFree() {
+		if v.free(s) {
 			continue
 		}
-		if s.h.IsBound() {
+		if v.bound(s) {
 			return 0, false
 		}
 		live += s.Region.Size
@@ -483,17 +491,6 @@ func releaseMoves(moves []relocation.Move, mark int) []relocation.Move {
 	return moves[:mark]
 }
 
-// occupied sums the effective sizes of the page's slices that are not free.
-func (pg *page) occupied() uint64 {
-	var n uint64
-	for i := range pg.slices {
-		if !pg.slices[i].h.IsFree() {
-			n += pg.slices[i].EffectiveSize()
-		}
-	}
-	return n
-}
-
 // liveSlices returns the indices of the page's live slices.
 func (pg *page) liveSlices() []int {
 	var out []int
@@ -598,11 +595,21 @@ func (a *Arena) PlanCompactWith(other *Sliced, lim CompactLimits, st storage.Sto
 
 // CanCompactWith is CanCompact over the arena's pools and other, under
 // pressure (PlanCompactWith plans only with a goal).
-func (a *Arena) CanCompactWith(other *Sliced) bool { return append(a.scope(), other).canCompact(true) }
+func (a *Arena) CanCompactWith(other *Sliced) bool { return a.CanCompactWithIn(nil, other) }
+
+// CanCompactWithIn is CanCompactWith in a dry run's view.
+func (a *Arena) CanCompactWithIn(v *View, other *Sliced) bool {
+	return append(a.scope(), other).canCompact(v, true)
+}
 
 // CanCompact reports whether a compaction of the arena might empty a page
 // (Sliced.CanCompact over its pools).
-func (a *Arena) CanCompact(underPressure bool) bool { return a.scope().canCompact(underPressure) }
+func (a *Arena) CanCompact(underPressure bool) bool { return a.scope().canCompact(nil, underPressure) }
+
+// CanCompactIn is CanCompact in a dry run's view.
+func (a *Arena) CanCompactIn(v *View, underPressure bool) bool {
+	return a.scope().canCompact(v, underPressure)
+}
 
 // scope is the arena's pools as one compaction sees them: the current pool
 // first (its free room is where moves belong), then the outdated ones in
@@ -679,7 +686,10 @@ func (a *Arena) PlanHole(size uint64, lim CompactLimits, st storage.Storage, g *
 
 // CanHole is Sliced.CanHole for the arena: the current pool's pages take
 // the run, every pool's free room counts.
-func (a *Arena) CanHole(size uint64) bool { return a.scope().canHole(size) }
+func (a *Arena) CanHole(size uint64) bool { return a.scope().canHole(nil, size) }
+
+// CanHoleIn is CanHole in a dry run's view.
+func (a *Arena) CanHoleIn(v *View, size uint64) bool { return a.scope().canHole(v, size) }
 
 // hole is PlanHole with the run on a page of the scope's first pool and
 // the targets anywhere else in the scope.
@@ -795,20 +805,23 @@ func (pg *page) cheapestWindow(index int, need uint64) (holeWindow, bool) {
 // size bytes: at least two unguarded pages backed whole, whose free room
 // together holds size padded (the run's own free bytes plus the room its
 // moves take elsewhere is at least that). O(slices).
-func (p *Sliced) CanHole(size uint64) bool { return compactScope{p}.canHole(size) }
+func (p *Sliced) CanHole(size uint64) bool { return compactScope{p}.canHole(nil, size) }
 
-// canHole is CanHole over the scope.
-func (sc compactScope) canHole(size uint64) bool {
+// CanHoleIn is CanHole in a dry run's view.
+func (p *Sliced) CanHoleIn(v *View, size uint64) bool { return compactScope{p}.canHole(v, size) }
+
+// canHole is CanHole over the scope, in view v (nil: as it is).
+func (sc compactScope) canHole(v *View, size uint64) bool {
 	_, need := padded(size, sc[0].align)
 	var free uint64
 	n := 0
 	for _, p := range sc {
 		for _, pg := range p.pages {
-			if pg.guarded() || pg.granule > 0 {
+			if pg.guarded() || pg.granule > 0 || !v.present(pg) {
 				continue
 			}
 			n++
-			free += pg.size() - min(pg.size(), pg.occupied())
+			free += pg.size() - min(pg.size(), v.occupied(pg))
 		}
 	}
 	return n >= 2 && free >= need
@@ -1046,19 +1059,20 @@ func (pg *page) runFrees(from, to int) uint64 {
 // CanUnmap reports, without planning, whether PlanUnmap might free a
 // granule: two unguarded granular pages or more, with free room inside
 // their mapped granules. O(slices + granules).
-func (p *Sliced) CanUnmap() bool { return compactScope{p}.canUnmap() }
+func (p *Sliced) CanUnmap() bool { return compactScope{p}.canUnmap(nil) }
 
-func (sc compactScope) canUnmap() bool {
+// canUnmap is CanUnmap over the scope, in view v (nil: as it is).
+func (sc compactScope) canUnmap(v *View) bool {
 	n := 0
 	var free uint64
 	for _, p := range sc {
 		for _, pg := range p.pages {
-			if pg.guarded() || pg.granule == 0 {
+			if pg.guarded() || pg.granule == 0 || !v.present(pg) {
 				continue
 			}
 			n++
-			mapped := pg.size() - pg.unmappedBytes()
-			free += mapped - min(mapped, pg.occupied())
+			mapped := pg.size() - v.unmappedBytes(pg)
+			free += mapped - min(mapped, v.occupied(pg))
 		}
 	}
 	return n >= 2 && free > 0
@@ -1076,7 +1090,12 @@ func (a *Arena) PlanUnmapWith(other *Sliced, goal uint64, lim CompactLimits, st 
 }
 
 // CanUnmapWith is Sliced.CanUnmap over the arena's pools and other.
-func (a *Arena) CanUnmapWith(other *Sliced) bool { return append(a.scope(), other).canUnmap() }
+func (a *Arena) CanUnmapWith(other *Sliced) bool { return a.CanUnmapWithIn(nil, other) }
+
+// CanUnmapWithIn is CanUnmapWith in a dry run's view.
+func (a *Arena) CanUnmapWithIn(v *View, other *Sliced) bool {
+	return append(a.scope(), other).canUnmap(v)
+}
 
 // CommitWith lands a copied plan of PlanUnmapWith: every move re-pointed
 // whichever of the arena's pools or other its source and target lie in,

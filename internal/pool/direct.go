@@ -94,8 +94,10 @@ func (p *Direct) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) 
 func (p *Direct) AllocMayRelease(st storage.Storage, size uint64, mayRelease bool, g *handle.ErrorGraph) (*handle.Handle, error) {
 	_, need := padded(size, p.align)
 	willRelease := mayRelease && p.overWatermark(need) && p.anyReleasable(g)
-	if !willRelease && p.live == len(p.slots) && len(p.slots) >= p.lim.maxPages() {
-		return nil, fmt.Errorf("%w: direct pool %d already holds %d allocations, the most a location can index here", handle.ErrIndexOverflow, p.index, len(p.slots))
+	if !willRelease {
+		if err := p.refuseIndex(p.live, len(p.slots)); err != nil {
+			return nil, err
+		}
 	}
 	if willRelease {
 		p.releaseFree(st, need, g)
@@ -142,10 +144,23 @@ func (p *Direct) Cleanup(st storage.Storage, _ uint64, kind CleanupKind, g *hand
 	p.trim()
 }
 
+// refuseIndex is AllocMayRelease's refusal when it releases nothing and
+// the pool holds live slots in a list of n indices: no vacancy, and as many
+// as Limits allow.
+func (p *Direct) refuseIndex(live, n int) error {
+	if live == n && n >= p.lim.maxPages() {
+		return fmt.Errorf("%w: direct pool %d already holds %d allocations, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+	}
+	return nil
+}
+
 // overWatermark reports whether holding extra more bytes would exceed the
 // watermark; false without one.
-func (p *Direct) overWatermark(extra uint64) bool {
-	return p.reclaimAt != nil && storage.SatAdd(p.reserved, extra) > *p.reclaimAt
+func (p *Direct) overWatermark(extra uint64) bool { return p.overWatermarkAt(p.reserved, extra) }
+
+// overWatermarkAt is overWatermark for a pool holding reserved bytes.
+func (p *Direct) overWatermarkAt(reserved, extra uint64) bool {
+	return p.reclaimAt != nil && storage.SatAdd(reserved, extra) > *p.reclaimAt
 }
 
 // releasable reports whether slot sl may go now: free and, without a

@@ -92,13 +92,27 @@
 // [Sliced.UnmapFree], which an Explicit cleanup runs, unmaps the ones no
 // live slice touches.
 //
+// # Dry runs
+//
+// A caller that must know what a reservation would do before it makes one
+// (gpumem's WouldFit) asks each pool's dry form (WouldReserve,
+// WouldTryReserve, WouldAlloc, WouldCleanup, ...) in a [View]: the pools as
+// they are, less what the steps before the reservation would give back
+// (bindings released, a periodic or an explicit cleanup), which the dry
+// cleanups record in the view, with a [Dry] storage answering for the
+// storage. The answer is a [Would]. The sequences of more than one
+// question are written once for the reservation and its dry run (the
+// arena's page requests, pageTries; its growth, growth); the rest asks the
+// pools' own predicates. A dry run writes no pool, page, handle or storage,
+// so every invariant below holds through it as before it.
+//
 // # Owns
 //
 // [Pool], [Slice], the pools [Sliced], [Exclusive], [Direct] and
 // [Persistent], the [Arena] with [PageSizing], [FitKind], Plan and Commit,
 // [PageGuard], held free room ([Sliced.HoldFree]), room held for one owner
 // ([Room], [Sliced.HoldRoom], [Arena.HoldRoom]), granule mapping of
-// sliced pages, [Limits], [CleanupKind],
+// sliced pages, the dry runs ([View], [Dry], [Would]), [Limits], [CleanupKind],
 // [Usage], [Report], [Kind] and its five implementations, [Bytes], and the
 // errors [ErrBufferTooBig] and [ErrPageSizesExhausted].
 //

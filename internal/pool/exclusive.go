@@ -121,7 +121,7 @@ func (p *Exclusive) pick(size uint64) *exclusivePage {
 	if !p.Accept(size) {
 		return nil
 	}
-	p.avg = p.avg*(1-exclusiveDecay) + exclusiveDecay*float64(size)
+	p.avg = movedAvg(p.avg, size)
 	var best *exclusivePage
 	for _, pg := range p.pages {
 		if pg.allocSize < size || (best != nil && pg.freeCount >= best.freeCount) || !pg.free() {
@@ -147,14 +147,11 @@ func (p *Exclusive) pick(size uint64) *exclusivePage {
 // handle.ErrIndexOverflow when the pool holds as many pages as a location
 // (or Limits) can index; on any error the pool is unchanged.
 func (p *Exclusive) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if size > p.maxAlloc {
-		return nil, fmt.Errorf("%w: %d bytes exceed the exclusive pool's %d-byte largest allocation", ErrBufferTooBig, size, p.maxAlloc)
-	}
 	n := len(p.pages)
-	if n >= p.lim.maxPages() {
-		return nil, fmt.Errorf("%w: exclusive pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+	if err := p.refuseAlloc(size, n); err != nil {
+		return nil, err
 	}
-	allocSize := storage.RoundUp(max(uint64(p.avg), size), p.align)
+	allocSize := p.pageFor(p.avg, size)
 	sl, err := newSlot(st, allocSize, size, p.align, p.index, n)
 	if err != nil {
 		return nil, err
@@ -166,13 +163,35 @@ func (p *Exclusive) Alloc(st storage.Storage, size uint64) (*handle.Handle, erro
 	return pg.s.h.Clone(), nil
 }
 
+// movedAvg is PL11's step: the running average after a reservation of size.
+func movedAvg(avg float64, size uint64) float64 {
+	return avg*(1-exclusiveDecay) + exclusiveDecay*float64(size)
+}
+
+// pageFor is PL12's page for size when the average is avg.
+func (p *Exclusive) pageFor(avg float64, size uint64) uint64 {
+	return storage.RoundUp(max(uint64(avg), size), p.align)
+}
+
+// refuseAlloc is Alloc's refusal of size when the pool holds n pages:
+// above maxAlloc, or as many pages as a location (or Limits) can index.
+func (p *Exclusive) refuseAlloc(size uint64, n int) error {
+	if size > p.maxAlloc {
+		return fmt.Errorf("%w: %d bytes exceed the exclusive pool's %d-byte largest allocation", ErrBufferTooBig, size, p.maxAlloc)
+	}
+	if n >= p.lim.maxPages() {
+		return fmt.Errorf("%w: exclusive pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+	}
+	return nil
+}
+
 // Cleanup implements Pool (PL14): it runs when kind is Explicit or when
 // deallocPeriod/5 reservations passed since the last run (allocNr counts
 // reservations). Each free page ages and goes back at allocAfterFree, or at
 // once when Explicit; guarded pages are never free (PL15). Survivors are
 // renumbered, their descriptors rewritten.
 func (p *Exclusive) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind, g *handle.ErrorGraph) {
-	if kind != Explicit && storage.SatSub(allocNr, p.lastCheck) < p.deallocPeriod/5 {
+	if !p.agesAt(allocNr, kind) {
 		return
 	}
 	p.lastCheck = allocNr
@@ -180,11 +199,30 @@ func (p *Exclusive) Cleanup(st storage.Storage, allocNr uint64, kind CleanupKind
 		if !pg.free() {
 			return false
 		}
-		if pg.freeCount < allocAfterFree {
-			pg.freeCount++
-		}
-		return kind == Explicit || pg.freeCount >= allocAfterFree
+		pg.freeCount = aged(pg.freeCount)
+		return goesBack(pg.freeCount, kind)
 	})
+}
+
+// agesAt reports whether a cleanup of kind at reservation allocNr runs
+// (PL14): an explicit one always, a periodic one every deallocPeriod/5
+// reservations.
+func (p *Exclusive) agesAt(allocNr uint64, kind CleanupKind) bool {
+	return kind == Explicit || storage.SatSub(allocNr, p.lastCheck) >= p.deallocPeriod/5
+}
+
+// aged is a free page's freeCount after an aging pass (PL14).
+func aged(freeCount uint32) uint32 {
+	if freeCount < allocAfterFree {
+		freeCount++
+	}
+	return freeCount
+}
+
+// goesBack reports whether a free page of freeCount (aged) goes back in a
+// cleanup of kind (PL14).
+func goesBack(freeCount uint32, kind CleanupKind) bool {
+	return kind == Explicit || freeCount >= allocAfterFree
 }
 
 // Slice implements Pool.

@@ -90,12 +90,9 @@ func (p *Persistent) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorG
 // allocations as a location (or Limits) can index; on any error the pool is
 // unchanged.
 func (p *Persistent) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if size > p.maxAlloc {
-		return nil, fmt.Errorf("%w: %d bytes exceed the persistent pool's %d-byte largest allocation", ErrBufferTooBig, size, p.maxAlloc)
-	}
 	n := len(p.slots)
-	if n >= p.lim.maxPages() {
-		return nil, fmt.Errorf("%w: persistent pool already holds %d allocations, the most a location can index here", handle.ErrIndexOverflow, n)
+	if err := p.refuseAlloc(size, n); err != nil {
+		return nil, err
 	}
 	need := p.effective(size)
 	sl, err := newSlot(st, need, size, p.align, PersistentIndex, n)
@@ -107,6 +104,18 @@ func (p *Persistent) Alloc(st storage.Storage, size uint64) (*handle.Handle, err
 	p.pagesPeak = max(p.pagesPeak, uint64(len(p.slots)))
 	p.largest = max(p.largest, size)
 	return sl.s.h.Clone(), nil
+}
+
+// refuseAlloc is Alloc's refusal of size when the pool holds n slots: above
+// maxAlloc, or as many as a location (or Limits) can index.
+func (p *Persistent) refuseAlloc(size uint64, n int) error {
+	if size > p.maxAlloc {
+		return fmt.Errorf("%w: %d bytes exceed the persistent pool's %d-byte largest allocation", ErrBufferTooBig, size, p.maxAlloc)
+	}
+	if n >= p.lim.maxPages() {
+		return fmt.Errorf("%w: persistent pool already holds %d allocations, the most a location can index here", handle.ErrIndexOverflow, n)
+	}
+	return nil
 }
 
 // Cleanup implements Pool (PL23): Periodic does nothing; Explicit gives back

@@ -184,8 +184,8 @@ func (rp *roomPage) letGo() {
 // the room was set aside does not stop it (PL34).
 func (r *Room) TakeAt(st storage.Storage, id storage.ID, off, size uint64, g *handle.ErrorGraph) (*handle.Handle, error) {
 	pad, need := padded(size, r.p.align)
-	rp, pg := r.page(id)
-	if rp == nil || !covers(rp.spans, span{off, off + need}) {
+	rp, pg, ok := r.holds(id, off, need)
+	if !ok {
 		return nil, fmt.Errorf("%w: %d bytes at offset %d of region %d", ErrRoomTaken, need, off, id)
 	}
 	if err := pg.back(st, off, need); err != nil { // mapped while held (PL6): no storage call
@@ -204,6 +204,36 @@ func (r *Room) TakeAt(st storage.Storage, id storage.ID, off, size uint64, g *ha
 	_ = r.hold(pg, rp, g) // free bytes it carved just now: nothing refuses
 	r.served(size)
 	return h, nil
+}
+
+// holds reports whether the room holds need bytes at offset off of the
+// page whose region is id: what TakeAt asks before it carves (held room is
+// mapped, PL6, so nothing after it refuses), and CanTakeAt asks alone.
+func (r *Room) holds(id storage.ID, off, need uint64) (*roomPage, *page, bool) {
+	rp, pg := r.page(id)
+	return rp, pg, rp != nil && covers(rp.spans, span{off, off + need})
+}
+
+// CanTakeAt reports, changing nothing, whether TakeAt(id, off, size) would
+// serve size.
+func (r *Room) CanTakeAt(id storage.ID, off, size uint64) bool {
+	_, need := padded(size, r.p.align)
+	_, _, ok := r.holds(id, off, need)
+	return ok
+}
+
+// CanTakeFirst reports, changing nothing, whether TakeFirst would serve
+// size: a held range holds it.
+func (r *Room) CanTakeFirst(size uint64) bool {
+	_, need := padded(size, r.p.align)
+	for _, rp := range r.pages {
+		for _, s := range rp.spans {
+			if s.hi-s.lo >= need {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TakeFirst carves a reservation of size bytes at the start of the first

@@ -194,7 +194,7 @@ func (p *Sliced) Alloc(st storage.Storage, size uint64) (*handle.Handle, error) 
 func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle.Handle, error) {
 	pageBytes = min(pageBytes, p.pageSize)
 	if _, need := padded(size, p.align); need > pageBytes {
-		return nil, fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, pageBytes)
+		return nil, errPageTooSmall(size, need, pageBytes)
 	}
 	pg, err := p.addPage(st, pageBytes)
 	if err != nil {
@@ -219,6 +219,18 @@ func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle
 	return h, nil
 }
 
+// errPageTooSmall is allocSized's refusal of a size whose effective size
+// need exceeds the page of pageBytes (a reservation and its dry run).
+func errPageTooSmall(size, need, pageBytes uint64) error {
+	return fmt.Errorf("%w: %d bytes (%d with padding) exceed the pool's %d-byte pages", ErrBufferTooBig, size, need, pageBytes)
+}
+
+// errTooManyPages is addPage's refusal when the pool holds n pages, the
+// most a location (or Limits) can index.
+func (p *Sliced) errTooManyPages(n int) error {
+	return fmt.Errorf("%w: pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+}
+
 // dropLastEmptyPage gives back the pool's last page, which must be empty:
 // a page a compaction plan added (compactScope.repack) and then placed
 // nothing on.
@@ -233,7 +245,7 @@ func (p *Sliced) dropLastEmptyPage(st storage.Storage, g *handle.ErrorGraph) {
 func (p *Sliced) addPage(st storage.Storage, pageBytes uint64) (*page, error) {
 	n := len(p.pages)
 	if n >= p.lim.maxPages() {
-		return nil, fmt.Errorf("%w: pool %d already holds %d pages, the most a location can index here", handle.ErrIndexOverflow, p.index, n)
+		return nil, p.errTooManyPages(n)
 	}
 	granule := storage.GranuleOf(st)
 	var r storage.Region
