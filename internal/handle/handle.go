@@ -100,11 +100,31 @@ func (s *Signal) Lower() { s.raised = false }
 
 // SignalFree makes every later release that leaves the allocation free
 // raise f (nil: nobody listens). Pools use it to skip pages on which
-// nothing became free since they last looked.
-func (d *Descriptor) SignalFree(f *Signal) { d.signal = f }
+// nothing became free since they last looked. Watches (WatchRelease) stay
+// in front of f: a relocation that lands a held-free allocation on
+// another page re-points its signal while a binding taken during the copy
+// still holds it, and its release must still be told.
+func (d *Descriptor) SignalFree(f *Signal) {
+	s := d.signal
+	if s == nil || s.watch == nil {
+		d.signal = f
+		return
+	}
+	for s.parent != nil && s.parent.watch != nil {
+		s = s.parent
+	}
+	s.parent = f
+}
 
-// FreeSignal returns the flag set by SignalFree, or nil.
-func (d *Descriptor) FreeSignal() *Signal { return d.signal }
+// FreeSignal returns the flag set by SignalFree, or nil; never a watch's
+// (WatchRelease), which belongs to the allocation, not to its slice.
+func (d *Descriptor) FreeSignal() *Signal {
+	s := d.signal
+	for s != nil && s.watch != nil {
+		s = s.parent
+	}
+	return s
+}
 
 // WatchRelease calls fn, under the caller's lock, at the release that
 // next leaves the allocation free (refs ≤ 1), before its free signal is
@@ -114,9 +134,9 @@ func (d *Descriptor) FreeSignal() *Signal { return d.signal }
 // its page: noticed any later, the slice may have been carved again (a
 // reservation's or a relocation target's clone reuses the free slice's
 // descriptor), and the history would see it taken, not free. Call it only
-// on a descriptor that is not free; the holder must not replace the free
-// signal (SignalFree) until then, which no pool does while a binding
-// holds the slice. Watches stack: each is called once, newest first.
+// on a descriptor that is not free. A later SignalFree keeps the watch in
+// front of the new signal, and FreeSignal skips it. Watches stack: each
+// is called once, newest first.
 func (d *Descriptor) WatchRelease(fn func()) {
 	d.signal = &Signal{parent: d.signal, watch: fn}
 }

@@ -253,3 +253,33 @@ func TestWatchReleaseIsToldWhenTheLastBindingGoes(t *testing.T) {
 		t.Fatalf("told %v after the descriptor's reuse, want the one call; page raised %v", told, page.Raised())
 	}
 }
+
+// A watch survives its descriptor's free signal being replaced (a
+// relocation landing a held-free allocation on another page re-points it
+// while a binding still holds it): FreeSignal gives the slice's signal,
+// never the watch's, and the release tells the watch, then raises the new
+// signal only.
+func TestWatchReleaseSurvivesANewFreeSignal(t *testing.T) {
+	var oldPage, newPage handle.Signal
+	slice := handle.New(handle.MustLocation(0, 0, 2))
+	slice.Descriptor().SignalFree(&oldPage)
+	user := slice.Clone()
+	bind := user.Binding()
+	user.Release()
+	told := 0
+	slice.Descriptor().WatchRelease(func() { told++ })
+	if slice.Descriptor().FreeSignal() != &oldPage {
+		t.Fatal("FreeSignal returned the watch, not the page's signal")
+	}
+	slice.Descriptor().SignalFree(&newPage) // the relocation's commit
+	if slice.Descriptor().FreeSignal() != &newPage {
+		t.Fatal("FreeSignal is not the new page's signal")
+	}
+	bind.Release()
+	if told != 1 {
+		t.Fatalf("watch told %d times at the last binding's release, want 1", told)
+	}
+	if !newPage.Raised() || oldPage.Raised() {
+		t.Fatalf("new page raised %v, old page raised %v: want only the new one", newPage.Raised(), oldPage.Raised())
+	}
+}
