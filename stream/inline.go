@@ -103,8 +103,11 @@ func NewInlineHeld(group *RunnerGroup) *Inline {
 // step it needs because a later step may wait, through another queue, on the
 // very step the calling goroutine is running further up its stack (design
 // §9.3): running it would make the goroutine wait for itself. Stopping there
-// cannot strand a step: each is run by the flush of whoever issued it, or by
-// the wait that needs it.
+// strands no step for good: each is run by the flush of whoever issued it,
+// by the wait that needs it, or, for a step an op enqueued (whose flush
+// leaves it held, below), by the queue's next flush, wait or close. Until
+// then a reader of Completed alone sees it pending, so memory it would
+// release stays held a while longer.
 //
 // While another goroutine runs the queue, runHeld waits until step need has
 // run, or until that runner stops short of it and the steps are free to run
