@@ -285,9 +285,15 @@ func TestCleanupIsNotStarvedByAContinuousFlowOfWork(t *testing.T) {
 	mustFree(t, mustAlloc(t, s, 7*mib)) // keep sits on an outdated page
 	stop := make(chan struct{})
 	enqueued := make(chan int)
+	flowing := make(chan struct{}) // closed once the flow has enqueued twice
 	go func() {
 		n := 0
 		defer func() { enqueued <- n }()
+		defer func() {
+			if n < 2 {
+				close(flowing)
+			}
+		}()
 		for {
 			select {
 			case <-stop:
@@ -298,12 +304,18 @@ func TestCleanupIsNotStarvedByAContinuousFlowOfWork(t *testing.T) {
 				return
 			}
 			n++
+			if n == 2 {
+				close(flowing)
+			}
 			if n%2 == 0 { // one op in flight at most, one queued: the stream is never idle for long
 				_ = busy.Synchronize(bg)
 			}
 		}
 	}()
-	time.Sleep(5 * time.Millisecond) // the flow is running
+	// The flow is running before the Cleanup starts (a sleep alone did not
+	// make sure of it on a loaded machine: the goroutine could first run
+	// after the Cleanup and see stop closed).
+	<-flowing
 	before := d.Stats().Relocation.Moves
 	within(t, "a relocating Cleanup under a continuous flow of work", func() {
 		if err := d.Cleanup(bg); err != nil {
