@@ -318,7 +318,7 @@ skip_why() {
 		/^ +[^ -]/ { prev = $0; next } { prev = "" }' "$1" | sed 's/^ *//' | cut -c1-300
 }
 
-# test_outcome RC LOG: the outcome of a go test binary's -test.v run:
+# test_outcome RC LOG: the outcome of a Go test binary's -test.v run:
 # counts of top-level tests and the failed ones.
 test_outcome() {
 	local rc=$1 log=$2 passed failed skipped names
