@@ -418,12 +418,7 @@ func (d *Device) stageIdleLocked(s *Stream, size uint64, err error, stage roomSt
 // lack, and nothing short of emptying or repacking the page gives it back,
 // while a move costs only its bytes at the copy bandwidth; the make-room
 // loop then runs its passes (maxCompactPasses) while each frees something.
-// Measured (69 generated traces, whole pages' smallest capacity, against
-// planning toward need alone): lower on 38, higher on 4 (at most 8 MiB),
-// geometric mean against the torch model 0.893× → 0.876×, with three times
-// the bytes moved (32 → 98 GiB in all); packing ahead within one pass but stopping the loop
-// once need was freed won less (0.887×, higher on 6, up to +80 MiB); the
-// same on granular storage raised 17 traces by 1–4 MiB.
+// The figures that decided it: docs/decisions/2026-12-02-pack-ahead.md.
 func packGoal(s *Stream, need uint64) uint64 {
 	if need == 0 || s.mem.Granule() > 0 {
 		return need

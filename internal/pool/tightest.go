@@ -16,33 +16,25 @@
 // unchanged. A relocation's targets are placed the same way (plan.go), so a
 // plan lands where the reservations it stands for would have.
 //
-// Measured (smallest capacity of `adaptive-pages`, `gpumem replay`, against
-// first fit across pages; design §5.3): on 69 generated traces lower on 19,
-// higher on 25, at or below the torch model on 69 (68 before); on 120
-// held-out traces lower on 55, higher on 36, at or below on 120 (118);
-// geometric mean against the torch model 0.871× → 0.872× and 0.879× →
-// 0.868×. Not kept: carving at the tightest run itself rather than by first
-// fit on the tightest page (worse on both sets: 0.873× and 0.869×), and the
-// page whose largest free run is the smallest (level: 0.873× and 0.866×;
-// neither wins on both sets).
+// Against first fit it lowered more smallest capacities than it raised on
+// generated traces and on held-out ones, and kept whole pages at or below
+// the torch model on all of them; the alternatives tried did not win on
+// both sets (docs/decisions/2026-12-03-tightest-page.md).
 //
 // Granular storage keeps first fit: a page there is address space, and free
 // granules stay mapped until pressure or an explicit cleanup unmaps them
 // (§6.4), so spreading reuse over the pages maps granules first fit would
-// never have touched (the embedded trace's unlimited peak rose 3,983 →
-// 4,231 MiB, above expandable segments' 4,022, for no smaller capacity
-// anywhere: ±8 MiB on the generated traces). The small pool keeps first fit
-// too: its pages hold thousands of metadata slices, and its 2 MiB pages are
-// not what the device runs out of.
+// never have touched, raising the unlimited peak for no smaller capacity
+// (the record has the figures). The small pool keeps first fit too: its
+// pages hold thousands of metadata slices, and its 2 MiB pages are not what
+// the device runs out of.
 //
 // Cost: every unguarded page with room is visited (an exact fit stops the
 // walk). A page's answer is cached until its layout changes (page.tightRun),
 // and a page not chosen merges at once the run coalesceFor kept apart for
-// the reservation, so a page nothing touched costs a few loads: 390–410 ns
-// against first fit's 60–76 on 64 pages whose holes all fit loosely, 82
-// against 62–94 when the first page fits exactly (`go test -run '^$' -bench
-// ReserveAcrossPages -benchtime 20000x -count 3 ./internal/pool`). A pool of
-// one page skips the walk: first fit chooses alike there.
+// the reservation, so a page nothing touched costs a few loads
+// (BenchmarkReserveAcrossPages; the record has its figures). A pool of one
+// page skips the walk: first fit chooses alike there.
 
 package pool
 
