@@ -255,11 +255,9 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		opts.TorchSettings = &s
 	}
-	if !*quiet && isTerminal(os.Stderr) {
-		bar := newProgressBar(stderr)
-		defer bar.done()
-		opts.Progress = bar.update
-	}
+	progress, progressDone := progressTo(*quiet, stderr)
+	defer progressDone()
+	opts.Progress = progress
 	c, err := compare.Run(ctx, src, opts)
 	if isPolicyError(err) {
 		return fmt.Errorf("%w: -policies: %v", errUsage, err)
@@ -600,11 +598,9 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}
-	if !*quiet && isTerminal(os.Stderr) {
-		bar := newProgressBar(stderr)
-		defer bar.done()
-		opts.Progress = bar.update
-	}
+	progress, progressDone := progressTo(*quiet, stderr)
+	defer progressDone()
+	opts.Progress = progress
 	a, err := compare.Advise(ctx, src, opts)
 	if err != nil {
 		return err

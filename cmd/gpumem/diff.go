@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -115,11 +114,9 @@ func diffCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return err
 		}
 	}
-	if !*quiet && isTerminal(os.Stderr) {
-		bar := newProgressBar(stderr)
-		defer bar.done()
-		opts.Progress = bar.update
-	}
+	progress, progressDone := progressTo(*quiet, stderr)
+	defer progressDone()
+	opts.Progress = progress
 	d, err := compare.Diff(ctx, a.src, b.src, opts)
 	if isPolicyError(err) {
 		return fmt.Errorf("%w: -policies: %v", errUsage, err)

@@ -50,3 +50,15 @@ func (p *progressBar) done() {
 		fmt.Fprintf(p.w, "\r%s\r", strings.Repeat(" ", 90))
 	}
 }
+
+// progressTo returns where a command's long work reports its progress: a
+// bar on stderr when it is a terminal and -quiet is off, else nowhere
+// (nil); done clears the bar. replay, advise and diff share it, so the
+// three show progress alike.
+func progressTo(quiet bool, stderr io.Writer) (update func(policy, step string, done, total int), done func()) {
+	if quiet || !isTerminal(os.Stderr) {
+		return nil, func() {}
+	}
+	bar := newProgressBar(stderr)
+	return bar.update, bar.done
+}
