@@ -25,8 +25,10 @@ type Features struct {
 	// AsyncMemset: cuMemsetD8Async is present.
 	AsyncMemset bool
 	// Library: the library API (cuLibraryLoadData, cuLibraryGetKernel,
-	// cuKernelGetFunction, cuLibraryUnload; CUDA 12.0+) is present and
-	// LoadModule uses it; without it, cuModuleLoadDataEx.
+	// cuKernelGetFunction, cuLibraryUnload; CUDA 12.0+) is present.
+	// LoadModule does not use it: under lazy module loading (the default
+	// since CUDA 12.2) it defers the JIT and its refusal past the load
+	// (module.go); modules load through cuModuleLoadDataEx either way.
 	Library bool
 	// ParamInfo: cuFuncGetParamInfo (CUDA 12.4+) is present, so every
 	// kernel's parameters are known; without it, only PTX modules' are

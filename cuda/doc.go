@@ -53,11 +53,14 @@
 //     optional ones (the eight VMM functions as a group, the four of the
 //     library API as a group, cuFuncGetParamInfo, cuMemsetD8Async) leave
 //     their feature off (Context.Features): VMM and memset methods return
-//     ErrUnsupported, modules load through cuModuleLoadDataEx, kernel
-//     parameters come from the PTX only.
+//     ErrUnsupported, kernel parameters come from the PTX only. (Modules
+//     load through cuModuleLoadDataEx with or without the library API:
+//     module.go says why.)
 //   - dlopen and dlerror run on one locked OS thread, so a failed load
 //     always carries the loader's reason.
-//   - Modules (module.go): LoadModule, Function, Unload; launch arguments
+//   - Modules (module.go): LoadModule (cuModuleLoadDataEx, then every PTX
+//     entry looked up, so a JIT refusal is LoadModule's *JITError under
+//     lazy module loading too), Function, Unload; launch arguments
 //     (args.go) and ops that launch (op.go).
 //   - Errors: every failed call is a *DriverError{Op, Code, Name} matching,
 //     with errors.Is, storage.ErrOutOfMemory (2), storage.ErrDevicePoisoned

@@ -476,8 +476,11 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cl := f.last(t, "cuLibraryLoadData"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
-		t.Errorf("cuLibraryLoadData = %v, want the whole %d-byte image", cl, len(KernelsPTX))
+	if cl := f.last(t, "cuModuleLoadDataEx"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
+		t.Errorf("cuModuleLoadDataEx = %v, want the whole %d-byte image", cl, len(KernelsPTX))
+	}
+	if cs := f.named(t, "cuLibraryLoadData"); len(cs) != 0 {
+		t.Errorf("LoadModule called cuLibraryLoadData (%v): it defers the JIT under lazy loading", cs)
 	}
 	fill, err := m.Function(KernelFillU8)
 	if err != nil {
@@ -662,7 +665,7 @@ func TestInjectedErrorsCarryTheDriverName(t *testing.T) {
 }
 
 // Without the library API and cuFuncGetParamInfo their features are off,
-// and modules still load (through cuModuleLoadDataEx).
+// and modules load as they do with them (through cuModuleLoadDataEx).
 func TestOptionalModuleFeaturesFollowTheSymbols(t *testing.T) {
 	f := buildFake(t, "FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO")
 	c := f.open(t)

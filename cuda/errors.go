@@ -57,6 +57,7 @@ const (
 	codeSuccess                 = 0
 	codeInvalidValue            = 1
 	codeOutOfMemory             = 2
+	codeNotFound                = 500
 	codeNotReady                = 600
 	codeECCUncorrectable        = 214
 	codeIllegalAddress          = 700

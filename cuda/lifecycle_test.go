@@ -292,8 +292,8 @@ func TestFunctionsOfAnUnloadedModuleAreRefused(t *testing.T) {
 	if err := m.Unload(); err != nil {
 		t.Fatalf("second Unload = %v; want nil", err)
 	}
-	if n := len(f.named(t, "cuLibraryUnload")); n != 1 {
-		t.Fatalf("%d cuLibraryUnload calls; want 1", n)
+	if n := len(f.named(t, "cuModuleUnload")); n != 1 {
+		t.Fatalf("%d cuModuleUnload calls; want 1", n)
 	}
 	if _, err := m.Function(KernelAddOne); !errors.Is(err, ErrClosed) {
 		t.Errorf("Function of an unloaded module = %v; want ErrClosed", err)

@@ -2,10 +2,22 @@
 //
 // An image is PTX text (JIT-compiled by the driver for the device), a cubin
 // (ELF) or a fatbin; LoadModule tells them apart by their first bytes. It
-// loads through the library API (cuLibraryLoadData, CUDA 12.0+) where the
-// driver has it, else through cuModuleLoadDataEx; both take the JIT's error
-// log buffer, so a PTX the JIT refuses fails with a *JITError carrying
-// ptxas's messages (line numbers included), not a bare CUresult.
+// loads through cuModuleLoadDataEx with the JIT's error log buffer, then,
+// for PTX, looks up every .entry of the text before returning, so a PTX the
+// JIT refuses fails LoadModule with a *JITError carrying ptxas's messages
+// (line numbers included), not a bare CUresult, and not later.
+//
+// Why not the library API (cuLibraryLoadData, CUDA 12.0+), where the driver
+// has it: under lazy module loading, the default since CUDA 12.2
+// (CUDA_MODULE_LOADING unset or LAZY), cuLibraryLoadData loads nothing
+// into any context; the JIT, and its refusal, happen at the first kernel
+// lookup in a context, after the load's log buffer is gone. A CUDA 13.0
+// driver (580.159.04, H200) accepted a PTX whose body is never closed that
+// way. cuModuleLoadDataEx loads the module into the current context in the
+// call (lazy loading defers only each kernel's upload to its lookup, which
+// LoadModule makes for every PTX entry while the log buffer is still
+// there). The log buffer stays referenced by the Module until Unload, in
+// case a driver writes to it on a later lazy load.
 //
 // A Function knows its parameters' sizes where that can be learnt: from the
 // driver (cuFuncGetParamInfo, CUDA 12.4+), else, for a PTX image, from the
@@ -84,9 +96,12 @@ const (
 // JITError is a module image the driver refused: the failed call (Err, a
 // *DriverError: CUDA_ERROR_INVALID_PTX 218 for PTX that does not compile,
 // CUDA_ERROR_INVALID_IMAGE 200 for a damaged binary,
-// CUDA_ERROR_NO_BINARY_FOR_GPU 209 for a cubin of another architecture)
-// and the JIT's error log (Log; may be empty for binary images). Fix the
-// source at the lines the log names.
+// CUDA_ERROR_NO_BINARY_FOR_GPU 209 for a cubin of another architecture;
+// Err.Op names the call, cuModuleLoadDataEx or the cuModuleGetFunction of
+// an entry) and the JIT's error log (Log; may be empty for binary images).
+// Fix the source at the lines the log names. LoadModule returns it; so
+// does Function when the driver refuses the image only at the lookup (a
+// binary image's kernel loaded lazily).
 type JITError struct {
 	Kind ImageKind
 	Err  *DriverError
@@ -104,16 +119,54 @@ func (e *JITError) Error() string {
 // and errors.Is its classes.
 func (e *JITError) Unwrap() error { return e.Err }
 
-// Module is a loaded image: a CUlibrary where the driver has the library
-// API, else a CUmodule. Its methods are safe for concurrent use; Unload
-// releases it, and nothing else does but Context.Close.
+// Module is a loaded image, a CUmodule of the context. Its methods are
+// safe for concurrent use; Unload releases it, and nothing else does but
+// Context.Close.
 type Module struct {
-	c       *Context
-	kind    ImageKind
-	library bool                 // h is a CUlibrary (else a CUmodule)
-	ptx     map[string][]uintptr // parameter sizes by entry, from the PTX; nil for binaries
-	mu      sync.Mutex           // guards h; held across each driver call using it or its functions
-	h       uintptr              // 0 once unloaded
+	c    *Context
+	kind ImageKind
+	ptx  map[string][]uintptr // parameter sizes by entry, from the PTX; nil for binaries
+	mu   sync.Mutex           // guards h and jit; held across each driver call using them or its functions
+	h    uintptr              // CUmodule; 0 once unloaded
+	jit  *jitOptions          // the load's JIT options and log buffer, kept until Unload
+}
+
+// jitOptions are the JIT options a module was loaded with: the error log
+// buffer and its size. The driver reads them during the load; they stay
+// referenced by the Module until Unload so that the memory is still there
+// should a driver use them again for a kernel it loads lazily.
+type jitOptions struct {
+	opts []int32
+	vals []uintptr
+	log  []byte
+}
+
+func newJITOptions() *jitOptions {
+	j := &jitOptions{log: make([]byte, jitLogSize)}
+	j.opts = []int32{jitErrorLogBuffer, jitErrorLogBufferSizeBytes}
+	j.vals = []uintptr{uintptr(unsafe.Pointer(&j.log[0])), uintptr(len(j.log))}
+	return j
+}
+
+// text returns the log the driver wrote (up to its NUL), trimmed.
+func (j *jitOptions) text() string {
+	n := bytes.IndexByte(j.log, 0)
+	if n < 0 {
+		n = len(j.log)
+	}
+	return strings.TrimSpace(string(j.log[:n]))
+}
+
+// jitRefusal reports whether a failed lookup's code says the driver refused
+// the image itself (loading it lazily): INVALID_IMAGE 200, NO_BINARY_FOR_GPU
+// 209, INVALID_PTX 218, JIT_COMPILER_NOT_FOUND 221, UNSUPPORTED_PTX_VERSION
+// 222, JIT_COMPILATION_DISABLED 223.
+func jitRefusal(code int) bool {
+	switch code {
+	case 200, 209, 218, 221, 222, 223:
+		return true
+	}
+	return false
 }
 
 // Function is a kernel of a Module. It stays valid until the module is
@@ -135,58 +188,66 @@ type Function struct {
 const maxKernelParams = 32764
 
 // LoadModule loads a module image (see KindOf): PTX text, a cubin or a
-// fatbin. It runs on the device executor. PTX need not end in a NUL (a
-// copy with one is passed); binaries are passed as they are, and the driver
-// reads their length from their headers. A refusal is a *JITError with the
-// JIT's log. Unload the module when done: nothing unloads it for you
-// before Context.Close.
+// fatbin, through cuModuleLoadDataEx on the device executor. PTX need not
+// end in a NUL (a copy with one is passed); binaries are passed as they
+// are, and the driver reads their length from their headers. For PTX it
+// then looks up every .entry the text declares (cuModuleGetFunction), so
+// that the JIT has run, and refused, before LoadModule returns, whatever
+// the driver's module loading mode. A refusal is a *JITError with the
+// JIT's log, and nothing stays loaded. Unload the module when done:
+// nothing unloads it for you before Context.Close.
 func (c *Context) LoadModule(image []byte) (*Module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("cuda: load module: empty image: %w", stream.ErrInvalid)
 	}
 	kind := KindOf(image)
-	m := &Module{c: c, kind: kind, library: c.drv.library != nil}
+	m := &Module{c: c, kind: kind, jit: newJITOptions()}
 	img := image
+	var entries [][]byte
 	if kind == ImagePTX {
 		if i := bytes.IndexByte(image, 0); i >= 0 {
 			image = image[:i] // the driver stops at the first NUL too
 		}
 		img = append(append(make([]byte, 0, len(image)+1), image...), 0)
 		m.ptx = ptxParams(string(image))
+		for _, name := range ptxEntries(string(image)) {
+			entries = append(entries, cStringBytes(name))
+		}
 	}
 
-	logBuf := make([]byte, jitLogSize)
+	j := m.jit
 	var pin runtime.Pinner
-	pin.Pin(&logBuf[0])
+	pin.Pin(&j.log[0])
 	pin.Pin(&img[0])
 	defer pin.Unpin()
-	opts := []int32{jitErrorLogBuffer, jitErrorLogBufferSizeBytes}
-	vals := []uintptr{uintptr(unsafe.Pointer(&logBuf[0])), uintptr(len(logBuf))}
 
-	var op string
-	var rc int32
+	d := c.drv
+	var refused error
 	err := c.do(func() error {
-		if m.library {
-			op = "cuLibraryLoadData"
-			rc = c.drv.library.cuLibraryLoadData(&m.h, unsafe.Pointer(&img[0]), &opts[0], &vals[0], uint32(len(opts)), nil, nil, 0)
-		} else {
-			op = "cuModuleLoadDataEx"
-			rc = c.drv.cuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(opts)), &opts[0], &vals[0])
+		if err := d.check("cuModuleLoadDataEx", d.cuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(j.opts)), &j.opts[0], &j.vals[0])); err != nil {
+			m.h = 0
+			refused = err
+			return nil
+		}
+		for _, name := range entries {
+			var fn uintptr
+			rc := d.cuModuleGetFunction(&fn, m.h, &name[0])
+			if rc == codeSuccess || rc == codeNotFound {
+				continue // not found: an .entry the scan misread; Function will say
+			}
+			refused = d.check("cuModuleGetFunction", rc)
+			d.cuModuleUnload(m.h)
+			m.h = 0
+			return nil
 		}
 		return nil
 	})
-	runtime.KeepAlive(opts)
-	runtime.KeepAlive(vals)
+	runtime.KeepAlive(j)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: load module: %w", err)
 	}
-	if rc != codeSuccess {
-		de := c.drv.check(op, rc).(*DriverError)
-		n := bytes.IndexByte(logBuf, 0)
-		if n < 0 {
-			n = len(logBuf)
-		}
-		return nil, &JITError{Kind: kind, Err: de, Log: strings.TrimSpace(string(logBuf[:n]))}
+	if refused != nil {
+		return nil, &JITError{Kind: kind, Err: refused.(*DriverError), Log: j.text()}
 	}
 	return m, nil
 }
@@ -205,27 +266,23 @@ func (m *Module) use(fn func(h uintptr) error) error {
 	return fn(m.h)
 }
 
-// Function looks up a kernel entry by name (cuLibraryGetKernel and
-// cuKernelGetFunction, or cuModuleGetFunction) and its parameters' sizes
-// (cuFuncGetParamInfo where the driver has it, else the PTX's .param
-// list). The name is the entry's symbol: a C++ kernel's mangled name
-// unless it was declared extern "C". A missing entry is a *DriverError of
-// code 500 (CUDA_ERROR_NOT_FOUND).
+// Function looks up a kernel entry by name (cuModuleGetFunction) and its
+// parameters' sizes (cuFuncGetParamInfo where the driver has it, else the
+// PTX's .param list). The name is the entry's symbol: a C++ kernel's
+// mangled name unless it was declared extern "C". A missing entry is a
+// *DriverError of code 500 (CUDA_ERROR_NOT_FOUND). Where the driver loads
+// a binary image's kernel only now and refuses it (a code of JITError's),
+// the error is a *JITError with the load's log.
 func (m *Module) Function(name string) (*Function, error) {
 	f := &Function{m: m, name: name}
 	n := cStringBytes(name)
 	d := m.c.drv
 	err := m.c.do(func() error {
 		return m.use(func(h uintptr) error {
-			if m.library {
-				var k uintptr
-				if err := d.check("cuLibraryGetKernel", d.library.cuLibraryGetKernel(&k, h, &n[0])); err != nil {
-					return err
+			if err := d.check("cuModuleGetFunction", d.cuModuleGetFunction(&f.h, h, &n[0])); err != nil {
+				if de := err.(*DriverError); jitRefusal(de.Code) {
+					return &JITError{Kind: m.kind, Err: de, Log: m.jit.text()}
 				}
-				if err := d.check("cuKernelGetFunction", d.library.cuKernelGetFunction(&f.h, k)); err != nil {
-					return err
-				}
-			} else if err := d.check("cuModuleGetFunction", d.cuModuleGetFunction(&f.h, h, &n[0])); err != nil {
 				return err
 			}
 			if sizes, ok := probeParams(d, f.h); ok {
@@ -291,9 +348,8 @@ func (f *Function) checkParams(sizes []uintptr) error {
 	return nil
 }
 
-// Unload unloads the module (cuLibraryUnload or cuModuleUnload); its
-// Functions become invalid (launching one fails with ErrClosed). Unload
-// only once the work that launched them has completed and every graph that
+// Unload unloads the module (cuModuleUnload); its Functions become
+// invalid (launching one fails with ErrClosed). Unload only once the work that launched them has completed and every graph that
 // captured them is closed: the driver does not keep the code alive for
 // them. Idempotent; after Context.Close the module is already gone and
 // Unload does nothing.
@@ -305,12 +361,13 @@ func (m *Module) Unload() error {
 	if h == 0 {
 		return nil
 	}
-	return m.c.cleanup(func() error {
-		if m.library {
-			return m.c.drv.check("cuLibraryUnload", m.c.drv.library.cuLibraryUnload(h))
-		}
+	err := m.c.cleanup(func() error {
 		return m.c.drv.check("cuModuleUnload", m.c.drv.cuModuleUnload(h))
 	})
+	m.mu.Lock()
+	m.jit = nil // the driver is done with the load's options
+	m.mu.Unlock()
+	return err
 }
 
 // Name returns the kernel's entry name.
@@ -352,6 +409,32 @@ func ptxParams(src string) map[string][]uintptr {
 			out[name] = sizes
 		}
 		rest = rest[end:]
+	}
+}
+
+// ptxEntries returns the name of every .entry in PTX source, in order,
+// comments aside.
+func ptxEntries(src string) []string {
+	src = stripPTXComments(src)
+	var out []string
+	const kw = ".entry"
+	for rest := src; ; {
+		i := strings.Index(rest, kw)
+		if i < 0 {
+			return out
+		}
+		rest = rest[i+len(kw):]
+		if rest == "" || !isPTXSpace(rest[0]) {
+			continue
+		}
+		rest = strings.TrimLeft(rest, " \t\r\n")
+		j := strings.IndexAny(rest, " \t\r\n({")
+		if j < 0 {
+			j = len(rest)
+		}
+		if j > 0 {
+			out = append(out, rest[:j])
+		}
 	}
 }
 

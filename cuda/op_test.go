@@ -107,7 +107,7 @@ func TestUserKernelLaunchesInsideAnOpWithAddressesAndScalarsOfEachWidth(t *testi
 		defines []string
 		from    string
 	}{
-		{"library-api+param-info", nil, "cuFuncGetParamInfo"},
+		{"param-info", nil, "cuFuncGetParamInfo"},
 		{"module-api+ptx-params", []string{"FAKE_NO_LIBRARY", "FAKE_NO_PARAM_INFO"}, "the PTX"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -292,10 +292,15 @@ const badPTX = `.version 7.0
 	ret;
 `
 
-// A PTX the JIT refuses fails with a *JITError carrying the JIT's log,
-// through either loading API.
+// A PTX the JIT refuses fails LoadModule with a *JITError carrying the
+// JIT's log, with or without the library API, and when the driver defers
+// the JIT to the first kernel lookup (FAKE_LAZY_JIT: LoadModule looks up
+// every entry before it returns). A binary image the driver refuses fails
+// LoadModule, or, loaded lazily, the Function that loads its kernel, with
+// a *JITError too.
 func TestJITFailureReturnsTheLog(t *testing.T) {
-	for _, defines := range [][]string{nil, {"FAKE_NO_LIBRARY"}} {
+	for _, defines := range [][]string{nil, {"FAKE_NO_LIBRARY"}, {"FAKE_LAZY_JIT"}} {
+		lazy := len(defines) > 0 && defines[0] == "FAKE_LAZY_JIT"
 		t.Run(strings.Join(append([]string{"fake"}, defines...), "-"), func(t *testing.T) {
 			f := buildFake(t, defines...)
 			c := f.open(t)
@@ -304,15 +309,32 @@ func TestJITFailureReturnsTheLog(t *testing.T) {
 			if !errors.As(err, &je) || je.Err.Code != 218 || je.Kind != ImagePTX {
 				t.Fatalf("LoadModule(bad PTX) = %v; want a *JITError of CUDA_ERROR_INVALID_PTX", err)
 			}
+			if op := map[bool]string{false: "cuModuleLoadDataEx", true: "cuModuleGetFunction"}[lazy]; je.Err.Op != op {
+				t.Errorf("the refusal came from %s; want %s", je.Err.Op, op)
+			}
 			if !strings.Contains(je.Log, "line 8") || !strings.Contains(err.Error(), je.Log) {
 				t.Fatalf("JIT log %q (error %q); want the log, naming line 8, in the error", je.Log, err)
 			}
 			if n := f.liveCount(t, "modules"); n != 0 {
 				t.Fatalf("%d modules live after a failed load", n)
 			}
+			if cs := f.named(t, "cuLibraryLoadData"); len(cs) != 0 {
+				t.Fatalf("LoadModule called cuLibraryLoadData: %v", cs)
+			}
 			cubin := append([]byte{0x7f, 'E', 'L', 'F'}, make([]byte, 60)...)
-			if _, err := c.LoadModule(cubin); !errors.As(err, &je) || je.Kind != ImageCubin || je.Log == "" {
-				t.Fatalf("LoadModule(cubin) on the fake = %v; want a *JITError for a cubin with the fake's log", err)
+			m, err := c.LoadModule(cubin)
+			if lazy {
+				if err != nil {
+					t.Fatalf("LoadModule(cubin) on a lazy fake = %v; want it loaded, refused at the lookup", err)
+				}
+				_, err = m.Function("k")
+				defer m.Unload()
+			}
+			if !errors.As(err, &je) || je.Kind != ImageCubin || je.Err.Code != 209 {
+				t.Fatalf("loading a cubin on the fake = %v; want a *JITError of CUDA_ERROR_NO_BINARY_FOR_GPU for a cubin", err)
+			}
+			if !lazy && je.Log == "" {
+				t.Fatalf("LoadModule(cubin) on the fake = %v; want the fake's log", err)
 			}
 		})
 	}
@@ -322,10 +344,26 @@ func TestJITFailureReturnsTheLog(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		_, err = c.LoadModule([]byte(badPTX))
+		t.Logf("driver %d, features %+v, CUDA_MODULE_LOADING=%q", c.DriverVersion(), c.Features(), os.Getenv("CUDA_MODULE_LOADING"))
+		m, err := c.LoadModule([]byte(badPTX))
 		var je *JITError
 		if !errors.As(err, &je) || je.Log == "" {
+			if m != nil {
+				_, ferr := m.Function("broken")
+				t.Logf("Function(\"broken\") of the module the driver accepted = %v", ferr)
+				m.Unload()
+			}
 			t.Fatalf("LoadModule(bad PTX) on the GPU = %v; want a *JITError with ptxas's log", err)
+		}
+		t.Logf("LoadModule(bad PTX) on the GPU: %v", err)
+		// A good module still loads and resolves after the refusal.
+		good, err := c.LoadModule([]byte(KernelsPTX))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer good.Unload()
+		if _, err := good.Function(KernelAddOne); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -54,7 +54,8 @@
  * out cuFuncGetParamInfo, -DFAKE_NO_LIBRARY leaves out the four library
  * API symbols (cuLibraryLoadData, cuLibraryGetKernel, cuKernelGetFunction,
  * cuLibraryUnload), -DFAKE_OMIT_GRAPH_LAUNCH leaves out the required
- * cuGraphLaunch.  Build with -fvisibility=hidden
+ * cuGraphLaunch, -DFAKE_LAZY_JIT defers cuModuleLoadDataEx's check of the
+ * image to the first cuModuleGetFunction (see "modules" below).  Build with -fvisibility=hidden
  * -Wl,-Bsymbolic: several copies may be loaded RTLD_GLOBAL into one test
  * process, and each must keep to its own state.
  */
@@ -293,6 +294,9 @@ static int live_graphs, live_execs;
 struct module {
 	char *image;
 	int library; /* loaded by cuLibraryLoadData: a CUlibrary, not a CUmodule */
+	int jitted;  /* the image was checked (at load, or at the first lookup when loaded lazily) */
+	char *log;   /* a lazy load's error log buffer, as the load's options gave it (NULL: none) */
+	size_t logsize;
 	struct module *next;
 };
 /* A function is also the fake's CUkernel: cuKernelGetFunction returns the
@@ -1240,7 +1244,17 @@ EXPORT CUresult cuGraphDestroy(struct graph *g)
  * and reports what it finds wrong in the error log buffer the caller passed
  * (CU_JIT_ERROR_LOG_BUFFER and _SIZE_BYTES), in ptxas's format.  A cubin or
  * fatbin (ELF or fatbin magic) is refused with CUDA_ERROR_NO_BINARY_FOR_GPU
- * and a log saying the fake runs PTX only. */
+ * and a log saying the fake runs PTX only.
+ *
+ * When the check runs follows the real driver's lazy module loading (the
+ * default since CUDA 12.2): cuLibraryLoadData accepts any image and checks
+ * it at the first cuLibraryGetKernel, with no log (the load's log buffer is
+ * gone by then), as a CUDA 13.0 driver did with a PTX whose body is never
+ * closed; cuModuleLoadDataEx checks it in the call.  Built with
+ * -DFAKE_LAZY_JIT, cuModuleLoadDataEx defers the check to the first
+ * cuModuleGetFunction too, writing the log into the buffer the load's
+ * options named (a driver that keeps them), so the tests see LoadModule
+ * resolve every entry before it returns. */
 
 static const char *skip_space(const char *p)
 {
@@ -1423,7 +1437,10 @@ static void jit_log(unsigned nopts, const int *opts, void **vals, char **log, si
 	}
 }
 
-static CUresult load(struct module **out, const void *image, unsigned nopts, int *opts, void **vals, int library)
+/* load makes a module of image; lazy defers the check to the first lookup,
+ * keeping the log buffer the options name when keep_log is set. */
+static CUresult load(struct module **out, const void *image, unsigned nopts, int *opts, void **vals, int library, int lazy,
+		     int keep_log)
 {
 	const char *img = image;
 	char *log;
@@ -1431,12 +1448,19 @@ static CUresult load(struct module **out, const void *image, unsigned nopts, int
 	jit_log(nopts, opts, vals, &log, &logsize);
 	if (!img)
 		return INVALID_VALUE;
-	CUresult rc = jit(img, log, logsize);
-	if (rc)
-		return rc;
+	if (!lazy) {
+		CUresult rc = jit(img, log, logsize);
+		if (rc)
+			return rc;
+	}
 	struct module *m = calloc(1, sizeof *m);
 	m->image = strdup(img);
 	m->library = library;
+	m->jitted = !lazy;
+	if (lazy && keep_log && log && logsize) {
+		m->log = log;
+		m->logsize = *logsize;
+	}
 	m->next = modules;
 	modules = m;
 	live_modules++;
@@ -1448,7 +1472,11 @@ EXPORT CUresult cuModuleLoadDataEx(struct module **out, const void *image, unsig
 {
 	BEGIN("cuModuleLoadDataEx", 1, 1);
 	if (!rc)
-		rc = load(out, image, nopts, opts, vals, 0);
+#ifdef FAKE_LAZY_JIT
+		rc = load(out, image, nopts, opts, vals, 0, 1, 1);
+#else
+		rc = load(out, image, nopts, opts, vals, 0, 0, 0);
+#endif
 	END("size=%zu options=%u module=%p", image ? strlen(image) : 0, nopts, rc ? NULL : (void *)*out);
 }
 
@@ -1463,6 +1491,13 @@ static int find_module(struct module *m, int library)
 /* get_function makes the function (or kernel) for entry name of m. */
 static CUresult get_function(struct function **out, struct module *m, const char *name)
 {
+	if (!m->jitted) { /* loaded lazily: the check runs now, once */
+		size_t n = m->logsize;
+		CUresult rc = jit(m->image, m->log, m->log ? &n : NULL);
+		if (rc)
+			return rc;
+		m->jitted = 1;
+	}
 	const char *e = name ? find_entry(m->image, name) : NULL;
 	if (!e)
 		return NOT_FOUND;
@@ -1544,7 +1579,7 @@ EXPORT CUresult cuLibraryLoadData(struct module **out, const void *code, int *ji
 	(void)lib_opts;
 	(void)lib_vals;
 	if (!rc)
-		rc = load(out, code, njit, jit_opts, jit_vals, 1);
+		rc = load(out, code, njit, jit_opts, jit_vals, 1, 1, 0);
 	END("size=%zu options=%u library=%p", code ? strlen(code) : 0, njit + nlib, rc ? NULL : (void *)*out);
 }
 
