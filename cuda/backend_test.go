@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -908,6 +910,76 @@ func TestDriverErrorMatchesTheStreamSentinels(t *testing.T) {
 		err := error(&DriverError{Op: "x", Code: c.code})
 		if got := errors.Is(err, c.target); got != c.want {
 			t.Errorf("errors.Is(DriverError %d, %v) = %v, want %v", c.code, c.target, got, c.want)
+		}
+	}
+}
+
+// One Cleanup relocating a buffer off an outdated page makes exactly the
+// driver calls BenchmarkRelocationThroughput's comment lists (one whole
+// copy, no chunks, no memset, one free), and the backend's phase clock
+// sees each of its phases.
+func TestRelocationCallsAndPhases(t *testing.T) {
+	f := buildFake(t)
+	d, b := openDevice(t, Options{Library: f.path}, gpumem.WithPageGranular(false))
+	ctx := context.Background()
+	s := d.DefaultStream()
+	const size = 4 << 20
+	keep := mustAlloc(t, s, size)
+	want := bytes.Repeat([]byte{0x5c}, size)
+	mustWrite(t, keep, want)
+	grow := mustAlloc(t, s, size+2<<20) // keep's page is outdated
+	if err := grow.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.logClear()
+	p0 := b.clock.snapshot()
+	if err := d.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p := b.clock.snapshot().sub(p0)
+	var names []string
+	for _, c := range f.calls(t) {
+		names = append(names, c.name)
+		if c.name == "cuMemcpyDtoDAsync_v2" && c.args["size"] != strconv.Itoa(size) {
+			t.Errorf("relocation copy %v; want one copy of the whole %d bytes", c, size)
+		}
+	}
+	wantCalls := "cuCtxSynchronize cuMemcpyDtoDAsync_v2 cuEventRecord cuEventSynchronize cuMemFree_v2"
+	if got := strings.Join(names, " "); got != wantCalls {
+		t.Errorf("Cleanup's driver calls: %s; want %s", got, wantCalls)
+	}
+	if p.sync <= 0 || p.copy <= 0 || p.release <= 0 {
+		t.Errorf("phase clock over the Cleanup: %+v; want each phase seen", p)
+	}
+	if got := mustRead(t, keep); !bytes.Equal(got, want) {
+		t.Fatal("relocated bytes differ")
+	}
+}
+
+// CopyToHost prefaults a large destination and still copies every byte;
+// prefault touches every page of any slice.
+func TestCopyToHostPrefaultsAndCopiesEveryByte(t *testing.T) {
+	f := buildFake(t)
+	d, _ := openDevice(t, Options{Library: f.path})
+	s := d.DefaultStream()
+	const size = prefaultMin + 3<<20 + 17
+	buf := mustAlloc(t, s, size)
+	want := make([]byte, size)
+	for i := range want {
+		want[i] = byte(i*31 + 7)
+	}
+	mustWrite(t, buf, want)
+	if got := mustRead(t, buf); !bytes.Equal(got, want) {
+		t.Fatal("Read of a prefaulted destination differs from what was written")
+	}
+	for _, n := range []int{1, 4095, 4 << 20, 9<<20 + 5} {
+		b := bytes.Repeat([]byte{0xff}, n)
+		prefault(b)
+		if n >= 8<<20 && runtime.GOMAXPROCS(0) >= 2 && (b[0] != 0 || b[n-1] != 0 || b[4096] != 0) {
+			t.Errorf("prefault of %d bytes left pages untouched", n)
 		}
 	}
 }

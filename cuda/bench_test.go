@@ -73,18 +73,39 @@ func sizeName(n uint64) string {
 // BenchmarkRelocationThroughput measures bytes relocated per second through
 // Device.Cleanup: one live buffer of the size on an outdated page (a larger
 // allocation grew the arena, then was freed) moves into the current page,
-// and the outdated page goes back. The floor is cuMemcpyDtoD_v2 of the same
-// bytes (followed by cuCtxSynchronize) in the same run. Metrics: B/s
-// (relocation), floor-B/s (memcpy), x-floor = relocation throughput ÷
-// memcpy throughput (target ≥ 0.8). Setup, and a check of the first and last
-// 4 KiB moved, are not timed.
+// and the outdated page goes back. One such Cleanup makes these driver
+// calls, and no others: cuCtxSynchronize (every stream's work done first),
+// one cuMemcpyDtoDAsync_v2 of the whole buffer, cuEventRecord and its
+// cuEventSynchronize (the watcher's), cuMemFree_v2 of the outdated page.
+//
+// Two floors, measured in the same run on the same bytes: the copy alone
+// (cuMemcpyDtoD_v2 followed by cuCtxSynchronize), and the copy plus a
+// cuMemFree_v2 of an allocation of the same size (its cuMemAlloc_v2 not
+// timed): what any relocation must at least spend, since it gives the page
+// back. Metrics:
+//
+//   - B/s: relocation throughput (size ÷ Cleanup's time); floor-B/s: the
+//     copy floor's; x-floor = B/s ÷ floor-B/s (against the copy alone;
+//     target ≥ 0.8).
+//   - x-copy-free-floor = (floor-copy-ns + floor-free-ns) ÷ cleanup-ns:
+//     against the copy and the free together (1: nothing spent beyond the
+//     two driver calls a relocation cannot avoid).
+//   - Cleanup's phases, per op, as the backend's phaseClock saw them:
+//     sync-ns (cuCtxSynchronize before anything moves), copy-ns (from the
+//     copy's enqueue until the watcher saw its event complete), release-ns
+//     (Flush's cuMemFree_v2), rest-ns (the remainder: the device's
+//     bookkeeping, wake-ups); with the floors' own floor-copy-ns and
+//     floor-free-ns, and copy-x-floor = floor-copy-ns ÷ copy-ns,
+//     release-x-floor = floor-free-ns ÷ release-ns.
+//
+// Setup, and a check of the first and last 4 KiB moved, are not timed.
 func BenchmarkRelocationThroughput(b *testing.B) {
 	path, real := benchLibrary(b)
 	sizes := []uint64{16 << 20, 64 << 20}
 	if real {
 		sizes = []uint64{1 << 30, 4 << 30, 16 << 30}
 	}
-	c, err := Open(Options{Library: path}) // holds the primary context across devices; measures the floor
+	c, err := Open(Options{Library: path}) // holds the primary context across devices; measures the floors
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -121,9 +142,26 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 		}
 		return time.Since(t0)
 	}
+	// floorFree frees an allocation of size; only the cuMemFree_v2 is timed.
+	floorFree := func() time.Duration {
+		p, err := c.Alloc(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := c.Free(p); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
 	floorCopy() // warm
+	floorFree()
 
-	var reloc, floor time.Duration
+	var reloc, fCopy, fFree time.Duration
+	var ph phases
 	var moved uint64
 	b.SetBytes(int64(size))
 	b.ResetTimer()
@@ -156,6 +194,7 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 			b.Fatal(err)
 		}
 		before := d.Stats().Relocation.BytesMoved
+		p0 := be.clock.snapshot()
 
 		b.StartTimer()
 		t0 := time.Now()
@@ -165,10 +204,14 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		p := be.clock.snapshot().sub(p0)
 		if got := d.Stats().Relocation.BytesMoved - before; got != size {
 			b.Fatalf("Cleanup moved %d bytes, want %d", got, size)
 		}
 		reloc += el
+		ph.sync += p.sync
+		ph.copy += p.copy
+		ph.release += p.release
 		moved += size
 		want := bytes.Repeat([]byte{v}, 4096)
 		for _, off := range []uint64{0, size - 4096} {
@@ -183,15 +226,36 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 		if err := d.Close(); err != nil {
 			b.Fatal(err)
 		}
-		floor += floorCopy()
+		fCopy += floorCopy()
+		fFree += floorFree()
 		b.StartTimer()
 	}
 	b.StopTimer()
+	n := float64(b.N)
+	perOp := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / n }
 	relocBps := float64(moved) / reloc.Seconds()
-	floorBps := float64(moved) / floor.Seconds()
+	floorBps := float64(moved) / fCopy.Seconds()
+	rest := reloc - ph.sync - ph.copy - ph.release
 	b.ReportMetric(relocBps, "B/s")
 	b.ReportMetric(floorBps, "floor-B/s")
 	b.ReportMetric(relocBps/floorBps, "x-floor")
+	b.ReportMetric((fCopy+fFree).Seconds()/reloc.Seconds(), "x-copy-free-floor")
+	b.ReportMetric(perOp(reloc), "cleanup-ns/op")
+	b.ReportMetric(perOp(ph.sync), "sync-ns/op")
+	b.ReportMetric(perOp(ph.copy), "copy-ns/op")
+	b.ReportMetric(perOp(ph.release), "release-ns/op")
+	b.ReportMetric(perOp(rest), "rest-ns/op")
+	b.ReportMetric(perOp(fCopy), "floor-copy-ns/op")
+	b.ReportMetric(perOp(fFree), "floor-free-ns/op")
+	if ph.copy > 0 {
+		b.ReportMetric(fCopy.Seconds()/ph.copy.Seconds(), "copy-x-floor")
+	}
+	if ph.release > 0 {
+		b.ReportMetric(fFree.Seconds()/ph.release.Seconds(), "release-x-floor")
+	}
+	b.Logf("%s per Cleanup: %v = sync %v + copy %v + release %v + rest %v; floors: copy %v, free %v",
+		sizeName(size), reloc/time.Duration(b.N), ph.sync/time.Duration(b.N), ph.copy/time.Duration(b.N),
+		ph.release/time.Duration(b.N), rest/time.Duration(b.N), fCopy/time.Duration(b.N), fFree/time.Duration(b.N))
 }
 
 // BenchmarkAllocFree measures a steady Stream.Alloc + Buffer.Free (the page
@@ -353,6 +417,17 @@ func BenchmarkGraphLaunch(b *testing.B) {
 // Metrics: write-B/s, read-B/s, raw-write-B/s, raw-read-B/s, and
 // write-x-floor, read-x-floor = gpumem throughput ÷ the raw one's (1: as
 // fast as the driver's copy). Every copy is checked at both ends.
+//
+// The backend's part of each is one driver copy from or to the Go slice
+// (CopyToDevice, CopyToHost: no staging, no chunks), plus the op's event;
+// package gpumem's Write first copies the caller's bytes into a new slice,
+// and Read allocates the slice it returns. Two more floors measure what
+// those cost on their own: raw-write-copy-B/s (a copy into a new slice,
+// then the raw write of it) and raw-read-fresh-B/s (the raw read into a
+// new slice each time, the driver faulting its pages in), with
+// write-x-copy-floor and read-x-fresh-floor = gpumem's throughput ÷ theirs
+// (1: gpumem adds nothing to what its API's copies cost; above 1 for Read
+// where CopyToHost's prefault beats the driver's own page faulting).
 func BenchmarkTransfers(b *testing.B) {
 	path, real := benchLibrary(b)
 	sizes := []uint64{1 << 20, 64 << 20}
@@ -444,12 +519,41 @@ func benchTransfers(b *testing.B, path string, size uint64) {
 		ends(dst, "the raw read")
 		return el
 	}
+	// rawWriteCopy copies src into a new slice, as Buffer.Write does, and
+	// writes that.
+	rawWriteCopy := func() time.Duration {
+		t0 := time.Now()
+		c := append([]byte(nil), src...)
+		if err := rs.CopyHtoD(raw, c); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(t0)
+	}
+	// rawReadFresh reads into a new slice, as Buffer.Read returns one.
+	rawReadFresh := func() time.Duration {
+		t0 := time.Now()
+		out := make([]byte, size)
+		if err := rs.CopyDtoH(out, raw); err != nil {
+			b.Fatal(err)
+		}
+		if err := rs.Synchronize(); err != nil {
+			b.Fatal(err)
+		}
+		el := time.Since(t0)
+		ends(out, "the raw read into a new slice")
+		return el
+	}
 	write() // warm
 	read()
 	rawWrite()
 	rawRead()
+	rawWriteCopy()
+	rawReadFresh()
 	rounds := max(1, int((64<<20)/size))
-	var w, r, rw, rr time.Duration
+	var w, r, rw, rr, rwc, rrf time.Duration
 	for b.Loop() {
 		for k := range rounds {
 			// Alternate which runs first, so a slow moment of the machine
@@ -459,7 +563,11 @@ func benchTransfers(b *testing.B, path string, size uint64) {
 				r += read()
 				rw += rawWrite()
 				rr += rawRead()
+				rwc += rawWriteCopy()
+				rrf += rawReadFresh()
 			} else {
+				rwc += rawWriteCopy()
+				rrf += rawReadFresh()
 				rw += rawWrite()
 				rr += rawRead()
 				w += write()
@@ -475,4 +583,8 @@ func benchTransfers(b *testing.B, path string, size uint64) {
 	b.ReportMetric(bps(rr), "raw-read-B/s")
 	b.ReportMetric(rw.Seconds()/w.Seconds(), "write-x-floor")
 	b.ReportMetric(rr.Seconds()/r.Seconds(), "read-x-floor")
+	b.ReportMetric(bps(rwc), "raw-write-copy-B/s")
+	b.ReportMetric(bps(rrf), "raw-read-fresh-B/s")
+	b.ReportMetric(rwc.Seconds()/w.Seconds(), "write-x-copy-floor")
+	b.ReportMetric(rrf.Seconds()/r.Seconds(), "read-x-fresh-floor")
 }

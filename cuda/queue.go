@@ -52,6 +52,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpumem/gpumem/internal/drvkit"
 	"github.com/gpumem/gpumem/storage"
@@ -83,7 +84,8 @@ type Queue struct {
 	failures []stream.OpFailure
 	asyncErr error // first error the watcher saw (Q2)
 	rec      *recording
-	unfenced bool // device copies enqueued since the last event
+	unfenced bool      // device copies enqueued since the last event
+	copyFrom time.Time // when the first of the unfenced copies was enqueued
 	execs    map[*GraphExecutable]struct{}
 	closed   bool
 
@@ -102,6 +104,8 @@ type pendingStep struct {
 	name string
 	ev   *Event // nil when err != nil
 	err  error  // recording the event failed
+
+	copyFrom time.Time // the step covers device copies enqueued from then (zero: none)
 }
 
 // recording is an open capture.
@@ -197,6 +201,9 @@ func (q *Queue) watch(ready chan<- error) {
 			if p.ev != nil {
 				q.free = append(q.free, p.ev)
 			}
+			if !p.copyFrom.IsZero() {
+				q.b.clock.copy.Add(int64(time.Since(p.copyFrom)))
+			}
 			q.completed.Store(p.seq)
 		}
 		if q.progress != nil {
@@ -242,7 +249,11 @@ func (q *Queue) markLocked(name string) uint64 {
 func (q *Queue) issueLocked(name string, ev *Event, err error) uint64 {
 	seq := q.issued.Load() + 1
 	q.issued.Store(seq)
-	q.pending = append(q.pending, pendingStep{seq: seq, name: name, ev: ev, err: err})
+	p := pendingStep{seq: seq, name: name, ev: ev, err: err}
+	if q.unfenced {
+		p.copyFrom = q.copyFrom
+	}
+	q.pending = append(q.pending, p)
 	q.unfenced = false
 	q.wake.Signal()
 	if err != nil {
@@ -352,9 +363,13 @@ func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
 			return fmt.Errorf("cuda: stream %d: copy on device while recording: %w", q.index, stream.ErrCaptureState)
 		}
 		d := q.b.ctx.drv
+		t0 := time.Now()
 		if err := d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync(dst, src, uintptr(n), q.s.h)); err != nil {
 			q.b.notePoison(err)
 			return fmt.Errorf("cuda: stream %d: copy %d bytes %#x -> %#x: %w", q.index, n, src, dst, err)
+		}
+		if !q.unfenced {
+			q.copyFrom = t0
 		}
 		q.unfenced = true
 		return nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpumem/gpumem/storage"
 )
@@ -162,6 +163,7 @@ func (s *Storage) drop(w dropWork) error {
 			first = err
 		}
 	}
+	t0 := time.Now()
 	err := s.b.ctx.do(func() error {
 		if len(w.granules) > 0 || len(w.ranges) > 0 {
 			// Unmapping takes the memory from under any work still
@@ -184,6 +186,7 @@ func (s *Storage) drop(w dropWork) error {
 		}
 		return nil
 	})
+	s.b.clock.release.Add(int64(time.Since(t0)))
 	for _, a := range w.plain {
 		if a.size > 0 {
 			s.budget.Give(a.size)
