@@ -90,6 +90,9 @@ func sizeName(n uint64) string {
 //   - x-copy-free-floor = (floor-copy-ns + floor-free-ns) ÷ cleanup-ns:
 //     against the copy and the free together (1: nothing spent beyond the
 //     two driver calls a relocation cannot avoid).
+//   - x-floor-less-release = floor-copy-ns ÷ (cleanup-ns − release-ns):
+//     the relocation without the free that ends it against the copy, as
+//     the vulkan benchmark's x-floor is defined.
 //   - Cleanup's phases, per op, as the backend's phaseClock saw them:
 //     sync-ns (cuCtxSynchronize before anything moves), copy-ns (from the
 //     copy's enqueue until the watcher saw its event complete), release-ns
@@ -240,6 +243,9 @@ func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
 	b.ReportMetric(floorBps, "floor-B/s")
 	b.ReportMetric(relocBps/floorBps, "x-floor")
 	b.ReportMetric((fCopy+fFree).Seconds()/reloc.Seconds(), "x-copy-free-floor")
+	if moving := reloc - ph.release; moving > 0 {
+		b.ReportMetric(fCopy.Seconds()/moving.Seconds(), "x-floor-less-release")
+	}
 	b.ReportMetric(perOp(reloc), "cleanup-ns/op")
 	b.ReportMetric(perOp(ph.sync), "sync-ns/op")
 	b.ReportMetric(perOp(ph.copy), "copy-ns/op")
