@@ -23,6 +23,13 @@
 #                      (apt-get download, dpkg-deb -x)
 #   vulkan/glvnd       libGLdispatch.so.0 from libglvnd0, which NVIDIA's
 #                      ICD library needs, for a machine that lacks it
+#   vulkan/egl         libEGL.so.1 (libegl1) and libGLX.so.0 (libglx0),
+#                      glvnd's dispatchers: NVIDIA's ICD library opens
+#                      libEGL.so.1 while it starts and, without it, gives
+#                      the loader no vkCreateInstance
+#                      (VK_ERROR_INCOMPATIBLE_DRIVER); gpu-check.sh puts
+#                      them on the path only when Vulkan fails without
+#                      (its "egl" variant)
 #   vulkan/layers      the Khronos validation layer (vulkan-validationlayers)
 #
 # all packed in OUTDIR/kit.tar.gz, beside OUTDIR/gpu-check.sh (which
@@ -47,7 +54,7 @@ case "$1" in -h | --help) usage ;; esac
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 out="$1"
-if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null | grep -vx .gitignore)" ] && [ ! -e "$out/MANIFEST.txt" ]; then
+if [ -e "$out" ] && [ -n "$(find "$out" -mindepth 1 -maxdepth 1 ! -name .gitignore -print -quit 2>/dev/null)" ] && [ ! -e "$out/MANIFEST.txt" ]; then
 	echo "gpu-kit: $out exists, is not empty and holds no kit (MANIFEST.txt): refusing to replace it" >&2
 	exit 2
 fi
@@ -123,6 +130,7 @@ fetch() {
 		why="no apt-get here"
 	fi
 	local cached
+	# shellcheck disable=SC2012 # ls -t: the newest; the names are Debian's
 	cached="$(ls -t /var/cache/apt/archives/"${pkg}"_*_amd64.deb 2>/dev/null | head -n 1 || true)"
 	if [ -n "$cached" ]; then
 		cp "$cached" "$debs/"
@@ -135,7 +143,9 @@ fetch() {
 # unpack PKG: its .deb's files under $stage/x/PKG; prints that folder.
 unpack() {
 	local pkg=$1 deb
-	deb="$(ls "$debs/${pkg}"_*.deb 2>/dev/null | head -n 1)"
+	for deb in "$debs/${pkg}"_*.deb; do
+		break
+	done
 	mkdir -p "$stage/x/$pkg"
 	dpkg-deb -x "$deb" "$stage/x/$pkg"
 	echo "$pkg: $(basename "$deb")" >>"$notes"
@@ -151,6 +161,15 @@ if fetch libglvnd0; then
 	x="$(unpack libglvnd0)"
 	mkdir -p "$k/vulkan/glvnd"
 	cp -L "$x/$lib/libGLdispatch.so.0" "$k/vulkan/glvnd/libGLdispatch.so.0"
+fi
+mkdir -p "$k/vulkan/egl"
+if fetch libegl1; then
+	x="$(unpack libegl1)"
+	cp -L "$x/$lib/libEGL.so.1" "$k/vulkan/egl/libEGL.so.1"
+fi
+if fetch libglx0; then
+	x="$(unpack libglx0)"
+	cp -L "$x/$lib/libGLX.so.0" "$k/vulkan/egl/libGLX.so.0"
 fi
 if fetch vulkan-validationlayers; then
 	x="$(unpack vulkan-validationlayers)"
