@@ -11,9 +11,9 @@ import (
 
 // The design document's own rules (docs/design.md §15): it stays short
 // enough to read, every decision record it (or a comment in the code)
-// links exists and no record is orphaned, and every invariant label its
-// index lists is stated in the package the index names, next to a file
-// that exists.
+// links exists and no record is orphaned, every invariant label its index
+// lists is stated in the package the index names, next to a file that
+// exists, and every Go name it quotes is one the code still has.
 
 const (
 	designPath   = "docs/design.md"
@@ -207,5 +207,61 @@ func TestInvariantIndexNamesLabelsTheCodeStates(t *testing.T) {
 	}
 	if rows == 0 {
 		t.Fatalf("%s: the index of invariants lists no label", designPath)
+	}
+}
+
+// codeWords returns every identifier-like word of the module's Go files.
+func codeWords(t *testing.T) map[string]bool {
+	t.Helper()
+	words := map[string]bool{}
+	word := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != "." && strings.HasPrefix(name, ".") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, w := range word.FindAll(b, -1) {
+			words[string(w)] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return words
+}
+
+func TestDesignQuotesNamesTheCodeHas(t *testing.T) {
+	doc := readDesign(t)
+	words := codeWords(t)
+	quoted := regexp.MustCompile("`([^`]+)`")
+	ident := regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	missing := map[string]bool{}
+	for _, m := range quoted.FindAllStringSubmatch(doc, -1) {
+		q := m[1]
+		// Paths, files and flags are not Go names.
+		if strings.Contains(q, "/") || strings.HasPrefix(q, "-") || strings.HasSuffix(q, ".go") || strings.HasSuffix(q, ".md") {
+			continue
+		}
+		for _, w := range ident.FindAllString(q, -1) {
+			if !words[w] {
+				missing[w] = true
+			}
+		}
+	}
+	for w := range missing {
+		t.Errorf("%s quotes %s, which no Go file of the module has: rename it as the code did", designPath, w)
 	}
 }
