@@ -7,7 +7,7 @@
 // the room current pages hold uses up room later allocations would have
 // had, so a relocation made "in time", while the device still had room,
 // could make a later allocation fail that the same trace without it placed
-// (issue 13 measured it on 35 of 50 generated traces). So memory pressure
+// (docs/decisions/2026-12-01-relocate-only-on-failure.md). So memory pressure
 // is answered only when a reservation has failed, and only after a cleanup
 // without relocation did not cure it (the device's make-room path, design
 // §8.1): up to that moment a relocating device does exactly what one

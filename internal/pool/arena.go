@@ -227,15 +227,16 @@ func (a *Arena) pageTries(granule uint64, p *Sliced, size uint64, try func(bytes
 //
 // Smaller reservations always share: at eight or more to a page the tail
 // spread over them is under an eighth of one, and own-size pages for all of
-// them cost more than they save (an own-size page for every reservation
-// above an eighth, tiling or not, raised the shared forward pass by 123 MiB
-// and the full training step by 98: design §5.3, PL32). The own-size page
-// is an ordinary page of p, as PL30's: once its reservation is freed it
-// serves whatever it holds. The rule reads only the size and the page
+// them cost more than they save, since a transformer's tiling activations
+// on pages of their own multiply the pages a compaction must empty
+// (docs/decisions/2026-12-03-own-size-page-non-tiling.md). The own-size
+// page is an ordinary page of p, as PL30's: once its reservation is freed
+// it serves whatever it holds. The rule reads only the size and the page
 // size, never the device's free memory, so a run below a trace's unlimited
 // peak places every buffer as the unlimited run does until the first
-// refusal (the do-no-harm test's first property), unlike the own-size page
-// ahead of pressure that was measured and rejected (design §5.3).
+// refusal (the do-no-harm test's first property), unlike an own-size page
+// ahead of pressure, which changes placement before anything fails
+// (docs/decisions/2026-12-02-own-size-page-on-refusal.md).
 func (a *Arena) ownPageFor(granule uint64, p *Sliced, size uint64) (uint64, bool) {
 	if granule > 0 {
 		return 0, false // a page is address space: the granules cost the same on any page
@@ -256,11 +257,9 @@ func (a *Arena) ownPageFor(granule uint64, p *Sliced, size uint64) (uint64, bool
 }
 
 // ownPageShareDiv bounds PL32's tiling test from below: a reservation that
-// needs at most 1/ownPageShareDiv of the pool's page always shares it. Four
-// (own-size pages only from a quarter up) left whole pages above the torch
-// model on 2 of 69 generated traces and 3 of 123 held out, against 1 and 2
-// at eight; sixteen placed the same but for 1 MiB more on the shared
-// forward pass (design §5.3, PL32).
+// needs at most 1/ownPageShareDiv of the pool's page always shares it.
+// Four left more traces above the torch model and sixteen gained nothing
+// (docs/decisions/2026-12-03-own-size-page-non-tiling.md).
 const ownPageShareDiv = 8
 
 // RefusedOwnSize reports that the arena's latest reservation was of size and
