@@ -1,6 +1,6 @@
 // The device's memory as PyTorch's snapshot (torch.cuda.memory._snapshot),
 // which pytorch.org/memory_viz opens, written through
-// trace.WriteTorchSnapshot.
+// history.WriteTorchSnapshot.
 //
 // Segments are what the device holds from storage, so their sizes add up to
 // BytesAllocated exactly:
@@ -62,10 +62,10 @@ import (
 	"io"
 	"slices"
 
+	histformat "github.com/gpumem/gpumem/history"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/relocation"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // snapSlice is a slice copied under the lock.
@@ -136,17 +136,17 @@ func (d *Device) snapshotPagesLocked() []snapPage {
 // WriteSnapshot writes the device's memory now, and its history when one
 // was recorded, as PyTorch's memory snapshot (a protocol-2 pickle, plain
 // data only) to w: open it at pytorch.org/memory_viz, or read it back
-// with trace.ReadSnapshot. The file comment says what each part holds.
+// with the tool's trace.ReadSnapshot. The file comment says what each part holds.
 // Without a recording the device_traces list is empty. The state is copied
 // under the device lock and written after it is released; w's error is
 // returned.
 func (d *Device) WriteSnapshot(w io.Writer) error {
-	return trace.WriteTorchSnapshot(w, d.torchSnapshot())
+	return histformat.WriteTorchSnapshot(w, d.torchSnapshot())
 }
 
 // torchSnapshot copies the pages and the history under the device lock and
 // builds the snapshot after releasing it.
-func (d *Device) torchSnapshot() *trace.TorchSnapshot {
+func (d *Device) torchSnapshot() *histformat.TorchSnapshot {
 	borrowed := d.lockOrBorrow()
 	pages := d.snapshotPagesLocked()
 	var v *histView
@@ -171,9 +171,9 @@ func (d *Device) torchSnapshot() *trace.TorchSnapshot {
 }
 
 // torchSnapshot builds the snapshot from copied pages and history.
-func (v *histView) torchSnapshot(pages []snapPage) *trace.TorchSnapshot {
+func (v *histView) torchSnapshot(pages []snapPage) *histformat.TorchSnapshot {
 	addr := v.addresses()
-	frames := map[BufferID][]trace.TorchFrame{}
+	frames := map[BufferID][]histformat.TorchFrame{}
 	if v.stacks != nil {
 		for i, e := range v.entries {
 			if e.kind == HistoryAlloc && len(v.stacks[i]) > 0 {
@@ -181,19 +181,19 @@ func (v *histView) torchSnapshot(pages []snapPage) *trace.TorchSnapshot {
 			}
 		}
 	}
-	snap := &trace.TorchSnapshot{Traces: [][]trace.TorchTraceEntry{v.torchTrace(addr, frames)}}
+	snap := &histformat.TorchSnapshot{Traces: [][]histformat.TorchTraceEntry{v.torchTrace(addr, frames)}}
 	for _, p := range pages {
 		base := addr(p.id, 0)
 		switch {
 		case p.held > 0:
-			snap.Segments = append(snap.Segments, segment(p, base, p.held, []trace.TorchBlock{{Address: base, Size: p.held, State: stateFree}}))
+			snap.Segments = append(snap.Segments, segment(p, base, p.held, []histformat.TorchBlock{{Address: base, Size: p.held, State: stateFree}}))
 		case p.granule == 0:
-			var blocks []trace.TorchBlock
+			var blocks []histformat.TorchBlock
 			for _, sl := range p.slices {
 				blocks = append(blocks, block(base, sl.off, sl.eff, sl, frames))
 			}
 			if p.rest > 0 {
-				blocks = append(blocks, trace.TorchBlock{Address: base + p.size - p.rest, Size: p.rest, State: stateFree})
+				blocks = append(blocks, histformat.TorchBlock{Address: base + p.size - p.rest, Size: p.rest, State: stateFree})
 			}
 			snap.Segments = append(snap.Segments, segment(p, base, p.size, blocks))
 		default:
@@ -207,7 +207,7 @@ func (v *histView) torchSnapshot(pages []snapPage) *trace.TorchSnapshot {
 					j++
 				}
 				lo, hi := uint64(k)*p.granule, uint64(j)*p.granule
-				var blocks []trace.TorchBlock
+				var blocks []histformat.TorchBlock
 				for _, sl := range p.slices {
 					s, e := max(sl.off, lo), min(sl.off+sl.eff, hi)
 					if s < e {
@@ -215,7 +215,7 @@ func (v *histView) torchSnapshot(pages []snapPage) *trace.TorchSnapshot {
 					}
 				}
 				if end := min(hi, max(p.size, lo)); end < hi {
-					blocks = append(blocks, trace.TorchBlock{Address: base + end, Size: hi - end, State: stateFree})
+					blocks = append(blocks, histformat.TorchBlock{Address: base + end, Size: hi - end, State: stateFree})
 				}
 				seg := segment(p, base+lo, hi-lo, blocks)
 				seg.Expandable = true
@@ -228,17 +228,17 @@ func (v *histView) torchSnapshot(pages []snapPage) *trace.TorchSnapshot {
 }
 
 // segment is a TorchSegment of p at addr, size bytes.
-func segment(p snapPage, addr, size uint64, blocks []trace.TorchBlock) trace.TorchSegment {
+func segment(p snapPage, addr, size uint64, blocks []histformat.TorchBlock) histformat.TorchSegment {
 	typ := "large"
 	if size <= 2<<20 {
 		typ = "small" // PyTorch's small pool: segments of up to 2 MiB
 	}
-	return trace.TorchSegment{Address: addr, TotalSize: size, Stream: uint64(p.stream), SegmentType: typ, Blocks: blocks}
+	return histformat.TorchSegment{Address: addr, TotalSize: size, Stream: uint64(p.stream), SegmentType: typ, Blocks: blocks}
 }
 
 // block is the part [off, off+size) of slice sl of the page at base.
-func block(base, off, size uint64, sl snapSlice, frames map[BufferID][]trace.TorchFrame) trace.TorchBlock {
-	b := trace.TorchBlock{Address: base + off, Size: size, State: sl.state}
+func block(base, off, size uint64, sl snapSlice, frames map[BufferID][]histformat.TorchFrame) histformat.TorchBlock {
+	b := histformat.TorchBlock{Address: base + off, Size: size, State: sl.state}
 	if sl.state != stateFree {
 		b.RequestedSize = min(sl.size, size)
 		b.Frames = frames[sl.id]
@@ -247,29 +247,29 @@ func block(base, off, size uint64, sl snapSlice, frames map[BufferID][]trace.Tor
 }
 
 // torchFrames symbolises a recorded stack.
-func torchFrames(pcs []uintptr) []trace.TorchFrame {
-	var out []trace.TorchFrame
+func torchFrames(pcs []uintptr) []histformat.TorchFrame {
+	var out []histformat.TorchFrame
 	for _, f := range symbolise(pcs) {
-		out = append(out, trace.TorchFrame{Name: f.Function, Filename: f.File, Line: f.Line})
+		out = append(out, histformat.TorchFrame{Name: f.Function, Filename: f.File, Line: f.Line})
 	}
 	return out
 }
 
 // torchTrace converts the history's entries to memory_viz's actions.
-func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[BufferID][]trace.TorchFrame) []trace.TorchTraceEntry {
-	var out []trace.TorchTraceEntry
-	at := map[BufferID]uint64{}       // live buffers' addresses
-	byAddr := map[uint64]BufferID{}   // and back
-	pending := map[BufferID]uint64{}  // held frees' addresses, until their release
-	mapped := map[storage.ID][]bool{} // granules the history saw mapped
-	var moves []trace.TorchTraceEntry // the running relocation's moves (as allocs at the new address)
-	var moveFrom []uint64             // their old addresses
+func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[BufferID][]histformat.TorchFrame) []histformat.TorchTraceEntry {
+	var out []histformat.TorchTraceEntry
+	at := map[BufferID]uint64{}            // live buffers' addresses
+	byAddr := map[uint64]BufferID{}        // and back
+	pending := map[BufferID]uint64{}       // held frees' addresses, until their release
+	mapped := map[storage.ID][]bool{}      // granules the history saw mapped
+	var moves []histformat.TorchTraceEntry // the running relocation's moves (as allocs at the new address)
+	var moveFrom []uint64                  // their old addresses
 	emitMove := func(from, to, size uint64, stream uint64, t int64) {
 		id, ok := byAddr[from]
 		out = append(out,
-			trace.TorchTraceEntry{Action: "free_requested", Addr: from, Size: size, Stream: stream, TimeUS: t},
-			trace.TorchTraceEntry{Action: "free_completed", Addr: from, Size: size, Stream: stream, TimeUS: t},
-			trace.TorchTraceEntry{Action: "alloc", Addr: to, Size: size, Stream: stream, TimeUS: t, Frames: frames[id]})
+			histformat.TorchTraceEntry{Action: "free_requested", Addr: from, Size: size, Stream: stream, TimeUS: t},
+			histformat.TorchTraceEntry{Action: "free_completed", Addr: from, Size: size, Stream: stream, TimeUS: t},
+			histformat.TorchTraceEntry{Action: "alloc", Addr: to, Size: size, Stream: stream, TimeUS: t, Frames: frames[id]})
 		if ok {
 			delete(byAddr, from)
 			at[id], byAddr[to] = to, id
@@ -281,7 +281,7 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 		case HistoryAlloc:
 			a := addr(storage.ID(e.a), e.b)
 			at[BufferID(e.id)], byAddr[a] = a, BufferID(e.id)
-			out = append(out, trace.TorchTraceEntry{Action: "alloc", Addr: a, Size: e.size, Stream: st, TimeUS: t, Frames: frames[BufferID(e.id)]})
+			out = append(out, histformat.TorchTraceEntry{Action: "alloc", Addr: a, Size: e.size, Stream: st, TimeUS: t, Frames: frames[BufferID(e.id)]})
 		case HistoryFree:
 			a, ok := at[BufferID(e.id)]
 			if !ok {
@@ -289,27 +289,27 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 			}
 			delete(at, BufferID(e.id))
 			delete(byAddr, a)
-			out = append(out, trace.TorchTraceEntry{Action: "free_requested", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, histformat.TorchTraceEntry{Action: "free_requested", Addr: a, Size: e.size, Stream: st, TimeUS: t})
 			if e.aux == 1 { // held: completed at its release
 				pending[BufferID(e.id)] = a
 				continue
 			}
-			out = append(out, trace.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, histformat.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
 		case HistoryRelease:
 			if a, ok := pending[BufferID(e.id)]; ok {
 				delete(pending, BufferID(e.id))
-				out = append(out, trace.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
+				out = append(out, histformat.TorchTraceEntry{Action: "free_completed", Addr: a, Size: e.size, Stream: st, TimeUS: t})
 			}
 		case HistoryAllocFailed:
 			var free uint64
 			if e.c > e.a {
 				free = e.c - e.a
 			}
-			out = append(out, trace.TorchTraceEntry{Action: "oom", Addr: free, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, histformat.TorchTraceEntry{Action: "oom", Addr: free, Size: e.size, Stream: st, TimeUS: t})
 		case HistoryMove:
 			from, to := addr(storage.ID(e.a), e.b), addr(storage.ID(e.c), e.id)
 			emitMove(from, to, e.size, st, t)
-			moves = append(moves, trace.TorchTraceEntry{Addr: to, Size: e.size, Stream: st})
+			moves = append(moves, histformat.TorchTraceEntry{Addr: to, Size: e.size, Stream: st})
 			moveFrom = append(moveFrom, from)
 		case HistoryRelocation:
 			if outcomeMoved(e.aux2) {
@@ -325,10 +325,10 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 				mapped[storage.ID(e.id)] = make([]bool, (e.size+e.b-1)/max(e.b, 1))
 				continue
 			}
-			out = append(out, trace.TorchTraceEntry{Action: "segment_alloc", Addr: e.a, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, histformat.TorchTraceEntry{Action: "segment_alloc", Addr: e.a, Size: e.size, Stream: st, TimeUS: t})
 		case HistoryPageFree:
 			if e.aux != 1 {
-				out = append(out, trace.TorchTraceEntry{Action: "segment_free", Addr: e.a, Size: e.size, Stream: st, TimeUS: t})
+				out = append(out, histformat.TorchTraceEntry{Action: "segment_free", Addr: e.a, Size: e.size, Stream: st, TimeUS: t})
 				continue
 			}
 			m := mapped[storage.ID(e.id)]
@@ -338,7 +338,7 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 					for j < len(m) && m[j] {
 						j++
 					}
-					out = append(out, trace.TorchTraceEntry{Action: "segment_unmap", Addr: e.a + uint64(k)*e.b, Size: uint64(j-k) * e.b, Stream: st, TimeUS: t})
+					out = append(out, histformat.TorchTraceEntry{Action: "segment_unmap", Addr: e.a + uint64(k)*e.b, Size: uint64(j-k) * e.b, Stream: st, TimeUS: t})
 					k = j
 				}
 			}
@@ -349,7 +349,7 @@ func (v *histView) torchTrace(addr func(storage.ID, uint64) uint64, frames map[B
 			if e.kind == HistoryUnmap {
 				action = "segment_unmap"
 			}
-			out = append(out, trace.TorchTraceEntry{Action: action, Addr: e.a + e.b*granule, Size: e.size, Stream: st, TimeUS: t})
+			out = append(out, histformat.TorchTraceEntry{Action: action, Addr: e.a + e.b*granule, Size: e.size, Stream: st, TimeUS: t})
 			if m := mapped[storage.ID(e.id)]; m != nil {
 				for k := e.b; k < e.b+e.c && k < uint64(len(m)); k++ {
 					m[k] = e.kind == HistoryMap

@@ -40,7 +40,7 @@
 //
 // Times are the entries' times in microseconds.
 //
-// The header carries the device (trace.Device): its backend, capacity,
+// The header carries the device (history.Device): its backend, capacity,
 // largest page, alignment, granule and memory config, relocation and
 // compaction. A replay opened with them (replay.DeviceOptions; the CLI's
 // replay takes them unless a flag says otherwise) runs the trace on the
@@ -71,9 +71,9 @@ import (
 	"math"
 	"slices"
 
+	histformat "github.com/gpumem/gpumem/history"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // liveBuffer is a buffer live when a history was copied.
@@ -122,9 +122,9 @@ func (d *Device) WriteTrace(w io.Writer) error {
 		streams = max(streams, e.Stream+1)
 	}
 	bw := bufio.NewWriter(w)
-	enc := trace.NewEncoder(bw)
+	enc := histformat.NewEncoder(bw)
 	src := fmt.Sprintf("gpumem device history: %d entries, %d dropped, %d prelude allocations", len(v.entries), v.dropped, prelude)
-	if err := enc.WriteHeader(trace.Header{Source: src, Streams: streams, Device: dev}); err != nil {
+	if err := enc.WriteHeader(histformat.Header{Source: src, Streams: streams, Device: dev}); err != nil {
 		return err
 	}
 	for _, e := range events {
@@ -137,8 +137,8 @@ func (d *Device) WriteTrace(w io.Writer) error {
 
 // traceDeviceLocked describes how the device runs, for the trace header:
 // what a replay needs to run the trace as the device did.
-func (d *Device) traceDeviceLocked() *trace.Device {
-	dev := &trace.Device{
+func (d *Device) traceDeviceLocked() *histformat.Device {
+	dev := &histformat.Device{
 		Backend: d.backend.Name(), Capacity: d.budget.Capacity(),
 		MaxPage: d.props.MaxPageSize, Alignment: d.props.Alignment, MaxMemory: d.props.MaxMemory,
 		Dynamic: d.cfg.Dynamic.String(), Persistent: d.cfg.Persistent.String(),
@@ -155,7 +155,7 @@ func (d *Device) traceDeviceLocked() *trace.Device {
 
 // traceEvents converts the view to native events, prelude first, and
 // returns how many prelude allocations it wrote.
-func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
+func (v *histView) traceEvents(live []liveBuffer) ([]histformat.Event, int) {
 	allocated := make(map[BufferID]bool)
 	var prelude []liveBuffer
 	for _, e := range v.entries {
@@ -178,16 +178,16 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 	if len(v.entries) > 0 {
 		t0 = v.entries[0].t / 1000
 	}
-	out := make([]trace.Event, 0, len(prelude)+len(v.entries))
+	out := make([]histformat.Event, 0, len(prelude)+len(v.entries))
 	for _, b := range prelude {
-		out = append(out, trace.Event{Op: trace.OpAlloc, T: t0, ID: uint64(b.id), Size: b.size, Stream: b.stream})
+		out = append(out, histformat.Event{Op: histformat.OpAlloc, T: t0, ID: uint64(b.id), Size: b.size, Stream: b.stream})
 	}
 	heldFree := map[uint64]bool{} // held frees written, not released yet
 	type fence struct{ seq, vseq uint64 }
 	open := map[int][]fence{} // per stream, the holds written and not passed, oldest first
 	pass := func(st, n int, t int64) {
 		for range n {
-			out = append(out, trace.Event{Op: trace.OpPass, T: t, Stream: st})
+			out = append(out, histformat.Event{Op: histformat.OpPass, T: t, Stream: st})
 		}
 		open[st] = open[st][n:]
 	}
@@ -195,26 +195,26 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 		t, st := e.t/1000, int(e.stream)
 		switch e.kind {
 		case HistoryAlloc:
-			out = append(out, trace.Event{Op: trace.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st})
+			out = append(out, histformat.Event{Op: histformat.OpAlloc, T: t, ID: e.id, Size: e.size, Stream: st})
 		case HistoryAllocFailed:
-			out = append(out, trace.Event{Op: trace.OpAllocFailed, T: t, ID: e.id, Size: e.size, Stream: st})
+			out = append(out, histformat.Event{Op: histformat.OpAllocFailed, T: t, ID: e.id, Size: e.size, Stream: st})
 		case HistoryDefragment:
-			out = append(out, trace.Event{Op: trace.OpDefragment, T: t, Size: e.size, MaxMoves: int32(min(e.a, math.MaxInt32))})
+			out = append(out, histformat.Event{Op: histformat.OpDefragment, T: t, Size: e.size, MaxMoves: int32(min(e.a, math.MaxInt32))})
 		case HistoryFree:
-			out = append(out, trace.Event{Op: trace.OpFree, T: t, ID: e.id, Held: e.aux == 1})
+			out = append(out, histformat.Event{Op: histformat.OpFree, T: t, ID: e.id, Held: e.aux == 1})
 			if e.aux == 1 {
 				heldFree[e.id] = true
 			}
 		case HistoryRelease:
 			if heldFree[e.id] {
 				delete(heldFree, e.id)
-				out = append(out, trace.Event{Op: trace.OpRelease, T: t, ID: e.id})
+				out = append(out, histformat.Event{Op: histformat.OpRelease, T: t, ID: e.id})
 			}
 		case HistoryHeld:
 			f := fence{e.b, e.c}
 			if fs := open[st]; len(fs) == 0 || fs[len(fs)-1] != f {
 				open[st] = append(fs, f)
-				out = append(out, trace.Event{Op: trace.OpHold, T: t, Stream: st})
+				out = append(out, histformat.Event{Op: histformat.OpHold, T: t, Stream: st})
 			}
 		case HistoryPassed:
 			fs := open[st]
@@ -232,16 +232,16 @@ func (v *histView) traceEvents(live []liveBuffer) ([]trace.Event, int) {
 				pass(st, len(open[st]), t) // made at once: the stream's work had passed its holds
 			}
 		case HistoryWindow:
-			out = append(out, trace.Event{Op: trace.OpWindow, T: t, Stream: st, Mode: memory.Mode(e.aux).String()})
+			out = append(out, histformat.Event{Op: histformat.OpWindow, T: t, Stream: st, Mode: memory.Mode(e.aux).String()})
 		case HistoryCapture:
 			p := capturePhase(e.aux)
 			if p == phaseAbort {
 				p = phaseEnd
 			}
-			out = append(out, trace.Event{Op: trace.OpCapture, T: t, Stream: st, Phase: p.String(), Graph: int(e.id)})
+			out = append(out, histformat.Event{Op: histformat.OpCapture, T: t, Stream: st, Phase: p.String(), Graph: int(e.id)})
 		case HistoryCleanup:
 			if e.aux == 1 {
-				out = append(out, trace.Event{Op: trace.OpCleanup, T: t, Stream: st})
+				out = append(out, histformat.Event{Op: histformat.OpCleanup, T: t, Stream: st})
 			}
 		}
 	}

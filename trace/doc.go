@@ -6,10 +6,11 @@
 //
 // # Owns
 //
-// [Event] and [Op] (alloc, free, cleanup, window, capture, and the held
-// releases: a free with Held, release, hold, pass) with [Header];
-// the JSONL codec [Decode] and [Encoder] (design §13.1, keys in the listed
-// order); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
+// The reading side of the native format, whose records are the library's
+// (package history: [Event] and [Op] — alloc, free, cleanup, window,
+// capture, and the held releases: a free with Held, release, hold, pass —
+// with [Header] and the [Encoder]; this package names them too): [Decode]
+// (design §13.1); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
 // pickle (its own unpickler, plain data only, no globals), JSON or gzip — and
 // converts one device's trace to native events with a prelude rebuilding the
 // allocations made before the ring buffer's window, PyTorch's reserved-bytes

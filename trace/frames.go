@@ -29,6 +29,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"github.com/gpumem/gpumem/history"
 )
 
 // framesRef locates one trace entry's frames in the input, as the elided
@@ -170,14 +172,7 @@ func jsonEntryFrames(root any, device, i int) ([]any, error) {
 
 // notAFrame opens the Name of a frame that stands for an item of a
 // recorded stack that is not a frame dict: "(not a frame: bytes of 4)".
-const notAFrame = "(not a frame: "
-
-// Unreadable reports whether f stands for an item of a recorded stack that
-// is not a frame (ReadFrames): its Name says what the item is, "(not a
-// frame: bytes of 4)", and its Filename and Line are empty.
-func (f TorchFrame) Unreadable() bool {
-	return f.Filename == "" && f.Line == 0 && strings.HasPrefix(f.Name, notAFrame)
-}
+const notAFrame = history.NotAFrame
 
 // framesOf converts one entry's decoded frames: dicts of name, filename
 // and line, a missing or mistyped field left zero. An item that is not a

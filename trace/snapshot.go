@@ -57,6 +57,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gpumem/gpumem/history"
 )
 
 // DefaultMaxSnapshotBytes bounds the decompressed size of a snapshot that
@@ -237,7 +239,7 @@ func (e *SeveralDevicesError) Error() string {
 func (e *SeveralDevicesError) Unwrap() error { return ErrSnapshot }
 
 // writtenByKey is the top-level key naming a snapshot's writer.
-const writtenByKey = "written_by"
+const writtenByKey = history.WrittenByKey
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
 // 2–5, plain data only), the same schema as JSON (leading '{'), either

@@ -1,6 +1,6 @@
 // The PyTorch snapshot writer: gpumem's own memory as the dict that
 // torch.cuda.memory._snapshot() returns, pickled so that PyTorch's viewer
-// (pytorch.org/memory_viz) and ReadSnapshot open it.
+// (pytorch.org/memory_viz) and the tool's ReadSnapshot open it.
 //
 // The pickle is protocol 2, plain data only (dicts, lists, strings,
 // integers, floats, bools, None): no global is named, so a restricted
@@ -9,15 +9,27 @@
 // referred to through the memo, as Python's pickler does, so a long trace
 // costs a few bytes per key.
 
-package trace
+package history
 
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
+	"strings"
 )
+
+// WrittenByKey is the top-level key naming a snapshot's writer (gpumem
+// writes it; PyTorch does not): readers tell a device's own history from a
+// recording by it.
+const WrittenByKey = "written_by"
+
+// ErrUnwritable is returned by WriteTorchSnapshot for an allocator
+// setting it cannot write as plain pickle data (another type, or nested
+// too deep).
+var ErrUnwritable = errors.New("allocator setting cannot be written in a PyTorch snapshot")
 
 // TorchSnapshot is a memory snapshot in PyTorch's schema, for writing.
 type TorchSnapshot struct {
@@ -56,6 +68,18 @@ type TorchBlock struct {
 	RequestedSize uint64
 	State         string
 	Frames        []TorchFrame
+}
+
+// NotAFrame opens the Name of a frame that stands for an item of a
+// recorded stack that is not a frame dict: "(not a frame: bytes of 4)".
+const NotAFrame = "(not a frame: "
+
+// Unreadable reports whether f stands for an item of a recorded stack that
+// is not a frame (the tool's ReadFrames keeps such an item in its place):
+// its Name says what the item is, "(not a frame: bytes of 4)", and its
+// Filename and Line are empty.
+func (f TorchFrame) Unreadable() bool {
+	return f.Filename == "" && f.Line == 0 && strings.HasPrefix(f.Name, NotAFrame)
 }
 
 // TorchTraceEntry is one entry of a device trace. Action is one of alloc,
@@ -102,7 +126,7 @@ func WriteTorchSnapshot(w io.Writer, s *TorchSnapshot) error {
 	}
 	p.endList()
 	if s.WrittenBy != "" {
-		p.key(writtenByKey)
+		p.key(WrittenByKey)
 		p.str(s.WrittenBy)
 	}
 	if s.AllocatorSettings != nil {
@@ -244,7 +268,7 @@ func (p *pickler) value(v any, depth int) error {
 		p.str(x)
 	case map[string]any:
 		if depth == 0 {
-			return fmt.Errorf("%w: allocator_settings nest too deep", ErrSnapshot)
+			return fmt.Errorf("%w: allocator_settings nest too deep", ErrUnwritable)
 		}
 		p.beginDict()
 		for _, k := range sortedKeys(x) {
@@ -255,7 +279,7 @@ func (p *pickler) value(v any, depth int) error {
 		}
 		p.endDict()
 	default:
-		return fmt.Errorf("%w: allocator_settings value of type %T cannot be written", ErrSnapshot, v)
+		return fmt.Errorf("%w: allocator_settings value of type %T cannot be written", ErrUnwritable, v)
 	}
 	return nil
 }

@@ -1,16 +1,18 @@
-package trace
+package history
 
 import "fmt"
 
-// holdChecker follows what a trace's held releases depend on (design
+// HoldChecker follows what a trace's held releases depend on (design
 // §13.1): which IDs are live, which freed ones are held until their
-// release, and each stream's open holds. Decode and the Encoder run every
-// event through one, so a release names a buffer a held free left taken
-// and a pass an open hold, and what the Encoder writes decodes (E2).
+// release, and each stream's open holds. The Encoder and the tool's Decode
+// run every event through one, so a release names a buffer a held free
+// left taken and a pass an open hold, and what the Encoder writes decodes
+// (E2). It is exported for readers of the format; it is not safe for
+// concurrent use.
 //
 // Its memory is one map entry per live ID, plus one per held free (kept
 // after the release, so a second release is named as such).
-type holdChecker struct {
+type HoldChecker struct {
 	unit     string         // "line" (Decode) or "event" (Encoder), for the messages
 	live     map[uint64]int // live ID → where it was allocated
 	held     map[uint64]int // ID freed with held, not released yet → where it was freed
@@ -18,14 +20,16 @@ type holdChecker struct {
 	holds    map[int]int    // stream → open holds
 }
 
-func newHoldChecker(unit string) *holdChecker {
-	return &holdChecker{unit: unit, live: map[uint64]int{}, held: map[uint64]int{}, released: map[uint64]int{}, holds: map[int]int{}}
+// NewHoldChecker returns a HoldChecker whose messages call a position a
+// unit ("line" for a reader, "event" for a writer).
+func NewHoldChecker(unit string) *HoldChecker {
+	return &HoldChecker{unit: unit, live: map[uint64]int{}, held: map[uint64]int{}, released: map[uint64]int{}, holds: map[int]int{}}
 }
 
-// check applies e, at position pos, or refuses it with an error wrapping
+// Check applies e, at position pos, or refuses it with an error wrapping
 // ErrInvalidEvent that names the field at fault; a refused event changes
 // nothing.
-func (c *holdChecker) check(e Event, pos int) error {
+func (c *HoldChecker) Check(e Event, pos int) error {
 	switch e.Op {
 	case OpAlloc:
 		if at, ok := c.held[e.ID]; ok {
