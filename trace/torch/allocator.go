@@ -8,10 +8,12 @@
 // max_split_size_mb's rules are here, in bestFit, shouldSplit and
 // releaseOversize, as in the source.
 //
-// Data structure. A segment is one modelled cudaMalloc, at a synthetic
-// address from a bump counter (addresses are never reused, so two segments
-// are never neighbours). A segment is a doubly linked list of blocks in
-// address order (prev/next are physical neighbours). Free blocks live in one
+// Data structure. A segment is one modelled cudaMalloc, at the address
+// PyTorch's snapshot recorded for it when the caller gives one
+// (Config.Recorded, addresses.go), else at a synthetic address from a bump
+// counter above every recorded one (synthetic addresses are never reused).
+// A segment is a doubly linked list of blocks in address order (prev/next
+// are physical neighbours). Free blocks live in one
 // pool per (stream, small|large), a slice sorted by (size, address), so best
 // fit is a binary search: the first block whose size is at least the
 // request, the lowest address among equal sizes.
@@ -55,6 +57,9 @@
 //   - (T4) Reserved is the sum of plain segments' sizes plus the mapped
 //     blocks of expandable segments; Allocated is the sum of allocated
 //     blocks' sizes.
+//   - (T5) No two live segments overlap: a recorded address is taken only
+//     when no live segment holds any of its range, and a synthetic one
+//     skips every live segment (addresses.go).
 //
 // Cost: O(log n) lookup plus O(n) slice insertion in the number of free
 // blocks of one pool; traces have hundreds to a few thousand.
@@ -116,6 +121,14 @@ type Config struct {
 	// above 2^62, or one that would take the reserved bytes or addresses
 	// past 2^64, is skipped.
 	Cached []CachedSegment
+	// Recorded, when set, gives for the i-th event Replay applies the
+	// segment PyTorch placed that alloc's block in (the zero
+	// RecordedSegment for other events and unknown ones): a segment the
+	// model allocates for it takes the recorded address when the sizes
+	// agree and the range is free, so best fit breaks ties between
+	// equal-size blocks by PyTorch's addresses (addresses.go). Without it
+	// addresses rise in allocation order.
+	Recorded []RecordedSegment
 }
 
 // CachedSegment is one segment of Config.Cached. Stream may be negative for
@@ -124,6 +137,10 @@ type CachedSegment struct {
 	Size   uint64
 	Stream int
 	Small  bool
+	// Addr is PyTorch's address of the segment (trace.StartSegment's
+	// Address); 0, or a range another cached segment took, means a
+	// synthetic one.
+	Addr uint64
 }
 
 // Block is an allocation handed out by Malloc. Size is the block's size
@@ -151,6 +168,13 @@ type Stats struct {
 	SegmentMaps      int    // expandable segments: page mappings (segment_map)
 	SegmentUnmaps    int    // expandable segments: page unmappings (segment_unmap)
 	GarbageCollected int    // segments released by garbage collection
+	// RecordedSegments and SyntheticSegments count the plain segments
+	// allocated (cached ones included) at the address a recording gave
+	// and at a synthetic one (addresses.go): with Config.Recorded set, a
+	// synthetic one is a segment whose rank among equal-size free blocks
+	// no snapshot says.
+	RecordedSegments  int
+	SyntheticSegments int
 }
 
 type block struct {
@@ -171,6 +195,7 @@ type segment struct {
 	pool       *freePool
 	expandable bool
 	page       uint64
+	recorded   bool // at a recorded address (addresses.go)
 }
 
 type poolKey struct {
@@ -235,6 +260,10 @@ type Allocator struct {
 	capturing map[int]int
 	freeable  map[int]bool
 	nextAddr  uint64
+	// segs holds every live segment by address; hint is the recording of
+	// the allocation being served (addresses.go).
+	segs      []*segment
+	hint      RecordedSegment
 	reserved  uint64
 	peakRes   uint64
 	allocated uint64
@@ -260,15 +289,19 @@ func NewWithConfig(cfg Config) *Allocator {
 		panic(fmt.Sprintf("torch: NewWithConfig: %v", err))
 	}
 	a := &Allocator{cfg: cfg, set: cfg.Settings, maxSplit: cfg.Settings.maxSplitBytes(), pools: map[poolKey]*freePool{},
-		live: map[uint64]*block{}, capturing: map[int]int{}, freeable: map[int]bool{}, nextAddr: baseAddress}
+		live: map[uint64]*block{}, capturing: map[int]int{}, freeable: map[int]bool{}, nextAddr: syntheticFloor(cfg)}
 	a.gc = cfg.Settings.GarbageCollectionThreshold > 0 && cfg.Capacity != 0
 	for _, c := range cfg.Cached {
-		if c.Size == 0 || c.Size > MaxRequest || a.nextAddr > math.MaxUint64-(c.Size+addressGap) || a.reserved > math.MaxUint64-c.Size {
+		if c.Size == 0 || c.Size > MaxRequest || a.reserved > math.MaxUint64-c.Size {
+			continue
+		}
+		addr, recorded, ok := a.segmentAddress(RecordedSegment{Addr: c.Addr, Size: c.Size}, c.Size)
+		if !ok {
 			continue
 		}
 		p := a.pool(c.Stream, c.Small)
-		seg := &segment{addr: a.nextAddr, size: c.Size, pool: p}
-		a.nextAddr += c.Size + addressGap
+		seg := &segment{addr: addr, size: c.Size, pool: p}
+		a.track(seg, recorded)
 		a.reserved += c.Size
 		a.peakRes = max(a.peakRes, a.reserved)
 		p.insert(&block{addr: seg.addr, size: c.Size, seg: seg})
@@ -457,11 +490,15 @@ func (a *Allocator) newSegment(p *freePool, size uint64) *block {
 	if a.cfg.Capacity != 0 && (size > a.cfg.Capacity || a.reserved > a.cfg.Capacity-size) {
 		return nil
 	}
-	if size > math.MaxUint64-addressGap || a.nextAddr > math.MaxUint64-(size+addressGap) || a.reserved > math.MaxUint64-size {
+	if a.reserved > math.MaxUint64-size {
 		return nil
 	}
-	seg := &segment{addr: a.nextAddr, size: size, pool: p}
-	a.nextAddr += size + addressGap
+	addr, recorded, ok := a.segmentAddress(a.hint, size)
+	if !ok {
+		return nil
+	}
+	seg := &segment{addr: addr, size: size, pool: p}
+	a.track(seg, recorded)
 	a.reserved += size
 	a.peakRes = max(a.peakRes, a.reserved)
 	a.stats.SegmentAllocs++
@@ -474,6 +511,7 @@ func (a *Allocator) newSegment(p *freePool, size uint64) *block {
 // releaseSegment models cudaFree of a whole free segment b (in its pool).
 func (a *Allocator) releaseSegment(p *freePool, b *block) {
 	p.remove(b)
+	a.untrack(b.seg)
 	a.reserved -= b.seg.size
 	a.stats.SegmentFrees++
 	if a.onSegment != nil {
@@ -531,6 +569,7 @@ func (a *Allocator) releaseCached() {
 				continue
 			}
 			if b.prev == nil && b.next == nil {
+				a.untrack(b.seg)
 				a.reserved -= b.seg.size
 				a.stats.SegmentFrees++
 				if a.onSegment != nil {

@@ -1,6 +1,7 @@
 package torch
 
 import (
+	"cmp"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -97,6 +98,23 @@ func checkInvariants(t *testing.T, a *Allocator) {
 	}
 	if reserved != a.Reserved() || allocated != a.Allocated() {
 		t.Fatalf("T4: reserved %d (walk %d), allocated %d (walk %d)", a.Reserved(), reserved, a.Allocated(), allocated)
+	}
+	// T5: no two segments overlap, and a.segs is exactly the live
+	// segments in address order (a wholly free segment is reachable from
+	// its pool, an unmapped range from its unmapped list, so every live
+	// segment was walked).
+	var all []*segment
+	for seg := range segs {
+		all = append(all, seg)
+	}
+	slices.SortFunc(all, func(x, y *segment) int { return cmp.Compare(x.addr, y.addr) })
+	for i := 1; i < len(all); i++ {
+		if all[i-1].addr+all[i-1].size > all[i].addr {
+			t.Fatalf("T5: segments %#x+%d and %#x overlap", all[i-1].addr, all[i-1].size, all[i].addr)
+		}
+	}
+	if !slices.Equal(all, a.segs) {
+		t.Fatalf("T5: %d live segments, %d tracked", len(all), len(a.segs))
 	}
 }
 

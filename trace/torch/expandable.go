@@ -153,11 +153,12 @@ func (a *Allocator) findExpandable(p *freePool, size uint64) *block {
 		span = size
 	}
 	span = (span + page - 1) / page * page
-	if span > math.MaxUint64-addressGap || a.nextAddr > math.MaxUint64-(span+addressGap) {
+	addr, _, ok := a.segmentAddress(RecordedSegment{}, span)
+	if !ok {
 		return nil
 	}
-	seg := &segment{addr: a.nextAddr, size: span, pool: p, expandable: true, page: page}
-	a.nextAddr += span + addressGap
+	seg := &segment{addr: addr, size: span, pool: p, expandable: true, page: page}
+	a.track(seg, false)
 	b := &block{addr: seg.addr, size: span, unmapped: true, seg: seg}
 	p.insertUnmapped(b)
 	return b
@@ -265,7 +266,8 @@ func (a *Allocator) unmapBlock(p *freePool, b *block) {
 		a.onSegment(end-start, true, true)
 	}
 	if b.prev == nil && b.next == nil {
-		return // the whole range is unmapped: release_expandable_segment
+		a.untrack(seg) // the whole range is unmapped: release_expandable_segment
+		return
 	}
 	p.insertUnmapped(b)
 }

@@ -82,10 +82,17 @@ func ReplayTorch(events iter.Seq[trace.Event], capacity uint64) (Result, error) 
 }
 
 // Replay is ReplayTorch with a full Config: capacity, PyTorch's settings
-// (cfg.Settings, from ParseConf or SettingsFromSnapshot) and the segments to
-// start from. Settings that fail Validate are returned as its error, with
-// nothing replayed.
+// (cfg.Settings, from ParseConf or SettingsFromSnapshot), the segments to
+// start from and the segments PyTorch placed each alloc in (cfg.Recorded,
+// indexed like events). Settings that fail Validate are returned as its
+// error, with nothing replayed.
 func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
+	return replay(events, cfg, nil)
+}
+
+// replay is Replay, telling placed (when set) of every block an alloc event
+// got: the event's index and the allocator holding the block.
+func replay(events iter.Seq[trace.Event], cfg Config, placed func(idx int, a *Allocator, b Block)) (Result, error) {
 	if err := cfg.Settings.Validate(); err != nil {
 		return Result{FirstFailure: -1}, err
 	}
@@ -124,7 +131,11 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 				res.ImpliedFrees++
 			}
 			delete(failed, e.ID)
-			b, err := a.Malloc(e.Size, e.Stream)
+			var rec RecordedSegment
+			if idx < len(cfg.Recorded) {
+				rec = cfg.Recorded[idx]
+			}
+			b, err := a.MallocRecorded(e.Size, e.Stream, rec)
 			if err != nil {
 				if !errors.Is(err, ErrOutOfMemory) {
 					finish()
@@ -144,6 +155,9 @@ func Replay(events iter.Seq[trace.Event], cfg Config) (Result, error) {
 			}
 			live[e.ID] = b
 			res.Allocs++
+			if placed != nil {
+				placed(idx, a, b)
+			}
 		case trace.OpFree:
 			b, ok := live[e.ID]
 			if !ok {

@@ -56,7 +56,7 @@ func TestModelReproducesPyTorchReservedBytesOnSharedTraces(t *testing.T) {
 			var cached []CachedSegment
 			var cachedBytes uint64
 			for _, seg := range s.StartSegments {
-				cached = append(cached, CachedSegment{Size: seg.Size, Stream: seg.Stream, Small: seg.Small})
+				cached = append(cached, CachedSegment{Size: seg.Size, Stream: seg.Stream, Small: seg.Small, Addr: seg.Address})
 				cachedBytes += seg.Size
 			}
 			r, err := Replay(slices.Values(s.Events), Config{Cached: cached, Settings: settings})
