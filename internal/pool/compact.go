@@ -273,6 +273,8 @@ func (sc compactScope) planFrom(from int, lim CompactLimits, st storage.Storage,
 	target := sc.marks()
 	var moves []relocation.Move
 	var bytes uint64
+	var room freeRoom
+	whole := storage.GranuleOf(st) == 0
 	for _, c := range cands {
 		if target[c.at.k][c.at.i] {
 			continue
@@ -281,6 +283,20 @@ func (sc compactScope) planFrom(from int, lim CompactLimits, st storage.Storage,
 		live := pg.liveSlices()
 		if !lim.admits(bytes+c.live, len(moves)+len(live)) {
 			continue
+		}
+		if whole {
+			// On whole pages the moves map nothing, so sizes alone say
+			// whether every live slice finds room (freeRoom.overflow): a
+			// page one of them would not leave costs no carving.
+			if !room.valid {
+				room = sc.freeRoom(source)
+			}
+			if room.exact {
+				if _, spills := room.overflow(c.at, live, pg, sc[0].align); spills {
+					continue
+				}
+				room.valid = false // the moves below carve and mark
+			}
 		}
 		freed := pg.size() - pg.unmappedBytes()
 		source[c.at.k][c.at.i] = true
@@ -338,6 +354,7 @@ func (sc compactScope) repack(cands []compactSource, lim CompactLimits, bytes ui
 		return moves
 	}
 	home := sc[0]
+	var room freeRoom
 	for _, c := range cands {
 		if source[c.at.k][c.at.i] || target[c.at.k][c.at.i] {
 			continue
@@ -346,6 +363,33 @@ func (sc compactScope) repack(cands []compactSource, lim CompactLimits, bytes ui
 		live := pg.liveSlices()
 		if !lim.admits(bytes+c.live, len(moves)+len(live)) {
 			continue
+		}
+		if !room.valid {
+			room = sc.freeRoom(source)
+		}
+		var fresh *page
+		if room.exact {
+			// The plan's outcome for this page from the sizes alone
+			// (freeRoom.overflow): a page that cannot pass costs no carving,
+			// and one whose tight page the storage refuses none either —
+			// the storage is asked first, as the moves ask it nothing on
+			// whole pages.
+			packed, spills := room.overflow(c.at, live, pg, home.align)
+			tight := ceilTo(packed, TileStep)
+			if tight+TileStep > pg.size() || tight > home.pageSize {
+				continue
+			}
+			if spills {
+				var err error
+				if fresh, err = home.addPage(st, tight); err != nil {
+					continue // refused: a smaller candidate's page may still fit
+				}
+				for k := range source { // the fresh page takes no best fit
+					source[k] = append(source[k], k == 0)
+					target[k] = append(target[k], false)
+				}
+			}
+			room.valid = false // the moves below carve and mark
 		}
 		source[c.at.k][c.at.i] = true
 		mark := len(moves)
@@ -357,20 +401,32 @@ func (sc compactScope) repack(cands []compactSource, lim CompactLimits, bytes ui
 			packed += need
 		}
 		tight := ceilTo(packed, TileStep)
-		var fresh *page
 		ok := tight+TileStep <= pg.size() && tight <= home.pageSize
-		if ok && len(overflow) > 0 {
+		switch {
+		case fresh != nil:
+			source[0][fresh.index] = false
+			if !ok || len(overflow) == 0 || fresh.size() != tight {
+				ok = false // cannot happen: overflow foresaw the moves
+				home.dropLastEmptyPage(st, g)
+				for k := range source {
+					source[k] = source[k][:len(sc[k].pages)]
+					target[k] = target[k][:len(sc[k].pages)]
+				}
+				fresh = nil
+			}
+		case ok && len(overflow) > 0:
 			var err error
 			if fresh, err = home.addPage(st, tight); err != nil {
 				ok = false // refused: a smaller candidate's page may still fit
+			} else {
+				for k := range source {
+					source[k] = append(source[k], false)
+					target[k] = append(target[k], false)
+				}
 			}
 		}
 		if ok && fresh != nil {
 			home.pagesPeak = max(home.pagesPeak, uint64(len(home.pages)))
-			for k := range source {
-				source[k] = append(source[k], false)
-				target[k] = append(target[k], false)
-			}
 			// Only the fresh page takes the rest: every other page is
 			// excluded.
 			only := sc.marks()
@@ -411,6 +467,96 @@ func (sc compactScope) repack(cands []compactSource, lim CompactLimits, bytes ui
 		}
 	}
 	return moves
+}
+
+// freeRoom is the free room a plan's moves may take, by size: the runs of
+// free slices (one slice each once coalesced) on the scope's unguarded
+// pages that are not sources, kept sorted in all and
+// per page in page, so overflow simulates a candidate's best fits without
+// carving. exact is false when the scope's pools differ in alignment (a
+// slice's need would depend on the pool that takes it): repack then plans
+// every candidate as it always did. It stays true while nothing is carved
+// or marked: repack takes it again after a candidate it plans.
+type freeRoom struct {
+	valid, exact bool
+	all          []uint64     // every free slice's effective size, ascending
+	page         [][][]uint64 // the same per page of the scope, ascending
+	scratch      []uint64
+}
+
+func (sc compactScope) freeRoom(exclude [][]bool) freeRoom {
+	f := freeRoom{valid: true, exact: true, page: make([][][]uint64, len(sc))}
+	for k, p := range sc {
+		if p.align != sc[0].align {
+			f.exact = false
+			return f
+		}
+		f.page[k] = make([][]uint64, len(p.pages))
+		for i, q := range p.pages {
+			if q.guarded() || exclude[k][i] {
+				continue
+			}
+			// Runs of adjacent free slices: bestFit coalesces a page
+			// before it looks, so a run is one free slice to it.
+			var sizes []uint64
+			var run uint64
+			for j := range q.slices {
+				if s := &q.slices[j]; s.h.IsFree() {
+					run += s.EffectiveSize()
+					continue
+				}
+				if run > 0 {
+					sizes, run = append(sizes, run), 0
+				}
+			}
+			if run > 0 {
+				sizes = append(sizes, run)
+			}
+			slices.Sort(sizes)
+			f.page[k][i] = sizes
+			f.all = append(f.all, sizes...)
+		}
+	}
+	slices.Sort(f.all)
+	return f
+}
+
+// overflow returns what moveWhatFits would leave of page at's live slices
+// (indices live, of pg) for a tight page: the sum of their needs at
+// alignment align, and whether any is left. It follows moveWhatFits step
+// by step on sizes alone: largest first, each slice takes the smallest free
+// slice of at least its need on another page (best fit: which of equal
+// sizes does not change the sizes left), whose rest stays free; a slice
+// that finds none is left. On whole pages a move maps nothing, so sizes are
+// all that decide. O(free slices + live·free).
+func (f *freeRoom) overflow(at scopePage, live []int, pg *page, align uint64) (packed uint64, spills bool) {
+	free := f.scratch[:0]
+	own := f.page[at.k][at.i]
+	for _, v := range f.all { // all less the page's own, both ascending
+		if len(own) > 0 && own[0] == v {
+			own = own[1:]
+			continue
+		}
+		free = append(free, v)
+	}
+	pg.largestFirst(live)
+	for _, i := range live {
+		_, need := padded(pg.slices[i].Region.Size, align)
+		j, _ := slices.BinarySearch(free, need)
+		if j == len(free) {
+			packed += need
+			spills = true
+			continue
+		}
+		rest := free[j] - need
+		free = slices.Delete(free, j, j+1)
+		if rest > 0 {
+			r, _ := slices.BinarySearch(free, rest)
+			free = slices.Insert(free, r, rest)
+		}
+	}
+	f.scratch = free
+	return packed, spills
 }
 
 // moveWhatFits plans, largest first, the move of each of the page's live
