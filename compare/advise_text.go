@@ -206,7 +206,11 @@ func (a *Advice) asItIsLine() string {
 		if *e == "" {
 			judge = "its row, PyTorch's defaults, shows them"
 		}
-		l += fmt.Sprintf("; PYTORCH_CUDA_ALLOC_CONF in the environment (%s) %s: %s", confName(*e), why, judge)
+		env := *e
+		if env == "" {
+			env = "PyTorch's defaults"
+		}
+		l += fmt.Sprintf("; PYTORCH_CUDA_ALLOC_CONF in the environment (%s) %s: %s", env, why, judge)
 	}
 	return l + "."
 }
