@@ -58,7 +58,6 @@ func churnTrace(t *testing.T) string {
 // hint, and in the JSON (capacity_notes); they say that the capacity does
 // not count the CUDA context unless -overhead is given.
 func TestDecimalCapacityIsEchoedInTheReports(t *testing.T) {
-	t.Setenv(confEnv, "")
 	tr := churnTrace(t)
 	hint := "-capacity 80GB = 74.51 GiB; an 80 GB card has 80 GiB (nvidia-smi shows 81920 MiB): did you mean 80GiB?"
 	for _, args := range [][]string{{"advise", "-quiet"}, {"replay", "-quiet", "-no-search"}} {
@@ -90,7 +89,6 @@ func TestDecimalCapacityIsEchoedInTheReports(t *testing.T) {
 // live tensors alone pass the capacity, saying that none can fit; 0 when
 // every policy fits. -require-fit keeps its exit status 3.
 func TestReplayFailOnOOMExitsOneWhenAPolicyRunsOutAtCapacity(t *testing.T) {
-	t.Setenv(confEnv, "")
 	tr := churnTrace(t)
 	var doc struct {
 		PeakLive uint64 `json:"peak_live_bytes"`
@@ -99,7 +97,7 @@ func TestReplayFailOnOOMExitsOneWhenAPolicyRunsOutAtCapacity(t *testing.T) {
 		t.Fatalf("peak live %d (%v): want above 1 MiB", doc.PeakLive, err)
 	}
 	out, _, err := runCmd(t, "replay", "-quiet", "-no-search", "-policies", "adaptive,torch", "-capacity", "1MiB", "-fail-on-oom", tr)
-	if exitCode(err) != 1 || !strings.Contains(err.Error(), "-fail-on-oom: 2 of 2 policies run out of memory at -capacity 1.00 MiB (adaptive, torch)") ||
+	if exitCode(err) != 1 || !strings.Contains(err.Error(), "-fail-on-oom: at -capacity 1.00 MiB, 2 of 2 policies run out of memory (adaptive, torch)") ||
 		!strings.Contains(err.Error(), "no policy can fit") || !strings.Contains(out, "torch") {
 		t.Fatalf("-fail-on-oom at 1 MiB: %v (exit %d), report:\n%s", err, exitCode(err), out)
 	}

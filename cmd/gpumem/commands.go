@@ -319,8 +319,10 @@ func requireFitErr(c *compare.Comparison, policy string, capacity sizeFlag) erro
 	return nil
 }
 
-// outOfMemoryAtCapacity is replay -fail-on-oom's answer at -capacity: an
-// error (exit status 1) naming the policies that ran out of memory there,
+// outOfMemoryAtCapacity is replay -fail-on-oom's answer at -capacity (or
+// the capacity a native trace's recording device had, when -capacity is
+// not given): an error (exit status 1) naming the policies that ran out of
+// memory there,
 // the first one's failing allocation, and, when the live tensors alone
 // pass the capacity, that none can fit.
 func outOfMemoryAtCapacity(c *compare.Comparison, capacity sizeFlag) error {
@@ -341,8 +343,12 @@ func outOfMemoryAtCapacity(c *compare.Comparison, capacity sizeFlag) error {
 	if a := first.Verdict.Allocation; a != nil {
 		where = a.String()
 	}
-	msg := fmt.Sprintf("-fail-on-oom: %d of %d policies run out of memory at -capacity %s (%s); %s first at %s",
-		len(names), len(c.Policies), pool.Bytes(capacity.v), strings.Join(names, ", "), first.Name, where)
+	at := "-capacity " + pool.Bytes(c.Capacity).String()
+	if !capacity.set {
+		at = pool.Bytes(c.Capacity).String() + ", the trace's recording device's capacity (-capacity judges another)"
+	}
+	msg := fmt.Sprintf("-fail-on-oom: at %s, %d of %d policies run out of memory (%s); %s first at %s",
+		at, len(names), len(c.Policies), strings.Join(names, ", "), first.Name, where)
 	if c.LiveOverCapacity > 0 {
 		msg += fmt.Sprintf("; peak live %s passes the allocator's %s: no policy can fit, %s of live memory must go", pool.Bytes(c.PeakLive), pool.Bytes(c.Capacity-c.Overhead), pool.Bytes(c.LiveOverCapacity))
 	}
