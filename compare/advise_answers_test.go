@@ -90,6 +90,13 @@ func TestReplaySaysNoPolicyCanFitWhenLiveTensorsPassTheCapacity(t *testing.T) {
 	if !strings.Contains(out.String(), `"live_over_capacity_bytes": 1073741824`) {
 		t.Fatalf("JSON:\n%s", out.String())
 	}
+	var page strings.Builder
+	if err := c.WriteHTML(&page); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(page.String(), "no policy and no allocator setting can fit 3.00 GiB") {
+		t.Fatal("the HTML page does not say that nothing can fit")
+	}
 }
 
 // The answer says what the capacity counts: without -overhead only what
