@@ -83,15 +83,24 @@ type Advice struct {
 
 	// Baseline is the policy of the settings the workload runs with now,
 	// against which "as it is" is judged: the grid's row of Options'
-	// TorchSettings (advise -torch-conf) or else of the settings the
-	// snapshot recorded (allocator_settings), the torch policy when the grid
-	// has no such row, and PyTorch's defaults when neither says otherwise.
-	// BaselineFrom says which ("-torch-conf", "the snapshot's
-	// allocator_settings", "PyTorch's defaults"), BaselineConf its conf line
-	// ("" = the defaults).
+	// TorchSettings (advise -torch-conf), else of the settings the snapshot
+	// recorded (allocator_settings), else of PYTORCH_CUDA_ALLOC_CONF in
+	// gpumem's environment (Options.EnvTorchSettings), else PyTorch's
+	// defaults (torchBase); the torch policy when the grid has no such row.
+	// BaselineFrom says which (a SettingsFrom constant), BaselineConf its
+	// conf line ("" = the defaults).
 	Baseline     string `json:"baseline_policy"`
 	BaselineConf string `json:"baseline_setting"`
 	BaselineFrom string `json:"baseline_from"`
+	// IgnoredEnvConf is PYTORCH_CUDA_ALLOC_CONF of gpumem's environment
+	// when it is set, differs from the baseline and was not used (the
+	// snapshot recorded its settings, or -torch-conf named others): the
+	// text says so and how to judge it.
+	IgnoredEnvConf *string `json:"ignored_environment_setting,omitempty"`
+	// LiveOverCapacity is the comparison's (how far the peak live bytes
+	// pass the allocator's capacity): when set, no setting can fit and
+	// that much live memory must go.
+	LiveOverCapacity uint64 `json:"live_over_capacity_bytes,omitempty"`
 
 	// The answer at Comparison.Capacity; absent without a capacity.
 	//
@@ -99,14 +108,22 @@ type Advice struct {
 	// defaults unless Baseline says otherwise; its Margin and Headroom are
 	// the room left). The name stays for the JSON field's readers.
 	Defaults *Verdict `json:"defaults_verdict,omitempty"`
-	// ChangeThreshold is ChangeThreshold(Capacity).
+	// ChangeThreshold is ChangeThreshold(Capacity); without a capacity,
+	// ChangeThreshold of the baseline's smallest device.
 	ChangeThreshold uint64 `json:"worth_a_change_bytes,omitempty"`
+	// TightMargin says the recommended setting (the baseline when it fits
+	// and no setting is worth a change) fits the capacity with less margin
+	// than ChangeThreshold: within what one run differs from the next.
+	TightMargin bool `json:"tight_margin,omitempty"`
 	// Decision is one of the Decision constants.
 	Decision string `json:"decision,omitempty"`
 	// Recommended is the policy to run with (Baseline when the settings in
 	// use already fit), RecommendedConf its conf line, Gain the
 	// margin it gains over the defaults (both fit only); absent when none
-	// fits.
+	// fits. Without a capacity, the smallest-device pick when it needs at
+	// least ChangeThreshold less than the baseline, else the baseline, and
+	// Gain the difference of their smallest devices. One recommendation:
+	// the text's and the HTML's last lines name no other setting to use.
 	Recommended     string  `json:"recommended_policy,omitempty"`
 	RecommendedConf *string `json:"recommended_setting,omitempty"`
 	Gain            *int64  `json:"margin_gain_bytes,omitempty"`
@@ -166,7 +183,11 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 		return nil, err
 	}
 	c.addFrames(src, opts.Frames)
-	a := &Advice{Comparison: c, Baseline: baseline, BaselineConf: baselineConf, BaselineFrom: baselineFrom}
+	a := &Advice{Comparison: c, Baseline: baseline, BaselineConf: baselineConf, BaselineFrom: baselineFrom, LiveOverCapacity: c.LiveOverCapacity}
+	if e := opts.EnvTorchSettings; e != nil && baselineFrom != SettingsFromEnvironment && e.String() != baselineConf {
+		conf := e.String()
+		a.IgnoredEnvConf = &conf
+	}
 	var best *PolicyResult
 	for i := range c.Policies {
 		p := &c.Policies[i]
@@ -185,29 +206,25 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	}
 	if c.Capacity > 0 {
 		a.decide()
+	} else {
+		a.recommendWithoutCapacity()
 	}
 	return a, nil
 }
 
 // adviceBaseline is the policy "as it is" is judged by (Advice.Baseline),
-// its conf line and where its settings came from: a user who recorded the
-// snapshot with expandable_segments:True asks whether *that* fits, not
-// whether PyTorch's defaults would.
+// its conf line and where its settings came from (torchBase): a user who
+// recorded the snapshot with expandable_segments:True asks whether *that*
+// fits, not whether PyTorch's defaults would.
 func adviceBaseline(src Source, opts Options) (policy, conf, from string) {
-	base, from := opts.TorchSettings, "-torch-conf"
-	if base == nil {
-		base, from = src.TorchSettings, "the snapshot's allocator_settings"
-	}
-	if base == nil || (base.IsDefault() && len(base.Unmodelled) == 0) {
-		return defaultsPolicy, "", "PyTorch's defaults"
-	}
+	base, from := torchBase(src, opts)
 	// Options the model does not change anything for (Unmodelled) stay in
 	// the line the user sees, not in the row the settings are replayed as.
 	conf = base.String()
 	if base.IsDefault() {
 		return defaultsPolicy, conf, from
 	}
-	modelled := *base
+	modelled := base
 	modelled.Unmodelled = nil
 	for _, g := range AdviceGrid {
 		if s, err := torch.ParseConf(g); err == nil && s.String() == modelled.String() {
@@ -263,12 +280,51 @@ func (a *Advice) decide() {
 		g := int64(defaults.MinDevice) - int64(pick.MinDevice)
 		a.Gain = &g
 	}
-	a.UseLine = "PYTORCH_CUDA_ALLOC_CONF=" + *pick.TorchConf
-	if *pick.TorchConf == "" {
-		a.UseLine = "unset PYTORCH_CUDA_ALLOC_CONF (PyTorch's defaults)"
-	} else if pick == defaults && a.Baseline != defaultsPolicy {
-		a.UseLine += " (as now: " + a.BaselineFrom + ")"
+	if m := pick.Verdict.Margin; m != nil && *m < int64(a.ChangeThreshold) {
+		a.TightMargin = true
 	}
+	a.UseLine = a.useLine(pick, pick == defaults)
+}
+
+// recommendWithoutCapacity recommends without a capacity, on the smallest
+// devices alone: the smallest-device pick when it needs at least a
+// change's worth less than the baseline (ChangeThreshold of the baseline's
+// smallest device, as though the card were that size), else the baseline.
+// Nothing is recommended when the baseline's smallest device is unknown.
+func (a *Advice) recommendWithoutCapacity() {
+	var base, best *PolicyResult
+	for i := range a.Comparison.Policies {
+		p := &a.Comparison.Policies[i]
+		switch p.Name {
+		case a.Baseline:
+			base = p
+		case a.BestPolicy:
+			best = p
+		}
+	}
+	if base == nil || base.MinDevice == 0 || base.TorchConf == nil {
+		return
+	}
+	a.ChangeThreshold = ChangeThreshold(base.MinDevice)
+	pick := base
+	if best != nil && best.MinDevice > 0 && best.MinDevice < base.MinDevice && base.MinDevice-best.MinDevice >= a.ChangeThreshold {
+		pick = best
+	}
+	g := int64(base.MinDevice) - int64(pick.MinDevice)
+	a.Recommended, a.RecommendedConf, a.Gain = pick.Name, pick.TorchConf, &g
+	a.UseLine = a.useLine(pick, pick == base)
+}
+
+// useLine is the environment line for running with p; kept says p is the
+// baseline.
+func (a *Advice) useLine(p *PolicyResult, kept bool) string {
+	switch {
+	case *p.TorchConf == "":
+		return "unset PYTORCH_CUDA_ALLOC_CONF (PyTorch's defaults)"
+	case kept && a.Baseline != defaultsPolicy:
+		return "PYTORCH_CUDA_ALLOC_CONF=" + *p.TorchConf + " (as now: " + a.BaselineFrom + ")"
+	}
+	return "PYTORCH_CUDA_ALLOC_CONF=" + *p.TorchConf
 }
 
 // cheaperFit reports whether p is a better fit than q: a smaller device,

@@ -43,7 +43,8 @@ type adviceTable struct {
 func (a *Advice) adviceTable() adviceTable {
 	c := a.Comparison
 	_, short := a.baselineWords()
-	t := adviceTable{Answer: a.answerLines()}
+	answer, _ := a.answerLines()
+	t := adviceTable{Answer: answer}
 	t.Groups = []htmlGroup{{"", 1}}
 	t.Columns = []string{"setting (PYTORCH_CUDA_ALLOC_CONF)"}
 	slow := []string{"retries", "cudaMalloc", "cudaFree", "relocations", "bytes moved"}
@@ -83,14 +84,20 @@ func (a *Advice) adviceTable() adviceTable {
 		r.Cells = append(r.Cells, pool.Bytes(p.PeakReserved).String())
 		t.Rows = append(t.Rows, r)
 	}
-	if a.UseLine != "" {
-		t.Notes = append(t.Notes, "▶ recommended at "+pool.Bytes(c.Capacity).String()+": "+a.UseLine+".")
+	// The same two lines as the text's, the recommendation first.
+	smallest, recommended := a.summaryLines()
+	if recommended != "" {
+		t.Notes = append(t.Notes, strings.TrimSuffix("▶"+strings.TrimPrefix(recommended, markRecommended), ".")+".")
 	}
-	if a.BestPolicy != "" {
-		t.Notes = append(t.Notes, "* smallest device: "+confName(a.Best)+", the PyTorch setting that needs the smallest device.")
+	if smallest != "" {
+		t.Notes = append(t.Notes, smallest)
+	}
+	threshold := pool.Bytes(max(a.ChangeThreshold, ChangeThreshold(c.Capacity))).String() + " more margin than " + short + " (the larger of 1 GiB and 1% of the capacity)"
+	if c.Capacity == 0 {
+		threshold = pool.Bytes(max(a.ChangeThreshold, ChangeThreshold(0))).String() + " less than " + short + " need (the larger of 1 GiB and 1% of their smallest device)"
 	}
 	t.Notes = append(t.Notes,
-		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+pool.Bytes(ChangeThreshold(c.Capacity)).String()+" more margin than "+short+" (the larger of 1 GiB and 1% of the capacity).",
+		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+threshold+".",
 		"retries: allocations that released cached memory and tried again (PyTorch's num_alloc_retries, gpumem's cleanups); cudaMalloc, cudaFree: PyTorch's num_device_alloc and num_device_free (page maps and unmaps with expandable segments); relocations: gpumem's.",
 		"garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.")
 	return t

@@ -33,11 +33,11 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, pool.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
-	if lines := a.answerLines(); len(lines) > 0 {
+	if lines, verdict := a.answerLines(); len(lines) > 0 {
 		b.WriteString("\n")
 		for i, l := range lines {
 			writeWrapped(&b, l, proseWidth)
-			if d := a.Defaults; i == 0 && d != nil && !d.Fits {
+			if d := a.Defaults; i == verdict && d != nil && !d.Fits {
 				writeFrames(&b, d.Allocation, a.Baseline, map[int]string{})
 				d.OutOfMemory.writeCause(&b, d.Capacity, a.Baseline, map[string]string{})
 			}
@@ -76,43 +76,35 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 	t.write(&b)
 	b.WriteString("\n")
 	a.writeSlowPath(&b, width)
-	if a.BestPolicy != "" {
-		var l strings.Builder
-		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s", markSmallest, confName(a.Best))
-		for _, p := range c.Policies {
-			if p.Name == a.BestPolicy {
-				fmt.Fprintf(&l, " (%s", pool.Bytes(p.MinCapacity))
-			}
+	smallest, recommended := a.summaryLines()
+	for _, l := range []string{smallest, recommended} {
+		if l != "" {
+			writeWrapped(&b, l, proseWidth)
 		}
-		for _, p := range c.Policies {
-			if p.Name == Adaptive && p.MinCapacity > 0 {
-				fmt.Fprintf(&l, "; gpumem adaptive needs %s", pool.Bytes(p.MinCapacity))
-			}
-		}
-		writeWrapped(&b, l.String()+")", proseWidth)
 	}
-	if c.Capacity > 0 {
-		if a.UseLine != "" {
-			writeWrapped(&b, fmt.Sprintf("%s to run on %s: %s", markRecommended, pool.Bytes(c.Capacity), a.UseLine), proseWidth)
-		} else {
-			fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", pool.Bytes(c.Capacity))
-		}
+	if c.Capacity > 0 && a.UseLine == "" {
+		fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", pool.Bytes(c.Capacity))
 	}
 	writeWrapped(&b, "garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.", proseWidth)
 	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
 	return err
 }
 
-// answerLines answer at the capacity (none without one): the defaults'
-// verdict, their margin and headroom, then the recommendation with its
-// threshold and its cost.
-func (a *Advice) answerLines() []string {
+// answerLines answer in the order a user asks: what the capacity counts
+// and whether the live tensors alone pass it (capacityLines), which
+// settings "as it is" means, their verdict at the capacity with their
+// margin and headroom, then the recommendation with its threshold and its
+// cost. verdict is the index of the verdict's line (-1 when none), under
+// which the text writes the failing allocation.
+func (a *Advice) answerLines() (lines []string, verdict int) {
 	c := a.Comparison
+	lines = c.capacityLines("no allocator setting", true)
+	lines = append(lines, a.asItIsLine())
+	verdict = -1
 	if c.Capacity == 0 {
-		return nil
+		return lines, verdict
 	}
 	capacity := pool.Bytes(c.Capacity).String()
-	var lines []string
 	var defaults *PolicyResult
 	for i := range c.Policies {
 		if c.Policies[i].Name == a.Baseline {
@@ -121,11 +113,16 @@ func (a *Advice) answerLines() []string {
 	}
 	now, short := a.baselineWords()
 	if d := a.Defaults; d != nil && defaults != nil {
+		verdict = len(lines)
 		if d.Fits {
 			l := fmt.Sprintf("at %s %s fit", capacity, now)
 			if d.Margin != nil {
-				l += fmt.Sprintf(", with %s of margin (%s less their smallest device, %s: the room the workload could still grow into)",
+				l += fmt.Sprintf(", with %s of margin (%s less their smallest device, %s: the room the workload could still grow into",
 					signedBytes(*d.Margin), capacity, pool.Bytes(defaults.MinDevice))
+				if t := c.tightWords(*d.Margin, a.ChangeThreshold); t != "" {
+					l += "; " + t
+				}
+				l += ")"
 			}
 			lines = append(lines, l+fmt.Sprintf(" and %s of headroom at their peak (%s reserved).", pool.Bytes(d.Headroom), pool.Bytes(d.PeakReserved)))
 		} else {
@@ -153,10 +150,19 @@ func (a *Advice) answerLines() []string {
 		lines = append(lines, fmt.Sprintf("worth a change: %s gains %s of margin over %s, at least a change's worth %s%s.",
 			*rec.TorchConf, signedBytes(*a.Gain), short, threshold, fitCost(rec)))
 	case DecisionDefaultsDoNotFit:
-		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s of margin and %s of headroom at its peak%s.",
-			*rec.TorchConf, marginText(rec.Verdict), pool.Bytes(rec.Verdict.Headroom), fitCost(rec)))
+		margin := marginText(rec.Verdict) + " of margin"
+		if m := rec.Verdict.Margin; m != nil {
+			if t := c.tightWords(*m, a.ChangeThreshold); t != "" {
+				margin += " (" + t + ")"
+			}
+		}
+		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s and %s of headroom at its peak%s.",
+			*rec.TorchConf, margin, pool.Bytes(rec.Verdict.Headroom), fitCost(rec)))
 	case DecisionNoneFits:
 		l := fmt.Sprintf("no PyTorch setting of the grid fits %s", capacity)
+		if a.LiveOverCapacity > 0 {
+			l += ", nor can any: the live tensors alone pass it (above)"
+		}
 		for _, p := range c.Policies {
 			if p.Name == Adaptive && p.Verdict != nil && p.Verdict.Fits {
 				l += fmt.Sprintf("; gpumem adaptive fits, with %s of margin", marginText(p.Verdict))
@@ -164,7 +170,101 @@ func (a *Advice) answerLines() []string {
 		}
 		lines = append(lines, l+".")
 	}
-	return lines
+	return lines, verdict
+}
+
+// asItIsLine says which settings "as it is" is judged by and where they
+// come from (Advice.BaselineFrom), and a PYTORCH_CUDA_ALLOC_CONF of the
+// environment left aside.
+func (a *Advice) asItIsLine() string {
+	conf := confName(a.BaselineConf)
+	recordedNone := "a gpumem trace records no allocator settings"
+	if a.Comparison.PyTorch != nil {
+		recordedNone = "the snapshot recorded no allocator_settings"
+	}
+	var l string
+	switch a.BaselineFrom {
+	case SettingsFromTorchConf:
+		l = "as it is: " + conf + ", the -torch-conf settings"
+	case SettingsFromSnapshot:
+		l = "as it is: " + conf + ", as the snapshot recorded them (allocator_settings)"
+	case SettingsFromEnvironment:
+		env := a.BaselineConf
+		if env == "" {
+			env = "PyTorch's defaults"
+		}
+		l = "as it is: " + env + ", from PYTORCH_CUDA_ALLOC_CONF in the environment (" + recordedNone + ")"
+	default:
+		l = "as it is: PyTorch's defaults: " + recordedNone + " and PYTORCH_CUDA_ALLOC_CONF is not set (-torch-conf CONF judges other settings)"
+	}
+	if e := a.IgnoredEnvConf; e != nil {
+		why := "is not what the snapshot ran with"
+		if a.BaselineFrom == SettingsFromTorchConf {
+			why = "is set aside for -torch-conf"
+		}
+		judge := "-torch-conf " + *e + " judges it"
+		if *e == "" {
+			judge = "its row, PyTorch's defaults, shows them"
+		}
+		env := *e
+		if env == "" {
+			env = "PyTorch's defaults"
+		}
+		l += fmt.Sprintf("; PYTORCH_CUDA_ALLOC_CONF in the environment (%s) %s: %s", env, why, judge)
+	}
+	return l + "."
+}
+
+// summaryLines are the advice's last word, in the text and the HTML alike:
+// the PyTorch setting that needs the smallest device (*) and the one
+// recommendation (>). The first names no setting to use: where it is not
+// the recommendation it says why (less than a change's worth, out of
+// memory at the capacity, a slower path), so the two never disagree.
+func (a *Advice) summaryLines() (smallest, recommended string) {
+	c := a.Comparison
+	var best, rec, adaptive *PolicyResult
+	for i := range c.Policies {
+		p := &c.Policies[i]
+		switch p.Name {
+		case a.BestPolicy:
+			best = p
+		case Adaptive:
+			adaptive = p
+		}
+		if p.Name == a.Recommended {
+			rec = p
+		}
+	}
+	if best != nil {
+		var l strings.Builder
+		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s (%s", markSmallest, settingWords(*best), pool.Bytes(best.MinCapacity))
+		if adaptive != nil && adaptive.MinCapacity > 0 {
+			fmt.Fprintf(&l, "; gpumem adaptive needs %s", pool.Bytes(adaptive.MinCapacity))
+		}
+		l.WriteString(")")
+		switch {
+		case rec == nil || rec == best:
+		case c.Capacity > 0 && best.Verdict != nil && !best.Verdict.Fits:
+			fmt.Fprintf(&l, "; it runs out of memory at %s (out of memory is not monotonic in the capacity), so it is not the recommendation", pool.Bytes(c.Capacity))
+		case best.MinDevice >= rec.MinDevice:
+			fmt.Fprintf(&l, "; %s needs as small a device with fewer retries or cudaMalloc calls, so it is the recommendation", settingWords(*rec))
+		default:
+			fmt.Fprintf(&l, "; it needs %s less than %s, under a change's worth (%s), so it is not the recommendation", pool.Bytes(rec.MinDevice-best.MinDevice), settingWords(*rec), pool.Bytes(a.ChangeThreshold))
+		}
+		smallest = l.String() + "."
+	}
+	if a.UseLine == "" {
+		return smallest, ""
+	}
+	if c.Capacity > 0 {
+		return smallest, fmt.Sprintf("%s to run on %s: %s", markRecommended, pool.Bytes(c.Capacity), a.UseLine)
+	}
+	l := fmt.Sprintf("%s recommended: %s", markRecommended, a.UseLine)
+	if rec != nil && a.Recommended != a.Baseline && a.Gain != nil {
+		_, short := a.baselineWords()
+		l += fmt.Sprintf(": its smallest device is %s below %s', at least a change's worth (%s: the larger of 1 GiB and 1%% of their smallest device)", pool.Bytes(uint64(*a.Gain)), short, pool.Bytes(a.ChangeThreshold))
+	}
+	return smallest, l + "; -capacity SIZE answers for your card."
 }
 
 // recommended is the recommended policy's row, nil when none.
@@ -181,11 +281,13 @@ func (a *Advice) recommended() *PolicyResult {
 // defaults", "the recorded settings (expandable_segments:True)") and short
 // ("the defaults", "they").
 func (a *Advice) baselineWords() (full, short string) {
-	switch a.BaselineFrom {
-	case "", "PyTorch's defaults":
+	switch {
+	case a.BaselineConf == "" || a.BaselineFrom == SettingsFromDefaults:
 		return "PyTorch's defaults", "the defaults"
-	case "-torch-conf":
+	case a.BaselineFrom == SettingsFromTorchConf:
 		return fmt.Sprintf("the -torch-conf settings (%s)", a.BaselineConf), "the -torch-conf settings"
+	case a.BaselineFrom == SettingsFromEnvironment:
+		return fmt.Sprintf("the settings of PYTORCH_CUDA_ALLOC_CONF (%s)", a.BaselineConf), "the environment's settings"
 	}
 	return fmt.Sprintf("the settings the snapshot recorded (%s)", a.BaselineConf), "the recorded settings"
 }
@@ -315,6 +417,15 @@ func settingName(p PolicyResult) string {
 		return "(PyTorch's defaults)"
 	}
 	return *p.TorchConf
+}
+
+// settingWords is a row's setting in a sentence: settingName, PyTorch's
+// defaults without the table's parentheses.
+func settingWords(p PolicyResult) string {
+	if p.TorchConf != nil && *p.TorchConf == "" {
+		return "PyTorch's defaults"
+	}
+	return settingName(p)
 }
 
 // verdictWord is a verdict in a table cell.

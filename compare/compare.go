@@ -156,6 +156,15 @@ type Options struct {
 	// TorchSettings, when set, are the torch policy's settings in place of
 	// the snapshot's recorded ones (the CLI's -torch-conf).
 	TorchSettings *torch.Settings
+	// EnvTorchSettings, when set, are PYTORCH_CUDA_ALLOC_CONF of the
+	// environment gpumem runs in: the torch policy's settings (and
+	// advise's "as it is") when neither TorchSettings nor the snapshot
+	// says otherwise (see torchBase).
+	EnvTorchSettings *torch.Settings
+	// CapacityNotes are lines about Capacity and Overhead as the user
+	// gave them, written with the capacity (the CLI's: a decimal unit
+	// echoed with its binary value, "-capacity 80GB = 74.51 GiB; …").
+	CapacityNotes []string
 	// NoCompact opens every gpumem policy's device WithoutCompaction (the
 	// CLI's -nocompact): what compacting current pages buys is the
 	// difference from a run without it.
@@ -250,9 +259,15 @@ type Comparison struct {
 	// given (no verdict).
 	Capacity uint64 `json:"capacity_bytes"`
 	Overhead uint64 `json:"overhead_bytes"`
+	// CapacityNotes are Options'.
+	CapacityNotes []string `json:"capacity_notes,omitempty"`
+	// LiveOverCapacity is how far the peak live bytes pass the capacity
+	// the allocator has (Capacity − Overhead): no policy and no allocator
+	// setting can fit, and that much live memory must go. 0 when they do
+	// not pass it or no capacity was given.
+	LiveOverCapacity uint64 `json:"live_over_capacity_bytes,omitempty"`
 	// TorchSettingsFrom says where the torch policy's settings came from:
-	// "-torch-conf", "the snapshot's allocator_settings" or "PyTorch's
-	// defaults".
+	// one of the SettingsFrom constants.
 	TorchSettingsFrom string  `json:"torch_settings_from"`
 	Bandwidth         float64 `json:"bandwidth_bytes_per_second"`
 	MaxPage           uint64  `json:"max_page_bytes"`
@@ -278,6 +293,34 @@ type Comparison struct {
 	// baseConf is the settings PyTorch recorded as a conf line
 	// (recordedConf).
 	baseConf string
+}
+
+// Where the settings the workload runs with come from
+// (Comparison.TorchSettingsFrom, Advice.BaselineFrom).
+const (
+	SettingsFromTorchConf   = "-torch-conf"
+	SettingsFromSnapshot    = "the snapshot's allocator_settings"
+	SettingsFromEnvironment = "PYTORCH_CUDA_ALLOC_CONF in the environment"
+	SettingsFromDefaults    = "PyTorch's defaults"
+)
+
+// torchBase is the settings the workload runs with, the torch policy's
+// and advise's "as it is", and which of SettingsFrom they are: the
+// -torch-conf settings (Options.TorchSettings), else those the snapshot
+// recorded (its allocator_settings: what the run had), else
+// PYTORCH_CUDA_ALLOC_CONF of gpumem's environment (Options.EnvTorchSettings,
+// for a snapshot that recorded none or a native trace), else PyTorch's
+// defaults.
+func torchBase(src Source, opts Options) (torch.Settings, string) {
+	switch {
+	case opts.TorchSettings != nil:
+		return *opts.TorchSettings, SettingsFromTorchConf
+	case src.TorchSettings != nil:
+		return *src.TorchSettings, SettingsFromSnapshot
+	case opts.EnvTorchSettings != nil:
+		return *opts.EnvTorchSettings, SettingsFromEnvironment
+	}
+	return torch.Settings{}, SettingsFromDefaults
 }
 
 // recordedConf is the conf line of the settings PyTorch ran the trace with:
@@ -310,13 +353,8 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		}
 	}
 	how := opts.device()
-	settingsFrom := "PyTorch's defaults"
-	switch {
-	case opts.TorchSettings != nil:
-		how.torchBase, settingsFrom = *opts.TorchSettings, "-torch-conf"
-	case src.TorchSettings != nil:
-		how.torchBase, settingsFrom = *src.TorchSettings, "the snapshot's allocator_settings"
-	}
+	base, settingsFrom := torchBase(src, opts)
+	how.torchBase = base
 	bw := opts.Bandwidth
 	if bw <= 0 {
 		bw = DefaultBandwidth
@@ -361,8 +399,12 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		Overhead:          opts.Overhead,
 		firstT:            src.Events[0].T,
 		TorchSettingsFrom: settingsFrom,
+		CapacityNotes:     opts.CapacityNotes,
 		baseConf:          recordedConf(src),
 		lastT:             src.Events[len(src.Events)-1].T,
+	}
+	if opts.Capacity > 0 && peak > opts.Capacity-opts.Overhead {
+		c.LiveOverCapacity = peak - (opts.Capacity - opts.Overhead)
 	}
 	if src.PyTorch != nil {
 		r := src.PyTorch.PeakReserved

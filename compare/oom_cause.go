@@ -152,11 +152,7 @@ func (c *Comparison) explainFits(ctx context.Context, src Source, opts Options, 
 	}
 	if len(fits) == 0 && extra {
 		how := opts.device()
-		if opts.TorchSettings != nil {
-			how.torchBase = *opts.TorchSettings
-		} else if src.TorchSettings != nil {
-			how.torchBase = *src.TorchSettings
-		}
+		how.torchBase, _ = torchBase(src, opts)
 		maxPage, _ := recordedSettings(src, &opts, &how)
 		for _, name := range fitsInsteadCandidates {
 			if slices.ContainsFunc(c.Policies, func(p PolicyResult) bool { return p.Name == name }) {

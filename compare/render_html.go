@@ -377,13 +377,20 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 	return figures, parts
 }
 
-// summaryLines are the report's first lines (trace, PyTorch, capacity).
+// summaryLines are the report's first lines (trace, PyTorch, capacity and,
+// on replay's page, what it counts and whether the live tensors alone pass
+// it).
 func (c *Comparison) summaryLines() []string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d events over %s of trace time, peak live %s\n", c.Events, traceSpan(c), pool.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
 	if c.Capacity > 0 {
 		fmt.Fprintf(&b, "capacity %s, %s overhead outside the allocator\n", pool.Bytes(c.Capacity), pool.Bytes(c.Overhead))
+		if c.advice == nil { // advise's page says them in its answer
+			for _, l := range c.capacityLines("no policy and no allocator setting", false) {
+				b.WriteString(l + "\n")
+			}
+		}
 	}
 	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }

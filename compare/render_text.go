@@ -55,6 +55,9 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 		b.WriteString("no -capacity given (no verdict); ")
 	}
 	fmt.Fprintf(&b, "max page %s; copy time at %s\n", pool.Bytes(c.MaxPage), rate(c.Bandwidth))
+	for _, l := range c.capacityLines("no policy and no allocator setting", false) {
+		b.WriteString(l + "\n")
+	}
 	if line := c.fromTraceLine(); line != "" {
 		b.WriteString(line + "\n")
 	}
@@ -269,7 +272,7 @@ func (c *Comparison) writeTorchNote(b *strings.Builder) {
 		conf := confName(*p.TorchConf)
 		from := ""
 		switch {
-		case p.Name == Torch && c.TorchSettingsFrom != "PyTorch's defaults":
+		case p.Name == Torch && c.TorchSettingsFrom != SettingsFromDefaults:
 			from = " (settings from " + c.TorchSettingsFrom + ")"
 		case p.Name == TorchExpandable:
 			from = " (torch's settings with expandable segments)"

@@ -154,7 +154,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&bandwidth, "bandwidth", "device copy bandwidth for the relocation time estimate, `RATE` such as 2TB/s, 900GB/s or 2e12 (B/s)")
 	noSearch := fs.Bool("no-search", false, "skip the smallest-capacity search")
 	noCompact := fs.Bool("nocompact", false, "gpumem policies never compact current pages (to see what compaction buys)")
-	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation")
+	failOnOOM := fs.Bool("fail-on-oom", false, "exit 1 when a policy fails an allocation, at unlimited capacity or at -capacity")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	snapshotOut := fs.String("snapshot-out", "", "also write the device of one policy's replay, with its history, as a PyTorch memory snapshot to `FILE` for pytorch.org/memory_viz")
 	snapshotPolicy := fs.String("snapshot-policy", compare.Adaptive, "the gpumem `POLICY` whose replay -snapshot-out writes")
@@ -248,13 +248,10 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}
-	if *torchConf != "" {
-		s, err := torch.ParseConf(*torchConf)
-		if err != nil {
-			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
-		}
-		opts.TorchSettings = &s
+	if err := setTorchSettings(&opts, src, *torchConf); err != nil {
+		return err
 	}
+	opts.CapacityNotes = capacityNotes(capacity, overhead)
 	progress, progressDone := progressTo(*quiet, stderr)
 	defer progressDone()
 	opts.Progress = progress
@@ -298,18 +295,111 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			}
 		}
 	}
-	if *requireFit != "" {
-		for _, p := range c.Policies {
-			if p.Name == *requireFit && p.Verdict != nil && !p.Verdict.Fits {
-				where := fmt.Sprintf("event %d", p.Verdict.OutOfMemory.Event)
-				if a := p.Verdict.Allocation; a != nil {
-					where = a.String()
-				}
-				return fmt.Errorf("%w: policy %s runs out of memory at %s with -capacity %s", errNoFit, p.Name, where, pool.Bytes(capacity.v))
+	if err := requireFitErr(c, *requireFit, capacity); err != nil {
+		return err
+	}
+	if *failOnOOM {
+		return outOfMemoryAtCapacity(c, capacity)
+	}
+	return nil
+}
+
+// requireFitErr is replay -require-fit's answer: errNoFit when policy runs
+// out of memory at -capacity.
+func requireFitErr(c *compare.Comparison, policy string, capacity sizeFlag) error {
+	for _, p := range c.Policies {
+		if policy != "" && p.Name == policy && p.Verdict != nil && !p.Verdict.Fits {
+			where := fmt.Sprintf("event %d", p.Verdict.OutOfMemory.Event)
+			if a := p.Verdict.Allocation; a != nil {
+				where = a.String()
 			}
+			return fmt.Errorf("%w: policy %s runs out of memory at %s with -capacity %s", errNoFit, p.Name, where, pool.Bytes(capacity.v))
 		}
 	}
 	return nil
+}
+
+// outOfMemoryAtCapacity is replay -fail-on-oom's answer at -capacity (or
+// the capacity a native trace's recording device had, when -capacity is
+// not given): an error (exit status 1) naming the policies that ran out of
+// memory there,
+// the first one's failing allocation, and, when the live tensors alone
+// pass the capacity, that none can fit.
+func outOfMemoryAtCapacity(c *compare.Comparison, capacity sizeFlag) error {
+	var names []string
+	var first *compare.PolicyResult
+	for i, p := range c.Policies {
+		if p.Verdict != nil && !p.Verdict.Fits {
+			names = append(names, p.Name)
+			if first == nil {
+				first = &c.Policies[i]
+			}
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	where := fmt.Sprintf("event %d", first.Verdict.OutOfMemory.Event)
+	if a := first.Verdict.Allocation; a != nil {
+		where = a.String()
+	}
+	at := "-capacity " + pool.Bytes(c.Capacity).String()
+	if !capacity.set {
+		at = pool.Bytes(c.Capacity).String() + ", the trace's recording device's capacity (-capacity judges another)"
+	}
+	msg := fmt.Sprintf("-fail-on-oom: at %s, %d of %d policies run out of memory (%s); %s first at %s",
+		at, len(names), len(c.Policies), strings.Join(names, ", "), first.Name, where)
+	if c.LiveOverCapacity > 0 {
+		msg += fmt.Sprintf("; peak live %s passes the allocator's %s: no policy can fit, %s of live memory must go", pool.Bytes(c.PeakLive), pool.Bytes(c.Capacity-c.Overhead), pool.Bytes(c.LiveOverCapacity))
+	}
+	return errors.New(msg)
+}
+
+// confEnv is the environment variable PyTorch reads its allocator settings
+// from; gpumem reads it too, as the settings a workload runs with when the
+// snapshot recorded none.
+const confEnv = "PYTORCH_CUDA_ALLOC_CONF"
+
+// setTorchSettings sets opts' torch settings from -torch-conf (conf, when
+// given) and from PYTORCH_CUDA_ALLOC_CONF in the environment (when set and
+// not empty). A bad -torch-conf is a usage error; so is a bad
+// environment line where it would be used (no -torch-conf, and a snapshot
+// that recorded no allocator_settings), and it is ignored otherwise.
+func setTorchSettings(opts *compare.Options, src compare.Source, conf string) error {
+	if conf != "" {
+		s, err := torch.ParseConf(conf)
+		if err != nil {
+			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
+		}
+		opts.TorchSettings = &s
+	}
+	line := strings.TrimSpace(os.Getenv(confEnv))
+	if line == "" {
+		return nil
+	}
+	s, err := torch.ParseConf(line)
+	switch {
+	case err == nil:
+		opts.EnvTorchSettings = &s
+	case conf == "" && src.TorchSettings == nil:
+		return fmt.Errorf("%w: %s=%q in the environment: %w (fix or unset it, or give -torch-conf)", errUsage, confEnv, line, err)
+	}
+	return nil
+}
+
+// capacityNotes are the reports' notes on -capacity and -overhead as the
+// user gave them (decimalNote).
+func capacityNotes(capacity, overhead sizeFlag) []string {
+	var notes []string
+	for _, n := range []string{decimalNote("-capacity", capacity), decimalNote("-overhead", overhead)} {
+		if n != "" && !strings.HasSuffix(n, "?") {
+			n += "."
+		}
+		if n != "" {
+			notes = append(notes, n)
+		}
+	}
+	return notes
 }
 
 // textWidth is the text report's line limit: none with -wide.
@@ -587,13 +677,9 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames}
-	if *torchConf != "" {
-		s, err := torch.ParseConf(*torchConf)
-		if err != nil {
-			return fmt.Errorf("%w: -torch-conf: %w", errUsage, err)
-		}
-		opts.TorchSettings = &s
+	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames, CapacityNotes: capacityNotes(capacity, overhead)}
+	if err := setTorchSettings(&opts, src, *torchConf); err != nil {
+		return err
 	}
 	if *htmlOut != "" {
 		opts.Timeline = 1500

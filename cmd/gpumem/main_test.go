@@ -25,6 +25,15 @@ import (
 // sharedTraces holds the PyTorch snapshots shared between checkouts.
 var sharedTraces = filepath.Join("..", "..", "..", "shared", "traces")
 
+// TestMain runs the tests without the PYTORCH_CUDA_ALLOC_CONF of the shell
+// that started them: replay and advise read it (setTorchSettings), and the
+// tests expect the settings the traces recorded; a test that wants one sets
+// it with t.Setenv.
+func TestMain(m *testing.M) {
+	os.Unsetenv(confEnv)
+	os.Exit(m.Run())
+}
+
 // runCmd runs the command line args and returns its stdout and stderr.
 func runCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()

@@ -5,6 +5,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // sizeUnits are the units a size may carry, matched without regard to
@@ -86,10 +88,11 @@ func parseRate(s string) (float64, error) {
 }
 
 // sizeFlag is a flag.Value holding a size; set tells an explicit value
-// from the default.
+// from the default, text is the value as the user gave it.
 type sizeFlag struct {
-	v   uint64
-	set bool
+	v    uint64
+	set  bool
+	text string
 }
 
 func (s *sizeFlag) String() string {
@@ -108,8 +111,54 @@ func (s *sizeFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	s.v, s.set = n, true
+	s.v, s.set, s.text = n, true, strings.TrimSpace(v)
 	return nil
+}
+
+// decimalNote echoes a size given in a decimal unit with the binary value
+// it was read as, the way the reports print sizes ("-capacity 80GB =
+// 74.51 GiB"), and, for a -capacity in GB or TB, what a card sold as that
+// size has: an "80 GB" card has 80 GiB (nvidia-smi shows 81920 MiB), so
+// 80GB is most likely a slip for 80GiB. "" for a size in binary units or
+// bytes, or one not given.
+func decimalNote(name string, s sizeFlag) string {
+	if !s.set {
+		return ""
+	}
+	num, unit := splitUnit(s.text)
+	binary := map[string]string{"k": "KiB", "kb": "KiB", "m": "MiB", "mb": "MiB", "g": "GiB", "gb": "GiB", "t": "TiB", "tb": "TiB"}[unit]
+	if binary == "" {
+		return ""
+	}
+	note := fmt.Sprintf("%s %s = %s", name, s.text, pool.Bytes(s.v))
+	if name != "-capacity" || (binary != "GiB" && binary != "TiB") {
+		return note + fmt.Sprintf(" (decimal units; %s%s is the binary size)", num, binary)
+	}
+	f, err := strconv.ParseFloat(num, 64)
+	if err != nil || f <= 0 {
+		return note
+	}
+	mib := f * 1024
+	if binary == "TiB" {
+		mib *= 1024
+	}
+	decimal := strings.ToUpper(unit[:1]) + "B"
+	return note + fmt.Sprintf("; %s %s %s card has %s %s (nvidia-smi shows %s MiB): did you mean %s%s?",
+		article(num), num, decimal, num, binary, strconv.FormatFloat(math.Round(mib), 'f', -1, 64), num, binary)
+}
+
+// article is "a" or "an" before a number said aloud: "an" before eight,
+// eighty, eight hundred…, eleven and eighteen (and their thousands).
+func article(num string) string {
+	whole, _, _ := strings.Cut(num, ".")
+	whole = strings.TrimLeft(whole, "0")
+	switch {
+	case strings.HasPrefix(whole, "8"):
+		return "an"
+	case len(whole)%3 == 2 && (strings.HasPrefix(whole, "11") || strings.HasPrefix(whole, "18")):
+		return "an"
+	}
+	return "a"
 }
 
 // rateFlag is a flag.Value holding a bandwidth in bytes per second.

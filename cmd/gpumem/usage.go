@@ -22,8 +22,14 @@ FILE is a PyTorch memory snapshot (.pickle or .json, gzip ok) or a gpumem
 trace (.jsonl); without FILE the embedded default trace is replayed.
 Sizes take decimal (GB = 10⁹ B) or binary (GiB = 2³⁰ B) units, any case.
 
-Exit status: 0 done; 1 an error, or -fail-on-oom with a failed allocation;
-2 a usage error; 3 -require-fit's policy does not fit -capacity.`
+-capacity counts only what the allocator reserves: -overhead SIZE sets
+aside the CUDA context and memory outside the allocator. PyTorch's model
+runs with -torch-conf's settings, else those the snapshot recorded, else
+PYTORCH_CUDA_ALLOC_CONF's from the environment, else its defaults.
+
+Exit status: 0 done; 1 an error, or -fail-on-oom with a failed allocation
+(at unlimited capacity or at -capacity); 2 a usage error; 3
+-require-fit's policy does not fit -capacity.`
 
 	convertUsage = `usage: gpumem convert [flags] SNAPSHOT -o TRACE.jsonl
 
@@ -44,15 +50,21 @@ defaults, expandable segments, max_split_size_mb 64–512,
 roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
 0.8, and the combinations that matter) beside gpumem's adaptive policy:
 each setting's peak reserved and smallest capacity, the one that needs the
-smallest device marked. With -capacity it answers in order: do the
-settings the workload runs with now fit (those the snapshot recorded, or
--torch-conf's, else PyTorch's defaults), with what margin (the capacity
-less their smallest device) and headroom at their peak; and is a setting
-worth a change — only when they do not fit, or when it gains at least
-max(1 GiB, 1% of the capacity) of margin; otherwise they already fit. Each setting's
-slow path at the capacity (retries, cudaMalloc and cudaFree calls) is
-shown beside it. -require-fit exits 3 when no setting fits. Settings run
-in parallel.`
+smallest device marked, and one recommendation: a setting only when it
+needs at least max(1 GiB, 1% of the device) less than the settings the
+workload runs with now (-torch-conf's, else those the snapshot recorded,
+else PYTORCH_CUDA_ALLOC_CONF's from the environment, else PyTorch's
+defaults). With -capacity it answers in order: can any setting fit (not
+when the live tensors alone pass the capacity: then it says how much
+live memory must go); do the settings in use fit, with what margin (the
+capacity less their smallest device; tight under the worth-a-change
+threshold) and headroom at their peak; and is a setting worth a change —
+only when they do not fit, or when it gains at least max(1 GiB, 1% of the
+capacity) of margin; otherwise they already fit. -capacity counts only
+what the allocator reserves: -overhead SIZE sets aside the CUDA context
+and memory outside the allocator. Each setting's slow path at the
+capacity (retries, cudaMalloc and cudaFree calls) is shown beside it.
+-require-fit exits 3 when no setting fits. Settings run in parallel.`
 
 	versionUsage = `usage: gpumem version
 
