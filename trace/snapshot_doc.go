@@ -164,11 +164,17 @@ func writeDevices(b *strings.Builder, ds []DeviceData) {
 // instead. It matches ErrSeveralDevices.
 type SeveralDevicesError struct {
 	Devices []DeviceData // the devices with data, in order
+	// Choose, when set, says how the caller's user chooses ("with
+	// -device N"): the message puts it after "choose one".
+	Choose string
 }
 
 func (e *SeveralDevicesError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the snapshot holds data for devices %s: choose one", deviceList(e.Devices))
+	if e.Choose != "" {
+		b.WriteString(" " + e.Choose)
+	}
 	writeDevices(&b, e.Devices)
 	return b.String()
 }
@@ -182,6 +188,9 @@ func (e *SeveralDevicesError) Unwrap() error { return ErrSeveralDevices }
 type NoDeviceDataError struct {
 	Device  DeviceData   // the chosen device (markers at most)
 	Devices []DeviceData // the devices with data, in order; none when the snapshot has none
+	// Choose, when set, says how the caller's user chooses another
+	// device ("with -device N"), put after the devices with data.
+	Choose string
 }
 
 func (e *NoDeviceDataError) Error() string {
@@ -196,6 +205,9 @@ func (e *NoDeviceDataError) Error() string {
 		return b.String()
 	}
 	fmt.Fprintf(&b, "; data for device%s %s", plural(len(e.Devices)), deviceList(e.Devices))
+	if e.Choose != "" {
+		b.WriteString(": choose one " + e.Choose)
+	}
 	writeDevices(&b, e.Devices)
 	return b.String()
 }
@@ -506,6 +518,9 @@ func describeDict(d *pyDict) string {
 		if s, ok := k.(string); ok && len(ks) < show {
 			ks = append(ks, describe(s))
 		}
+	}
+	if len(d.keys) == 0 {
+		return "an empty dict"
 	}
 	out := fmt.Sprintf("a dict of %d key%s", len(d.keys), plural(len(d.keys)))
 	if len(ks) > 0 {
