@@ -342,7 +342,11 @@ func replayExits(ins []input, cs []*compare.Comparison, failOnOOM bool, requireF
 		if failOnOOM {
 			for _, p := range c.Policies {
 				if p.FailedAllocs > 0 {
-					return fmt.Errorf("policy %s failed %d allocations at unlimited capacity%s", p.Name, p.FailedAllocs, on)
+					first := ""
+					if a := p.FirstFailed; a != nil {
+						first = fmt.Sprintf(" (the first at %s)", a)
+					}
+					return fmt.Errorf("policy %s failed %d allocations at unlimited capacity%s%s", p.Name, p.FailedAllocs, on, first)
 				}
 			}
 		}
