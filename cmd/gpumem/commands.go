@@ -291,7 +291,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				}
 			}
 		}
-		if err := writeDeviceReports(stdout, path, *format == "json", reports); err != nil {
+		if err := writeDeviceReports(stdout, path, *format == "json", textWidth(*wide), reports); err != nil {
 			return err
 		}
 		return replayExits(ins, cs, *failOnOOM, *requireFit, capacity.v)
@@ -687,7 +687,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 				}
 			}
 		}
-		if err := writeDeviceReports(stdout, pos[0], *format == "json", reports); err != nil {
+		if err := writeDeviceReports(stdout, pos[0], *format == "json", textWidth(*wide), reports); err != nil {
 			return err
 		}
 		if *requireFit && len(noFit) > 0 {

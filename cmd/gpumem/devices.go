@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gpumem/gpumem/trace"
 )
@@ -88,8 +89,9 @@ func inputWhere(path string) string {
 
 // writeDeviceReports writes the reports on several devices of the snapshot
 // at path: as JSON (devicesJSON) when asJSON, else in text, each under a
-// heading.
-func writeDeviceReports(w io.Writer, path string, asJSON bool, reports []deviceReport) error {
+// heading, the lines of its own wrapped at width columns (0: none) as the
+// reports wrap theirs.
+func writeDeviceReports(w io.Writer, path string, asJSON bool, width int, reports []deviceReport) error {
 	if asJSON {
 		out := devicesJSON{Trace: inputName(path)}
 		for _, r := range reports {
@@ -116,16 +118,16 @@ func writeDeviceReports(w io.Writer, path string, asJSON bool, reports []deviceR
 	for i, r := range reports {
 		devs[i] = fmt.Sprint(r.in.snap.Device)
 	}
-	if _, err := fmt.Fprintf(w, "%s holds data for %d devices (%s): each is replayed on its own, one report per device (-device N replays one)\n",
-		inputName(path), len(reports), strings.Join(devs, ", ")); err != nil {
+	if _, err := io.WriteString(w, wrapWords(fmt.Sprintf("%s holds data for %d devices (%s): each is replayed on its own, one report per device (-device N replays one)",
+		inputName(path), len(reports), strings.Join(devs, ", ")), width)); err != nil {
 		return err
 	}
 	for _, r := range reports {
-		if _, err := fmt.Fprintf(w, "\n=== %s ===\n", r.in.deviceData()); err != nil {
+		if _, err := io.WriteString(w, "\n"+wrapWords(fmt.Sprintf("=== %s ===", r.in.deviceData()), width)); err != nil {
 			return err
 		}
 		if r.write == nil {
-			if _, err := fmt.Fprintf(w, "device %d: %s\n", r.in.snap.Device, r.in.nothing); err != nil {
+			if _, err := io.WriteString(w, wrapWords(fmt.Sprintf("device %d: %s", r.in.snap.Device, r.in.nothing), width)); err != nil {
 				return err
 			}
 			continue
@@ -135,6 +137,31 @@ func writeDeviceReports(w io.Writer, path string, asJSON bool, reports []deviceR
 		}
 	}
 	return nil
+}
+
+// wrapWords is line s and a newline, cut at spaces into lines of at most
+// width columns (0: one line), the continuations indented by two.
+func wrapWords(s string, width int) string {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
+		return s + "\n"
+	}
+	var b strings.Builder
+	col := 0
+	for i, word := range strings.Fields(s) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case col+1+n > width:
+			b.WriteString("\n  ")
+			col = 2
+		default:
+			b.WriteString(" ")
+			col++
+		}
+		b.WriteString(word)
+		col += n
+	}
+	return b.String() + "\n"
 }
 
 // inputName names FILE as its reports do: its base name, or standard
