@@ -441,6 +441,9 @@ func parseSegment(sv any, i int) (docSegment, error) {
 			if !hasSegAddr {
 				return docSegment{}, fmt.Errorf("%w: segment %d block %d has no address, and segment %d's address %s cannot place it", ErrSnapshot, i, j, i, describe(segAddrV))
 			}
+			if segAddr > math.MaxUint64-total {
+				return docSegment{}, fmt.Errorf("%w: segment %d: address %#x plus total_size %d pass 2^64, so its blocks' addresses cannot be derived", ErrSnapshot, i, segAddr, total)
+			}
 			if !offsetKnown {
 				return docSegment{}, fmt.Errorf("%w: segment %d block %d has no address, and block %d before it has no size to place it after", ErrSnapshot, i, j, unknownAt)
 			}
@@ -451,7 +454,7 @@ func parseSegment(sv any, i int) (docSegment, error) {
 				return docSegment{}, fmt.Errorf("%w: segment %d block %d: the sizes of blocks 0 to %d add up to more than the segment's total_size %d, so their addresses cannot be derived", ErrSnapshot, i, j, j, total)
 			}
 		}
-		addr := segAddr + offset // < 2^64: total ≤ 2^62 bounds the offset, segAddr a real address
+		addr := segAddr + offset // used only when derived: then offset < total and segAddr + total < 2^64
 		if hasAddr {
 			a, ok := asUint64(av)
 			if !ok {

@@ -52,6 +52,8 @@ func TestPyTorch20BlocksThatCannotBePlacedAreNamed(t *testing.T) {
 			"segment 0 block 0 has no address, and segment 0's address None cannot place it"},
 		"sizes past the segment": {`{"segments": [{"address": 4096, "total_size": 1024, "blocks": [{"state": "inactive", "size": 1024}, {"state": "active_allocated", "size": 512}]}]}`,
 			"segment 0 block 1: the sizes of blocks 0 to 1 add up to more than the segment's total_size 1024"},
+		"address past 2^64": {`{"segments": [{"address": 18446744073709551615, "total_size": 1024, "blocks": [{"state": "active_allocated", "size": 512}]}]}`,
+			"segment 0: address 0xffffffffffffffff plus total_size 1024 pass 2^64"},
 		"a size missing before": {`{"segments": [{"address": 4096, "total_size": 1024, "blocks": [{"state": "inactive"}, {"state": "active_allocated", "size": 512}]}]}`,
 			"segment 0 block 0 has neither an address nor a size"},
 	} {
