@@ -433,7 +433,7 @@ func verdictWord(v *Verdict) string {
 	if v.Fits {
 		return "fits"
 	}
-	return fmt.Sprintf("OOM at event %d", v.OutOfMemory.Event)
+	return "OOM at " + v.oomPlace()
 }
 
 // marginText is a verdict's margin, "-" when not measured.

@@ -228,6 +228,10 @@ type PolicyResult struct {
 	CopySeconds                  float64 `json:"copy_seconds"`
 	ReplaySeconds                float64 `json:"replay_seconds"`
 	FailedAllocs                 int     `json:"failed_allocs"`
+	// FirstFailed names the first allocation the policy failed at
+	// unlimited capacity (its device_traces entry for a snapshot), absent
+	// when none failed.
+	FirstFailed *FailingAllocation `json:"first_failed_allocation,omitempty"`
 	// TorchConf is a PyTorch policy's settings as a PYTORCH_CUDA_ALLOC_CONF
 	// line ("" for PyTorch's defaults); absent for gpumem's policies.
 	TorchConf *string `json:"pytorch_alloc_conf,omitempty"`
@@ -414,6 +418,9 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
 		if err != nil {
 			return nil, fmt.Errorf("policy %s: %w", name, err)
+		}
+		if r := res.Report; r != nil && res.FailedAllocs > 0 && r.FirstFailure >= 0 {
+			res.FirstFailed = failingAllocation(src, r.FirstFailure)
 		}
 		if v := res.Verdict; v != nil && v.OutOfMemory != nil {
 			v.Allocation = failingAllocation(src, v.OutOfMemory.Event)

@@ -315,7 +315,7 @@ func (c *Comparison) newChart(p PolicyResult, sc scales, zoomed bool) chart {
 				}
 			}
 			x := sc.x(replay.Point{Event: o.Event, T: o.T})
-			ch.OOM = &oomMark{X: x, Event: o.Event, Label: fmt.Sprintf("out of memory at event %d", o.Event)}
+			ch.OOM = &oomMark{X: x, Event: o.Event, Label: "out of memory at " + v.oomPlace()}
 		}
 	}
 	ch.Labels = ch.placeLabels()
@@ -353,7 +353,7 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 			if v.Fits {
 				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
 			} else {
-				row = append(row, fmt.Sprintf("out of memory at event %d (%s requested)", v.OutOfMemory.Event, pool.Bytes(v.OutOfMemory.Request)))
+				row = append(row, fmt.Sprintf("out of memory at %s (%s requested)", v.oomPlace(), pool.Bytes(v.OutOfMemory.Request)))
 			}
 		}
 		figures.Rows = append(figures.Rows, row)

@@ -93,7 +93,7 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 			if v.Fits {
 				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
 			} else {
-				row = append(row, fmt.Sprintf("out of memory at event %d", v.OutOfMemory.Event))
+				row = append(row, "out of memory at "+v.oomPlace())
 			}
 		}
 		t.add(row...)
@@ -126,7 +126,11 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	}
 	for _, p := range c.Policies {
 		if p.FailedAllocs > 0 {
-			fmt.Fprintf(&b, "warning: %s failed %d allocations at unlimited capacity (first at event %d: %s)\n", p.Name, p.FailedAllocs, p.Report.FirstFailure, p.Report.FirstFailureError)
+			first := fmt.Sprintf("event %d", p.Report.FirstFailure)
+			if a := p.FirstFailed; a != nil {
+				first = a.shortPlace()
+			}
+			fmt.Fprintf(&b, "warning: %s failed %d allocations at unlimited capacity (first at %s: %s)\n", p.Name, p.FailedAllocs, first, p.Report.FirstFailureError)
 		}
 	}
 	c.writeBreakdowns(&b, width)

@@ -206,6 +206,29 @@ func failingAllocation(src Source, i int) *FailingAllocation {
 	return a
 }
 
+// shortPlace names the allocation where the user finds it, in a few
+// words: "device_traces entry 12643" for a snapshot's (the event number
+// only in the longer forms, beside it), "event 40" for a native trace's,
+// "event 3, a block live before the trace" for the prelude's.
+func (a *FailingAllocation) shortPlace() string {
+	switch {
+	case a.Entry != nil:
+		return fmt.Sprintf("device_traces entry %d", *a.Entry)
+	case a.Prelude:
+		return fmt.Sprintf("event %d, a block live before the trace", a.Event)
+	}
+	return fmt.Sprintf("event %d", a.Event)
+}
+
+// oomPlace is shortPlace of the verdict's failing allocation, or its event
+// when it has none.
+func (v *Verdict) oomPlace() string {
+	if v.Allocation != nil {
+		return v.Allocation.shortPlace()
+	}
+	return fmt.Sprintf("event %d", v.OutOfMemory.Event)
+}
+
 // String names the allocation: "device_traces entry 12643: 16.00 MiB on
 // stream 0 (PyTorch stream 0x…)", or by event for a native trace.
 func (a *FailingAllocation) String() string {

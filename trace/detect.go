@@ -27,7 +27,8 @@ const (
 	// InputSnapshot is a PyTorch memory snapshot: a pickle (of protocol 2
 	// or later, or of a dict or list in protocols 0 and 1), or one JSON
 	// object (whose first line has no top-level "op" or "format" key, as
-	// a pretty-printed or single-line dump of a snapshot never has).
+	// a pretty-printed or single-line dump of a snapshot never has) or
+	// list (of segments).
 	InputSnapshot
 )
 
@@ -99,6 +100,10 @@ func Sniff(r io.Reader) (kind InputKind, content io.Reader, gzipped bool, err er
 		if isTraceLine(head[start:]) {
 			return InputJSONL, br, gzipped, nil
 		}
+		return InputSnapshot, br, gzipped, nil
+	case first == '[':
+		// A JSON list: the segments torch.cuda.memory_snapshot()
+		// returns, as JSON. No trace line opens with one.
 		return InputSnapshot, br, gzipped, nil
 	case first == 0x80 || first == '(' || first == '}' || first == ']':
 		// PROTO opens every pickle of protocol 2 and up (PyTorch writes

@@ -11,8 +11,10 @@
 // capture, and the held releases: a free with Held, release, hold, pass —
 // with [Header] and the [Encoder]; this package names them too): [Decode]
 // (design §13.1); [ReadSnapshot], which reads a PyTorch CUDA memory snapshot —
-// pickle (its own unpickler, plain data only, no globals), JSON or gzip — and
-// converts one device's trace to native events with a prelude rebuilding the
+// pickle (its own unpickler, plain data only, no globals), JSON or gzip, in
+// every shape memory_viz reads (snapshot_doc.go) — and converts one device's
+// trace and segments (the one with data, or the chosen one;
+// [ReadSnapshotDevices] each with data) to native events with a prelude rebuilding the
 // allocations made before the ring buffer's window, PyTorch's reserved-bytes
 // timeline and the segments held when the window began (design §13.2; the rules
 // are in snapshot.go's header); [Synth], the deterministic synthetic

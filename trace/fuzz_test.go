@@ -64,7 +64,7 @@ func FuzzDecodeJSONL(f *testing.F) {
 }
 
 func FuzzReadSnapshot(f *testing.F) {
-	for _, name := range syntheticFixtures {
+	for _, name := range append(slices.Clone(syntheticFixtures), formatFixtures...) {
 		f.Add(readFixture(f, name))
 	}
 	f.Add(pickleOf('}', 0x8c, 13, 'd', 'e', 'v', 'i', 'c', 'e', '_', 't', 'r', 'a', 'c', 'e', 's', ']', 's'))
@@ -74,86 +74,98 @@ func FuzzReadSnapshot(f *testing.F) {
 	// by the held-bytes limit (20 MiB allocated before it).
 	f.Add(pickleOf(bytes.Repeat([]byte("}"), 256<<10)...))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		var s *Snapshot
+		var snaps []*Snapshot
 		var err error
-		// Memory: whatever the input, what reading it allocates stays
-		// within the held-bytes limit's bound for its size (limits.go),
-		// with room for growth and the fixed buffers.
+		// Memory: whatever the input, what reading it (every device with
+		// data) allocates stays within the held-bytes limit's bound for
+		// its size (limits.go), with room for growth and the fixed
+		// buffers.
 		if allocated := allocatedBy(func() {
-			s, err = ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: 1 << 20})
+			snaps, err = ReadSnapshotDevices(bytes.NewReader(data), SnapshotOptions{MaxBytes: 1 << 20})
 		}); allocated > snapshotAllocBound(len(data)) {
 			t.Fatalf("reading %d bytes allocated %d bytes, more than the bound %d (error: %v)", len(data), allocated, snapshotAllocBound(len(data)), err)
 		}
 		if err != nil {
 			return
 		}
-		// Reading the frames of every entry again is bounded the same way,
-		// and gives only entries of the trace, each as long as recorded.
-		all := make([]int, s.Counts.Entries)
-		for i := range all {
-			all[i] = i
-		}
-		var frames map[int][]TorchFrame
-		if allocated := allocatedBy(func() {
-			frames, err = s.ReadFrames(bytes.NewReader(data), all)
-		}); allocated > snapshotAllocBound(len(data)) {
-			t.Fatalf("reading the frames of %d bytes allocated %d bytes, more than the bound %d (error: %v)", len(data), allocated, snapshotAllocBound(len(data)), err)
-		}
-		if err != nil {
-			t.Fatalf("the frames of a snapshot just read: %v", err)
-		}
-		for i, fs := range frames {
-			if i < 0 || i >= s.Counts.Entries || len(fs) != int(s.frames[i].n) {
-				t.Fatalf("entry %d: %d frames, %d recorded", i, len(fs), s.frames[i].n)
-			}
-		}
-		// A successful conversion is a valid native trace: valid events,
-		// times non-decreasing, unique IDs, frees of live IDs only, dense
-		// streams, and the live-bytes figures it reports.
-		live := map[uint64]uint64{}
-		seen := map[uint64]bool{}
-		var cur, peak uint64
-		var prev int64
-		for i, e := range s.Events {
-			if err := e.Validate(); err != nil {
-				t.Fatalf("event %d invalid: %v", i, err)
-			}
-			if e.T < prev {
-				t.Fatalf("event %d: time %d after %d", i, e.T, prev)
-			}
-			prev = e.T
-			switch e.Op {
-			case OpAlloc:
-				if seen[e.ID] || e.Stream >= s.Streams {
-					t.Fatalf("event %d: id %d reused or stream %d ≥ %d", i, e.ID, e.Stream, s.Streams)
-				}
-				seen[e.ID] = true
-				live[e.ID] = e.Size
-				cur += e.Size
-				peak = max(peak, cur)
-			case OpFree:
-				sz, ok := live[e.ID]
-				if !ok {
-					t.Fatalf("event %d frees id %d which is not live", i, e.ID)
-				}
-				delete(live, e.ID)
-				cur -= sz
-			default:
-				t.Fatalf("event %d: op %v from a snapshot", i, e.Op)
-			}
-		}
-		if peak != s.PeakLive || cur != s.FinalLive {
-			t.Fatalf("live peak %d final %d, reported %d %d", peak, cur, s.PeakLive, s.FinalLive)
-		}
-		if s.PeakReserved < s.ReservedAtStart || s.PeakReserved > MaxSize {
-			t.Fatalf("peak reserved %d below start %d or above 2^62", s.PeakReserved, s.ReservedAtStart)
-		}
-		for i, p := range s.Reserved {
-			if p.Bytes > s.PeakReserved {
-				t.Fatalf("reserved point %d: %d bytes above the peak %d", i, p.Bytes, s.PeakReserved)
-			}
+		for _, s := range snaps {
+			checkFuzzedSnapshot(t, data, s)
 		}
 	})
+}
+
+// checkFuzzedSnapshot checks one device's conversion of a fuzzed input:
+// its frames read again within the bound, and its events a valid native
+// trace with the figures it reports.
+func checkFuzzedSnapshot(t *testing.T, data []byte, s *Snapshot) {
+	t.Helper()
+	var err error
+	// Reading the frames of every entry again is bounded the same way,
+	// and gives only entries of the trace, each as long as recorded.
+	all := make([]int, s.Counts.Entries)
+	for i := range all {
+		all[i] = i
+	}
+	var frames map[int][]TorchFrame
+	if allocated := allocatedBy(func() {
+		frames, err = s.ReadFrames(bytes.NewReader(data), all)
+	}); allocated > snapshotAllocBound(len(data)) {
+		t.Fatalf("reading the frames of %d bytes allocated %d bytes, more than the bound %d (error: %v)", len(data), allocated, snapshotAllocBound(len(data)), err)
+	}
+	if err != nil {
+		t.Fatalf("the frames of a snapshot just read: %v", err)
+	}
+	for i, fs := range frames {
+		if i < 0 || i >= s.Counts.Entries || len(fs) != int(s.frames[i].n) {
+			t.Fatalf("entry %d: %d frames, %d recorded", i, len(fs), s.frames[i].n)
+		}
+	}
+	// A successful conversion is a valid native trace: valid events,
+	// times non-decreasing, unique IDs, frees of live IDs only, dense
+	// streams, and the live-bytes figures it reports.
+	live := map[uint64]uint64{}
+	seen := map[uint64]bool{}
+	var cur, peak uint64
+	var prev int64
+	for i, e := range s.Events {
+		if err := e.Validate(); err != nil {
+			t.Fatalf("event %d invalid: %v", i, err)
+		}
+		if e.T < prev {
+			t.Fatalf("event %d: time %d after %d", i, e.T, prev)
+		}
+		prev = e.T
+		switch e.Op {
+		case OpAlloc:
+			if seen[e.ID] || e.Stream >= s.Streams {
+				t.Fatalf("event %d: id %d reused or stream %d ≥ %d", i, e.ID, e.Stream, s.Streams)
+			}
+			seen[e.ID] = true
+			live[e.ID] = e.Size
+			cur += e.Size
+			peak = max(peak, cur)
+		case OpFree:
+			sz, ok := live[e.ID]
+			if !ok {
+				t.Fatalf("event %d frees id %d which is not live", i, e.ID)
+			}
+			delete(live, e.ID)
+			cur -= sz
+		default:
+			t.Fatalf("event %d: op %v from a snapshot", i, e.Op)
+		}
+	}
+	if peak != s.PeakLive || cur != s.FinalLive {
+		t.Fatalf("live peak %d final %d, reported %d %d", peak, cur, s.PeakLive, s.FinalLive)
+	}
+	if s.PeakReserved < s.ReservedAtStart || s.PeakReserved > MaxSize {
+		t.Fatalf("peak reserved %d below start %d or above 2^62", s.PeakReserved, s.ReservedAtStart)
+	}
+	for i, p := range s.Reserved {
+		if p.Bytes > s.PeakReserved {
+			t.Fatalf("reserved point %d: %d bytes above the peak %d", i, p.Bytes, s.PeakReserved)
+		}
+	}
 }
 
 // snapshotAllocBound is the most that reading an n-byte snapshot may

@@ -111,12 +111,13 @@ func (e *TooLargeError) Error() string {
 	if e.Kind == InputJSONL {
 		return fmt.Sprintf("gzipped gpumem trace larger than the limit of %d bytes once decompressed", e.Limit)
 	}
+	// Not "bad": a valid snapshot may be larger than the limit.
 	if e.Held == 0 {
-		return fmt.Sprintf("%v: input larger than the limit of %d bytes", ErrSnapshot, e.Limit)
+		return fmt.Sprintf("PyTorch snapshot: input larger than the limit of %d bytes", e.Limit)
 	}
 	allowed := heldBudget{floor: e.Floor, perByte: e.PerByte}.allowed(e.Read)
-	return fmt.Sprintf("%v: decoded values hold about %d bytes after %d bytes of input, more than the %d allowed by the limit of %d bytes (%d per input byte read plus %d): far denser than a real snapshot, unless it was recorded without stack frames",
-		ErrSnapshot, e.Held, e.Read, allowed, e.Limit, e.PerByte, e.Floor)
+	return fmt.Sprintf("PyTorch snapshot: decoded values hold about %d bytes after %d bytes of input, more than the %d allowed by the limit of %d bytes (%d per input byte read plus %d): far denser than a real snapshot, unless it was recorded without stack frames",
+		e.Held, e.Read, allowed, e.Limit, e.PerByte, e.Floor)
 }
 
 // Unwrap makes a snapshot's TooLargeError match ErrSnapshot.

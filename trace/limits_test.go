@@ -157,7 +157,7 @@ func TestDensePicklesAreRefusedWithinTheHeldLimit(t *testing.T) {
 		})
 		if name == "one key" {
 			// One key replaced over and over: it holds nothing, and reads.
-			if !errors.Is(err, ErrSnapshot) || !strings.Contains(err.Error(), "no device_traces") {
+			if !errors.Is(err, ErrNotSnapshot) || !strings.Contains(err.Error(), `dict of 1 key ("a"), without segments or device_traces`) {
 				t.Fatalf("%s: %v", name, err)
 			}
 			continue

@@ -55,17 +55,17 @@ func TestCutPickleSaysTruncatedAtByteN(t *testing.T) {
 func TestStreamedReadingEqualsWholeReading(t *testing.T) {
 	for _, name := range syntheticFixtures {
 		data := readFixture(t, name)
-		want := mustSnapshot(t, data, SnapshotOptions{})
+		want := mustSnapshot(t, data, device0)
 		for how, r := range map[string]func() *Snapshot{
 			"one byte": func() *Snapshot {
-				s, err := ReadSnapshot(iotest.OneByteReader(bytes.NewReader(data)), SnapshotOptions{})
+				s, err := ReadSnapshot(iotest.OneByteReader(bytes.NewReader(data)), device0)
 				if err != nil {
 					t.Fatal(err)
 				}
 				return s
 			},
 			"half": func() *Snapshot {
-				s, err := ReadSnapshot(iotest.HalfReader(bytes.NewReader(data)), SnapshotOptions{})
+				s, err := ReadSnapshot(iotest.HalfReader(bytes.NewReader(data)), device0)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -90,7 +90,7 @@ func TestStreamedReadingEqualsWholeReading(t *testing.T) {
 
 func TestStreamedPickleRespectsMaxBytes(t *testing.T) {
 	data := readFixture(t, "synthetic-p4.pickle")
-	if _, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: int64(len(data))}); err != nil {
+	if _, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{ChooseDevice: true, MaxBytes: int64(len(data))}); err != nil {
 		t.Fatalf("at MaxBytes: %v", err)
 	}
 	_, err := ReadSnapshot(bytes.NewReader(data), SnapshotOptions{MaxBytes: int64(len(data)) - 1})

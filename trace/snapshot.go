@@ -54,8 +54,6 @@ import (
 	"math"
 	"math/big"
 	"slices"
-	"strconv"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/gpumem/gpumem/history"
@@ -71,12 +69,15 @@ import (
 // -max-snapshot).
 const DefaultMaxSnapshotBytes = 1 << 30
 
-// SnapshotOptions configures ReadSnapshot. The zero value reads the first
-// non-empty device trace with the prelude on.
+// SnapshotOptions configures ReadSnapshot. The zero value reads the one
+// device with data with the prelude on.
 type SnapshotOptions struct {
-	// ChooseDevice selects Device's trace. Without it the snapshot's one
-	// non-empty device trace is read (device 0 when none has entries); a
-	// snapshot with entries for several devices is a *SeveralDevicesError.
+	// ChooseDevice selects Device, which must have data (segments, or
+	// trace entries other than markers): a device without is a
+	// *NoDeviceDataError. Without it the snapshot's one device with data
+	// is read (device 0 when none has any); a snapshot with data for
+	// several devices is a *SeveralDevicesError for ReadSnapshot, and
+	// ReadSnapshotDevices reads each.
 	ChooseDevice bool
 	Device       int
 	// NoPrelude turns off the prelude: allocations made before the trace's
@@ -136,7 +137,11 @@ type StartSegment struct {
 
 // Snapshot is a converted PyTorch memory snapshot.
 type Snapshot struct {
-	Device  int     // the device whose trace was converted
+	Device int // the device whose trace and segments were converted
+	// Devices are the snapshot's devices with data (segments, or trace
+	// entries other than markers), in order, Device among them unless
+	// none has data.
+	Devices []DeviceData
 	Events  []Event // native events: prelude first, then the trace
 	Streams int     // dense streams used by Events
 	// StreamHandles[i] is the raw PyTorch stream handle of dense stream i.
@@ -219,34 +224,20 @@ type Snapshot struct {
 	WrittenBy string
 }
 
-// SeveralDevicesError is the error for a snapshot with trace entries for
-// more than one device when SnapshotOptions.ChooseDevice is not set: one
-// device's memory is replayed at a time, and none is dropped silently. It
-// matches ErrSnapshot.
-type SeveralDevicesError struct {
-	Devices []int // the devices whose traces have entries, in order
-}
-
-func (e *SeveralDevicesError) Error() string {
-	ds := make([]string, len(e.Devices))
-	for i, d := range e.Devices {
-		ds[i] = strconv.Itoa(d)
-	}
-	return fmt.Sprintf("%v: the snapshot has trace entries for devices %s: choose one", ErrSnapshot, strings.Join(ds, ", "))
-}
-
-// Unwrap makes a SeveralDevicesError match ErrSnapshot.
-func (e *SeveralDevicesError) Unwrap() error { return ErrSnapshot }
-
 // writtenByKey is the top-level key naming a snapshot's writer.
 const writtenByKey = history.WrittenByKey
 
 // ReadSnapshot reads a PyTorch CUDA memory snapshot: a pickle (protocols
-// 2–5, plain data only), the same schema as JSON (leading '{'), either
-// optionally gzip-compressed, and converts the chosen device's trace to
+// 2–5, plain data only), the same schema as JSON (leading '{' or '['), either
+// optionally gzip-compressed, in any shape memory_viz reads (a dict with
+// segments and device_traces, traces empty or not, PyTorch 2.0's blocks
+// without addresses, or the list torch.cuda.memory_snapshot() returns:
+// snapshot_doc.go), and converts the chosen device's trace and segments to
 // native events as the file comment above describes. Errors wrap
 // [ErrPickle], [ErrPickleGlobal] or [ErrSnapshot] with the offset or entry
-// index at fault. It never panics on bad input.
+// index at fault, or [ErrNotSnapshot] for input of another shape; a device
+// choice is a [*SeveralDevicesError] or a [*NoDeviceDataError]. It never
+// panics on bad input.
 //
 // Bounds: the (decompressed) input is at most SnapshotOptions.MaxBytes
 // (default [DefaultMaxSnapshotBytes]) and its decoded values hold at most
@@ -276,6 +267,55 @@ func ReadSnapshot(r io.Reader, opts SnapshotOptions) (*Snapshot, error) {
 	}
 	s.maxBytes, s.framesLate = limit, keep.late
 	return s, nil
+}
+
+// ReadSnapshotDevices is ReadSnapshot for every device with data: one
+// Snapshot per device with data, in device order (the device of
+// SnapshotOptions.Device alone with ChooseDevice; device 0's, empty, when
+// no device has data), from one read of r. Its errors are ReadSnapshot's;
+// a *SeveralDevicesError only for more than [MaxSnapshotDevices] devices
+// with data.
+func ReadSnapshotDevices(r io.Reader, opts SnapshotOptions) ([]*Snapshot, error) {
+	limit := opts.MaxBytes
+	if limit <= 0 {
+		limit = DefaultMaxSnapshotBytes
+	}
+	keep := &frameKeep{}
+	root, err := readRoot(r, limit, keep)
+	if err != nil {
+		return nil, err
+	}
+	doc, err := parseDoc(root)
+	if err != nil {
+		return nil, err
+	}
+	devs := []int{0}
+	if opts.ChooseDevice {
+		if _, err := doc.choose(opts); err != nil {
+			return nil, err
+		}
+		devs = []int{opts.Device}
+	} else if d := doc.withData(); len(d) > MaxSnapshotDevices {
+		return nil, &SeveralDevicesError{Devices: d}
+	} else if len(d) > 0 {
+		devs = devs[:0]
+		for _, x := range d {
+			devs = append(devs, x.Device)
+		}
+	}
+	out := make([]*Snapshot, 0, len(devs))
+	for _, dev := range devs {
+		s, err := doc.convert(dev, opts)
+		if err != nil {
+			if len(devs) > 1 {
+				err = fmt.Errorf("device %d: %w", dev, err)
+			}
+			return nil, err
+		}
+		s.maxBytes, s.framesLate = limit, keep.late
+		out = append(out, s)
+	}
+	return out, nil
 }
 
 // readRoot decodes a snapshot, gzipped or not, into the unpickler's value
@@ -308,10 +348,10 @@ func readRoot(r io.Reader, limit int64, keep *frameKeep) (any, error) {
 
 // decodeSnapshot reads at most limit bytes, skipping leading JSON white
 // space, after checking that the first other byte can start a snapshot,
-// and decodes them into the unpickler's value types. JSON (leading '{') is
-// read into memory, as encoding/json needs it, its white space runs cut to
-// one byte and its values counted against the held-bytes limit as it is
-// read (readJSONText); a pickle streams through the unpickler's window, so
+// and decodes them into the unpickler's value types. JSON (leading '{', or
+// '[' for a list of segments) is read into memory, as encoding/json needs
+// it, its white space runs cut to one byte and its values counted against
+// the held-bytes limit as it is read (readJSONText); a pickle streams through the unpickler's window, so
 // reading holds the decoded values, not the file, and they are counted as
 // they are built (U6).
 // Errors from r itself are returned as they are (ReadSnapshot names a
@@ -334,13 +374,14 @@ func decodeSnapshot(r io.Reader, limit int64, keep *frameKeep) (any, error) {
 			}
 			continue
 		}
-		if b != '{' && !pickleOpcodes[b] {
-			return nil, fmt.Errorf("%w: input starts with byte %#02x at offset %d, neither a pickle opcode nor a JSON object", ErrSnapshot, b, skipped)
+		isJSON := b == '{' || b == '[' // '[': the list of segments, as JSON
+		if !isJSON && !pickleOpcodes[b] {
+			return nil, fmt.Errorf("%w: input starts with byte %#02x at offset %d, neither a pickle opcode nor a JSON object or list", ErrSnapshot, b, skipped)
 		}
 		if err := br.UnreadByte(); err != nil {
 			return nil, err
 		}
-		if b != '{' {
+		if !isJSON {
 			if keep != nil {
 				keep.pickle = true
 			}
@@ -804,65 +845,46 @@ func (c *converter) release(t int64, addr uint64) bool {
 	return true
 }
 
+// convertSnapshot converts the device opts chooses (ReadSnapshot's rules)
+// of the decoded snapshot root.
 func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
-	top, ok := root.(*pyDict)
-	if !ok {
-		return nil, fmt.Errorf("%w: top level is %s, not a dict", ErrSnapshot, describe(root))
+	doc, err := parseDoc(root)
+	if err != nil {
+		return nil, err
 	}
-	tracesV, ok := top.get("device_traces")
-	if !ok {
-		return nil, fmt.Errorf("%w: no device_traces", ErrSnapshot)
+	dev, err := doc.choose(opts)
+	if err != nil {
+		return nil, err
 	}
-	traces, ok := asList(tracesV)
-	if !ok {
-		return nil, fmt.Errorf("%w: device_traces is %s, not a list", ErrSnapshot, describe(tracesV))
-	}
-	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}}
-	if v, ok := top.get(writtenByKey); ok {
-		w, ok := v.(string)
-		if !ok {
-			return nil, fmt.Errorf("%w: %s is %s, not a string", ErrSnapshot, writtenByKey, describe(v))
-		}
-		s.WrittenBy = w
-	}
-	if v, ok := top.get("allocator_settings"); ok {
-		d, ok := v.(*pyDict)
-		if !ok && v != nil {
-			return nil, fmt.Errorf("%w: allocator_settings is %s, not a dict", ErrSnapshot, describe(v))
-		}
-		if ok {
-			s.AllocatorSettings = plainDict(d, 2)
-		}
-	}
-	var raw []any
+	return doc.convert(dev, opts)
+}
+
+// choose is the device ReadSnapshot converts: the chosen one, which must
+// have data; else the one device with data, device 0 when none has any.
+func (doc *snapshotDoc) choose(opts SnapshotOptions) (int, error) {
+	withData := doc.withData()
 	if opts.ChooseDevice {
-		if opts.Device < 0 || opts.Device >= len(traces) {
-			return nil, fmt.Errorf("%w: device %d chosen, snapshot has %d device traces", ErrSnapshot, opts.Device, len(traces))
+		if !doc.dataOf(opts.Device).HasData() {
+			return 0, &NoDeviceDataError{Device: doc.dataOf(opts.Device), Devices: withData}
 		}
-		s.Device = opts.Device
-		if raw, ok = asList(traces[opts.Device]); !ok && traces[opts.Device] != nil {
-			return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, opts.Device, describe(traces[opts.Device]))
-		}
-	} else {
-		// Never one device silently: with traces on several, the caller
-		// must choose (SeveralDevicesError lists them).
-		var nonEmpty []int
-		for i, tv := range traces {
-			l, ok := asList(tv)
-			if !ok && tv != nil {
-				return nil, fmt.Errorf("%w: device_traces[%d] is %s, not a list", ErrSnapshot, i, describe(tv))
-			}
-			if len(l) > 0 {
-				if len(nonEmpty) == 0 {
-					s.Device, raw = i, l
-				}
-				nonEmpty = append(nonEmpty, i)
-			}
-		}
-		if len(nonEmpty) > 1 {
-			return nil, &SeveralDevicesError{Devices: nonEmpty}
-		}
+		return opts.Device, nil
 	}
+	switch len(withData) {
+	case 0:
+		return 0, nil
+	case 1:
+		return withData[0].Device, nil
+	}
+	// Never one device silently: the caller chooses, or reads each
+	// (ReadSnapshotDevices).
+	return 0, &SeveralDevicesError{Devices: withData}
+}
+
+// convert converts device dev's trace and segments (the file comment's
+// three steps).
+func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error) {
+	s := &Snapshot{Counts: SnapshotCounts{Skipped: map[string]int{}}, Device: dev, WrittenBy: doc.writtenBy, AllocatorSettings: doc.settings, Devices: doc.withData()}
+	raw := doc.trace(dev)
 
 	// Step 1: parse.
 	entries := make([]entry, len(raw))
@@ -884,81 +906,14 @@ func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
 	// Segments of the chosen device: reserved bytes and active blocks.
 	var active []preludeAlloc
 	var endSegments []rawSegment
-	if segV, ok := top.get("segments"); ok && segV != nil {
-		segs, ok := asList(segV)
-		if !ok {
-			return nil, fmt.Errorf("%w: segments is %s, not a list", ErrSnapshot, describe(segV))
+	for _, seg := range doc.segments {
+		if seg.device != dev {
+			continue
 		}
-		for i, sv := range segs {
-			seg, ok := sv.(*pyDict)
-			if !ok {
-				return nil, fmt.Errorf("%w: segment %d is %s, not a dict", ErrSnapshot, i, describe(sv))
-			}
-			if dv, ok := seg.get("device"); ok {
-				dev, ok := dv.(int64)
-				if !ok {
-					return nil, fmt.Errorf("%w: segment %d: device %s is not an integer", ErrSnapshot, i, describe(dv))
-				}
-				if dev != int64(s.Device) {
-					continue
-				}
-			}
-			total, _, err := sizeField(seg, "total_size", "segment", i)
-			if err != nil {
-				return nil, err
-			}
-			s.Segments++
-			// Each total is at most 2^62, so the sum cannot wrap before
-			// this check refuses it.
-			s.FinalReserved += total
-			if s.FinalReserved > math.MaxInt64/2 {
-				return nil, fmt.Errorf("%w: segment %d: segments total more than 2^62 bytes", ErrSnapshot, i)
-			}
-			var stream uint64
-			if sv, ok := seg.get("stream"); ok && sv != nil {
-				if stream, ok = asStreamKey(sv); !ok {
-					return nil, fmt.Errorf("%w: segment %d: stream %s is not an integer", ErrSnapshot, i, describe(sv))
-				}
-			}
-			segAddr, _ := seg.get("address")
-			rs := rawSegment{size: total, stream: stream, small: total == 2<<20}
-			rs.addr, _ = asUint64(segAddr)
-			if tv, ok := seg.get("segment_type"); ok {
-				if typ, ok := tv.(string); ok {
-					rs.small = typ == "small"
-				}
-			}
-			endSegments = append(endSegments, rs)
-			blocksV, _ := seg.get("blocks")
-			blocks, _ := asList(blocksV)
-			for j, bv := range blocks {
-				b, ok := bv.(*pyDict)
-				if !ok {
-					return nil, fmt.Errorf("%w: segment %d block %d is %s, not a dict", ErrSnapshot, i, j, describe(bv))
-				}
-				stv, _ := b.get("state")
-				state, _ := stv.(string)
-				if !strings.HasPrefix(state, "active") {
-					continue
-				}
-				av, _ := b.get("address")
-				addr, ok := asUint64(av)
-				if !ok {
-					return nil, fmt.Errorf("%w: segment %d block %d: address %s is not an address", ErrSnapshot, i, j, describe(av))
-				}
-				where := fmt.Sprintf("segment %d block", i)
-				size, _, err := sizeField(b, "size", where, j)
-				if err != nil {
-					return nil, err
-				}
-				if req, has, err := sizeField(b, "requested_size", where, j); err != nil {
-					return nil, err
-				} else if has {
-					size = req
-				}
-				active = append(active, preludeAlloc{addr: addr, size: size, stream: stream})
-			}
-		}
+		s.Segments++
+		s.FinalReserved += seg.raw.size // parseDoc bounded the device's sum
+		endSegments = append(endSegments, seg.raw)
+		active = append(active, seg.active...)
 	}
 
 	// Step 2: prelude.

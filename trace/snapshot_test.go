@@ -41,6 +41,10 @@ func mustSnapshot(t testing.TB, data []byte, opts SnapshotOptions) *Snapshot {
 
 var syntheticFixtures = []string{"synthetic-p2.pickle", "synthetic-p4.pickle", "synthetic-p5.pickle", "synthetic.json", "synthetic-p4.pickle.gz"}
 
+// device0 reads device 0 of the synthetic fixture, which also holds a
+// segment of device 1 (data for two devices: ReadSnapshot would ask).
+var device0 = SnapshotOptions{ChooseDevice: true, Device: 0}
+
 // TestSnapshotReaderConvertsSyntheticSnapshot pins design §12.8 #67 on the
 // fixture written by testdata/synthetic_snapshot.py (see the comments
 // there for what each entry exercises).
@@ -74,7 +78,7 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 	var first *Snapshot
 	for _, name := range syntheticFixtures {
 		t.Run(name, func(t *testing.T) {
-			s := mustSnapshot(t, readFixture(t, name), SnapshotOptions{})
+			s := mustSnapshot(t, readFixture(t, name), device0)
 			if !slices.Equal(s.Events, want) {
 				t.Fatalf("events\n got %v\nwant %v", s.Events, want)
 			}
@@ -115,7 +119,7 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 }
 
 func TestSnapshotWithoutPreludeIgnoresEveryUnseenFree(t *testing.T) {
-	s := mustSnapshot(t, readFixture(t, "synthetic-p4.pickle"), SnapshotOptions{NoPrelude: true})
+	s := mustSnapshot(t, readFixture(t, "synthetic-p4.pickle"), SnapshotOptions{ChooseDevice: true, NoPrelude: true})
 	if s.Counts.Prelude != 0 || s.Counts.IgnoredFrees != 2 || s.Counts.PendingAtEnd != 0 || s.Counts.UnmatchedFreeRequests != 1 {
 		t.Fatalf("counts %+v", s.Counts)
 	}
@@ -129,8 +133,10 @@ func TestSnapshotChosenDeviceUsesItsOwnSegments(t *testing.T) {
 	if s.Device != 1 || len(s.Events) != 1 || s.Events[0].Size != 512 || s.FinalReserved != 2*MiB || s.Segments != 1 {
 		t.Fatalf("device 1: %+v", s)
 	}
-	if _, err := ReadSnapshot(bytes.NewReader(readFixture(t, "synthetic-p4.pickle")), SnapshotOptions{ChooseDevice: true, Device: 2}); !errors.Is(err, ErrSnapshot) {
-		t.Fatalf("device 2: %v", err)
+	_, err := ReadSnapshot(bytes.NewReader(readFixture(t, "synthetic-p4.pickle")), SnapshotOptions{ChooseDevice: true, Device: 2})
+	var none *NoDeviceDataError
+	if !errors.As(err, &none) || !errors.Is(err, ErrNoDeviceData) || len(none.Devices) != 2 || !strings.Contains(err.Error(), "device 2 has no data") {
+		t.Fatalf("device 2: %v, want a NoDeviceDataError listing devices 0 and 1", err)
 	}
 }
 
@@ -194,7 +200,8 @@ func TestUnpicklerRejectsCorruptInput(t *testing.T) {
 		"invalid utf-8":          pickleOf(0x8c, 1, 0xff),
 		"unknown opcode":         pickleOf(0xfe),
 		"out-of-band buffer":     pickleOf(0x97),
-		"top level not a dict":   pickleOf(']'),
+		"top level an integer":   pickleOf('K', 7),
+		"list of integers":       pickleOf(']', 'K', 7, 'a'),
 		"no device_traces":       pickleOf('}'),
 		"empty":                  {},
 		"bad text int":           {'I', 'x', '\n', '.'},
@@ -218,8 +225,8 @@ func TestUnpicklerRejectsCorruptInput(t *testing.T) {
 	for name, p := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := ReadSnapshot(bytes.NewReader(p), SnapshotOptions{})
-			if !errors.Is(err, ErrPickle) && !errors.Is(err, ErrSnapshot) {
-				t.Fatalf("got %v, want ErrPickle or ErrSnapshot", err)
+			if !errors.Is(err, ErrPickle) && !errors.Is(err, ErrSnapshot) && !errors.Is(err, ErrNotSnapshot) {
+				t.Fatalf("got %v, want ErrPickle, ErrSnapshot or ErrNotSnapshot", err)
 			}
 		})
 	}

@@ -124,7 +124,7 @@ func TestWindowFiguresWithSeveralStreams(t *testing.T) {
 // On a trace that does not open with an empty_cache the window's peak is
 // the trace's.
 func TestWindowPeakIsTheTracePeakWithoutLeadingFrees(t *testing.T) {
-	s := mustSnapshot(t, readFixture(t, "synthetic.json"), SnapshotOptions{})
+	s := mustSnapshot(t, readFixture(t, "synthetic.json"), device0)
 	if s.WindowPeakReserved != s.PeakReserved {
 		t.Fatalf("window peak %d, trace peak %d", s.WindowPeakReserved, s.PeakReserved)
 	}
@@ -139,7 +139,7 @@ func TestSeveralDeviceTracesNeedAChoice(t *testing.T) {
 	two := `{"device_traces": [[{"action": "alloc", "addr": 1, "size": 512}], [], [{"action": "alloc", "addr": 2, "size": 512}]]}`
 	_, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{})
 	var several *SeveralDevicesError
-	if !errors.As(err, &several) || !errors.Is(err, ErrSnapshot) || len(several.Devices) != 2 || several.Devices[0] != 0 || several.Devices[1] != 2 {
+	if !errors.As(err, &several) || !errors.Is(err, ErrSeveralDevices) || errors.Is(err, ErrSnapshot) || len(several.Devices) != 2 || several.Devices[0].Device != 0 || several.Devices[1].Device != 2 {
 		t.Fatalf("got %v, want a SeveralDevicesError listing devices 0 and 2", err)
 	}
 	s, err := ReadSnapshot(strings.NewReader(two), SnapshotOptions{ChooseDevice: true, Device: 2})

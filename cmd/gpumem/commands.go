@@ -143,7 +143,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	requireFit := fs.String("require-fit", "", "exit with status 3 unless `POLICY` fits -capacity (for scripts)")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
-	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
+	device := fs.Int("device", -1, "replay only device `N` of a snapshot (default: each device with data, one report each)")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
@@ -229,8 +229,11 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(pos) == 1 {
 		path = pos[0]
 	}
-	src, err := loadSource(path, int64(maxSnapshot.v), *device)
+	ins, err := readInputs(path, inputOptions{maxSnapshot: int64(maxSnapshot.v), device: *device})
 	if err != nil {
+		return err
+	}
+	if err := errors.Join(checkOneDevice("-html", *htmlOut, path, ins), checkOneDevice("-snapshot-out", *snapshotOut, path, ins)); err != nil {
 		return err
 	}
 	opts := compare.Options{
@@ -248,18 +251,51 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}
-	if err := setTorchSettings(&opts, src, *torchConf); err != nil {
-		return err
-	}
 	opts.CapacityNotes = capacityNotes(capacity, overhead)
 	progress, progressDone := progressTo(*quiet, stderr)
 	defer progressDone()
 	opts.Progress = progress
-	c, err := compare.Run(ctx, src, opts)
-	if isPolicyError(err) {
-		return fmt.Errorf("%w: -policies: %v", errUsage, err)
+	// One Comparison per device with data (one for a native trace).
+	cs := make([]*compare.Comparison, len(ins))
+	for i, in := range ins {
+		if in.nothing != "" {
+			continue
+		}
+		o := opts
+		if err := setTorchSettings(&o, in.src, *torchConf); err != nil {
+			return err
+		}
+		cs[i], err = compare.Run(ctx, in.src, o)
+		if isPolicyError(err) {
+			return fmt.Errorf("%w: -policies: %v", errUsage, err)
+		}
+		if err != nil {
+			if several(ins) {
+				err = fmt.Errorf("device %d: %w", in.snap.Device, err)
+			}
+			return err
+		}
 	}
-	if err != nil {
+	if several(ins) {
+		reports := make([]deviceReport, len(ins))
+		for i, in := range ins {
+			reports[i].in = in
+			if c := cs[i]; c != nil {
+				reports[i].write = func(w io.Writer) error {
+					if *format == "json" {
+						return c.WriteJSON(w)
+					}
+					return c.WriteTextWidth(w, textWidth(*wide))
+				}
+			}
+		}
+		if err := writeDeviceReports(stdout, path, *format == "json", textWidth(*wide), reports); err != nil {
+			return err
+		}
+		return replayExits(ins, cs, *failOnOOM, *requireFit, capacity)
+	}
+	src, c := ins[0].src, cs[0]
+	if err := setTorchSettings(&opts, src, *torchConf); err != nil {
 		return err
 	}
 	switch {
@@ -288,32 +324,59 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 	}
-	if *failOnOOM {
-		for _, p := range c.Policies {
-			if p.FailedAllocs > 0 {
-				return fmt.Errorf("policy %s failed %d allocations at unlimited capacity", p.Name, p.FailedAllocs)
+	return replayExits(ins, cs, *failOnOOM, *requireFit, capacity)
+}
+
+// replayExits is replay's exit for its comparisons cs of ins (one per
+// device): an error under -fail-on-oom when a policy failed an allocation
+// at unlimited capacity or runs out at -capacity, errNoFit under
+// -require-fit when the policy does not fit -capacity, on any device (each
+// named when there are several).
+func replayExits(ins []input, cs []*compare.Comparison, failOnOOM bool, requireFit string, capacity sizeFlag) error {
+	for i, c := range cs {
+		if c == nil {
+			continue
+		}
+		on := ""
+		if several(ins) {
+			on = fmt.Sprintf(" on device %d", ins[i].snap.Device)
+		}
+		if failOnOOM {
+			for _, p := range c.Policies {
+				if p.FailedAllocs > 0 {
+					first := ""
+					if a := p.FirstFailed; a != nil {
+						first = fmt.Sprintf(" (the first at %s)", a)
+					}
+					return fmt.Errorf("policy %s failed %d allocations at unlimited capacity%s%s", p.Name, p.FailedAllocs, on, first)
+				}
 			}
 		}
-	}
-	if err := requireFitErr(c, *requireFit, capacity); err != nil {
-		return err
-	}
-	if *failOnOOM {
-		return outOfMemoryAtCapacity(c, capacity)
+		if err := requireFitErr(c, requireFit, capacity, on); err != nil {
+			return err
+		}
+		if failOnOOM {
+			if err := outOfMemoryAtCapacity(c, capacity); err != nil {
+				if on != "" {
+					return fmt.Errorf("device %d: %w", ins[i].snap.Device, err)
+				}
+				return err
+			}
+		}
 	}
 	return nil
 }
 
 // requireFitErr is replay -require-fit's answer: errNoFit when policy runs
-// out of memory at -capacity.
-func requireFitErr(c *compare.Comparison, policy string, capacity sizeFlag) error {
+// out of memory at -capacity (on names the device when there are several).
+func requireFitErr(c *compare.Comparison, policy string, capacity sizeFlag, on string) error {
 	for _, p := range c.Policies {
 		if policy != "" && p.Name == policy && p.Verdict != nil && !p.Verdict.Fits {
 			where := fmt.Sprintf("event %d", p.Verdict.OutOfMemory.Event)
 			if a := p.Verdict.Allocation; a != nil {
 				where = a.String()
 			}
-			return fmt.Errorf("%w: policy %s runs out of memory at %s with -capacity %s", errNoFit, p.Name, where, pool.Bytes(capacity.v))
+			return fmt.Errorf("%w: policy %s runs out of memory%s at %s with -capacity %s", errNoFit, p.Name, on, where, pool.Bytes(capacity.v))
 		}
 	}
 	return nil
@@ -479,7 +542,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	noPrelude := fs.Bool("no-prelude", false, "do not rebuild allocations made before the snapshot's window")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
-	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
+	device := fs.Int("device", -1, "convert device `N` of a snapshot (default: its one device with data; needed when it holds data for several)")
 	pos, err := parseFlags(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -505,7 +568,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	err = writeOutput("-o", *out, stdout, func(w io.Writer) error {
 		enc := trace.NewEncoder(w)
-		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: pos[0], Streams: snap.Streams}); err != nil {
+		if err := enc.WriteHeader(trace.Header{Format: trace.Format, Version: trace.Version, Source: inputWhere(pos[0]), Streams: snap.Streams}); err != nil {
 			return err
 		}
 		for _, e := range snap.Events {
@@ -630,7 +693,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	fs.Var(&overhead, "overhead", "device memory outside the allocator, `SIZE`; the allocator gets -capacity less this")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
-	device := fs.Int("device", -1, "replay the trace of device `N` of a snapshot with traces for several devices")
+	device := fs.Int("device", -1, "advise on device `N` of a snapshot only (default: each device with data, one report each)")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")
@@ -673,24 +736,63 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := errors.Join(checkMaxSnapshot(maxSnapshot), checkDevice(*device, fs), checkFrames(*frames)); err != nil {
 		return err
 	}
-	src, err := loadSource(pos[0], int64(maxSnapshot.v), *device)
+	ins, err := readInputs(pos[0], inputOptions{maxSnapshot: int64(maxSnapshot.v), device: *device})
 	if err != nil {
 		return err
 	}
-	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames, CapacityNotes: capacityNotes(capacity, overhead)}
-	if err := setTorchSettings(&opts, src, *torchConf); err != nil {
+	if err := checkOneDevice("-html", *htmlOut, pos[0], ins); err != nil {
 		return err
 	}
+	opts := compare.Options{Capacity: capacity.v, Overhead: overhead.v, Frames: *frames, CapacityNotes: capacityNotes(capacity, overhead)}
 	if *htmlOut != "" {
 		opts.Timeline = 1500
 	}
 	progress, progressDone := progressTo(*quiet, stderr)
 	defer progressDone()
 	opts.Progress = progress
-	a, err := compare.Advise(ctx, src, opts)
-	if err != nil {
-		return err
+	// One Advice per device with data (one for a native trace).
+	as := make([]*compare.Advice, len(ins))
+	for i, in := range ins {
+		if in.nothing != "" {
+			continue
+		}
+		o := opts
+		if err := setTorchSettings(&o, in.src, *torchConf); err != nil {
+			return err
+		}
+		if as[i], err = compare.Advise(ctx, in.src, o); err != nil {
+			if several(ins) {
+				err = fmt.Errorf("device %d: %w", in.snap.Device, err)
+			}
+			return err
+		}
 	}
+	if several(ins) {
+		reports := make([]deviceReport, len(ins))
+		var noFit []string
+		for i, in := range ins {
+			reports[i].in = in
+			if a := as[i]; a != nil {
+				reports[i].write = func(w io.Writer) error {
+					if *format == "json" {
+						return a.WriteJSON(w)
+					}
+					return a.WriteTextWidth(w, textWidth(*wide))
+				}
+				if a.NoneFits() {
+					noFit = append(noFit, fmt.Sprint(in.snap.Device))
+				}
+			}
+		}
+		if err := writeDeviceReports(stdout, pos[0], *format == "json", textWidth(*wide), reports); err != nil {
+			return err
+		}
+		if *requireFit && len(noFit) > 0 {
+			return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s on device %s", errNoFit, pool.Bytes(capacity.v), strings.Join(noFit, ", "))
+		}
+		return nil
+	}
+	a := as[0]
 	switch {
 	case *htmlOut == "-":
 	case *format == "json":

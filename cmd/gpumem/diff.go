@@ -17,7 +17,8 @@ import (
 const diffUsage = `usage: gpumem diff [flags] A [B]
 
 Why does run B need more memory than run A? Replays both (PyTorch
-snapshots or gpumem .jsonl traces) under the same policies and compares:
+snapshots or gpumem .jsonl traces; - for standard input) under the same
+policies and compares:
 peak live; PyTorch's recorded reserve and each policy's peak reserve, the
 difference split into live and cached-but-free bytes at each peak; each
 policy's smallest capacity; and the difference in peak live by allocation
@@ -45,7 +46,7 @@ func diffCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	sites := fs.Int("sites", compare.DefaultDiffSites, "list the `N` sites with the largest difference in the text and HTML reports, the rest summed in one line (0: all; JSON lists all)")
 	maxSnapshot := sizeFlag{v: trace.DefaultMaxSnapshotBytes}
 	fs.Var(&maxSnapshot, "max-snapshot", "refuse a snapshot larger than `SIZE` once decompressed")
-	device := fs.Int("device", -1, "compare the traces of device `N` of snapshots with traces for several devices")
+	device := fs.Int("device", -1, "compare device `N` of the snapshots (default: their one device with data; needed when one holds data for several)")
 	format := fs.String("format", "text", "output: text or json")
 	jsonOut := fs.Bool("json", false, "same as -format json")
 	htmlOut := fs.String("html", "", "also write a standalone HTML report to `FILE` (- for standard output, in place of the text)")

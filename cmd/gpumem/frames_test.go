@@ -100,3 +100,29 @@ func TestFramesFlagShowsTheFailingAllocationsStack(t *testing.T) {
 		}
 	}
 }
+
+// A snapshot's allocation is named by its device_traces entry wherever a
+// report names it (the table's verdict cells, advise's table, the HTML
+// page), the event number only beside the entry.
+func TestSnapshotAllocationsAreNamedByTheirEntry(t *testing.T) {
+	snap := framesSnapshot(t)
+	html := filepath.Join(t.TempDir(), "r.html")
+	for _, args := range [][]string{
+		{"replay", "-quiet", "-no-search", "-policies", "adaptive,torch", "-capacity", "24MiB", "-html", html, snap},
+		{"advise", "-quiet", "-capacity", "24MiB", snap},
+	} {
+		out := mustRun(t, args...)
+		for _, line := range strings.Split(out, "\n") {
+			if i := strings.Index(line, "event 1"); i >= 0 && !strings.Contains(line, "device_traces entry 3 (event 1)") {
+				t.Errorf("%s: the event named without its entry: %q", args[0], line)
+			}
+		}
+		if want := map[string]string{"replay": "out of memory at device_traces entry 3\n", "advise": "OOM at device_traces entry 3"}[args[0]]; !strings.Contains(out, want) {
+			t.Errorf("%s: want %q in\n%s", args[0], want, out)
+		}
+	}
+	b, err := os.ReadFile(html)
+	if err != nil || !strings.Contains(string(b), "out of memory at device_traces entry 3") || strings.Contains(string(b), "out of memory at event") {
+		t.Fatalf("HTML page: %v; want the entry named", err)
+	}
+}

@@ -89,7 +89,8 @@ func exitCode(err error) int {
 
 const usageText = `usage:
   gpumem replay [flags] [FILE]      replay a trace under every policy, side by side
-                                    (FILE: .pickle/.json snapshot or .jsonl trace; default: embedded)
+                                    (FILE: .pickle/.json snapshot or .jsonl trace, - for standard
+                                    input; default: embedded)
   gpumem advise SNAPSHOT [-capacity SIZE]
                                     which PyTorch allocator settings the workload needs
   gpumem diff A [B]                 why run B needs more memory than run A (or two -torch-conf settings)

@@ -33,7 +33,7 @@ func TestMessagesCarryNoPackagePrefixes(t *testing.T) {
 		{[]string{"replay", "-policies", "nosuch"}, `unknown policy "nosuch"`, 2},
 		{[]string{"replay", "-torch-conf", "bad:1"}, "unknown PYTORCH_CUDA_ALLOC_CONF key", 2},
 		{[]string{"replay", write("a.jsonl", `{"op":"alloc","t":1}`+"\n")}, `line 1: invalid trace event: alloc without "id"`, 1},
-		{[]string{"replay", write("e.pickle", "\x80\x02}q\x00.")}, "bad PyTorch snapshot: no device_traces", 1},
+		{[]string{"replay", write("e.pickle", "\x80\x02}q\x00.")}, "not a PyTorch memory snapshot: top level is an empty dict, without segments or device_traces; expected a dict with segments and device_traces", 1},
 		{[]string{"replay", write("t.txt", "hello\n")}, "neither a PyTorch memory snapshot", 1},
 		{[]string{"synth", "-workload", "nosuch", "-o", filepath.Join(dir, "x.jsonl")}, "unknown synthetic workload", 2},
 	} {
@@ -89,7 +89,7 @@ func TestConvertAndReplayGiveTheSameMessages(t *testing.T) {
 		{"event with NaN", write("enan.jsonl", []byte(`{"op":"alloc","t":NaN,"id":1,"size":8,"stream":0}`+"\n")), nil, "line 1: not valid JSON", true},
 		{"gzipped trace past the limit", write("nl.jsonl.gz", z.Bytes()), []string{"-max-snapshot", "10KiB"}, "gzipped gpumem trace larger than the limit of 10240 bytes once decompressed (raise -max-snapshot to read it)", true},
 		{"corrupt gzip", write("bad.pickle.gz", []byte{0x1f, 0x8b, 1, 2, 3}), nil, "corrupt gzip stream", false},
-		{"pickle without traces", write("e.pickle", []byte("\x80\x02}q\x00.")), nil, "bad PyTorch snapshot: no device_traces", false},
+		{"pickle without traces", write("e.pickle", []byte("\x80\x02}q\x00.")), nil, "not a PyTorch memory snapshot: top level is an empty dict, without segments or device_traces; expected a dict with segments and device_traces", false},
 		{"missing file", filepath.Join(dir, "nope.pickle"), nil, "no such file", false},
 	} {
 		_, _, rerr := runCmd(t, append(append([]string{"replay", "-quiet", "-no-search"}, c.flags...), c.file)...)

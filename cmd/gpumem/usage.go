@@ -18,8 +18,11 @@ PyTorch's caching allocator, side by side: each policy's peak reserved
 bytes at unlimited capacity, the smallest capacity it runs in, what
 relocation cost, and, with -capacity, whether it fits.
 
-FILE is a PyTorch memory snapshot (.pickle or .json, gzip ok) or a gpumem
-trace (.jsonl); without FILE the embedded default trace is replayed.
+FILE is a PyTorch memory snapshot (.pickle or .json, gzip ok; every shape
+memory_viz reads, PyTorch 2.0's and torch.cuda.memory_snapshot()'s list
+included) or a gpumem trace (.jsonl); - reads standard input; without FILE
+the embedded default trace is replayed. A snapshot with data for several
+devices is replayed device by device, one report each (-device N for one).
 Sizes take decimal (GB = 10⁹ B) or binary (GiB = 2³⁰ B) units, any case.
 
 -capacity counts only what the allocator reserves: -overhead SIZE sets
@@ -33,9 +36,11 @@ Exit status: 0 done; 1 an error, or -fail-on-oom with a failed allocation
 
 	convertUsage = `usage: gpumem convert [flags] SNAPSHOT -o TRACE.jsonl
 
-Converts a PyTorch memory snapshot (.pickle or .json, gzip ok) to gpumem's
-JSONL trace: allocations live before the snapshot's window are rebuilt
-first (unless -no-prelude), then every trace entry in order.`
+Converts a PyTorch memory snapshot (.pickle or .json, gzip ok; - reads
+standard input) to gpumem's JSONL trace: allocations live before the
+snapshot's window are rebuilt first (unless -no-prelude), then every trace
+entry in order. One device is converted: the snapshot's one device with
+data, or -device N's.`
 
 	synthUsage = `usage: gpumem synth -workload NAME [-seed N] [flags] -o TRACE.jsonl
 
@@ -44,8 +49,9 @@ the same bytes.`
 
 	adviseUsage = `usage: gpumem advise [flags] SNAPSHOT
 
-Replays a trace (a PyTorch snapshot or a gpumem .jsonl trace) through the
-model of PyTorch's caching allocator under a grid of settings (the
+Replays a trace (a PyTorch snapshot or a gpumem .jsonl trace; - reads
+standard input; each device with data of a snapshot, one report each)
+through the model of PyTorch's caching allocator under a grid of settings (the
 defaults, expandable segments, max_split_size_mb 64–512,
 roundup_power2_divisions 4 and 8, garbage_collection_threshold 0.6 and
 0.8, and the combinations that matter) beside gpumem's adaptive policy:

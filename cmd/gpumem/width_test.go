@@ -31,6 +31,11 @@ func TestDefaultTextFits120Columns(t *testing.T) {
 			runs = append(runs, []string{"replay", "-quiet", "-capacity", "80GiB", p}, []string{"advise", "-quiet", "-capacity", "80GiB", p})
 		}
 	}
+	// A snapshot with data for three devices: three reports under their
+	// headings.
+	if p := filepath.Join(sharedTraces, "gcn-three-devices-expandable-oom.pickle"); fileExists(p) {
+		runs = append(runs, []string{"replay", "-quiet", "-no-search", "-capacity", "80GiB", p})
+	}
 	for _, args := range runs {
 		out := mustRun(t, args...)
 		if w, line := widest(out); w > 120 {
