@@ -199,7 +199,7 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 	bai := &vkBufferDeviceAddressInfo{SType: stBufferDeviceAddressInfo, Buffer: a.buf}
 	a.addr = call64(d.fn.GetBufferDeviceAddress, d.h, uintptr(unsafe.Pointer(bai)))
 	flagsOf := d.info.MemoryTypes[a.typ].Flags
-	if flagsOf&memoryPropertyHostVisible != 0 {
+	if flagsOf&memoryPropertyHostVisible != 0 && !(b.unmappedPages && w == pageMemory) {
 		var p unsafe.Pointer
 		if err := check("vkMapMemory", call(d.fn.MapMemory, d.h, uintptr(a.mem), 0, uintptr(wholeSize), 0, uintptr(unsafe.Pointer(&p)))); err != nil {
 			return fail(err)

@@ -61,9 +61,16 @@ type Backend struct {
 	// invalidate paths run (and are validated) on drivers whose host-visible
 	// memory is all coherent, as lavapipe's is. Set by tests only.
 	nonCoherent bool
-	pagesMapped bool // the page memory type is host-visible
-	maxAllocs   uint32
-	allocCount  atomic.Int64
+	// unmappedPages leaves pages unmapped where their memory is
+	// host-visible, as a discrete GPU's device-local memory is not:
+	// PagesHostVisible is false, Write and Read go through staging buffers
+	// and Map is not supported (staging buffers are still mapped). Set by
+	// tests only, before the first page (lavapipe, whose one memory type
+	// serves both, then takes the paths an NVIDIA GPU takes).
+	unmappedPages bool
+	pagesMapped   bool // pages are mapped: their memory type is host-visible (and not unmappedPages)
+	maxAllocs     uint32
+	allocCount    atomic.Int64
 	// frees counts the allocations freed (free: slot and heap bytes back),
 	// so that an allocation refused while the releaser was freeing knows a
 	// retry may succeed even once the releaser is idle (Storage.Alloc).
@@ -305,12 +312,13 @@ func (b *Backend) storageList() []*Storage {
 	return ss
 }
 
-// drainFrees frees the pooled staging buffers, waits for the releaser, and
+// drainFrees frees the pooled staging buffers whose freeing may make room
+// for a page refused with err (stagingToTrim), waits for the releaser, and
 // for the work of every queued free that waits only for submitted steps,
-// and frees those; it reports whether any allocation was freed. An allocation refused for want of memory calls
-// it before its one retry.
-func (b *Backend) drainFrees() bool {
-	freed := b.trimStaging()
+// and frees those; it reports whether any allocation was freed. A page
+// refused for want of memory calls it before its one retry.
+func (b *Backend) drainFrees(err error) bool {
+	freed := b.trimStagingFor(err, pageMemory)
 	if b.reap.pending() {
 		freed = true
 	}
@@ -343,9 +351,10 @@ func (b *Backend) watchFrees() bool {
 }
 
 // Releasing implements gpumem.Releaser: some freed allocation is idle and
-// not yet given back, or the releaser is freeing one now.
+// not yet given back, the releaser is freeing one now, or the staging pool
+// holds idle buffers or has some out with steps.
 func (b *Backend) Releasing() bool {
-	if b.reap.pending() {
+	if b.reap.pending() || b.stage.held() {
 		return true
 	}
 	for _, s := range b.storageList() {
@@ -360,9 +369,13 @@ func (b *Backend) Releasing() bool {
 // device work uses any more goes back to the driver before it returns (the
 // idle queued ones freed on the caller's goroutine, the ones the releaser
 // was handed waited for), its bytes returned to the budgets and no longer
-// in BytesAllocated. The others go back once their work completes. It
-// takes no lock of the device or of a queue, and does nothing once the
-// backend is closed (Close frees everything).
+// in BytesAllocated; so do the staging buffers no device work uses
+// (staging.go: a cache of memory nothing uses, which an explicit cleanup
+// gives back like any other): each queue is polled, so the steps that
+// completed hand theirs back, then the pool is emptied. The others go back
+// once their work completes. It takes no lock of the device, and a queue's
+// only to poll it (never held while an op runs, V3), and does nothing once
+// the backend is closed (Close frees everything).
 func (b *Backend) Release() {
 	b.life.RLock()
 	defer b.life.RUnlock()
@@ -372,6 +385,10 @@ func (b *Backend) Release() {
 	for _, s := range b.storageList() {
 		s.releaseIdle()
 	}
+	for _, m := range b.marks() {
+		m.q.poll()
+	}
+	b.trimStaging()
 	b.reap.wait()
 }
 

@@ -124,8 +124,10 @@ func (g *gate) open() {
 func testBackend(t *testing.T) *Backend { return testBackendWith(t, Options{}) }
 
 // testBackendWith opens a backend with opts and the validation layer where
-// it is installed; the test's cleanup closes it and fails on any
-// validation message or a device allocation left behind.
+// it is installed (simulating a discrete GPU where
+// $GPUMEM_VULKAN_TEST_DISCRETE=1, discrete_test.go); the test's cleanup
+// closes it and fails on any validation message or a device allocation
+// left behind.
 func testBackendWith(t *testing.T, opts Options) *Backend {
 	t.Helper()
 	opts.Validation = validationInstalled()
@@ -135,6 +137,9 @@ func testBackendWith(t *testing.T, opts Options) *Backend {
 			t.Fatal(err)
 		}
 		t.Skipf("no Vulkan device: %v", err)
+	}
+	if discreteAsked() {
+		simulateDiscrete(b)
 	}
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {

@@ -81,9 +81,11 @@
 //     path, which also waits on the queues' semaphores for the others and
 //     frees each once its work completed (reaper.go); an explicit cleanup
 //     ends with Backend.Release (gpumem.Releaser), which frees the idle
-//     ones before it returns, without the device lock, so BytesAllocated is
-//     0 after freeing everything and cleaning up; an allocation refused for
-//     memory waits for the queued frees and retries once.
+//     ones and the idle staging buffers before it returns, without the
+//     device lock, so after freeing everything and cleaning up
+//     BytesAllocated is 0 and the backend holds no VkDeviceMemory; an
+//     allocation refused for memory waits for the queued frees and
+//     retries once.
 //   - Queues (queue.go): a stream.Queue per gpumem stream over the
 //     VkQueues of one compute family (several streams may share one); one
 //     timeline semaphore per queue is its fences and its completion; a
@@ -96,8 +98,12 @@
 //     by nonCoherentAtomSize where it is not coherent), else, or with
 //     Options.Staging, through host-visible staging buffers, pooled by size
 //     class for reuse (staging.go: at most 8 buffers and 64 MiB, or a
-//     sixteenth of the heap; emptied when an allocation is refused for
-//     memory, freed by Close).
+//     sixteenth of the heap; emptied by an explicit cleanup; when an
+//     allocation is refused for memory, the pooled buffers whose freeing
+//     can make room for it are freed: all of them for the allocation
+//     count, those in its heaps for a heap's memory (on a discrete GPU,
+//     whose staging buffers are in the host's heap, usually none for a
+//     page); freed by Close).
 //   - Kernels (kernel.go, op.go, descriptors.go): shader modules, compute
 //     pipelines, descriptor sets per dispatch, push constants (checked
 //     against the module's block), group counts (checked against

@@ -29,12 +29,14 @@ func validated(t testing.TB, opts vulkan.Options) vulkan.Options {
 	return vulkantest.Validated(opts)
 }
 
-// openBackend opens a validated backend and fails the test on any
-// validation message, checked after everything the test registered closed.
+// openBackend opens a validated backend (simulating a discrete GPU where
+// $GPUMEM_VULKAN_TEST_DISCRETE=1) and fails the test on any validation
+// message, checked after everything the test registered closed.
 func openBackend(t testing.TB, opts vulkan.Options) *vulkan.Backend {
 	t.Helper()
 	b, err := vulkan.NewBackend(validated(t, opts))
 	needVulkan(t, err)
+	vulkan.SimulateDiscreteIfAsked(b)
 	t.Cleanup(func() {
 		if err := b.Close(); err != nil {
 			t.Errorf("Backend.Close: %v", err)

@@ -464,6 +464,16 @@ func (q *Queue) submitLooseLocked() error {
 	return err
 }
 
+// poll is pollLocked under mu; nothing once the queue is closed (Close
+// reclaimed everything).
+func (q *Queue) poll() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.pollLocked()
+	}
+}
+
 // pollLocked reclaims what the completed steps held (V2) and advances
 // completed.
 func (q *Queue) pollLocked() {

@@ -1,6 +1,7 @@
 package vulkan
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -11,113 +12,151 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-// gatedDevice opens a gpumem device on a validated backend.
-func gatedDevice(t *testing.T, opts ...gpumem.Option) (*gpumem.Device, *Backend) {
+// gatedDevice opens a gpumem device on a validated backend with opts.
+func gatedDevice(t *testing.T, opts Options) (*gpumem.Device, *Backend) {
 	t.Helper()
-	b := testBackend(t)
-	return testDevice(t, b, opts...), b
+	b := testBackendWith(t, opts)
+	return testDevice(t, b), b
+}
+
+// forTransferPaths runs f once with Write and Read through the pages'
+// mappings where the device has them ("mapped"; on a discrete GPU they go
+// through staging buffers there too) and once through staging buffers
+// (Options.Staging, the path a discrete GPU takes).
+func forTransferPaths(t *testing.T, f func(t *testing.T, opts Options)) {
+	for _, staging := range []bool{false, true} {
+		name := "mapped"
+		if staging {
+			name = "staging"
+		}
+		t.Run(name, func(t *testing.T) { f(t, Options{Staging: staging}) })
+	}
 }
 
 // A free waits only for the work that uses the allocation: with another
 // stream's step held back (it waits on a semaphore only the test signals),
 // freeing a buffer and cleaning up gives its page back before Cleanup
 // returns: BytesAllocated and BytesReserved are 0, and the driver holds no
-// VkDeviceMemory. (Before, a free waited for every queue's issued work and
-// the freed memory went back at a later Flush.)
+// VkDeviceMemory, the staging buffers Write and Read went through included
+// (Cleanup empties the pool: nothing uses them). (Before, a free waited
+// for every queue's issued work and the freed memory went back at a later
+// Flush; and the pooled staging buffers stayed until Close.)
 func TestCleanupGivesBackWhatNoQueuedWorkUses(t *testing.T) {
-	d, b := gatedDevice(t)
-	ctx := context.Background()
-	sA := d.DefaultStream()
-	sB, err := d.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := newGate(t, b)
-	x, err := sA.Alloc(ctx, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Write(ctx, make([]byte, 1<<20)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := x.Read(ctx); err != nil { // stream A is idle after
-		t.Fatal(err)
-	}
-	qB := sB.Queue().(*Queue)
-	g.hold(qB)
-	if err := sB.Enqueue("held", nil, func([]storage.Resource) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	held := qB.Issued()
-	if err := x.Free(); err != nil {
-		t.Fatal(err)
-	}
-	if err := d.Cleanup(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := d.Stats()
-	if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
-		t.Fatalf("after Free and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations; want 0, 0, 0",
-			st.BytesAllocated, st.BytesReserved, b.Allocations())
-	}
-	if qB.Completed() >= held {
-		t.Fatal("stream B's held step completed: the test proves nothing")
-	}
-	g.open()
-	if err := sB.Synchronize(ctx); err != nil {
-		t.Fatal(err)
-	}
+	forTransferPaths(t, func(t *testing.T, opts Options) {
+		d, b := gatedDevice(t, opts)
+		ctx := context.Background()
+		sA := d.DefaultStream()
+		sB, err := d.NewStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := newGate(t, b)
+		x, err := sA.Alloc(ctx, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Write(ctx, make([]byte, 1<<20)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.Read(ctx); err != nil { // stream A is idle after
+			t.Fatal(err)
+		}
+		if made, _, _, _ := b.stagingCounts(); opts.Staging && made == 0 {
+			t.Fatal("Write and Read made no staging buffer: the test proves nothing about them")
+		}
+		qB := sB.Queue().(*Queue)
+		g.hold(qB)
+		if err := sB.Enqueue("held", nil, func([]storage.Resource) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+		held := qB.Issued()
+		if err := x.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if err := d.Cleanup(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st := d.Stats()
+		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+			_, _, pooled, _ := b.stagingCounts()
+			t.Fatalf("after Free and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations (%d pooled staging buffers); want 0, 0, 0",
+				st.BytesAllocated, st.BytesReserved, b.Allocations(), pooled)
+		}
+		if qB.Completed() >= held {
+			t.Fatal("stream B's held step completed: the test proves nothing")
+		}
+		g.open()
+		if err := sB.Synchronize(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The pool refills on demand.
+		y, err := sA.Alloc(ctx, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := bytes.Repeat([]byte{7}, 1<<20)
+		if err := y.Write(ctx, want); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := y.Read(ctx); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("Write and Read after the Cleanup: %v (bytes equal: %v)", err, bytes.Equal(got, want))
+		}
+	})
 }
 
 // A buffer freed while a step that uses it is queued goes back after that
 // step: the device holds the page's release, Cleanup waits for the step
-// with the device lock released, and when it returns the page is freed.
+// with the device lock released, and when it returns the page is freed,
+// and so is the staging buffer the Write went through.
 func TestCleanupGivesBackWhatQueuedWorkUsedOnceItCompleted(t *testing.T) {
-	d, b := gatedDevice(t)
-	ctx := context.Background()
-	s := d.DefaultStream()
-	add, err := b.LoadShipped(KernelAddU32)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const n = 1 << 18
-	x, err := s.Alloc(ctx, 4*n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := x.Write(ctx, make([]byte, 4*n)); err != nil {
-		t.Fatal(err)
-	}
-	g := newGate(t, b)
-	q := s.Queue().(*Queue)
-	g.hold(q)
-	err = Enqueue(s, "add", []gpumem.Use{{Buffer: x, Access: gpumem.ReadWrite}}, func(op *Op) error {
-		return op.Dispatch(add, GroupsFor(n, 64), []Binding{Use(0)}, Push(uint32(n), uint32(1)))
+	forTransferPaths(t, func(t *testing.T, opts Options) {
+		d, b := gatedDevice(t, opts)
+		ctx := context.Background()
+		s := d.DefaultStream()
+		add, err := b.LoadShipped(KernelAddU32)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const n = 1 << 18
+		x, err := s.Alloc(ctx, 4*n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := x.Write(ctx, make([]byte, 4*n)); err != nil {
+			t.Fatal(err)
+		}
+		g := newGate(t, b)
+		q := s.Queue().(*Queue)
+		g.hold(q)
+		err = Enqueue(s, "add", []gpumem.Use{{Buffer: x, Access: gpumem.ReadWrite}}, func(op *Op) error {
+			return op.Dispatch(add, GroupsFor(n, 64), []Binding{Use(0)}, Push(uint32(n), uint32(1)))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := q.Issued()
+		if err := x.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if st := d.Stats(); st.BytesAllocated == 0 {
+			t.Fatal("the page went back while a queued dispatch used it")
+		}
+		done := make(chan error, 1)
+		go func() { done <- d.Cleanup(ctx) }()
+		g.open() // Cleanup may be waiting for the step, or not yet
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if q.Completed() < held {
+			t.Fatalf("Cleanup returned before the step that used the page (completed %d of %d)", q.Completed(), held)
+		}
+		st := d.Stats()
+		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+			_, _, pooled, _ := b.stagingCounts()
+			t.Fatalf("after the step and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations (%d pooled staging buffers); want 0, 0, 0",
+				st.BytesAllocated, st.BytesReserved, b.Allocations(), pooled)
+		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := q.Issued()
-	if err := x.Free(); err != nil {
-		t.Fatal(err)
-	}
-	if st := d.Stats(); st.BytesAllocated == 0 {
-		t.Fatal("the page went back while a queued dispatch used it")
-	}
-	done := make(chan error, 1)
-	go func() { done <- d.Cleanup(ctx) }()
-	g.open() // Cleanup may be waiting for the step, or not yet
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if q.Completed() < held {
-		t.Fatalf("Cleanup returned before the step that used the page (completed %d of %d)", q.Completed(), held)
-	}
-	st := d.Stats()
-	if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
-		t.Fatalf("after the step and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations; want 0, 0, 0",
-			st.BytesAllocated, st.BytesReserved, b.Allocations())
-	}
 }
 
 // At the storage: an allocation a queued step uses stays allocated through

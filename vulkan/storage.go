@@ -67,7 +67,7 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 	// after the refusal and before drainFrees looked (frees moved).
 	frees := s.b.frees.Load()
 	a, err := s.b.allocate(size, pageMemory)
-	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) && (s.b.drainFrees() || s.b.frees.Load() != frees) {
+	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) && (s.b.drainFrees(err) || s.b.frees.Load() != frees) {
 		a, err = s.b.allocate(size, pageMemory)
 	}
 	if err != nil {
