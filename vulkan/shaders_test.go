@@ -10,8 +10,8 @@ import (
 )
 
 // The committed SPIR-V is what glslc makes of the committed GLSL, with the
-// flags scripts/vulkan-shaders.sh uses. Skips without glslc, except under
-// CI=true.
+// flags scripts/vulkan-shaders.sh uses: the shipped kernels' and the
+// tests' testdata/once.spv. Skips without glslc, except under CI=true.
 func TestCommittedSPIRVMatchesAFreshCompile(t *testing.T) {
 	glslc, err := exec.LookPath("glslc")
 	if err != nil {
@@ -50,6 +50,19 @@ func TestCommittedSPIRVMatchesAFreshCompile(t *testing.T) {
 		if _, ok := shippedSpecs()[name]; !ok {
 			t.Errorf("%s has no KernelSpec in shippedSpecs", name)
 		}
+	}
+	// The tests' own module (export_test.go), from its embedded source.
+	dir := t.TempDir()
+	src, out := filepath.Join(dir, "once.comp"), filepath.Join(dir, "once.spv")
+	if err := os.WriteFile(src, onceGLSL, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := append(strings.Fields(flags), "-o", out, src)
+	if msg, err := exec.Command(glslc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("glslc testdata/once.comp: %v\n%s", err, msg)
+	}
+	if fresh, _ := os.ReadFile(out); !bytes.Equal(fresh, onceSPIRV) {
+		t.Errorf("testdata/once.spv is not what glslc makes of testdata/once.comp: in vulkan/testdata run glslc %s -o once.spv once.comp and commit", flags)
 	}
 }
 
