@@ -73,7 +73,7 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 		if err != nil {
 			return nil, err
 		}
-		res, err := torch.Replay(slices.Values(prefix), torch.Config{Settings: settings})
+		res, err := torch.Replay(slices.Values(prefix), torch.Config{Settings: settings, Recorded: how.torchRecorded})
 		if err != nil {
 			return nil, err
 		}

@@ -70,6 +70,9 @@ type Source struct {
 	PyTorch *PyTorch
 	// RecordedTimeline is PyTorch's reserved bytes after given events.
 	RecordedTimeline []replay.Point
+	// TorchRecorded is the segment PyTorch placed each alloc event in
+	// (trace.Snapshot.Placements), for the torch policy's addresses.
+	TorchRecorded []torch.RecordedSegment
 	// TorchSettings are the settings PyTorch recorded in the snapshot
 	// (FromSnapshot), the torch policy's base unless Options.TorchSettings
 	// is set; nil means PyTorch's defaults.
@@ -184,6 +187,8 @@ type deviceOptions struct {
 	noCompact bool
 	// torchBase is the torch policy's settings (see torchSettings).
 	torchBase torch.Settings
+	// torchRecorded is the snapshot's segment per event (Source.TorchRecorded).
+	torchRecorded []torch.RecordedSegment
 }
 
 func (o Options) device() deviceOptions {
@@ -357,6 +362,7 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		}
 	}
 	how := opts.device()
+	how.torchRecorded = src.TorchRecorded
 	base, settingsFrom := torchBase(src, opts)
 	how.torchBase = base
 	bw := opts.Bandwidth
@@ -603,7 +609,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(events, capacity, settings, failFast, timeline)
+		return replayTorch(events, capacity, settings, how.torchRecorded, failFast, timeline)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -619,9 +625,9 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, failFast bool, timeline int) (*replay.Report, error) {
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, recorded []torch.RecordedSegment, failFast bool, timeline int) (*replay.Report, error) {
 	start := time.Now()
-	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast})
+	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: recorded})
 	if err != nil {
 		return nil, err
 	}
@@ -664,7 +670,7 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 		// The model's state just before the failed request, with the
 		// request refused (the model is unchanged by it but for the cache
 		// it released trying).
-		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity, Settings: settings})
+		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity, Settings: settings, Recorded: recorded})
 		if err != nil {
 			return nil, err
 		}

@@ -61,6 +61,10 @@ func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 		Inconsistent:         s.ReservedInconsistent,
 	}
 	src := Source{Name: name, Events: s.Events, PyTorch: p, Warnings: map[string]int{}, EventEntries: s.EventEntries, StreamHandles: s.StreamHandles}
+	src.TorchRecorded = make([]torch.RecordedSegment, len(s.Placements))
+	for i, pl := range s.Placements {
+		src.TorchRecorded[i] = torch.RecordedSegment(pl)
+	}
 	if s.AllocatorSettings != nil {
 		settings, err := torch.SettingsFromSnapshot(s.AllocatorSettings)
 		if err != nil {

@@ -54,6 +54,7 @@ import (
 	"math"
 	"math/big"
 	"slices"
+	"sort"
 	"unicode/utf8"
 
 	"github.com/gpumem/gpumem/history"
@@ -217,11 +218,23 @@ type Snapshot struct {
 	maxBytes   int64
 	framesLate bool // a frames list grew after a later one began: no early stop
 
+	// Placements[i] is the segment PyTorch placed Events[i]'s block in
+	// (address and size, from the segment_alloc entries and `segments`),
+	// for alloc events whose block lies in a known plain segment; the zero
+	// value otherwise. The torch model places its segments there, so it
+	// breaks ties between equal-size free blocks by PyTorch's addresses.
+	Placements []SegmentPlacement
+
 	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
 	// snapshots, which have none; "gpumem" (and what it replayed) for one
 	// gpumem wrote (WriteTorchSnapshot). The reserve figures of such a
 	// snapshot are that writer's, not PyTorch's.
 	WrittenBy string
+}
+
+// SegmentPlacement is a recorded segment: its address and size.
+type SegmentPlacement struct {
+	Addr, Size uint64
 }
 
 // writtenByKey is the top-level key naming a snapshot's writer.
@@ -1110,6 +1123,7 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 		s.StartSegments = append(s.StartSegments, StartSegment{Address: rs.addr, Size: rs.size, Stream: dense, Small: rs.small})
 	}
 
+	s.Placements = placements(s, entries, startSegs, prelude)
 	s.Counts.PendingAtEnd = len(c.held)
 	s.FinalLive = c.liveSum
 	s.Streams = len(s.StreamHandles)
@@ -1229,4 +1243,59 @@ func plainDict(d *pyDict, depth int) map[string]any {
 		}
 	}
 	return m
+}
+
+// placements finds, for each alloc event, the plain segment PyTorch put its
+// block in: the start segments, then segment_alloc and segment_free entries
+// in order (mapped ranges of expandable segments are not plain segments).
+func placements(s *Snapshot, entries []entry, start []rawSegment, prelude []preludeAlloc) []SegmentPlacement {
+	var live []SegmentPlacement // by address
+	find := func(addr uint64) int {
+		return sort.Search(len(live), func(i int) bool { return live[i].Addr+live[i].Size > addr })
+	}
+	add := func(p SegmentPlacement) {
+		i := sort.Search(len(live), func(i int) bool { return live[i].Addr >= p.Addr })
+		if i < len(live) && live[i].Addr == p.Addr {
+			live[i] = p
+			return
+		}
+		live = slices.Insert(live, i, p)
+	}
+	for _, rs := range start {
+		if rs.addr != 0 && rs.size != 0 {
+			add(SegmentPlacement{Addr: rs.addr, Size: rs.size})
+		}
+	}
+	lookup := func(addr uint64) SegmentPlacement {
+		if i := find(addr); i < len(live) && live[i].Addr <= addr {
+			return live[i]
+		}
+		return SegmentPlacement{}
+	}
+	out := make([]SegmentPlacement, len(s.Events))
+	next := 0 // entries applied
+	for i, e := range s.Events {
+		if e.Op != OpAlloc {
+			continue
+		}
+		if i < len(prelude) && s.EventEntries[i] < 0 {
+			out[i] = lookup(prelude[i].addr)
+			continue
+		}
+		at := int(s.EventEntries[i])
+		for ; next <= at && next < len(entries); next++ {
+			switch en := entries[next]; en.action {
+			case "segment_alloc":
+				add(SegmentPlacement{Addr: en.addr, Size: en.rawSize})
+			case "segment_free":
+				if j := find(en.addr); j < len(live) && live[j].Addr == en.addr {
+					live = slices.Delete(live, j, j+1)
+				}
+			}
+		}
+		if at >= 0 && at < len(entries) {
+			out[i] = lookup(entries[at].addr)
+		}
+	}
+	return out
 }
