@@ -130,3 +130,31 @@ func TestAdaptiveNeedsNoMoreThanAnyAdvisedSettingOnSharedSnapshots(t *testing.T)
 		})
 	}
 }
+
+// The torch model places its segments where the recording put them
+// (Source.TorchRecorded), so best fit breaks ties between equal-size free
+// blocks by PyTorch's own addresses, as PyTorch does: on the compression
+// snapshot, whose real addresses fall over the run, the model reserved
+// 7.1 % above PyTorch's recorded peak with addresses of its own. Its peak
+// is PyTorch's to the byte once the recording's addresses are used.
+func TestTorchModelReservesWhatPyTorchRecordedWithTheRecordedAddresses(t *testing.T) {
+	src := sharedSource(t, "llm-compression-empty-cache.pickle")
+	if len(src.TorchRecorded) == 0 {
+		t.Fatal("the snapshot's segment placements did not reach the source")
+	}
+	c, err := Run(context.Background(), src, Options{Policies: []string{"torch"}, SkipCapacity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Policies[0].PeakReserved, src.PyTorch.PeakReserved; got != want {
+		t.Fatalf("torch model peak reserved %d, PyTorch recorded %d (%+.2f%%)", got, want, 100*(float64(got)/float64(want)-1))
+	}
+	src.TorchRecorded = nil
+	c, err = Run(context.Background(), src, Options{Policies: []string{"torch"}, SkipCapacity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policies[0].PeakReserved == src.PyTorch.PeakReserved {
+		t.Fatal("without the recorded addresses the model reserves PyTorch's peak too: the test no longer shows what the addresses decide")
+	}
+}
