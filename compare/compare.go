@@ -446,6 +446,31 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		}
 		c.Policies = append(c.Policies, res)
 	}
+	if src.PyTorch != nil && src.PyTorch.FirstAllocEvent >= 0 {
+		// The model's accuracy, as the recording ran: the torch row with
+		// the recorded settings when one ran, else one replay of the model.
+		p := *src.PyTorch
+		c.PyTorch = &p
+		model, ran := uint64(0), false
+		for _, r := range c.Policies {
+			if r.TorchConf != nil && *r.TorchConf == c.baseConf {
+				model, ran = r.PeakReserved, true
+				break
+			}
+		}
+		if !ran {
+			var settings torch.Settings
+			if src.TorchSettings != nil {
+				settings = *src.TorchSettings
+			}
+			res, err := torch.Replay(slices.Values(src.Events), torch.Config{Settings: settings, Recorded: src.TorchRecorded})
+			if err != nil {
+				return nil, fmt.Errorf("the torch model as recorded: %w", err)
+			}
+			model = res.PeakReserved
+		}
+		p.modelAccuracy(model)
+	}
 	if explainFits {
 		if err := c.explainFits(ctx, src, opts, true); err != nil {
 			return nil, err

@@ -39,6 +39,26 @@ type PyTorch struct {
 	// Inconsistent: the trace's segment entries net more than the
 	// segments hold at the dump, so the figures before the window are 0.
 	Inconsistent bool `json:"inconsistent,omitempty"`
+	// ModelPeakReserved is the torch model's peak reserve replayed as the
+	// recording ran: the settings the snapshot recorded (PyTorch's
+	// defaults when it recorded none), its segments at the recorded
+	// addresses, unlimited capacity. ModelError is the model's error
+	// against PeakReserved, signed, as a fraction (0.01: 1 % above). Both
+	// are absent when the trace holds no allocation (FirstAllocEvent −1):
+	// a segments-only snapshot has nothing for a model to replay, and its
+	// reserve is cache no replay explains.
+	ModelPeakReserved uint64   `json:"model_peak_reserved_bytes,omitempty"`
+	ModelError        *float64 `json:"model_error,omitempty"`
+}
+
+// modelAccuracy fills p's ModelPeakReserved and ModelError from the torch
+// model's peak reserve under the recorded settings (model).
+func (p *PyTorch) modelAccuracy(model uint64) {
+	if p.FirstAllocEvent < 0 || p.PeakReserved == 0 {
+		return
+	}
+	e := (float64(model) - float64(p.PeakReserved)) / float64(p.PeakReserved)
+	p.ModelPeakReserved, p.ModelError = model, &e
 }
 
 // FromSnapshot is the Source for a converted PyTorch snapshot: its events,

@@ -179,14 +179,14 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 	if p.Inconsistent {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
 	}
-	// The model with the settings PyTorch ran (the torch policy's, or the
-	// first PyTorch row with the same settings) against the recording.
-	for _, r := range c.Policies {
-		if r.TorchConf != nil && *r.TorchConf == c.baseConf && p.PeakReserved > 0 {
-			fmt.Fprintf(b, "  the %s model (%s) reserves %s at its peak: %+.1f %% against %s's recorded peak\n",
-				r.Name, confName(*r.TorchConf), pool.Bytes(r.PeakReserved), 100*(float64(r.PeakReserved)-float64(p.PeakReserved))/float64(p.PeakReserved), p.Recorder())
-			break
-		}
+	// The model replayed as the recording ran, against the recording.
+	switch {
+	case p.ModelError != nil:
+		fmt.Fprintf(b, "  the torch model (%s, the recorded addresses) reserves %s at its peak: %+.2f %% against %s's recorded peak\n",
+			confName(c.baseConf), pool.Bytes(p.ModelPeakReserved), 100**p.ModelError, p.Recorder())
+	case p.FirstAllocEvent < 0:
+		fmt.Fprintf(b, "  the trace holds no allocation: no model accuracy; %s held %s at the dump, %s of it live, the rest cache no replay explains\n",
+			p.Recorder(), pool.Bytes(p.ReservedAtDump), pool.Bytes(c.PeakLive))
 	}
 }
 

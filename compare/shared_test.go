@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/gpumem/gpumem/trace"
@@ -149,6 +150,12 @@ func TestTorchModelReservesWhatPyTorchRecordedWithTheRecordedAddresses(t *testin
 	if got, want := c.Policies[0].PeakReserved, src.PyTorch.PeakReserved; got != want {
 		t.Fatalf("torch model peak reserved %d, PyTorch recorded %d (%+.2f%%)", got, want, 100*(float64(got)/float64(want)-1))
 	}
+	if p := c.PyTorch; p.ModelError == nil || *p.ModelError != 0 || p.ModelPeakReserved != p.PeakReserved {
+		t.Fatalf("pytorch.model_peak_reserved_bytes %d, model_error %v; want %d and 0", p.ModelPeakReserved, p.ModelError, p.PeakReserved)
+	}
+	if src.PyTorch.ModelError != nil {
+		t.Fatal("the comparison wrote its model accuracy into the source's PyTorch figures")
+	}
 	src.TorchRecorded = nil
 	c, err = Run(context.Background(), src, Options{Policies: []string{"torch"}, SkipCapacity: true})
 	if err != nil {
@@ -156,5 +163,25 @@ func TestTorchModelReservesWhatPyTorchRecordedWithTheRecordedAddresses(t *testin
 	}
 	if c.Policies[0].PeakReserved == src.PyTorch.PeakReserved {
 		t.Fatal("without the recorded addresses the model reserves PyTorch's peak too: the test no longer shows what the addresses decide")
+	}
+}
+
+// A snapshot whose trace holds no allocation (the segments list) has no
+// model accuracy: nothing for a model to replay.
+func TestNoModelAccuracyWithoutAnAllocationInTheTrace(t *testing.T) {
+	src := sharedSource(t, "diffusion-device1-segments-list.pkl")
+	c, err := Run(context.Background(), src, Options{Policies: []string{"torch"}, SkipCapacity: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.PyTorch; p.ModelError != nil || p.ModelPeakReserved != 0 {
+		t.Fatalf("model_error set: %v, model_peak_reserved_bytes %d on a trace without allocations; want none", p.ModelError != nil, p.ModelPeakReserved)
+	}
+	var b strings.Builder
+	if err := c.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "the trace holds no allocation: no model accuracy") {
+		t.Fatalf("the report does not say there is no model accuracy:\n%s", b.String())
 	}
 }
