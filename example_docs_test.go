@@ -74,6 +74,45 @@ func ExampleDevice_Defragment() {
 	// after Defragment: 8 MiB held
 }
 
+// Two streams run their work side by side; where one stream's op uses a
+// buffer another stream wrote, the device orders the two: the consumer's op
+// runs after the producer's, with no fence for the caller to manage.
+func ExampleStream_Enqueue() {
+	ctx := context.Background()
+	dev, err := gpumem.Open()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	producer := dev.DefaultStream()
+	consumer, err := dev.NewStream()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	x, _ := producer.Alloc(ctx, 4)
+	y, _ := consumer.Alloc(ctx, 4)
+	defer x.Free()
+	defer y.Free()
+
+	_ = producer.Enqueue("fill", []gpumem.Use{{Buffer: x, Access: gpumem.Write}},
+		func(res []storage.Resource) error {
+			copy(res[0].Bytes, []byte{1, 2, 3, 4})
+			return nil
+		})
+	_ = consumer.Enqueue("double", []gpumem.Use{{Buffer: x, Access: gpumem.Read}, {Buffer: y, Access: gpumem.Write}},
+		func(res []storage.Resource) error { // runs once "fill" is done
+			for i, v := range res[0].Bytes {
+				res[1].Bytes[i] = 2 * v
+			}
+			return nil
+		})
+	got, err := y.Read(ctx) // waits for the consumer's work, and so for the producer's
+	fmt.Println(got, err)
+	// Output: [2 4 6 8] <nil>
+}
+
 // An op that fails leaves what it declared it writes unwritten: reading
 // those bytes reports the failure, and an op that reads them is skipped
 // rather than run on garbage.
@@ -103,6 +142,36 @@ func ExampleStream_Enqueue_failure() {
 	// Output:
 	// true true
 	// true true
+}
+
+// An allocation the device cannot serve, after every stage of making room
+// failed, returns an error wrapping ErrOutOfMemory; storage's
+// OutOfMemoryError carries the numbers, and FailureKind names the kind for
+// counters.
+func ExampleStream_Alloc_outOfMemory() {
+	ctx := context.Background()
+	const mib = 1 << 20
+	dev, err := gpumem.Open(gpumem.WithSim(), gpumem.WithCapacity(64*mib))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer dev.Close()
+	s := dev.DefaultStream()
+	a, _ := s.Alloc(ctx, 40*mib)
+	defer a.Free()
+
+	_, err = s.Alloc(ctx, 40*mib)
+	fmt.Println(errors.Is(err, gpumem.ErrOutOfMemory), gpumem.FailureKind(err))
+	var oom *storage.OutOfMemoryError
+	if errors.As(err, &oom) {
+		fmt.Printf("asked %d MiB with %d of %d MiB taken\n", oom.Requested/mib, oom.Allocated/mib, oom.Capacity/mib)
+	}
+	fmt.Println(err)
+	// Output:
+	// true out_of_memory
+	// asked 40 MiB with 40 of 64 MiB taken
+	// gpumem: stream-0: allocating 41943040 bytes: storage: out of memory: 41943040 bytes requested, 41943040 of 67108864 bytes already allocated (raise the capacity or free memory)
 }
 
 // Capture records a step once and replays it with Launch: fn runs once as
