@@ -3,8 +3,9 @@
 # shared snapshots' summary), then the benchmark ratios, each file dated
 # today. Run from anywhere in the checkout, with ../shared/traces beside it.
 #
-#   scripts/results.sh            replays and benchmarks (a few minutes)
-#   scripts/results.sh -no-bench  replays only (about a minute)
+#   scripts/results.sh              replays and benchmarks (a few minutes)
+#   scripts/results.sh -no-bench    replays only (about a minute)
+#   scripts/results.sh -no-replay   benchmarks only
 #
 # The replay tables are deterministic: `go test ./cmd/gpumem -run Results`
 # checks that the replays still give them, so a change of placement, of the
@@ -14,21 +15,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bench=1
+bench=1 replay=1
 for a in "$@"; do
   case "$a" in
     -no-bench) bench=0 ;;
-    *) echo "usage: scripts/results.sh [-no-bench]" >&2; exit 2 ;;
+    -no-replay) replay=0 ;;
+    *) echo "usage: scripts/results.sh [-no-bench | -no-replay]" >&2; exit 2 ;;
   esac
 done
 
-if [ ! -d ../shared/traces ]; then
-  echo "results.sh: ../shared/traces is not beside the checkout; the shared snapshots' tables need it" >&2
-  exit 1
+if [ "$replay" = 1 ]; then
+  if [ ! -d ../shared/traces ]; then
+    echo "results.sh: ../shared/traces is not beside the checkout; the shared snapshots' tables need it" >&2
+    exit 1
+  fi
+  echo "replaying the shared snapshots and the generated workloads…" >&2
+  go test ./cmd/gpumem -run '^TestResultsAreWhatTheReplaysGive$' -count=1 -update-results
 fi
-
-echo "replaying the shared snapshots and the generated workloads…" >&2
-go test ./cmd/gpumem -run '^TestResultsAreWhatTheReplaysGive$' -count=1 -update-results
 
 [ "$bench" = 1 ] || exit 0
 
