@@ -36,8 +36,9 @@ fi
 [ "$bench" = 1 ] || exit 0
 
 out=docs/results/benchmarks.md
-raw="$(mktemp)"
-trap 'rm -f "$raw"' EXIT
+# The benchmarks' own output, kept beside the table (benchstat reads it).
+raw=docs/results/benchmarks.txt
+: >"$raw"
 
 # Each benchmark reports a ratio to a floor it measures in the same run
 # (x-floor, x-off, x-one, x-cpython), so a figure survives a change of
@@ -46,9 +47,10 @@ run() { # package, -bench pattern, extra flags…
   local pkg="$1" pattern="$2"
   shift 2
   echo "go test -run '^\$' -bench '$pattern' $* $pkg" >&2
-  go test -run '^$' -bench "$pattern" -count 3 "$@" "$pkg" | grep '^Benchmark' >>"$raw" || true
+  go test -run '^$' -bench "$pattern" -count 3 -timeout 30m "$@" "$pkg" | grep -E '^(Benchmark|goos|goarch|pkg|cpu)' >>"$raw" || true
 }
 load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
+load1="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
 run . 'AllocFree$|PairAmongLiveBuffers|HistoryRecording|RelocationThroughput|ManyGoroutines' -benchmem
 run ./internal/pool 'PlanCommit' -benchtime 10x
 run ./trace 'ReadSnapshot$' -benchmem
@@ -61,27 +63,50 @@ cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ 
   echo "Measured $(date -u +%F) by \`scripts/results.sh\` on ${cpu:-an unknown CPU}, $(nproc) cores, load average"
   echo "$load when it began. Each figure is the lowest and highest of three runs. A ratio to a floor measured in"
   echo "the same run (\`x-…\`) is the figure to compare across machines; times vary with the machine and its load."
+  if awk -v l="$load1" -v n="$(nproc)" 'BEGIN { exit !(l > n) }'; then
+    echo "The machine was busy with other work (a load average above its $(nproc) cores): the spreads are wide, and"
+    echo "a quiet machine will give tighter figures. The benchmarks' own output is in [benchmarks.txt](benchmarks.txt)."
+  else
+    echo "The benchmarks' own output is in [benchmarks.txt](benchmarks.txt)."
+  fi
   echo
   echo "| benchmark | what | figure | lowest | highest |"
   echo "|---|---|---|---|---|"
   awk '
     function what(name) {
-      if (name ~ /^BenchmarkAllocFree\//) return "steady Alloc + Free on the host device; x-floor: ÷ a mutex lock/unlock and a map insert/delete"
+      if (name ~ /^BenchmarkAllocFree\//) return "steady Alloc + Free on the host device; x-floor: ÷ a mutex lock/unlock and a map insert/delete in the same run"
       if (name ~ /^BenchmarkPairAmongLiveBuffers/) return "the same pair with 10^3 or 10^4 other buffers live"
-      if (name ~ /^BenchmarkHistoryRecording/) return "the pair with the history recording; x-off: ÷ the pair without, same run"
-      if (name ~ /^BenchmarkRelocationThroughput/) return "relocating 64 MiB; x-floor: ÷ copy() of the same chunks"
-      if (name ~ /^BenchmarkManyGoroutines/) return "pairs from N goroutines on their own streams; x-one: ÷ one goroutine"
-      if (name ~ /^BenchmarkPlanCommit/) return "relocation bookkeeping per moved allocation; x-floor: ÷ a map insert+delete"
-      if (name ~ /^BenchmarkReadSnapshot/) return "reading the training step snapshot; x-cpython: ÷ Python'"'"'s unpickler on the same bytes"
-      if (name ~ /^BenchmarkReplay/) return "replay engine per event on Sim storage; x-floor: ÷ a map operation per event"
+      if (name ~ /^BenchmarkHistoryRecording/) return "the pair with the history recording (plain, or with stacks); x-off: ÷ the pair without, same run"
+      if (name ~ /^BenchmarkRelocationThroughput/) return "relocating 64 MiB in allocations of the size named; x-floor: ÷ copy() of the same chunks"
+      if (name ~ /^BenchmarkManyGoroutines/) return "pairs from N goroutines, each on its own stream; x-one: ÷ one goroutine, same run"
+      if (name ~ /^BenchmarkPlanCommit/) return "relocation bookkeeping (plan + commit, no copies) per moved allocation; x-floor: ÷ a map insert+delete"
+      if (name ~ /^BenchmarkReadSnapshot/) return "reading the training step snapshot (3.2 MB); x-cpython: ÷ CPython'"'"'s unpickler on the same bytes"
+      if (name ~ /^BenchmarkReplay/) return "the replay engine on Sim storage, per event; x-floor: ÷ a map operation per event"
       return ""
+    }
+    # The figures each family is read by.
+    function wanted(name, unit) {
+      if (name ~ /^Benchmark(AllocFree|PairAmongLiveBuffers)\//) return unit ~ /^(ns\/op|x-floor|allocs\/op)$/
+      if (name ~ /^BenchmarkManyGoroutines/) return unit ~ /^(ns\/op|x-one)$/
+      if (name ~ /^BenchmarkHistoryRecording/) return unit ~ /^(on-ns\/pair|x-off)$/
+      if (name ~ /^BenchmarkRelocationThroughput/) return unit ~ /^(reloc-GB\/s|x-floor)$/
+      if (name ~ /^BenchmarkPlanCommit/) return unit ~ /^(ns\/move|x-floor)$/
+      if (name ~ /^BenchmarkReadSnapshot/) return unit ~ /^(best-ms|x-cpython|B\/op)$/
+      if (name ~ /^BenchmarkReplay/) return unit ~ /^(events\/s|x-floor)$/
+      return 0
+    }
+    function num(v) {
+      if (v >= 1e6) return sprintf("%.2f M", v / 1e6)
+      if (v >= 1e4) return sprintf("%.0f", v)
+      return sprintf("%.3g", v)
     }
     /^Benchmark/ {
       name = $1; sub(/-[0-9]+$/, "", name)
-      if (!(name in seen)) { seen[name] = 1; order[++n] = name }
+      family = name; sub(/\/.*/, "", family)
+      if (!(name in seen)) { seen[name] = 1; order[++n] = name; fam[name] = family }
       for (i = 3; i < NF; i += 2) {
         unit = $(i + 1); v = $i + 0
-        if (unit !~ /^(x-floor|x-off|x-one|x-cpython|ns\/op|allocs\/op|events\/s|reloc-GB\/s|best-ms)$/) continue
+        if (!wanted(name, unit)) continue
         k = name SUBSEP unit
         if (!(k in lo) || v < lo[k]) lo[k] = v
         if (!(k in hi) || v > hi[k]) hi[k] = v
@@ -91,9 +116,10 @@ cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ 
     END {
       for (j = 1; j <= n; j++) {
         name = order[j]; m = split(units[name], us, " "); first = 1
+        newfam = !(fam[name] in shown); shown[fam[name]] = 1
         for (u = 1; u <= m; u++) {
           k = name SUBSEP us[u]
-          printf "| %s | %s | %s | %.4g | %.4g |\n", (first ? "`" substr(name, 10) "`" : ""), (first ? what(name) : ""), us[u], lo[k], hi[k]
+          printf "| %s | %s | %s | %s | %s |\n", (first ? "`" substr(name, 10) "`" : ""), (first && newfam ? what(name) : ""), us[u], num(lo[k]), num(hi[k])
           first = 0
         }
       }
