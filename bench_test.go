@@ -319,7 +319,7 @@ func allocFreeRate(tb testing.TB, streams []*Stream, size uint64, pairs int) flo
 // reports their combined throughput against one goroutine's, measured on
 // the same device in the same run, just before and just after (x-one). Every pair takes the device
 // lock, so x-one above 1 is what the cores gain around the lock, and below
-// 1 what handing the lock between cores costs (README, "Many goroutines").
+// 1 what handing the lock between cores costs (docs/decisions/2026-11-30-one-device-lock.md).
 // ns/op is wall time per pair, all goroutines together.
 func BenchmarkManyGoroutines(b *testing.B) {
 	const size = 4 * kib

@@ -35,7 +35,7 @@
 // (timePeriod) and on every other entry. The Alloc+Free pair pays two
 // entries, one slice lookup (where the buffer landed) and one growth
 // counter read. Stacks add a runtime.Callers
-// walk per Alloc (README gives the ratios). No entry allocates but a held
+// walk per Alloc (docs/results/benchmarks.md gives the ratios). No entry allocates but a held
 // free's, whose watch of the descriptor is a signal and a closure (see
 // Held releases); only the rare paths (a failed Alloc reads the device's
 // usage, a growth its page size) do extra work.
@@ -277,7 +277,7 @@ func (h *history) add(e histEntry) int {
 // another kind, reads it; the others carry the latest reading. A
 // monotonic clock read costs about 30 ns, a quarter of a whole Alloc+Free
 // pair, and two per pair alone would take most of the 1.5× budget
-// (README); PyTorch's recorder uses an approximate clock for the same
+// (docs/decisions/2026-12-01-history-recording-cost.md); PyTorch's recorder uses an approximate clock for the same
 // reason. So an alloc's or free's time is exact to within the span of
 // timePeriod−1 entries before it, never later than the truth, and times
 // never decrease.

@@ -30,7 +30,7 @@ type Metric struct {
 }
 
 // Metrics lists the figures of s, named, in a fixed order: what Publish
-// and LogValue show and README's metric table documents.
+// and LogValue show and docs/guide/metrics.md documents.
 func (s Stats) Metrics() []Metric {
 	g := func(name, help string, v uint64) Metric {
 		return Metric{Name: name, Prometheus: "gpumem_" + name, Value: v, Help: help}

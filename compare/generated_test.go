@@ -12,7 +12,7 @@ import (
 // (issue 23's target): on seeds 1–11 of six workloads and the
 // transformer's 3, as `gpumem synth -workload W -seed N` writes them
 // (2,000 allocations), `adaptive-pages`' smallest capacity is at or below
-// the `torch` model's. The README's generated-workload table and the design
+// the `torch` model's. docs/results/generated-workloads.md and the design
 // (§5.3) give the figures; held-out seeds 12–31 are measured there too but
 // not pinned, so a rule tuned to this test shows there.
 func TestWholePagesNeedNoMoreThanTheTorchModelOnGeneratedWorkloads(t *testing.T) {
