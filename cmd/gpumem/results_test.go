@@ -89,6 +89,20 @@ func replayForResults(t *testing.T, args ...string) (resultReplay, error) {
 		}
 		return r, err
 	}
+	var several struct {
+		Devices []struct {
+			Device int `json:"device"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(out), &several); err == nil && len(several.Devices) > 0 {
+		// Every device with data, one report each: the table has a row per
+		// device, replayed with -device.
+		e := &trace.SeveralDevicesError{}
+		for _, d := range several.Devices {
+			e.Devices = append(e.Devices, trace.DeviceData{Device: d.Device})
+		}
+		return r, e
+	}
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("gpumem replay -json %s: %v", strings.Join(args, " "), err)
 	}
@@ -135,7 +149,8 @@ func sharedRows(t *testing.T) []resultRow {
 			var several *trace.SeveralDevicesError
 			switch {
 			case errors.As(err, &several):
-				for _, d := range several.Devices {
+				for _, dd := range several.Devices {
+					d := dd.Device
 					rep, err := replayForResults(t, "-device", fmt.Sprint(d), path)
 					perFile[i] = append(perFile[i], resultRowOf(fmt.Sprintf("`%s` (device %d)", trimExt(name), d), rep, err, path))
 				}
