@@ -349,7 +349,7 @@ var pageTemplate = template.Must(template.Must(template.New("page").Parse(failur
 <style>
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;background:#fff;color:#222}
 h1{font-size:1.3em} h2{font-size:1.05em;margin:1.2em 0 .3em} h3{font-size:.98em;margin:1em 0 .3em}
-svg.timeline{display:block;background:#fff;border:1px solid #ccc;box-sizing:border-box;width:100%;user-select:none}
+svg.timeline{display:block;background:#fff;border:1px solid #ccc;user-select:none}
 .plot{fill:#f7f7f9}
 .grid{stroke:#ddd;stroke-width:1}
 .axis{stroke:#444;stroke-width:1}
@@ -386,7 +386,7 @@ table.live-at-failure{font-size:.88em} table.live-at-failure td{vertical-align:t
 table.live-at-failure .where{text-align:left} table.live-at-failure td.share{white-space:nowrap;text-align:left} table.live-at-failure td.size{white-space:nowrap}
 table.live-at-failure tr.request td{background:#fbeaea;font-weight:600} table.live-at-failure tr.rest td,table.live-at-failure tr.total td{color:#555}
 .bar{display:inline-block;height:.7em;background:#1f77b4;vertical-align:middle;margin-right:.4em} tr.request .bar{background:#8b0000}
-table.live-at-failure code{font-size:.95em;white-space:pre-wrap;word-break:break-all} table.live-at-failure details{margin-top:.2em} table.live-at-failure ol{margin:.2em 0;padding-left:1.6em} table.live-at-failure p.note{margin:.2em 0}
+table.live-at-failure code{font-size:.95em;white-space:pre-wrap;word-break:break-all} table.live-at-failure summary{cursor:pointer} table.live-at-failure ol{margin:.2em 0;padding-left:1.6em} table.live-at-failure p.note{margin:.2em 0}
 footer{font-size:.8em;color:#666;margin-top:2em}
 </style></head><body>
 <h1>{{.Title}}: {{.C.Trace}}</h1>

@@ -82,6 +82,13 @@
     var dec = Math.min(Math.max(0, Math.ceil(Math.log10(div / step) - 1e-9)), 6);
     return (us / div).toFixed(dec) + ' ' + unit;
   }
+  // between is a stretch of trace time, both ends in the unit of the
+  // later one, with the decimals that tell them apart.
+  function between(a, b) {
+    var div = b >= 1e6 ? 1e6 : b >= 1e3 ? 1e3 : 1, unit = div === 1e6 ? ' s' : div === 1e3 ? ' ms' : ' µs';
+    var dec = Math.min(Math.max(0, Math.ceil(Math.log10(div / (niceStep(b - a, 6) / 10)) - 1e-9)), 6);
+    return (a / div).toFixed(dec) + unit + ' to ' + (b / div).toFixed(dec) + unit;
+  }
   function where(v, step) { return D.byEvents ? 'event ' + Math.round(v) : duration(Math.round(v - D.x0), step || 1); }
   function esc(s) { return String(s).replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;'); }
 
@@ -202,9 +209,8 @@
     panels.forEach(render);
     var whole = st.a <= D.x0 && st.b >= D.x1, focus = D.focus && st.a === D.focus[0] && st.b === D.focus[1];
     var span = where(D.x1, niceStep(D.x1 - D.x0, 6) / 100);
-    var step = niceStep(st.b - st.a, 6) / 10;
     var text = whole ? 'the whole run: ' + (D.byEvents ? 'events 0 to ' + D.x1 : span + ' of trace time') :
-      'shown: ' + where(st.a, step) + ' to ' + where(st.b, step) + ' of ' + (D.byEvents ? D.x1 + ' events' : span);
+      'shown: ' + (D.byEvents ? 'events ' + st.a + ' to ' + st.b + ' of ' + D.x1 : between(st.a - D.x0, st.b - D.x0) + ' of ' + span);
     if (focus) text += ' (' + D.focusNote + ')';
     document.getElementById('x-range').textContent = text;
     document.getElementById('zoom-reset').disabled = whole;
@@ -239,9 +245,11 @@
     for (var k = i; k < j; k++) if (s.v[k] > s.v[m]) m = k;
     return {v: s.v[m], e0: s.e[i], e1: s.e[j - 1]};
   }
+  // hover says what the pixel column under the pointer holds (the column
+  // thin draws there).
   function hover(P, u) {
-    var per = (st.b - st.a) / P.PW, c = valueAt(P, u.x), L = column(P.live, c - per / 2, c + per / 2), R = column(P.res, c - per / 2, c + per / 2);
-    var G = column(rec, c - per / 2, c + per / 2), step = Math.max(per, 1);
+    var per = (st.b - st.a) / P.PW, c0 = st.a + Math.floor(Math.min(u.x - ML, P.PW - 1)) * per, c1 = c0 + per * (1 - 1e-9), c = valueAt(P, u.x);
+    var L = column(P.live, c0, c1), R = column(P.res, c0, c1), G = column(rec, c0, c1), step = Math.max(per, 1);
     var ev = L.e0 === L.e1 ? 'event ' + L.e0 : 'events ' + L.e0 + '–' + L.e1;
     P.readout.textContent = (D.byEvents ? '' : 't ' + where(c, step) + ', ') + ev + ': live up to ' + bytes(L.v) + ' (' + L.v + ' B), reserved up to ' + bytes(R.v) + ' (' + R.v + ' B)' +
       (G ? '; ' + D.recName + ' recorded ' + bytes(G.v) : '');

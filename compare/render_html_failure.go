@@ -156,7 +156,7 @@ func (f failureView) PolicyList() string { return strings.Join(f.Policies, ", ")
 // failureTemplate is the failure section ("failures", given the views):
 // the first view open, the others a click away, so the panels stay near
 // the top of the page.
-const failureTemplate = `{{define "frames"}}{{if .Frames}}<code>{{.Frame}}</code>{{if gt (len .Frames) 1}}<details><summary>{{len .Frames}} frames</summary><p class="note">{{.FramesNote}}</p><ol>{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol></details>{{end}}{{else}}<span class="no-frames">—</span>{{end}}{{end}}
+const failureTemplate = `{{define "frames"}}{{if .Frames}}<details><summary><code>{{.Frame}}</code></summary><p class="note">{{.FramesNote}}:</p><ol>{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol></details>{{else}}<span class="no-frames">—</span>{{end}}{{end}}
 {{define "failures"}}<section id="failure"><h2>What was live when it ran out of memory</h2>
 {{range $i, $f := .}}<details class="failure" data-cause="{{.Cause}}" data-policies="{{.PolicyList}}"{{if eq $i 0}} open{{end}}>
 <summary>{{range $j, $p := .Policies}}{{if $j}}, {{end}}<a href="#panel-{{$p}}">{{$p}}</a>{{end}}: {{.Heading}}</summary>

@@ -189,10 +189,11 @@ func sameLive(a, b []replay.Point) bool {
 const idleGapDivisor = 50
 
 // focusRange is the stretch of activity around the peak of live bytes —
-// the points between the idle gaps either side of it, widened by a
-// twentieth of its length each way and to at least a fiftieth of the run
-// — when idle gaps take more than half of the run's time [x0, x1] and the
-// stretch less than four fifths of it; idle is their total.
+// the points between the idle gaps either side of it, widened each way by
+// a twentieth of its length, and to a thousandth of the run at least (a
+// lone point has room) — when idle gaps take more than half of the run's
+// time [x0, x1] and the stretch less than four fifths of it; idle is
+// their total.
 func focusRange(pts []replay.Point, x0, x1 int64) (a, b, idle int64, ok bool) {
 	span := x1 - x0
 	if len(pts) < 2 || span <= 0 {
@@ -221,9 +222,9 @@ func focusRange(pts []replay.Point, x0, x1 int64) (a, b, idle int64, ok bool) {
 		r++
 	}
 	a, b = pts[l].T, pts[r].T
-	pad := (b - a) / 20
-	if w := span / idleGapDivisor; b-a+2*pad < w {
-		pad = (w - (b - a) + 1) / 2
+	pad := max((b-a)/20, 1)
+	if least := span / 1000; b-a+2*pad < least {
+		pad = (least-(b-a))/2 + 1
 	}
 	a, b = max(x0, a-pad), min(x1, b+pad)
 	if (b-a)*5 >= span*4 {
