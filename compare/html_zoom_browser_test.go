@@ -129,7 +129,9 @@ func idleSnapshot(t *testing.T) (Source, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	src.Frames = func(entries []int) (map[int][]trace.TorchFrame, error) { return s.ReadFrames(bytes.NewReader(data), entries) }
+	src.Frames = func(entries []int) (map[int][]trace.TorchFrame, error) {
+		return s.ReadFrames(bytes.NewReader(data), entries)
+	}
 	return src, before
 }
 
