@@ -146,7 +146,7 @@ const state = () => ({
   ticks: [...svgs[0].querySelectorAll('.x-ticks text')].map(t => t.textContent),
   text: document.getElementById('x-range').textContent,
   peaks: svgs.map(s => s.querySelectorAll('circle.peak').length),
-  points: svgs.map(s => [...s.querySelectorAll('polyline')].map(p => p.points.numberOfItems)),
+  points: svgs.map(s => [...s.querySelectorAll('polyline'), ...s.querySelectorAll('use.live')].map(p => (p.tagName === 'use' ? document.querySelector(p.getAttribute('href')) : p).points.numberOfItems)),
 });
 const out = {
   viewport: document.documentElement.clientWidth,
@@ -366,7 +366,13 @@ func checkZoomPage(t *testing.T, c *Comparison, m zoomMeasure, window float64) {
 	// side of the range).
 	for _, st := range []zoomState{m.Opened, m.Dragged, m.Whole} {
 		for i, ps := range st.Points {
+			if len(ps) != 3 {
+				t.Errorf("panel %d draws %d series (%v), want the recorded reserve, the reserved and the live bytes", i, len(ps), ps)
+			}
 			for _, n := range ps {
+				if n < 2 {
+					t.Errorf("panel %d draws a series of %d points", i, n)
+				}
 				if float64(n) > 4*m.Plot[1]+10 {
 					t.Errorf("panel %d draws a series of %d points over %.0f px", i, n, m.Plot[1])
 				}

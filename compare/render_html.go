@@ -349,7 +349,7 @@ var pageTemplate = template.Must(template.Must(template.New("page").Parse(failur
 <style>
 body{font-family:system-ui,sans-serif;margin:1.5em 2em;background:#fff;color:#222}
 h1{font-size:1.3em} h2{font-size:1.05em;margin:1.2em 0 .3em} h3{font-size:.98em;margin:1em 0 .3em}
-svg.timeline{display:block;background:#fff;border:1px solid #ccc;user-select:none}
+svg.timeline{display:block;background:#fff;border:1px solid #ccc;user-select:none} #gm-shared{position:absolute}
 .plot{fill:#f7f7f9}
 .grid{stroke:#ddd;stroke-width:1}
 .axis{stroke:#444;stroke-width:1}
@@ -399,6 +399,7 @@ footer{font-size:.8em;color:#666;margin-top:2em}
 <span class="hint">drag across a panel to zoom into that stretch of time; double-click a panel for the whole run</span></div>
 <noscript><p>The timelines are drawn by the page's script, which is off: the figures and the report below are the same without it.</p></noscript>
 <div class="charts">
+<svg id="gm-shared" width="0" height="0" aria-hidden="true" xmlns="http://www.w3.org/2000/svg"><defs><polyline id="gm-live" class="live"/></defs></svg>
 {{range .Panels}}<section class="panel" id="panel-{{.Name}}" data-policy="{{.Name}}"><h2>{{.Name}}{{if .Verdict}} <span class="verdict{{if .NoFit}} no-fit{{end}}">— {{.Verdict}}</span>{{end}}</h2>
 {{if .Frames}}<p class="frames-note">allocated at ({{.FramesNote}}):</p>
 <ol class="frames">{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol>

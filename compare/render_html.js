@@ -17,12 +17,12 @@
   // difference from the point before); steps adds the corner points of a
   // level held until the next point.
   function unpack(a, steps) {
-    var n = a.length / 3, e = [], x = [], v = [], E = 0, T = 0, V = 0;
-    for (var i = 0; i < n; i++) {
+    var n = a.length / 3, m = steps && n ? 2 * n - 1 : n, e = new Float64Array(m), x = new Float64Array(m), v = new Float64Array(m);
+    for (var i = 0, k = 0, E = 0, T = 0, V = 0; i < n; i++) {
       E += a[3 * i]; T += a[3 * i + 1]; V += a[3 * i + 2];
       var X = D.byEvents ? E : T;
-      if (steps && i > 0) { e.push(E); x.push(X); v.push(v[v.length - 1]); }
-      e.push(E); x.push(X); v.push(V * D.u);
+      if (steps && i > 0) { e[k] = E; x[k] = X; v[k] = v[k - 1]; k++; }
+      e[k] = E; x[k] = X; v[k] = V * D.u; k++;
     }
     return {e: e, x: x, v: v};
   }
@@ -111,12 +111,16 @@
     var svg = document.getElementById('timeline-' + p.name);
     return {d: p, i: i, svg: svg, readout: svg && svg.nextElementSibling, live: p.live ? unpack(p.live) : shared, res: unpack(p.reserved, true)};
   }).filter(function (P) { return P.svg; });
+  // The shared live line, drawn for panels sharedW wide.
+  var sharedLine = document.getElementById('gm-live'), sharedW = -1;
   var st = {a: D.x0, b: D.x1, yz: document.getElementById('zoom').checked};
   if (D.focus) { st.a = D.focus[0]; st.b = D.focus[1]; }
 
-  function render(P) {
+  // render draws a panel w pixels wide (its border outside), its labels
+  // at their own places (placeLabels moves them).
+  function render(P, w) {
     var svg = P.svg, p = P.d, a = st.a, b = st.b, Y = st.yz ? D.yZoom : D.y;
-    var W = Math.max(Math.floor(svg.parentNode.clientWidth) - 2, 320), PW = W - ML - MR;
+    var W = Math.max(Math.floor(w) - 2, 320), PW = W - ML - MR;
     P.W = W; P.PW = PW;
     function X(v) { return ML + (v - a) / (b - a) * PW; }
     function Yp(v) { v = Math.max(v, Y.bottom); return MT + PH - (v - Y.bottom) / Math.max(Y.top - Y.bottom, 1) * PH; }
@@ -148,7 +152,13 @@
       '" y1="' + (MT + PH) + '" y2="' + (MT + PH) + '"/><text class="axis-label" x="' + (ML + PW) + '" y="' + (H - 3) + '" text-anchor="end">' +
       (D.byEvents ? 'event' : 'trace time') + '</text><g class="series" clip-path="url(#clip-' + P.i + ')">');
     if (rec) h.push('<polyline class="recorded" points="' + points(rec) + '"/>');
-    h.push('<polyline class="reserved" points="' + points(P.res) + '"/><polyline class="live" points="' + points(P.live) + '"/></g>');
+    h.push('<polyline class="reserved" points="' + points(P.res) + '"/>');
+    // The live bytes every panel shares are drawn once (sharedLive) and
+    // used here, a panel's own drawn in it.
+    if (P.live === shared) {
+      if (sharedW !== W) { sharedLine.setAttribute('points', points(shared)); sharedW = W; }
+      h.push('<use class="live" href="#gm-live"/></g>');
+    } else h.push('<polyline class="live" points="' + points(P.live) + '"/></g>');
     var want = [], lines = [];
     function level(cls, v, text, anchor, x) {
       var y = f(Yp(v));
@@ -169,27 +179,32 @@
       want.push({cls: 'peak-label', text: 'peak ' + bytes(p.peak), anchor: pright ? 'end' : 'start', x: px + (pright ? -6 : 6), y: py + 14});
     }
     if (oomLabel) want.push(oomLabel);
-    h.push('<g class="labels"></g><line class="cursor" visibility="hidden" y1="' + MT + '" y2="' + (MT + PH) + '"/>',
+    h.push('<g class="labels">');
+    placeLabels(want, lines).forEach(function (l) {
+      h.push('<text class="line-label ' + l.cls + '" x="' + f(l.x) + '" y="' + f(l.y) + '" text-anchor="' + l.anchor + '">' + esc(l.text) + '</text>');
+    });
+    h.push('</g><line class="cursor" visibility="hidden" y1="' + MT + '" y2="' + (MT + PH) + '"/>',
       '<rect class="selection" visibility="hidden" y="' + MT + '" height="' + PH + '"/><rect class="overlay" x="' + ML + '" y="' + MT + '" width="' + PW + '" height="' + PH + '"/>');
     svg.innerHTML = h.join('');
-    placeLabels(svg.querySelector('.labels'), want, lines);
   }
 
-  // placeLabels puts the labels where none overlaps another or a level
+  // Labels are measured on a canvas in the page's font (no layout of the
+  // page for it), their boxes a little taller than the text.
+  var measure = document.createElement('canvas').getContext('2d'), font = getComputedStyle(document.body).fontFamily;
+  function labelBox(l) {
+    measure.font = (l.cls === 'oom-label' ? '600 ' : '') + '11px ' + font;
+    var w = measure.measureText(l.text).width, x0 = l.anchor === 'end' ? l.x - w : l.anchor === 'middle' ? l.x - w / 2 : l.x;
+    return {x: x0, y: l.y - 11, width: w, height: 14};
+  }
+
+  // placeLabels returns the labels where none overlaps another or a level
   // line but its own: each at its own place, else moved a label's height
   // at a time, above then below, staying inside the plot; where no place
   // is free of lines, the first free of labels.
-  function placeLabels(g, want, lines) {
+  function placeLabels(want, lines) {
     var placed = [];
-    want.forEach(function (l) {
-      var t = document.createElementNS('http://www.w3.org/2000/svg', 'text');
-      t.setAttribute('class', 'line-label ' + l.cls);
-      t.setAttribute('x', l.x.toFixed(2));
-      t.setAttribute('y', l.y.toFixed(2));
-      t.setAttribute('text-anchor', l.anchor);
-      t.textContent = l.text;
-      g.appendChild(t);
-      var bb = t.getBBox(), dy = null, free = null;
+    return want.map(function (l) {
+      var bb = labelBox(l), dy = null, free = null;
       function hits(box) { return function (o) { return box.x0 < o.x1 && o.x0 < box.x1 && box.y0 < o.y1 && o.y0 < box.y1; }; }
       var others = lines.filter(function (o) { return o.own !== l.cls; });
       for (var k = 0; k < 24 && dy === null; k++) {
@@ -200,13 +215,18 @@
         if (!others.some(hits(box))) dy = s;
       }
       dy = dy !== null ? dy : free || 0;
-      t.setAttribute('y', (l.y + dy).toFixed(2));
       placed.push({x0: bb.x, x1: bb.x + bb.width, y0: bb.y + dy, y1: bb.y + bb.height + dy});
+      return {cls: l.cls, text: l.text, anchor: l.anchor, x: l.x, y: l.y + dy};
     });
   }
 
+  // renderAll draws every panel: the widths read at once, then the
+  // panels written, so that the page is laid out once for it, not once a
+  // panel.
   function renderAll() {
-    panels.forEach(render);
+    var widths = panels.map(function (P) { return P.svg.parentNode.clientWidth; });
+    sharedW = -1;
+    panels.forEach(function (P, i) { render(P, widths[i]); });
     var whole = st.a <= D.x0 && st.b >= D.x1, focus = D.focus && st.a === D.focus[0] && st.b === D.focus[1];
     var span = where(D.x1, niceStep(D.x1 - D.x0, 6) / 100);
     var text = whole ? 'the whole run: ' + (D.byEvents ? 'events 0 to ' + D.x1 : span + ' of trace time') :

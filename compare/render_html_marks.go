@@ -190,10 +190,11 @@ const idleGapDivisor = 50
 
 // focusRange is the stretch of activity around the peak of live bytes —
 // the points between the idle gaps either side of it, widened each way by
-// a twentieth of its length, and to a thousandth of the run at least (a
-// lone point has room) — when idle gaps take more than half of the run's
-// time [x0, x1] and the stretch less than four fifths of it; idle is
-// their total.
+// a twentieth of its length, and to a thousandth of the run at least —
+// when idle gaps take more than half of the run's time [x0, x1], the
+// stretch holds a tenth of the points at least (in a sparse trace every
+// gap looks idle) and less than four fifths of the run; idle is their
+// total.
 func focusRange(pts []replay.Point, x0, x1 int64) (a, b, idle int64, ok bool) {
 	span := x1 - x0
 	if len(pts) < 2 || span <= 0 {
@@ -220,6 +221,9 @@ func focusRange(pts []replay.Point, x0, x1 int64) (a, b, idle int64, ok bool) {
 	}
 	for r < len(pts)-1 && pts[r+1].T-pts[r].T <= gap {
 		r++
+	}
+	if n := r - l + 1; n < 2 || n < len(pts)/10 {
+		return 0, 0, idle, false // a few points, not a stretch of activity: the trace is sparse
 	}
 	a, b = pts[l].T, pts[r].T
 	pad := max((b-a)/20, 1)
