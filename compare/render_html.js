@@ -125,18 +125,34 @@
     function X(v) { return ML + (v - a) / (b - a) * PW; }
     function Yp(v) { v = Math.max(v, Y.bottom); return MT + PH - (v - Y.bottom) / Math.max(Y.top - Y.bottom, 1) * PH; }
     function f(v) { return v.toFixed(2); }
+    // points is a series as a polyline's points: the thinned points, the
+    // ones either side of the range moved along their segment to the
+    // plot's edge (so no clip is needed, which software rasterising pays
+    // for), a point that repeats the one before or lies inside a level
+    // run left out.
     function points(s) {
-      var idx = thin(s, a, b, PW), out = new Array(idx.length);
-      for (var k = 0; k < idx.length; k++) out[k] = f(X(s.x[idx[k]])) + ',' + f(Yp(s.v[idx[k]]));
-      return out.join(' ');
+      var idx = thin(s, a, b, PW), n = idx.length, xs = [], ys = [];
+      for (var k = 0; k < n; k++) {
+        var i = idx[k], x = s.x[i], v = s.v[i], j = k === 0 ? (n > 1 ? idx[1] : -1) : k === n - 1 ? idx[n - 2] : -1;
+        if (j >= 0 && (x < a || x > b) && s.x[j] !== x) {
+          var e = x < a ? a : b;
+          v = v + (s.v[j] - v) * (e - x) / (s.x[j] - x);
+          x = e;
+        }
+        var px = f(X(x)), py = f(Yp(v)), m = xs.length;
+        if (m && xs[m - 1] === px && ys[m - 1] === py) continue;
+        if (m > 1 && ys[m - 1] === py && ys[m - 2] === py) { xs[m - 1] = px; continue; }
+        xs.push(px); ys.push(py);
+      }
+      for (var q = 0; q < xs.length; q++) xs[q] += ',' + ys[q];
+      return xs.join(' ');
     }
     function inRange(x) { return x >= a && x <= b; }
     svg.setAttribute('width', W);
     svg.setAttribute('viewBox', '0 0 ' + W + ' ' + H);
     svg.setAttribute('data-x0', a);
     svg.setAttribute('data-x1', b);
-    var h = ['<defs><clipPath id="clip-' + P.i + '"><rect x="' + ML + '" y="' + (MT - 3) + '" width="' + PW + '" height="' + (PH + 6) + '"/></clipPath></defs>',
-      '<rect class="plot" x="' + ML + '" y="' + MT + '" width="' + PW + '" height="' + PH + '"/><g class="y-ticks">'];
+    var h = ['<rect class="plot" x="' + ML + '" y="' + MT + '" width="' + PW + '" height="' + PH + '"/><g class="y-ticks">'];
     Y.ticks.forEach(function (t) {
       var y = f(Yp(t.b));
       h.push('<g class="tick" data-bytes="' + t.b + '" data-y="' + y + '"><line class="grid" x1="' + ML + '" x2="' + (ML + PW) + '" y1="' + y + '" y2="' + y +
@@ -150,7 +166,7 @@
     });
     h.push('</g><line class="axis" x1="' + ML + '" x2="' + ML + '" y1="' + MT + '" y2="' + (MT + PH) + '"/><line class="axis" x1="' + ML + '" x2="' + (ML + PW) +
       '" y1="' + (MT + PH) + '" y2="' + (MT + PH) + '"/><text class="axis-label" x="' + (ML + PW) + '" y="' + (H - 3) + '" text-anchor="end">' +
-      (D.byEvents ? 'event' : 'trace time') + '</text><g class="series" clip-path="url(#clip-' + P.i + ')">');
+      (D.byEvents ? 'event' : 'trace time') + '</text><g class="series">');
     if (rec) h.push('<polyline class="recorded" points="' + points(rec) + '"/>');
     h.push('<polyline class="reserved" points="' + points(P.res) + '"/>');
     // The live bytes every panel shares are drawn once (sharedLive) and
@@ -311,10 +327,15 @@
   document.getElementById('zoom-focus').addEventListener('click', function () { setRange(D.focus[0], D.focus[1]); });
   document.getElementById('zoom').addEventListener('change', function (ev) { st.yz = ev.target.checked; renderAll(); });
   var pending = false;
+  // A resize draws the panels again when their width changed (a headless
+  // screenshot resizes the window to its own height, too).
   window.addEventListener('resize', function () {
     if (pending) return;
     pending = true;
-    requestAnimationFrame(function () { pending = false; renderAll(); });
+    requestAnimationFrame(function () {
+      pending = false;
+      if (panels.some(function (P) { return Math.max(Math.floor(P.svg.parentNode.clientWidth) - 2, 320) !== P.W; })) renderAll();
+    });
   });
   renderAll();
 })();
