@@ -367,7 +367,7 @@ svg.timeline{display:block;background:#fff;border:1px solid #ccc;user-select:non
 .readout{font-size:.8em;color:#444;min-height:1.3em;margin:.1em 0 .4em;font-variant-numeric:tabular-nums}
 h2 .verdict{font-weight:normal;font-size:.9em;color:#444} h2 .verdict.no-fit{color:#8b0000}
 p.frames-note{font-size:.85em;color:#555;margin:.2em 0} ol.frames{font-size:.85em;margin:.2em 0 .6em;padding-left:2em} ol.frames code{white-space:pre-wrap;word-break:break-all}
-.controls{display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;font-size:.9em;margin:.4em 0 .2em;padding:.4em .6em;background:#f4f4f8;border:1px solid #ddd}
+.controls{position:sticky;top:0;z-index:1;display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;font-size:.9em;margin:.4em 0 .2em;padding:.4em .6em;background:#f4f4f8;border:1px solid #ddd}
 .controls button{font:inherit;padding:.1em .6em} #x-range{font-weight:600} .hint{color:#555}
 table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} td:first-child,th:first-child{text-align:left}
 th.group{background:#f0f0f4}

@@ -113,6 +113,9 @@
   }).filter(function (P) { return P.svg; });
   // The shared live line, drawn for panels sharedW wide.
   var sharedLine = document.getElementById('gm-live'), sharedW = -1;
+  // The recorded reserve's points, the same in every panel, for panels
+  // recW wide.
+  var recPoints = '', recW = -1;
   var st = {a: D.x0, b: D.x1, yz: document.getElementById('zoom').checked};
   if (D.focus) { st.a = D.focus[0]; st.b = D.focus[1]; }
 
@@ -167,7 +170,10 @@
     h.push('</g><line class="axis" x1="' + ML + '" x2="' + ML + '" y1="' + MT + '" y2="' + (MT + PH) + '"/><line class="axis" x1="' + ML + '" x2="' + (ML + PW) +
       '" y1="' + (MT + PH) + '" y2="' + (MT + PH) + '"/><text class="axis-label" x="' + (ML + PW) + '" y="' + (H - 3) + '" text-anchor="end">' +
       (D.byEvents ? 'event' : 'trace time') + '</text><g class="series">');
-    if (rec) h.push('<polyline class="recorded" points="' + points(rec) + '"/>');
+    if (rec) {
+      if (recW !== W) { recPoints = points(rec); recW = W; }
+      h.push('<polyline class="recorded" points="' + recPoints + '"/>');
+    }
     h.push('<polyline class="reserved" points="' + points(P.res) + '"/>');
     // The live bytes every panel shares are drawn once (sharedLive) and
     // used here, a panel's own drawn in it.
@@ -241,7 +247,7 @@
   // panel.
   function renderAll() {
     var widths = panels.map(function (P) { return P.svg.parentNode.clientWidth; });
-    sharedW = -1;
+    sharedW = recW = -1;
     panels.forEach(function (P, i) { render(P, widths[i]); });
     var whole = st.a <= D.x0 && st.b >= D.x1, focus = D.focus && st.a === D.focus[0] && st.b === D.focus[1];
     var span = where(D.x1, niceStep(D.x1 - D.x0, 6) / 100);
