@@ -22,10 +22,10 @@ import (
 // window's width, on one y scale in binary units and one x scale in trace
 // time, both with ticks; the capacity asked about and each policy's
 // smallest capacity as lines; each peak marked; the recorded reserve
-// beside them; then the figures and the breakdowns as HTML tables, and the
-// text report.
+// beside them; then the figures and the breakdowns as HTML tables, the
+// text report, and the page's own size in bytes.
 //
-// The panels are drawn by the page's own script (render_html_script.go)
+// The panels are drawn by the page's own script (render_html.js)
 // from the timelines embedded as compact JSON, at the pixel width of the
 // window and of the stretch of time shown: a drag across a panel zooms
 // every panel's time axis to the stretch selected, a button or a double
@@ -168,8 +168,8 @@ func (c *Comparison) panelOrder() []int {
 	return append(first, rest...)
 }
 
-// Panel geometry the y scales are chosen for: the script draws the panels
-// this high, the width the window's.
+// The y axes have at most maxTicks ticks (the script gives a wide panel's
+// time axis more).
 const (
 	maxTicks                   = 6
 	useEventsWhenTimeSpanBelow = 2 // µs: a trace without times is drawn by event index

@@ -119,8 +119,8 @@
   var st = {a: D.x0, b: D.x1, yz: document.getElementById('zoom').checked};
   if (D.focus) { st.a = D.focus[0]; st.b = D.focus[1]; }
 
-  // render draws a panel w pixels wide (its border outside), its labels
-  // at their own places (placeLabels moves them).
+  // render draws a panel in a container w pixels wide (the panel's border
+  // inside it), its labels where placeLabels puts them.
   function render(P, w) {
     var svg = P.svg, p = P.d, a = st.a, b = st.b, Y = st.yz ? D.yZoom : D.y;
     var W = Math.max(Math.floor(w) - 2, 320), PW = W - ML - MR;
@@ -175,8 +175,8 @@
       h.push('<polyline class="recorded" points="' + recPoints + '"/>');
     }
     h.push('<polyline class="reserved" points="' + points(P.res) + '"/>');
-    // The live bytes every panel shares are drawn once (sharedLive) and
-    // used here, a panel's own drawn in it.
+    // The live bytes every panel shares are drawn once (sharedLine) and
+    // used here; a panel's own are drawn in it.
     if (P.live === shared) {
       if (sharedW !== W) { sharedLine.setAttribute('points', points(shared)); sharedW = W; }
       h.push('<use class="live" href="#gm-live"/></g>');
