@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/trace"
@@ -403,50 +402,5 @@ func checkZoomPage(t *testing.T, c *Comparison, m zoomMeasure, window float64) {
 			!strings.Contains(text, "/model.py:") {
 			t.Errorf("row %d: %q; want its size, entry %d and its frame", i, text, *a.Entry)
 		}
-	}
-}
-
-// The HTML pages of the shared snapshots are light: the training step's
-// replay at a capacity it does not fit (every policy, the search, the
-// timelines the CLI asks for), under 300 KiB and 2500 elements, opened and
-// drawn by headless Chromium in well under the two minutes headless()
-// allows; the size and the time are logged.
-func TestHTMLPageOfTheSharedTrainingStepIsLight(t *testing.T) {
-	browser := findChromium()
-	if browser == "" {
-		t.Skip("no chromium on PATH: .ci/run installs Debian's chromium; install it to run this test")
-	}
-	src := sharedSource(t, "transformer-ctx128-fullstep.pickle")
-	c, err := Run(context.Background(), src, Options{Timeline: 1500, Capacity: 48 << 30, SkipCapacity: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var page bytes.Buffer
-	if err := c.WriteHTML(&page); err != nil {
-		t.Fatal(err)
-	}
-	standalone(t, page.Bytes())
-	if page.Len() > 300<<10 {
-		t.Errorf("the page is %d bytes, want at most 300 KiB", page.Len())
-	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fullstep.html")
-	const count = `<script>document.body.offsetHeight;const pre=document.createElement('pre');pre.id='measure';pre.textContent=JSON.stringify({nodes:document.getElementsByTagName('*').length,ms:performance.now(),panels:document.querySelectorAll('svg.timeline polyline.reserved').length});document.body.appendChild(pre)</script>`
-	if err := os.WriteFile(path, bytes.Replace(page.Bytes(), []byte("</body>"), []byte(count+"</body>"), 1), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	start := time.Now()
-	js := measurement(t, headless(t, browser, filepath.Join(dir, "profile"), "--window-size=1920,1080", "--dump-dom", "file://"+path))
-	var m struct {
-		Nodes  int     `json:"nodes"`
-		MS     float64 `json:"ms"`
-		Panels int     `json:"panels"`
-	}
-	if err := json.Unmarshal(js, &m); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("%d bytes, %d elements; parsed, drawn and laid out %.0f ms after navigation (the browser's run %v)", page.Len(), m.Nodes, m.MS, time.Since(start).Round(time.Millisecond))
-	if m.Panels != len(c.Policies) || m.Nodes > 2500 {
-		t.Errorf("%d panels drawn of %d, %d elements", m.Panels, len(c.Policies), m.Nodes)
 	}
 }
