@@ -1,37 +1,51 @@
 package compare
 
 import (
+	"bytes"
+	_ "embed"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
 	"math"
+	"strconv"
 	"strings"
 
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/replay"
 )
 
-// WriteHTML writes one standalone page (no scripts, fonts or other
-// external references): per policy a timeline of live and reserved bytes,
-// every panel on one y scale in binary units and one x scale in trace
+// WriteHTML writes one standalone page (no fonts, styles, scripts or data
+// fetched from anywhere: what it draws is in the page): what failed and
+// what was live then, when a policy runs out of memory at the capacity
+// (render_html_failure.go); per policy a timeline of live and reserved
+// bytes, PyTorch's policies first for a PyTorch snapshot, every panel the
+// window's width, on one y scale in binary units and one x scale in trace
 // time, both with ticks; the capacity asked about and each policy's
-// smallest capacity as lines; each peak marked; PyTorch's recorded reserve
-// beside them; then the figures and the breakdowns as HTML tables, and the
-// text report.
+// smallest capacity as lines; each peak marked; the recorded reserve
+// beside them; then the figures and the breakdowns as HTML tables, the
+// text report, and the page's own size in bytes.
 //
-// The timelines keep each bucket's lowest and highest points (replay R3),
-// so a panel's drawn peak is the reported peak to the byte: the peak
-// marker carries it in data-bytes.
+// The panels are drawn by the page's own script (render_html.js)
+// from the timelines embedded as compact JSON, at the pixel width of the
+// window and of the stretch of time shown: a drag across a panel zooms
+// every panel's time axis to the stretch selected, a button or a double
+// click shows the whole run again; when idle stretches take most of the
+// trace's time the page opens on the peak's neighbourhood. Each series is
+// thinned to the extremes of each pixel column (first, lowest, highest,
+// last), so the DOM stays small and the drawn peak is the reported peak:
+// the timelines keep each bucket's lowest and highest points (replay R3),
+// and the peak marker carries the peak in data-bytes.
 func (c *Comparison) WriteHTML(w io.Writer) error {
 	var text strings.Builder
 	if err := c.WriteText(&text); err != nil {
 		return err
 	}
 	sc := c.scales()
+	zoom := c.zoomScales(sc)
 	data := struct {
 		C       *Comparison
 		Header  []string
-		Charts  []chart
+		Panels  []panelShell
 		Table   htmlTable
 		Parts   htmlTable
 		Text    string
@@ -44,11 +58,15 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		Title  string
 		Advice template.HTML
 		Slow   htmlTable
-		// Zoomed are the panels again on a y scale from a little below
-		// peak live to the top (shown by the zoom checkbox, no script).
-		Zoomed    []chart
+		// ZoomRange is the y range the zoom checkbox shows.
 		ZoomRange string
-	}{C: c, Title: "gpumem replay", Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch"}
+		// Failures are what was live at each out-of-memory.
+		Failures []failureView
+		// Data and Script draw the panels.
+		Data, Script template.HTML
+		Size         string
+	}{C: c, Title: "gpumem replay", Text: text.String(), HasRec: len(c.Recording) > 0, HasCap: c.Capacity > 0, Rec: "PyTorch",
+		Script: template.HTML("<script>" + panelScript + "</script>"), Size: pageSizeMark}
 	if c.PyTorch != nil {
 		data.Rec = c.PyTorch.Recorder()
 	}
@@ -59,27 +77,100 @@ func (c *Comparison) WriteHTML(w io.Writer) error {
 		}
 		data.Title, data.Advice = "gpumem advise", advice
 	}
-	zoom := c.zoomScales(sc)
-	for _, p := range c.Policies {
-		if len(p.Timeline) > 0 {
-			data.Charts = append(data.Charts, c.newChart(p, sc, false))
-			data.Zoomed = append(data.Zoomed, c.newChart(p, zoom, true))
-		}
+	chart := c.chartData(sc, zoom)
+	chart.RecName = data.Rec
+	js, err := json.Marshal(chart)
+	if err != nil {
+		return err
+	}
+	// json.Marshal escapes <, > and &: the data cannot end its element.
+	data.Data = template.HTML(`<script type="application/json" id="gpumem-data">` + string(js) + `</script>`)
+	for _, i := range c.panelOrder() {
+		data.Panels = append(data.Panels, c.panelShell(c.Policies[i]))
 	}
 	data.ZoomRange = binaryLabel(zoom.bottom) + " to " + binaryLabel(zoom.top)
 	data.Table, data.Parts = c.htmlTables()
 	data.Slow = c.slowPathHTML()
 	data.Summary = c.summaryLines()
-	return pageTemplate.Execute(w, data)
+	data.Failures = c.failureViews()
+	var page bytes.Buffer
+	if err := pageTemplate.Execute(&page, data); err != nil {
+		return err
+	}
+	_, err = w.Write(withSize(page.Bytes()))
+	return err
 }
 
-// Panel geometry, in SVG user units.
+// panelScript draws the panels (render_html.js).
+//
+//go:embed render_html.js
+var panelScript string
+
+// pageSizeMark stands in the page for its size until the page is written
+// (withSize): as wide as any size it becomes, so that writing the size in
+// leaves the size as it was.
+const pageSizeMark = "@@@@@@@@@@@@"
+
+// withSize writes the page's own size in bytes where pageSizeMark stands,
+// padded with spaces to the mark's width (HTML shows them as one).
+func withSize(page []byte) []byte {
+	n := strconv.Itoa(len(page))
+	return bytes.Replace(page, []byte(pageSizeMark), []byte(n+strings.Repeat(" ", len(pageSizeMark)-len(n))), 1)
+}
+
+// panelShell is what the page holds of a panel before its script draws it:
+// the heading, the failing allocation's frames, and an empty svg.
+type panelShell struct {
+	Name       string
+	Verdict    string   // the policy's verdict at -capacity, "" without one
+	NoFit      bool     // the verdict is an out-of-memory
+	Frames     []string // the top of the failing allocation's stack, if any
+	FramesNote string   // which frames those are
+}
+
+func (c *Comparison) panelShell(p PolicyResult) panelShell {
+	ps := panelShell{Name: p.Name}
+	if v := p.Verdict; v != nil {
+		if v.Fits {
+			ps.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
+		} else if o := v.OutOfMemory; o != nil {
+			ps.NoFit = true
+			ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
+			if a := v.Allocation; a != nil {
+				ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
+				if len(a.Frames) > 0 {
+					ps.FramesNote = a.framesNote()
+					for _, f := range a.Frames {
+						ps.Frames = append(ps.Frames, f.String())
+					}
+				}
+			}
+		}
+	}
+	return ps
+}
+
+// panelOrder is the order of the panels: for a PyTorch snapshot the
+// PyTorch policies first (what the user ran, to set gpumem's against),
+// then the others, each group in report order; else report order.
+func (c *Comparison) panelOrder() []int {
+	var first, rest []int
+	for i, p := range c.Policies {
+		if len(p.Timeline) == 0 {
+			continue
+		}
+		if c.PyTorch != nil && isTorch(p.Name) {
+			first = append(first, i)
+		} else {
+			rest = append(rest, i)
+		}
+	}
+	return append(first, rest...)
+}
+
+// The y axes have at most maxTicks ticks (the script gives a wide panel's
+// time axis more).
 const (
-	chartW, chartH             = 960, 250
-	marginLeft, marginRight    = 78, 16
-	marginTop, marginBottom    = 14, 34
-	plotW                      = chartW - marginLeft - marginRight
-	plotH                      = chartH - marginTop - marginBottom
 	maxTicks                   = 6
 	useEventsWhenTimeSpanBelow = 2 // µs: a trace without times is drawn by event index
 )
@@ -90,7 +181,6 @@ type scales struct {
 	bottom   uint64 // bytes at the bottom: 0, or above it when zoomed (a multiple of yStep)
 	yStep    uint64
 	x0, x1   int64 // the x range: trace time (µs) or event index
-	xStep    int64
 	byEvents bool
 }
 
@@ -112,7 +202,6 @@ func (c *Comparison) scales() scales {
 	if sc.x1-sc.x0 < useEventsWhenTimeSpanBelow {
 		sc.byEvents, sc.x0, sc.x1 = true, 0, int64(max(c.Events-1, 1))
 	}
-	sc.xStep = niceDecimal(sc.x1 - sc.x0)
 	return sc
 }
 
@@ -139,7 +228,7 @@ func niceBytes(hi uint64) uint64 {
 }
 
 // niceDecimal is a tick step of 1, 2 or 5 × 10ᵏ giving at most maxTicks
-// ticks over span.
+// ticks over span (the script's niceStep is the same).
 func niceDecimal(span int64) int64 {
 	for p := int64(1); p < math.MaxInt64/10; p *= 10 {
 		for _, m := range []int64{1, 2, 5} {
@@ -151,55 +240,27 @@ func niceDecimal(span int64) int64 {
 	return math.MaxInt64
 }
 
-// y is the height of b bytes; a level below a zoomed scale's bottom is
-// drawn on the bottom edge.
-func (sc scales) y(b uint64) float64 {
-	b = max(b, sc.bottom)
-	return marginTop + plotH - float64(b-sc.bottom)/float64(max(sc.top-sc.bottom, 1))*plotH
+// yAxis is a y scale as the script draws it: its range and ticks.
+type yAxis struct {
+	Bottom uint64  `json:"bottom"`
+	Top    uint64  `json:"top"`
+	Ticks  []yTick `json:"ticks"`
 }
 
-func (sc scales) x(pt replay.Point) float64 {
-	v := pt.T
-	if sc.byEvents {
-		v = int64(pt.Event)
-	}
-	return marginLeft + float64(v-sc.x0)/float64(max(sc.x1-sc.x0, 1))*plotW
+type yTick struct {
+	Bytes uint64 `json:"b"`
+	Label string `json:"l"`
 }
 
-// tick is one axis tick: its position and label.
-type tick struct {
-	Pos   float64
-	Label string
-	Bytes uint64
-}
-
-func (sc scales) yTicks() []tick {
-	var out []tick
+func (sc scales) yAxis() yAxis {
+	a := yAxis{Bottom: sc.bottom, Top: sc.top}
 	for b := sc.bottom; b <= sc.top; b += sc.yStep {
-		out = append(out, tick{Pos: sc.y(b), Label: binaryLabel(b), Bytes: b})
+		a.Ticks = append(a.Ticks, yTick{Bytes: b, Label: binaryLabel(b)})
 		if sc.top-b < sc.yStep {
 			break
 		}
 	}
-	return out
-}
-
-func (sc scales) xTicks() []tick {
-	var out []tick
-	for v := int64(0); v <= sc.x1-sc.x0; v += sc.xStep {
-		label := durationUS(v)
-		if v == 0 {
-			label = "0"
-		}
-		if sc.byEvents {
-			label = fmt.Sprintf("event %d", v)
-		}
-		out = append(out, tick{Pos: marginLeft + float64(v)/float64(max(sc.x1-sc.x0, 1))*plotW, Label: label})
-		if sc.x1-sc.x0-v < sc.xStep {
-			break
-		}
-	}
-	return out
+	return a
 }
 
 // binaryLabel is a tick label: whole binary units where it can be.
@@ -216,111 +277,6 @@ func binaryLabel(b uint64) string {
 		}
 	}
 	return pool.Bytes(b).String()
-}
-
-// hline is a horizontal line across the plot at a byte level.
-type hline struct {
-	Class, Label string
-	Y            float64
-	Bytes        uint64
-	LabelX       float64
-	Anchor       string // the label's text-anchor
-}
-
-// chart is one policy's panel.
-type chart struct {
-	Name                     string
-	ID, Class                string   // the svg's id and class: timeline (y from 0) or timeline-zoom
-	Verdict                  string   // the policy's verdict at -capacity, "" without one
-	Frames                   []string // the top of the failing allocation's stack, if any
-	FramesNote               string   // which frames those are
-	OOM                      *oomMark
-	Hover                    []hoverColumn
-	Labels                   []placedLabel
-	Live, Reserved, Recorded string // SVG polyline points
-	PeakX, PeakY             float64
-	Peak                     uint64
-	PeakLabel                string
-	PeakDX                   int
-	PeakAnchor               string
-	YTicks, XTicks           []tick
-	Lines                    []hline
-	W, H                     int
-	PlotX0, PlotX1           float64
-	PlotY0, PlotY1           float64
-	XAxisLabel               string
-}
-
-func (c *Comparison) newChart(p PolicyResult, sc scales, zoomed bool) chart {
-	poly := func(pts []replay.Point, val func(replay.Point) uint64) string {
-		var b strings.Builder
-		for _, pt := range pts {
-			fmt.Fprintf(&b, "%.2f,%.2f ", sc.x(pt), sc.y(val(pt)))
-		}
-		return b.String()
-	}
-	ch := chart{
-		Name:     p.Name,
-		Live:     poly(p.Timeline, func(pt replay.Point) uint64 { return pt.Live }),
-		Reserved: poly(p.Timeline, func(pt replay.Point) uint64 { return pt.Device }),
-		Recorded: steps(c.Recording, sc),
-		YTicks:   sc.yTicks(), XTicks: sc.xTicks(),
-		W: chartW, H: chartH,
-		PlotX0: marginLeft, PlotX1: marginLeft + plotW, PlotY0: marginTop, PlotY1: marginTop + plotH,
-		XAxisLabel: "trace time",
-		ID:         "timeline-" + p.Name, Class: "timeline",
-	}
-	if zoomed {
-		ch.ID, ch.Class = "zoom-"+p.Name, "timeline-zoom"
-	}
-	if sc.byEvents {
-		ch.XAxisLabel = "event"
-	}
-	peak := p.Timeline[0]
-	for _, pt := range p.Timeline {
-		if pt.Device > peak.Device {
-			peak = pt
-		}
-	}
-	ch.Peak, ch.PeakX, ch.PeakY = peak.Device, sc.x(peak), sc.y(peak.Device)
-	ch.PeakLabel = "peak " + pool.Bytes(peak.Device).String()
-	// The label sits on the side of the peak with room for it.
-	ch.PeakDX, ch.PeakAnchor = 6, "start"
-	if ch.PeakX > marginLeft+plotW/2 {
-		ch.PeakDX, ch.PeakAnchor = -6, "end"
-	}
-	// The capacity's label on the left, the smallest capacity's on the
-	// right: the two lines are often a few pixels apart.
-	if c.Capacity > 0 {
-		capBytes := c.Capacity - c.Overhead
-		ch.Lines = append(ch.Lines, hline{Class: "capacity", Label: "capacity " + pool.Bytes(capBytes).String(), Y: sc.y(capBytes), Bytes: capBytes,
-			LabelX: marginLeft + 4, Anchor: "start"})
-	}
-	if p.MinCapacity > 0 {
-		ch.Lines = append(ch.Lines, hline{Class: "min-capacity", Label: "smallest capacity " + pool.Bytes(p.MinCapacity).String(), Y: sc.y(p.MinCapacity), Bytes: p.MinCapacity,
-			LabelX: marginLeft + plotW - 4, Anchor: "end"})
-	}
-	if v := p.Verdict; v != nil {
-		if v.Fits {
-			ch.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
-		} else if o := v.OutOfMemory; o != nil {
-			ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
-			if a := v.Allocation; a != nil {
-				ch.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
-				if len(a.Frames) > 0 {
-					ch.FramesNote = a.framesNote()
-					for _, f := range a.Frames {
-						ch.Frames = append(ch.Frames, f.String())
-					}
-				}
-			}
-			x := sc.x(replay.Point{Event: o.Event, T: o.T})
-			ch.OOM = &oomMark{X: x, Event: o.Event, Label: "out of memory at " + v.oomPlace()}
-		}
-	}
-	ch.Labels = ch.placeLabels()
-	ch.Hover = hoverColumns(p.Timeline, sc)
-	return ch
 }
 
 // htmlTable is a table with a grouped header row.
@@ -353,7 +309,7 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 			if v.Fits {
 				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
 			} else {
-				row = append(row, fmt.Sprintf("out of memory at %s (%s requested)", v.oomPlace(), pool.Bytes(v.OutOfMemory.Request)))
+				row = append(row, fmt.Sprintf("out of memory at event %d (%s requested)", v.OutOfMemory.Event, pool.Bytes(v.OutOfMemory.Request)))
 			}
 		}
 		figures.Rows = append(figures.Rows, row)
@@ -377,30 +333,23 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 	return figures, parts
 }
 
-// summaryLines are the report's first lines (trace, PyTorch, capacity and,
-// on replay's page, what it counts and whether the live tensors alone pass
-// it).
+// summaryLines are the report's first lines (trace, PyTorch, capacity).
 func (c *Comparison) summaryLines() []string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d events over %s of trace time, peak live %s\n", c.Events, traceSpan(c), pool.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
 	if c.Capacity > 0 {
 		fmt.Fprintf(&b, "capacity %s, %s overhead outside the allocator\n", pool.Bytes(c.Capacity), pool.Bytes(c.Overhead))
-		if c.advice == nil { // advise's page says them in its answer
-			for _, l := range c.capacityLines("no policy and no allocator setting", false) {
-				b.WriteString(l + "\n")
-			}
-		}
 	}
 	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }
 
-var pageTemplate = template.Must(template.Must(template.New("page").Parse(panelTemplate)).Parse(`<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{{.Title}}: {{.C.Trace}}</title>
+var pageTemplate = template.Must(template.Must(template.New("page").Parse(failureTemplate)).Parse(`<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width"><title>{{.Title}}: {{.C.Trace}}</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:2em;background:#fff;color:#222}
-h1{font-size:1.3em} h2{font-size:1.05em;margin:1.2em 0 .3em}
-svg{background:#fff;border:1px solid #ccc}
+body{font-family:system-ui,sans-serif;margin:1.5em 2em;background:#fff;color:#222}
+h1{font-size:1.3em} h2{font-size:1.05em;margin:1.2em 0 .3em} h3{font-size:.98em;margin:1em 0 .3em}
+svg.timeline{display:block;background:#fff;border:1px solid #ccc;user-select:none} #gm-shared{position:absolute}
 .plot{fill:#f7f7f9}
 .grid{stroke:#ddd;stroke-width:1}
 .axis{stroke:#444;stroke-width:1}
@@ -414,11 +363,12 @@ svg{background:#fff;border:1px solid #ccc}
 .peak{fill:#d62728;stroke:#fff;stroke-width:1}
 .oom{stroke:#8b0000;stroke-width:2}
 .oom-label{fill:#8b0000;font-weight:600}
-.hover rect{fill:transparent} .hover rect:hover{fill:rgba(0,0,0,.06)}
+.overlay{fill:transparent;cursor:crosshair} .selection{fill:rgba(31,119,180,.15);stroke:#1f77b4;stroke-width:1} .cursor{stroke:#888;stroke-width:1}
+.readout{font-size:.8em;color:#444;min-height:1.3em;margin:.1em 0 .4em;font-variant-numeric:tabular-nums}
 h2 .verdict{font-weight:normal;font-size:.9em;color:#444} h2 .verdict.no-fit{color:#8b0000}
 p.frames-note{font-size:.85em;color:#555;margin:.2em 0} ol.frames{font-size:.85em;margin:.2em 0 .6em;padding-left:2em} ol.frames code{white-space:pre-wrap;word-break:break-all}
-.zoomed{display:none} #zoom:checked ~ .charts .full{display:none} #zoom:checked ~ .charts .zoomed{display:block}
-label.zoom{font-size:.9em}
+.controls{position:sticky;top:0;z-index:1;display:flex;flex-wrap:wrap;gap:.4em 1.2em;align-items:center;font-size:.9em;margin:.4em 0 .2em;padding:.4em .6em;background:#f4f4f8;border:1px solid #ddd}
+.controls button{font:inherit;padding:.1em .6em} #x-range{font-weight:600} .hint{color:#555}
 table{border-collapse:collapse;margin:.5em 0 1em} td,th{border:1px solid #ccc;padding:.25em .6em;text-align:right} td:first-child,th:first-child{text-align:left}
 th.group{background:#f0f0f4}
 pre{background:#f7f7f9;padding:1em;border:1px solid #ccc;overflow:auto}
@@ -429,17 +379,32 @@ table.advice th.group{text-align:center} table.advice td.setting{text-align:left
 table.advice .mark-label{display:block;color:#1a7f37;font-weight:600;font-size:.9em}
 table.advice tr.recommended{background:#e6f4ea} table.advice tr.recommended .setting-name{font-weight:600}
 p.answer{font-size:1.05em;margin:.3em 0} p.note{font-size:.85em;color:#555;margin:.2em 0}
+#failure{border-left:4px solid #8b0000;padding:.1em 0 .1em 1em;margin:1em 0}
+#failure h2{color:#8b0000} .failure p{margin:.3em 0}
+details.failure{margin:.4em 0} details.failure>summary{font-weight:600;cursor:pointer} details.failure[open]>summary{margin-bottom:.3em}
+table.live-at-failure{font-size:.88em} table.live-at-failure td{vertical-align:top}
+table.live-at-failure .where{text-align:left} table.live-at-failure td.share{white-space:nowrap;text-align:left} table.live-at-failure td.size{white-space:nowrap}
+table.live-at-failure tr.request td{background:#fbeaea;font-weight:600} table.live-at-failure tr.rest td,table.live-at-failure tr.total td{color:#555}
+.bar{display:inline-block;height:.7em;background:#1f77b4;vertical-align:middle;margin-right:.4em} tr.request .bar{background:#8b0000}
+table.live-at-failure code{font-size:.95em;white-space:pre-wrap;word-break:break-all} table.live-at-failure summary{cursor:pointer} table.live-at-failure ol{margin:.2em 0;padding-left:1.6em} table.live-at-failure p.note{margin:.2em 0}
+footer{font-size:.8em;color:#666;margin-top:2em}
 </style></head><body>
 <h1>{{.Title}}: {{.C.Trace}}</h1>
 {{if .Advice}}<h2>Advice</h2>{{.Advice}}{{end}}
 {{range .Summary}}<p class="summary">{{.}}</p>
-{{end}}
+{{end}}{{if .Failures}}{{template "failures" .Failures}}{{end}}
 <p class="key"><span style="color:#1f77b4">━ live bytes</span><span style="color:#d62728">━ reserved (device) bytes</span>{{if .HasRec}}<span style="color:#2ca02c">┅ {{.Rec}}'s recorded reserve</span>{{end}}{{if .HasCap}}<span>╍ capacity</span>{{end}}<span style="color:#ff7f0e">┈ the policy's smallest capacity</span><span style="color:#d62728">● peak</span></p>
-<input type="checkbox" id="zoom"><label class="zoom" for="zoom"> zoom every panel to {{.ZoomRange}}, the range where the policies differ (hover a panel for exact values)</label>
+<div class="controls"><span id="x-range"></span><button type="button" id="zoom-reset">whole run</button><button type="button" id="zoom-focus" hidden>the peak's neighbourhood</button>
+<label class="zoom"><input type="checkbox" id="zoom"> y axis from {{.ZoomRange}}, where the policies differ</label>
+<span class="hint">drag across a panel to zoom into that stretch of time; double-click a panel for the whole run</span></div>
+<noscript><p>The timelines are drawn by the page's script, which is off: the figures and the report below are the same without it.</p></noscript>
 <div class="charts">
-<div class="full">{{range .Charts}}{{template "panel" .}}{{end}}</div>
-<div class="zoomed">{{range .Zoomed}}{{template "panel" .}}{{end}}</div>
-</div>
+<svg id="gm-shared" width="0" height="0" aria-hidden="true" xmlns="http://www.w3.org/2000/svg"><defs><polyline id="gm-live" class="live"/></defs></svg>
+{{range .Panels}}<section class="panel" id="panel-{{.Name}}" data-policy="{{.Name}}"><h2>{{.Name}}{{if .Verdict}} <span class="verdict{{if .NoFit}} no-fit{{end}}">— {{.Verdict}}</span>{{end}}</h2>
+{{if .Frames}}<p class="frames-note">allocated at ({{.FramesNote}}):</p>
+<ol class="frames">{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol>
+{{end}}<svg id="timeline-{{.Name}}" class="timeline" height="250" xmlns="http://www.w3.org/2000/svg"></svg><div class="readout"></div></section>
+{{end}}</div>
 <h2>Figures</h2>
 <table id="figures">
 <tr>{{range .Table.Groups}}<th class="group" colspan="{{.Span}}">{{.Title}}</th>{{end}}</tr>
@@ -460,16 +425,8 @@ p.answer{font-size:1.05em;margin:.3em 0} p.note{font-size:.85em;color:#555;margi
 {{end}}</table>{{end}}
 <h2>Report</h2>
 <pre>{{.Text}}</pre>
+<footer id="page-size">This page: {{.Size}} bytes, self-contained (its styles, script and data are in it; it fetches nothing).</footer>
+{{.Data}}
+{{.Script}}
 </body></html>
 `))
-
-// Geometry the template reads.
-func (chart) PlotWidth() float64  { return plotW }
-func (chart) PlotHeight() float64 { return plotH }
-func (chart) PlotLeft() float64   { return marginLeft }
-func (chart) PlotRight() float64  { return marginLeft + plotW }
-func (chart) PlotBottom() float64 { return marginTop + plotH }
-func (chart) TickBottom() float64 { return marginTop + plotH + 5 }
-func (chart) TickLabelX() float64 { return marginLeft - 6 }
-func (chart) XLabelY() float64    { return marginTop + plotH + 17 }
-func (chart) AxisLabelY() float64 { return chartH - 3 }

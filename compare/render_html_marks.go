@@ -2,186 +2,247 @@ package compare
 
 import (
 	"fmt"
-	"strings"
+	"math/bits"
 
-	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/replay"
 )
 
-// What a panel marks beside its lines: the out-of-memory point of a policy
-// that does not fit, labels that never overlap, a zoomed twin, and exact
-// values on hover. The page stays standalone and without a script: the
-// zoom is a CSS checkbox and the readout the SVG <title> tooltips every
-// browser shows.
+// What the page's script draws the panels from: the timelines as compact
+// JSON (chartData), the shared scales, the marks of each panel (its peak,
+// the smallest capacity, the out-of-memory point), and the stretch of time
+// the page opens on.
 
-// panelTemplate draws one panel (chart); WriteHTML's page includes it for
-// the full and the zoomed panels.
-const panelTemplate = `{{define "panel"}}{{$c := .}}<h2>{{.Name}}{{if .Verdict}} <span class="verdict{{if .OOM}} no-fit{{end}}">— {{.Verdict}}</span>{{end}}</h2>
-{{if .Frames}}<p class="frames-note">allocated at ({{.FramesNote}}):</p>
-<ol class="frames">{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol>
-{{end}}<svg id="{{.ID}}" class="{{.Class}}" width="{{.W}}" height="{{.H}}" viewBox="0 0 {{.W}} {{.H}}" xmlns="http://www.w3.org/2000/svg">
-<rect class="plot" x="{{.PlotX0}}" y="{{.PlotY0}}" width="{{printf "%.2f" (.PlotWidth)}}" height="{{printf "%.2f" (.PlotHeight)}}"/>
-<g class="y-ticks">{{range .YTicks}}<g class="tick" data-bytes="{{.Bytes}}" data-y="{{printf "%.2f" .Pos}}"><line class="grid" x1="{{$c.PlotLeft}}" x2="{{$c.PlotRight}}" y1="{{printf "%.2f" .Pos}}" y2="{{printf "%.2f" .Pos}}"/><text x="{{$c.TickLabelX}}" y="{{printf "%.2f" .Pos}}" text-anchor="end" dominant-baseline="middle">{{.Label}}</text></g>{{end}}</g>
-<g class="x-ticks">{{range .XTicks}}<g class="tick"><line class="axis" x1="{{printf "%.2f" .Pos}}" x2="{{printf "%.2f" .Pos}}" y1="{{$c.PlotBottom}}" y2="{{$c.TickBottom}}"/><text x="{{printf "%.2f" .Pos}}" y="{{$c.XLabelY}}" text-anchor="middle">{{.Label}}</text></g>{{end}}</g>
-<line class="axis" x1="{{.PlotX0}}" x2="{{.PlotX0}}" y1="{{.PlotY0}}" y2="{{.PlotY1}}"/>
-<line class="axis" x1="{{.PlotX0}}" x2="{{.PlotX1}}" y1="{{.PlotY1}}" y2="{{.PlotY1}}"/>
-<text class="axis-label" x="{{.PlotX1}}" y="{{.AxisLabelY}}" text-anchor="end">{{.XAxisLabel}}</text>
-{{if .Recorded}}<polyline class="recorded" points="{{.Recorded}}"/>{{end}}
-<polyline class="reserved" points="{{.Reserved}}"/>
-<polyline class="live" points="{{.Live}}"/>
-{{range .Lines}}<g class="level" data-bytes="{{.Bytes}}"><line class="{{.Class}}" x1="{{$c.PlotLeft}}" x2="{{$c.PlotRight}}" y1="{{printf "%.2f" .Y}}" y2="{{printf "%.2f" .Y}}"/></g>
-{{end}}{{if .OOM}}<line class="oom" data-event="{{.OOM.Event}}" x1="{{printf "%.2f" .OOM.X}}" x2="{{printf "%.2f" .OOM.X}}" y1="{{$c.PlotY0}}" y2="{{$c.PlotY1}}"/>
-{{end}}<circle class="peak" data-bytes="{{.Peak}}" cx="{{printf "%.2f" .PeakX}}" cy="{{printf "%.2f" .PeakY}}" r="4"/>
-<g class="labels">{{range .Labels}}<text class="line-label {{.Class}}" x="{{printf "%.2f" .X}}" y="{{printf "%.2f" .Y}}" text-anchor="{{.Anchor}}">{{.Text}}</text>{{end}}</g>
-<g class="hover">{{range .Hover}}<rect x="{{printf "%.2f" .X}}" y="{{$c.PlotY0}}" width="{{printf "%.2f" .W}}" height="{{printf "%.2f" ($c.PlotHeight)}}"><title>{{.Text}}</title></rect>{{end}}</g>
-</svg>
-{{end}}`
-
-// oomMark is the first failed allocation of a policy that does not fit the
-// capacity: a vertical line at its event.
-type oomMark struct {
-	X     float64
-	Event int
-	Label string
+// chartData is the page's data block (JSON in a script element of type
+// application/json, read by panelScript).
+//
+// A series is packed as a flat list of integers, three a point: the
+// event, the trace time (µs) and the bytes in units of Unit, each the
+// difference from the point before (the first point's are its own): a
+// timeline of a few thousand points takes some tens of KiB where SVG
+// coordinates took hundreds. Unit is the largest power of two dividing
+// every value, so the bytes are exact.
+type chartData struct {
+	Unit     uint64 `json:"u"`
+	ByEvents bool   `json:"byEvents"`
+	// X0 and X1 are the x range of the whole run: trace times (µs), or
+	// event indices when the trace has no times.
+	X0 int64 `json:"x0"`
+	X1 int64 `json:"x1"`
+	// Focus, when set, is the x range the page opens on: the peak's
+	// neighbourhood, when idle stretches take most of the run's time
+	// (focusRange); FocusNote says so in words.
+	Focus     []int64 `json:"focus,omitempty"`
+	FocusNote string  `json:"focusNote,omitempty"`
+	Y         yAxis   `json:"y"`
+	YZoom     yAxis   `json:"yZoom"`
+	// Capacity is the allocator's share of the capacity asked about (0:
+	// none).
+	Capacity uint64 `json:"capacity,omitempty"`
+	// Live is the live bytes every panel shares (the policies' live bytes
+	// are the trace's); a panel whose own differ has its own.
+	Live []int64 `json:"live,omitempty"`
+	// Recorded is the reserve the snapshot recorded (drawn in steps),
+	// RecName who recorded it.
+	Recorded []int64     `json:"recorded,omitempty"`
+	RecName  string      `json:"recName"`
+	Panels   []panelData `json:"panels"`
 }
 
-// placedLabel is a text label at its final place (baseline y).
-type placedLabel struct {
-	Class, Text, Anchor string
-	X, Y                float64
+// panelData is one policy's panel.
+type panelData struct {
+	Name string  `json:"name"`
+	Live []int64 `json:"live,omitempty"`
+	// Reserved is the device bytes at each change (drawn in steps),
+	// and at the last point.
+	Reserved []int64 `json:"reserved"`
+	// Peak is the highest reserved point: its bytes, event and x.
+	Peak      uint64 `json:"peak"`
+	PeakEvent int    `json:"peakEvent"`
+	PeakX     int64  `json:"peakX"`
+	// MinCapacity is the smallest capacity (0: not searched).
+	MinCapacity uint64 `json:"minCapacity,omitempty"`
+	// OOM is the first failed allocation at the capacity, when any.
+	OOM *oomData `json:"oom,omitempty"`
 }
 
-// Label geometry: 11 px text, about 6.2 px a character (system-ui), a
-// line's label sitting 3 px above it.
-const (
-	labelCharW   = 6.2
-	labelHeight  = 12.0
-	labelAboveBy = 3.0
-)
+type oomData struct {
+	Event int   `json:"event"`
+	X     int64 `json:"x"`
+}
 
-// box is a label's extent, x0 < x1, top < bottom.
-type box struct{ x0, x1, top, bottom float64 }
-
-func (l placedLabel) box() box {
-	w := float64(len([]rune(l.Text))) * labelCharW
-	x0 := l.X
-	switch l.Anchor {
-	case "end":
-		x0 = l.X - w
-	case "middle":
-		x0 = l.X - w/2
+// chartData gathers what the panels draw, in panelOrder.
+func (c *Comparison) chartData(sc, zoom scales) chartData {
+	d := chartData{ByEvents: sc.byEvents, X0: sc.x0, X1: sc.x1, Y: sc.yAxis(), YZoom: zoom.yAxis()}
+	if c.Capacity > 0 {
+		d.Capacity = c.Capacity - c.Overhead
 	}
-	return box{x0: x0, x1: x0 + w, top: l.Y - labelHeight + 2, bottom: l.Y + 2}
-}
-
-func (a box) overlaps(b box) bool {
-	return a.x0 < b.x1 && b.x0 < a.x1 && a.top < b.bottom && b.top < a.bottom
-}
-
-// placeLabels puts the lines' labels, the peak's and the out-of-memory
-// mark's where none overlaps another (the peak label sat on the smallest
-// capacity's when the two levels were close): each in turn at its own
-// place, else moved a label's height at a time, below then above, staying
-// inside the plot.
-func (ch chart) placeLabels() []placedLabel {
-	var want []placedLabel
-	for _, l := range ch.Lines {
-		want = append(want, placedLabel{Class: l.Class + "-label", Text: l.Label, Anchor: l.Anchor, X: l.LabelX, Y: l.Y - labelAboveBy})
-	}
-	want = append(want, placedLabel{Class: "peak-label", Text: ch.PeakLabel, Anchor: ch.PeakAnchor, X: ch.PeakX + float64(ch.PeakDX), Y: ch.PeakY + 14})
-	if ch.OOM != nil {
-		anchor, dx := "start", 4.0
-		if ch.OOM.X > marginLeft+plotW/2 {
-			anchor, dx = "end", -4
+	order := c.panelOrder()
+	// The unit: every value a multiple of it.
+	tz := 63
+	note := func(b uint64) {
+		if b != 0 {
+			tz = min(tz, bits.TrailingZeros64(b))
 		}
-		want = append(want, placedLabel{Class: "oom-label", Text: ch.OOM.Label, Anchor: anchor, X: ch.OOM.X + dx, Y: marginTop + plotH - 6})
 	}
-	var placed []placedLabel
-	for _, l := range want {
-		y0 := l.Y
-		for try := 0; try < 24; try++ {
-			shift := float64((try+1)/2) * labelHeight
-			if try%2 == 0 {
-				shift = -shift
-			}
-			l.Y = y0 - shift
-			if try == 0 {
-				l.Y = y0
-			}
-			b := l.box()
-			if b.top < marginTop || b.bottom > marginTop+plotH {
-				continue
-			}
-			free := true
-			for _, p := range placed {
-				if b.overlaps(p.box()) {
-					free = false
-					break
-				}
-			}
-			if free {
-				break
+	var shared []replay.Point
+	for _, i := range order {
+		for _, pt := range c.Policies[i].Timeline {
+			note(pt.Live)
+			note(pt.Device)
+		}
+	}
+	for _, pt := range c.Recording {
+		note(pt.Device)
+	}
+	d.Unit = 1 << min(tz, 40)
+	live := func(pt replay.Point) uint64 { return pt.Live }
+	device := func(pt replay.Point) uint64 { return pt.Device }
+	if len(order) > 0 {
+		shared = c.Policies[order[0]].Timeline
+		d.Live = pack(shared, d.Unit, live)
+	}
+	if len(c.Recording) > 0 {
+		d.Recorded = pack(c.Recording, d.Unit, device)
+	}
+	x := func(event int, t int64) int64 {
+		if sc.byEvents {
+			return int64(event)
+		}
+		return t
+	}
+	for _, i := range order {
+		p := c.Policies[i]
+		pd := panelData{Name: p.Name, Reserved: pack(changes(p.Timeline), d.Unit, device), MinCapacity: p.MinCapacity}
+		if !sameLive(shared, p.Timeline) {
+			pd.Live = pack(p.Timeline, d.Unit, live)
+		}
+		peak := p.Timeline[0]
+		for _, pt := range p.Timeline {
+			if pt.Device > peak.Device {
+				peak = pt
 			}
 		}
-		placed = append(placed, l)
+		pd.Peak, pd.PeakEvent, pd.PeakX = peak.Device, peak.Event, x(peak.Event, peak.T)
+		if v := p.Verdict; v != nil && !v.Fits && v.OutOfMemory != nil {
+			pd.OOM = &oomData{Event: v.OutOfMemory.Event, X: x(v.OutOfMemory.Event, v.OutOfMemory.T)}
+		}
+		d.Panels = append(d.Panels, pd)
 	}
-	return placed
+	if !sc.byEvents {
+		if a, b, idle, ok := focusRange(shared, sc.x0, sc.x1); ok {
+			d.Focus = []int64{a, b}
+			d.FocusNote = "the peak's neighbourhood: idle stretches take " + percent(idle, sc.x1-sc.x0) + " of the run"
+		}
+	}
+	return d
 }
 
-// hoverColumn is a strip of the plot whose tooltip gives the exact figures
-// of the timeline points under it.
-type hoverColumn struct {
-	X, W float64
-	Text string
-}
-
-// maxHoverColumns bounds the strips of a panel: enough to point at any
-// step, few enough to keep the page small.
-const maxHoverColumns = 240
-
-// hoverColumns groups the timeline into at most maxHoverColumns strips
-// across the plot, each saying the highest live and reserved bytes of its
-// points, exactly, and where in the trace they are.
-func hoverColumns(pts []replay.Point, sc scales) []hoverColumn {
-	if len(pts) == 0 {
-		return nil
-	}
-	per := (len(pts) + maxHoverColumns - 1) / maxHoverColumns
-	var out []hoverColumn
-	for i := 0; i < len(pts); i += per {
-		group := pts[i:min(i+per, len(pts))]
-		var live, device uint64
-		for _, p := range group {
-			live, device = max(live, p.Live), max(device, p.Device)
-		}
-		x0, x1 := sc.x(group[0]), sc.x(group[len(group)-1])
-		out = append(out, hoverColumn{X: x0, W: max(x1-x0, 0), Text: fmt.Sprintf("events %d–%d (t %s): live up to %s (%d B), reserved up to %s (%d B)",
-			group[0].Event, group[len(group)-1].Event, durationUS(group[0].T-sc.x0), pool.Bytes(live), live, pool.Bytes(device), device)})
-	}
-	// Widen each strip to the next one's start, so the whole plot answers.
-	for i := range out {
-		end := float64(marginLeft + plotW)
-		if i+1 < len(out) {
-			end = out[i+1].X
-		}
-		out[i].W = max(end-out[i].X, 1)
+// pack packs a series of points (see chartData).
+func pack(pts []replay.Point, unit uint64, val func(replay.Point) uint64) []int64 {
+	out := make([]int64, 0, 3*len(pts))
+	var e, t, v int64
+	for _, pt := range pts {
+		pv := int64(val(pt) / unit)
+		out = append(out, int64(pt.Event)-e, pt.T-t, pv-v)
+		e, t, v = int64(pt.Event), pt.T, pv
 	}
 	return out
 }
 
-// steps draws a recorded reserve as PyTorch's reserve moved: level until
-// the next segment entry, then straight up or down (a polyline through the
-// points alone slopes between sparse entries).
-func steps(pts []replay.Point, sc scales) string {
-	var b strings.Builder
+// changes are the points where the device bytes change, with the first
+// and the last: a step drawing of them is the timeline's.
+func changes(pts []replay.Point) []replay.Point {
+	var out []replay.Point
 	for i, pt := range pts {
-		x, y := sc.x(pt), sc.y(pt.Device)
-		if i > 0 {
-			fmt.Fprintf(&b, "%.2f,%.2f ", x, sc.y(pts[i-1].Device))
+		if i == 0 || i == len(pts)-1 || pt.Device != pts[i-1].Device {
+			out = append(out, pt)
 		}
-		fmt.Fprintf(&b, "%.2f,%.2f ", x, y)
 	}
-	return b.String()
+	return out
+}
+
+// sameLive says whether two timelines agree on the live bytes at every
+// event both have a point at; every policy's timeline keeps each bucket's
+// lowest and highest live points, so agreeing there they draw the same
+// live line.
+func sameLive(a, b []replay.Point) bool {
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i].Event < b[j].Event:
+			i++
+		case a[i].Event > b[j].Event:
+			j++
+		default:
+			if a[i].Live != b[j].Live {
+				return false
+			}
+			i, j = i+1, j+1
+		}
+	}
+	return true
+}
+
+// Idle stretches: a gap between consecutive points longer than
+// 1/idleGapDivisor of the run is idle; when idle gaps take more than half
+// the run, the page opens on the peak's neighbourhood.
+const idleGapDivisor = 50
+
+// focusRange is the stretch of activity around the peak of live bytes —
+// the points between the idle gaps either side of it, widened each way by
+// a twentieth of its length, and to a thousandth of the run at least —
+// when idle gaps take more than half of the run's time [x0, x1], the
+// stretch holds a tenth of the points at least (in a sparse trace every
+// gap looks idle) and less than four fifths of the run; idle is their
+// total.
+func focusRange(pts []replay.Point, x0, x1 int64) (a, b, idle int64, ok bool) {
+	span := x1 - x0
+	if len(pts) < 2 || span <= 0 {
+		return 0, 0, 0, false
+	}
+	gap := max(span/idleGapDivisor, 1)
+	peak := 0
+	for i, pt := range pts {
+		if i > 0 && pt.T-pts[i-1].T > gap {
+			idle += pt.T - pts[i-1].T
+		}
+		if pt.Live > pts[peak].Live {
+			peak = i
+		}
+	}
+	// Time before the first point and after the last is idle too.
+	idle += pts[0].T - x0 + x1 - pts[len(pts)-1].T
+	if idle*2 <= span {
+		return 0, 0, idle, false
+	}
+	l, r := peak, peak
+	for l > 0 && pts[l].T-pts[l-1].T <= gap {
+		l--
+	}
+	for r < len(pts)-1 && pts[r+1].T-pts[r].T <= gap {
+		r++
+	}
+	if n := r - l + 1; n < 2 || n < len(pts)/10 {
+		return 0, 0, idle, false // a few points, not a stretch of activity: the trace is sparse
+	}
+	a, b = pts[l].T, pts[r].T
+	pad := max((b-a)/20, 1)
+	if least := span / 1000; b-a+2*pad < least {
+		pad = (least-(b-a))/2 + 1
+	}
+	a, b = max(x0, a-pad), min(x1, b+pad)
+	if (b-a)*5 >= span*4 {
+		return 0, 0, idle, false
+	}
+	return a, b, idle, true
+}
+
+// percent is n of total as a whole percentage.
+func percent(n, total int64) string {
+	if total <= 0 {
+		return "0 %"
+	}
+	return fmt.Sprintf("%d %%", n*100/total)
 }
 
 // zoomScales is sc on a y range that shows where the policies differ: from
