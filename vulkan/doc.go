@@ -54,7 +54,13 @@
 //   - Loading: libvulkan.so.1 (Options.Library, else $GPUMEM_LIBVULKAN,
 //     overrides the path), every other function through
 //     vkGetInstanceProcAddr / vkGetDeviceProcAddr; a missing one is an
-//     error naming it. Devices lists the devices with their heaps, memory
+//     error naming it. The loader is loaded once per process and path;
+//     every Backend creates its own instance and Close destroys it, but
+//     the drivers and layers the loader loads for an instance are kept
+//     loaded for the life of the process (instance.go: the loader would
+//     unload them at each vkDestroyInstance and load them again at the
+//     next open; an NVIDIA H200 refused every vkCreateInstance after ~30
+//     such opens in one process). Devices lists the devices with their heaps, memory
 //     types, the limits that matter here and VK_EXT_memory_budget; the
 //     device is picked by Options.Device or $GPUMEM_VULKAN_DEVICE (index or
 //     name), else the first usable one, discrete GPUs first.

@@ -7,8 +7,15 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"unsafe"
 )
+
+// instancesCreated and instancesDestroyed count the VkInstances this
+// package created and destroyed in the process (the tests check that every
+// open's instance is destroyed, on every path).
+var instancesCreated, instancesDestroyed atomic.Int64
 
 // instance is a VkInstance with its function table.
 type instance struct {
@@ -97,6 +104,7 @@ func (l *library) instanceExtensions(layer string) ([]string, error) {
 // sends is kept in the returned instance's log; a missing layer is an
 // error wrapping ErrUnsupported that says what to install.
 func newInstance(l *library, validation bool) (*instance, error) {
+	before, mapErr := mappedLibraries()
 	var layers, exts []string
 	if validation {
 		have, err := l.instanceLayers()
@@ -147,12 +155,19 @@ func newInstance(l *library, validation bool) (*instance, error) {
 		log.close()
 		return nil, fmt.Errorf("%w: %w (is a Vulkan driver installed? mesa-vulkan-drivers ships lavapipe)", ErrNoLoader, err)
 	}
+	instancesCreated.Add(1)
+	if mapErr == nil {
+		keepDrivers(before)
+	}
 	runtime.KeepAlive(ln)
 	runtime.KeepAlive(en)
 	runtime.KeepAlive(appName)
 	inst := &instance{lib: l, h: h, log: log}
 	if err := fillTable(&inst.fn, func(name string) uintptr { return l.instanceProc(h, name) }); err != nil {
-		call(l.instanceProc(h, "vkDestroyInstance"), h, 0)
+		if f := l.instanceProc(h, "vkDestroyInstance"); f != 0 {
+			call(f, h, 0)
+			instancesDestroyed.Add(1)
+		}
 		log.close()
 		return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
 	}
@@ -165,12 +180,49 @@ func newInstance(l *library, validation bool) (*instance, error) {
 	return inst, nil
 }
 
+// The loader loads the drivers (and the layers) when an instance is
+// created and unloads them when the last instance is destroyed, so a
+// process that opens and closes backends one after the other loaded and
+// initialised its driver afresh at every open (on lavapipe, 121 instances
+// in one test: libvulkan_lvp.so loaded 121 times). An NVIDIA H200 (driver
+// 580.159.04) refused every vkCreateInstance after ~30 such opens in one
+// process (VK_ERROR_INCOMPATIBLE_DRIVER), validated or not; drivers are not
+// made to be unloaded and loaded again (package internal/dl never closes
+// one for that reason). So every shared object that a vkCreateInstance
+// mapped (the first one of the process, or one with a layer or loader not
+// loaded before) is kept loaded for the life of the process: the driver
+// initialises once, and each backend still destroys the instance it
+// created.
+var (
+	keptMu sync.Mutex
+	kept   = make(map[string]bool) // the paths kept loaded
+)
+
+// keepDrivers keeps loaded every shared object mapped now that was not in
+// before (mappedLibraries before vkCreateInstance). Shared objects another
+// goroutine loaded meanwhile are kept too, which costs nothing but their
+// unloading.
+func keepDrivers(before map[string]bool) {
+	after, err := mappedLibraries()
+	if err != nil {
+		return
+	}
+	keptMu.Lock()
+	defer keptMu.Unlock()
+	for p := range after {
+		if !before[p] && !kept[p] && keepLoaded(p) {
+			kept[p] = true
+		}
+	}
+}
+
 // destroy destroys the messenger and the instance (every device first).
 func (inst *instance) destroy() {
 	if inst.log != nil {
 		inst.log.detach(inst)
 	}
 	call(inst.fn.DestroyInstance, inst.h, 0)
+	instancesDestroyed.Add(1)
 	if inst.log != nil {
 		inst.log.close()
 	}

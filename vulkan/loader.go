@@ -14,6 +14,7 @@ import (
 	"os"
 	"reflect"
 	"strings"
+	"sync"
 	"unsafe"
 )
 
@@ -104,8 +105,17 @@ type deviceFuncs struct {
 	UpdateDescriptorSets         uintptr
 }
 
+// libraries are the loaders loaded so far, by path: each is loaded and
+// its global functions looked up once per process (never closed, as
+// loadLibrary says).
+var (
+	librariesMu sync.Mutex
+	libraries   = make(map[string]*library)
+)
+
 // openLibrary loads the loader at path ("" = $GPUMEM_LIBVULKAN, else
-// libvulkan.so.1). Errors wrap ErrNoLoader and say what to install.
+// libvulkan.so.1), once per process and path. Errors wrap ErrNoLoader and
+// say what to install; a path that failed is tried again at the next call.
 func openLibrary(path string) (*library, error) {
 	if path == "" {
 		path = os.Getenv(EnvLibrary)
@@ -113,6 +123,21 @@ func openLibrary(path string) (*library, error) {
 	if path == "" {
 		path = defaultLibrary
 	}
+	librariesMu.Lock()
+	defer librariesMu.Unlock()
+	if l, ok := libraries[path]; ok {
+		return l, nil
+	}
+	l, err := loadLoader(path)
+	if err != nil {
+		return nil, err
+	}
+	libraries[path] = l
+	return l, nil
+}
+
+// loadLoader loads the loader at path and looks up its global functions.
+func loadLoader(path string) (*library, error) {
 	h, err := loadLibrary(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: loading %s: %v (install libvulkan1 and a driver, e.g. mesa-vulkan-drivers; or set %s)",

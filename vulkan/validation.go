@@ -24,8 +24,9 @@ type validationLog struct {
 // The messenger callback is a C function pointer made once per process
 // (purego callbacks are a limited resource and are never freed), so it
 // cannot close over a log: it finds its log by the pUserData key in logs.
-// This registry is the package's one piece of process state, kept because
-// the C callback has no other way back to Go.
+// This registry is process state, kept because the C callback has no other
+// way back to Go (the package's other process state: the loaders loaded,
+// loader.go, and the drivers kept loaded, instance.go).
 var (
 	callbackOnce sync.Once
 	callbackPtr  uintptr
