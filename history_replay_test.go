@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/compare"
-	"github.com/gpumem/gpumem/replay"
+	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/analysis/replay"
+	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // churn runs a seeded random workload on two streams the way an

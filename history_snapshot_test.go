@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // checkSnapshotSums checks the snapshot's claims against the device: every

@@ -8,10 +8,10 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/analysis/replay"
+	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/replay"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
 )
 
 const histMiB = 1 << 20

@@ -32,9 +32,9 @@ var libraryLayers = [][]string{
 // toolPackages study workloads; they may import the library, never the
 // reverse. The users of both (the CLI, examples, the GPU kit's programs)
 // are listed as neither.
-var toolPackages = []string{"trace", "trace/torch", "replay", "compare"}
+var toolPackages = []string{"analysis/trace", "analysis/trace/torch", "analysis/replay", "analysis/compare"}
 
-var usersOfBoth = []string{"cmd/gpumem", "examples/basic", "examples/cuda", "examples/vulkan", "scripts/gpukit/oomcheck"}
+var usersOfBoth = []string{"cmd/gpumem", "examples/basic", "examples/quickstart", "examples/cuda", "examples/vulkan", "scripts/gpukit/oomcheck"}
 
 const modulePath = "github.com/gpumem/gpumem"
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/analysis/trace"
 )
 
 // A size in a decimal unit is echoed with the binary value the reports

@@ -13,12 +13,12 @@ import (
 	"syscall"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/compare"
+	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/analysis/trace/torch"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
-	"github.com/gpumem/gpumem/trace/torch"
 )
 
 // newFlagSet returns a command's flag set; -h prints its usage to out

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/analysis/trace"
 )
 
 // A snapshot with data for several devices (segments, or trace entries

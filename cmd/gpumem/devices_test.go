@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/compare"
-	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/analysis/trace"
 )
 
 // twoDeviceSnapshot is a JSON snapshot with trace entries for devices 0

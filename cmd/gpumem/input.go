@@ -10,9 +10,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpumem/gpumem/compare"
+	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // loadSource is readInput for the commands that replay FILE's events

@@ -14,12 +14,12 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/compare"
+	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/fakecuda"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/trace"
 )
 
 // sharedTraces holds the PyTorch snapshots shared between checkouts.

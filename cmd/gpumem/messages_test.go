@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/trace"
+	"github.com/gpumem/gpumem/analysis/trace"
 )
 
 // Messages speak of flags, files and settings, not Go packages: no

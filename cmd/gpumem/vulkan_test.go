@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/compare"
+	"github.com/gpumem/gpumem/analysis/compare"
 	"github.com/gpumem/gpumem/vulkan"
 )
 
