@@ -343,9 +343,11 @@ func (b *Backend) watchFrees() bool {
 }
 
 // Releasing implements gpumem.Releaser: some freed allocation is idle and
-// not yet given back, or the releaser is freeing one now.
+// not yet given back, the releaser is freeing one now, or a queue's
+// submitted steps hold staging buffers (those of completed steps go back
+// at the next poll, which Release makes).
 func (b *Backend) Releasing() bool {
-	if b.reap.pending() {
+	if b.reap.pending() || b.stagingHeld() {
 		return true
 	}
 	for _, s := range b.storageList() {
@@ -360,19 +362,49 @@ func (b *Backend) Releasing() bool {
 // device work uses any more goes back to the driver before it returns (the
 // idle queued ones freed on the caller's goroutine, the ones the releaser
 // was handed waited for), its bytes returned to the budgets and no longer
-// in BytesAllocated. The others go back once their work completes. It
-// takes no lock of the device or of a queue, and does nothing once the
-// backend is closed (Close frees everything).
+// in BytesAllocated. The others go back once their work completes. The
+// staging buffers of completed steps go back to the pool, or to the
+// driver past the pool's bounds: an idle queue, which polls at its next
+// Enqueue, would hold them until then. It takes no lock of the device,
+// takes a queue's lock briefly only where its steps hold staging buffers,
+// and does nothing once the backend is closed (Close frees everything).
 func (b *Backend) Release() {
 	b.life.RLock()
 	defer b.life.RUnlock()
 	if b.isClosed() {
 		return
 	}
+	for _, q := range b.queueList() {
+		q.reclaimStaging()
+	}
 	for _, s := range b.storageList() {
 		s.releaseIdle()
 	}
 	b.reap.wait()
+}
+
+// queueList returns the backend's open queues.
+func (b *Backend) queueList() []*Queue {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	qs := make([]*Queue, 0, len(b.queues))
+	for q := range b.queues {
+		qs = append(qs, q)
+	}
+	return qs
+}
+
+// stagingHeld reports whether some queue's submitted steps hold staging
+// buffers. It never blocks for long: the queues' counts are atomic.
+func (b *Backend) stagingHeld() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for q := range b.queues {
+		if q.stagingHeld.Load() != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func (b *Backend) isClosed() bool {

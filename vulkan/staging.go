@@ -7,13 +7,16 @@
 // host pages) a page fault for every 4 KiB the first copy touches: more
 // than the copy itself. So a buffer whose step completed goes back to a
 // pool, by size class (powers of two from stagingMinClass), and the next
-// transfer of that class takes it.
+// transfer of that class takes it. It goes back when its queue reclaims
+// the step: at the queue's next Enqueue, or, for a queue that went idle,
+// at an explicit cleanup (Backend.Release), so the driver holds no buffer
+// outside the pool once everything is freed and cleaned up.
 //
 // Bounds: the pool keeps at most stagingPoolBuffers buffers and
 // stagingPoolBytes bytes (at most a sixteenth of the staging heap's
 // budget), since pooled buffers count against the heap's budget and the
 // allocation count limit like pages; a buffer that does not fit, or a
-// transfer larger than the byte bound, is freed when its step completes.
+// transfer larger than the byte bound, is freed when its step is reclaimed.
 // An allocation refused for want of memory (a page's or a staging
 // buffer's) empties the pool before its one retry, and Close frees it.
 

@@ -87,6 +87,40 @@ func TestTheStagingPoolIsBounded(t *testing.T) {
 	}
 }
 
+// An explicit cleanup reclaims the staging buffer of a stream's last
+// transfer though nothing is enqueued after it: back in the pool, so the
+// driver holds nothing else once every buffer is freed (found by the
+// conformance suite: an idle stream kept it until its next Enqueue, and
+// one over the pool's bounds stayed allocated, outside every count).
+func TestCleanupReclaimsTheLastTransfersStagingBufferOfAnIdleStream(t *testing.T) {
+	be := stagingBackend(t, Options{})
+	d := testDevice(t, be)
+	ctx := context.Background()
+	s := d.DefaultStream()
+	buf, err := s.Alloc(ctx, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte{0x3c}, 1<<20)
+	if err := buf.Write(ctx, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := buf.Read(ctx)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("Read: %v (equal %v)", err, bytes.Equal(got, want))
+	}
+	if err := buf.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Cleanup(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, _, pooled, _ := be.stagingCounts()
+	if n := be.Allocations(); n != pooled || pooled == 0 {
+		t.Fatalf("after the last transfer, Free and Cleanup: %d device allocations, %d staging buffers pooled; want them equal and the transfer's buffer pooled", n, pooled)
+	}
+}
+
 // Pooled staging buffers take the heap's budget like pages: an allocation
 // refused for it empties the pool and succeeds on its retry.
 func TestAPageAllocationRefusedForMemoryEmptiesTheStagingPool(t *testing.T) {
