@@ -25,7 +25,7 @@ var libraryLayers = [][]string{
 	{"internal/pool"},
 	{"memory"},
 	{"."}, // the device: package gpumem
-	{"cuda", "vulkan"},
+	{"cuda", "vulkan", "internal/backendtest"},
 	{"internal/vulkantest"},
 }
 

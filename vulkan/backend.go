@@ -319,6 +319,16 @@ func (b *Backend) storageList() []*Storage {
 // refused for want of memory calls it before its one retry.
 func (b *Backend) drainFrees(err error) bool {
 	freed := b.trimStagingFor(err, pageMemory)
+	return b.drainQueued() || freed
+}
+
+// drainQueued waits for the releaser, and for the work of every queued
+// free that waits only for submitted steps, and frees those; it reports
+// whether any allocation was freed. An allocation the device's budget
+// refused calls it before its one retry: staging buffers do not take that
+// budget, so the pool stays.
+func (b *Backend) drainQueued() bool {
+	freed := false
 	if b.reap.pending() {
 		freed = true
 	}

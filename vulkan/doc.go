@@ -176,5 +176,7 @@
 // lock per VkQueue; a queue's command pool and descriptor pools are used
 // only under its lock. The releaser frees memory on its own goroutine,
 // which takes no lock of the device or of a queue; Release, which an
-// explicit cleanup calls without the device lock, waits only for it.
+// explicit cleanup calls without the device lock, waits only for it (it
+// takes a queue's lock briefly to reclaim the staging buffers of
+// completed steps).
 package vulkan

@@ -126,3 +126,49 @@ func TestDriverErrorsMatchTheStorageSentinels(t *testing.T) {
 		t.Fatalf("message %q", got)
 	}
 }
+
+// At the device's capacity (WithCapacity), pages another stream emptied
+// serve an Alloc: its make-room gives them back, and the storage drains
+// the queued frees before it retries the budget that refused it (found by
+// the conformance suite: the pages' bytes stayed taken until the releaser
+// freed them, after the retry had failed).
+func TestPagesAnotherStreamEmptiedServeAnAllocAtTheDevicesCapacity(t *testing.T) {
+	const capacity, size = 8 << 20, 1 << 20
+	d, _ := openDevice(t, vulkan.Options{}, gpumem.WithCapacity(capacity))
+	ctx := context.Background()
+	s0 := d.DefaultStream()
+	s1, err := d.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mine, theirs []*gpumem.Buffer
+	for i := 0; ; i++ {
+		s := []*gpumem.Stream{s0, s1}[i%2]
+		b, err := s.Alloc(ctx, size)
+		if err != nil {
+			if !errors.Is(err, gpumem.ErrOutOfMemory) {
+				t.Fatalf("Alloc past the capacity: %v, want ErrOutOfMemory", err)
+			}
+			break
+		}
+		mustWrite(t, b, pattern(size, byte(i)))
+		if s == s0 {
+			mine = append(mine, b)
+		} else {
+			theirs = append(theirs, b)
+		}
+	}
+	for _, b := range mine {
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range mine {
+		theirs = append(theirs, mustAlloc(t, s1, size))
+	}
+	for _, b := range theirs {
+		if err := b.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

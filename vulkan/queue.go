@@ -68,6 +68,11 @@ type Queue struct {
 
 	issued    atomic.Uint64
 	completed atomic.Uint64
+	// stagingHeld counts the staging buffers of submitted steps not yet
+	// reclaimed: a step that completed keeps its until the next poll,
+	// which an idle queue never makes, so an explicit cleanup
+	// (Backend.Release) polls the queues where it is not 0.
+	stagingHeld atomic.Int64
 
 	semMu sync.RWMutex // read: the semaphore is queried; write: Close destroys it
 	gone  bool         // the semaphore is destroyed; under semMu
@@ -399,6 +404,7 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	st := &step{seq: seq}
 	if bt != nil && !bt.sealed {
 		st.cb, st.staging, st.sets = bt.cb, bt.staging, bt.sets
+		q.stagingHeld.Add(int64(len(st.staging)))
 	}
 	q.inflight = append(q.inflight, st)
 	q.issued.Store(seq)
@@ -485,6 +491,21 @@ func (q *Queue) pollLocked() {
 	q.reclaimLocked(v)
 }
 
+// reclaimStaging polls the queue when its submitted steps hold staging
+// buffers, so those of the completed ones go back to the pool (or the
+// driver) though nothing is enqueued after them. It takes mu briefly and
+// never waits for the device.
+func (q *Queue) reclaimStaging() {
+	if q.stagingHeld.Load() == 0 {
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.closed {
+		q.pollLocked()
+	}
+}
+
 func (q *Queue) reclaimLocked(v uint64) {
 	n := 0
 	for n < len(q.inflight) && q.inflight[n].seq <= v {
@@ -496,6 +517,7 @@ func (q *Queue) reclaimLocked(v uint64) {
 		for _, a := range st.staging {
 			q.b.putStaging(a)
 		}
+		q.stagingHeld.Add(-int64(len(st.staging)))
 		q.freeSetsLocked(st.sets)
 		q.inflight[n] = nil
 		n++

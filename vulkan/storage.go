@@ -44,10 +44,11 @@ var _ storage.Storage = (*Storage)(nil)
 func (s *Storage) Alignment() uint64 { return s.b.props.Alignment }
 
 // Alloc implements storage.Storage: size bytes from the device's budget,
-// then from the heap's, then from the driver. Every refusal wraps
-// storage.ErrOutOfMemory (VK_ERROR_OUT_OF_DEVICE_MEMORY as an *Error, the
-// allocation limit as ErrAllocationLimit); nothing changed. On a poisoned
-// backend it returns the poison.
+// then from the heap's, then from the driver, each refusal retried once
+// after the queued frees were drained (drainQueued, drainFrees). Every
+// refusal wraps storage.ErrOutOfMemory (VK_ERROR_OUT_OF_DEVICE_MEMORY as an
+// *Error, the allocation limit as ErrAllocationLimit); nothing changed. On
+// a poisoned backend it returns the poison.
 func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 	if err := s.b.usable("allocate"); err != nil {
 		return storage.Region{}, err
@@ -59,13 +60,20 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 		s.mu.Unlock()
 		return storage.Region{ID: id}, nil
 	}
-	if err := s.budget.Take(size); err != nil {
+	// A refusal is retried once when frees may have cured it: ones the
+	// releaser still had (the drain waits for them), or ones it finished
+	// after the refusal and before the drain looked (frees moved). The
+	// device's budget too: the pages a make-room cleanup just gave back
+	// hold their bytes of it until they are freed.
+	frees := s.b.frees.Load()
+	err := s.budget.Take(size)
+	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && (s.b.drainQueued() || s.b.frees.Load() != frees) {
+		err = s.budget.Take(size)
+	}
+	if err != nil {
 		return storage.Region{}, err
 	}
-	// A refusal is retried once when frees may have cured it: ones the
-	// releaser still had (drainFrees waits for them), or ones it finished
-	// after the refusal and before drainFrees looked (frees moved).
-	frees := s.b.frees.Load()
+	frees = s.b.frees.Load()
 	a, err := s.b.allocate(size, pageMemory)
 	if err != nil && errors.Is(err, storage.ErrOutOfMemory) && !storage.IsDevicePoisoned(err) && (s.b.drainFrees(err) || s.b.frees.Load() != frees) {
 		a, err = s.b.allocate(size, pageMemory)
