@@ -122,20 +122,34 @@ func measureLoads(t *testing.T, browser string, pages []string, runs int) []page
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The profile is removed after the browser has closed, its helper
+	// processes with it (t.TempDir's removal can race them).
+	profile, err := os.MkdirTemp("", "gpumem-html-load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(profile)
 	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
 		"--disable-component-update", "--disable-sync", "--hide-scrollbars", "--window-size=1920,1080", "--remote-debugging-pipe",
-		"--user-data-dir="+t.TempDir(), "about:blank")
+		"--user-data-dir="+profile, "about:blank")
 	cmd.ExtraFiles = []*os.File{toBrowser, fromBrowser}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	}()
 	toBrowser.Close()
 	fromBrowser.Close()
 	c := &cdp{w: browserIn, r: bufio.NewReaderSize(browserOut, 1<<20)}
+	defer func() {
+		c.call("", "Browser.close", map[string]any{}, nil) // the reply may not come: the browser is gone
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}()
 	var targets struct {
 		TargetInfos []struct{ TargetID, Type string } `json:"targetInfos"`
 	}

@@ -30,7 +30,8 @@ const measure = svg => {
     const a = labels[i].box, b = labels[j].box;
     if (a.x0 < b.x1 && b.x0 < a.x1 && a.y0 < b.y1 && b.y0 < a.y1) overlaps.push(labels[i].text + ' / ' + labels[j].text);
   }
-  const rec = svg.querySelector('polyline.recorded');
+  // The recorded reserve, the same in every panel, is drawn once and used.
+  const use = svg.querySelector('.recorded'), rec = use && (use.tagName === 'use' ? document.querySelector(use.getAttribute('href')) : use);
   const pts = rec ? [...rec.points].map(p => [p.x, p.y]) : [];
   let sloped = 0;
   for (let i = 1; i < pts.length; i++) if (Math.abs(pts[i][0] - pts[i-1][0]) > 0.01 && Math.abs(pts[i][1] - pts[i-1][1]) > 0.01) sloped++;
