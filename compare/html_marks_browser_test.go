@@ -77,10 +77,10 @@ type marksMeasure struct {
 // recorded reserve is drawn in steps, never sloped; a policy that does not
 // fit has its out-of-memory line and label at the failed event and says so
 // in its heading; no two labels of a panel overlap (the peak label sat on
-// the smallest capacity's); the zoom checkbox swaps every panel for one
-// whose y axis starts above 0; each panel's hover strips carry the exact
-// byte counts, the peak's among them. Screenshots at 1400×900 and
-// 1920×1080 show the page drawn.
+// the smallest capacity's); the y zoom checkbox draws every panel again on
+// a y axis that starts above 0, with the same marks; the pointer over a
+// panel's peak reads the peak's exact byte count. Screenshots at 1400×900
+// and 1920×1080 show the page drawn.
 func TestHTMLReportMarksStepsVerdictsZoomAndHover(t *testing.T) {
 	browser := findChromium()
 	if browser == "" {
