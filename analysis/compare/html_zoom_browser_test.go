@@ -145,7 +145,7 @@ const state = () => ({
   ticks: [...svgs[0].querySelectorAll('.x-ticks text')].map(t => t.textContent),
   text: document.getElementById('x-range').textContent,
   peaks: svgs.map(s => s.querySelectorAll('circle.peak').length),
-  points: svgs.map(s => [...s.querySelectorAll('polyline'), ...s.querySelectorAll('use.live')].map(p => (p.tagName === 'use' ? document.querySelector(p.getAttribute('href')) : p).points.numberOfItems)),
+  points: svgs.map(s => [...s.querySelectorAll('.series > *')].map(p => (p.tagName === 'use' ? document.querySelector(p.getAttribute('href')) : p).points.numberOfItems)),
 });
 const out = {
   viewport: document.documentElement.clientWidth,

@@ -399,7 +399,7 @@ footer{font-size:.8em;color:#666;margin-top:2em}
 <span class="hint">drag across a panel to zoom into that stretch of time; double-click a panel for the whole run</span></div>
 <noscript><p>The timelines are drawn by the page's script, which is off: the figures and the report below are the same without it.</p></noscript>
 <div class="charts">
-<svg id="gm-shared" width="0" height="0" aria-hidden="true" xmlns="http://www.w3.org/2000/svg"><defs><polyline id="gm-live" class="live"/></defs></svg>
+<svg id="gm-shared" width="0" height="0" aria-hidden="true" xmlns="http://www.w3.org/2000/svg"><defs><polyline id="gm-live" class="live"/><polyline id="gm-rec" class="recorded"/></defs></svg>
 {{range .Panels}}<section class="panel" id="panel-{{.Name}}" data-policy="{{.Name}}"><h2>{{.Name}}{{if .Verdict}} <span class="verdict{{if .NoFit}} no-fit{{end}}">— {{.Verdict}}</span>{{end}}</h2>
 {{if .Frames}}<p class="frames-note">allocated at ({{.FramesNote}}):</p>
 <ol class="frames">{{range .Frames}}<li><code>{{.}}</code></li>{{end}}</ol>

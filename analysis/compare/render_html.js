@@ -111,11 +111,9 @@
     var svg = document.getElementById('timeline-' + p.name);
     return {d: p, i: i, svg: svg, readout: svg && svg.nextElementSibling, live: p.live ? unpack(p.live) : shared, res: unpack(p.reserved, true)};
   }).filter(function (P) { return P.svg; });
-  // The shared live line, drawn for panels sharedW wide.
-  var sharedLine = document.getElementById('gm-live'), sharedW = -1;
-  // The recorded reserve's points, the same in every panel, for panels
-  // recW wide.
-  var recPoints = '', recW = -1;
+  // The lines every panel shares: the live bytes, drawn for panels
+  // sharedW wide, the recorded reserve for panels recW wide.
+  var sharedLine = document.getElementById('gm-live'), sharedW = -1, recLine = document.getElementById('gm-rec'), recW = -1;
   var st = {a: D.x0, b: D.x1, yz: document.getElementById('zoom').checked};
   if (D.focus) { st.a = D.focus[0]; st.b = D.focus[1]; }
 
@@ -170,13 +168,14 @@
     h.push('</g><line class="axis" x1="' + ML + '" x2="' + ML + '" y1="' + MT + '" y2="' + (MT + PH) + '"/><line class="axis" x1="' + ML + '" x2="' + (ML + PW) +
       '" y1="' + (MT + PH) + '" y2="' + (MT + PH) + '"/><text class="axis-label" x="' + (ML + PW) + '" y="' + (H - 3) + '" text-anchor="end">' +
       (D.byEvents ? 'event' : 'trace time') + '</text><g class="series">');
+    // The recorded reserve and the live bytes every panel shares are drawn
+    // once (in #gm-shared) and used here; a panel's own live bytes are
+    // drawn in it.
     if (rec) {
-      if (recW !== W) { recPoints = points(rec); recW = W; }
-      h.push('<polyline class="recorded" points="' + recPoints + '"/>');
+      if (recW !== W) { recLine.setAttribute('points', points(rec)); recW = W; }
+      h.push('<use class="recorded" href="#gm-rec"/>');
     }
     h.push('<polyline class="reserved" points="' + points(P.res) + '"/>');
-    // The live bytes every panel shares are drawn once (sharedLine) and
-    // used here; a panel's own are drawn in it.
     if (P.live === shared) {
       if (sharedW !== W) { sharedLine.setAttribute('points', points(shared)); sharedW = W; }
       h.push('<use class="live" href="#gm-live"/></g>');
