@@ -65,7 +65,7 @@ func TestPyTorchFigureIsTheWindowsOwnAfterAnEmptyCache(t *testing.T) {
 	if err := c.WriteText(&text); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"PyTorch reserved 68.00 MiB at its peak from the trace's first allocation on", "belongs to an earlier experiment", "+0.0 % against PyTorch's recorded peak"} {
+	for _, want := range []string{"PyTorch reserved 68.00 MiB at its peak from the trace's first allocation on", "belongs to an earlier experiment", "+0.00 % against PyTorch's"} {
 		if !strings.Contains(text.String(), want) {
 			t.Fatalf("text lacks %q:\n%s", want, text.String())
 		}

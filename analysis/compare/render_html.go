@@ -135,7 +135,7 @@ func (c *Comparison) panelShell(p PolicyResult) panelShell {
 			ps.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
 		} else if o := v.OutOfMemory; o != nil {
 			ps.NoFit = true
-			ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at event %d (%s requested)", pool.Bytes(c.Capacity), o.Event, pool.Bytes(o.Request))
+			ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s (%s requested)", pool.Bytes(c.Capacity), v.oomPlace(), pool.Bytes(o.Request))
 			if a := v.Allocation; a != nil {
 				ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
 				if len(a.Frames) > 0 {
@@ -309,7 +309,7 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 			if v.Fits {
 				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
 			} else {
-				row = append(row, fmt.Sprintf("out of memory at event %d (%s requested)", v.OutOfMemory.Event, pool.Bytes(v.OutOfMemory.Request)))
+				row = append(row, fmt.Sprintf("out of memory at %s (%s requested)", v.oomPlace(), pool.Bytes(v.OutOfMemory.Request)))
 			}
 		}
 		figures.Rows = append(figures.Rows, row)

@@ -192,7 +192,7 @@
     if (p.oom && inRange(p.oom.x)) {
       var ox = X(p.oom.x), oright = ox > ML + PW / 2;
       h.push('<line class="oom" data-event="' + p.oom.event + '" x1="' + f(ox) + '" x2="' + f(ox) + '" y1="' + MT + '" y2="' + (MT + PH) + '"/>');
-      var oomLabel = {cls: 'oom-label', text: 'out of memory at event ' + p.oom.event, anchor: oright ? 'end' : 'start', x: ox + (oright ? -4 : 4), y: MT + PH - 6};
+      var oomLabel = {cls: 'oom-label', text: 'out of memory at ' + p.oom.place, anchor: oright ? 'end' : 'start', x: ox + (oright ? -4 : 4), y: MT + PH - 6};
     }
     if (inRange(p.peakX)) {
       var px = X(p.peakX), py = Yp(p.peak), pright = px > ML + PW / 2;

@@ -104,7 +104,7 @@ func (c *Comparison) failureViews() []failureView {
 func (c *Comparison) failureView(policy string, v *Verdict) failureView {
 	o := v.OutOfMemory
 	f := failureView{Policies: []string{policy}, Cause: o.Cause, LiveCount: o.LiveAllocations, LiveBytes: o.Live, Live: pool.Bytes(o.Live).String()}
-	f.Heading = fmt.Sprintf("out of memory at event %d, a request of %s", o.Event, pool.Bytes(o.Request))
+	f.Heading = fmt.Sprintf("out of memory at %s, a request of %s", v.oomPlace(), pool.Bytes(o.Request))
 	req := &FailingAllocation{Event: o.Event, Size: o.Request}
 	if a := v.Allocation; a != nil {
 		f.Heading = "out of memory at " + a.String()

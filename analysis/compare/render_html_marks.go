@@ -68,6 +68,10 @@ type panelData struct {
 type oomData struct {
 	Event int   `json:"event"`
 	X     int64 `json:"x"`
+	// Place names the failing allocation as the report does: its
+	// device_traces entry for a snapshot ("device_traces entry 3 (event
+	// 1)"), its event for a native trace.
+	Place string `json:"place"`
 }
 
 // chartData gathers what the panels draw, in panelOrder.
@@ -124,7 +128,7 @@ func (c *Comparison) chartData(sc, zoom scales) chartData {
 		}
 		pd.Peak, pd.PeakEvent, pd.PeakX = peak.Device, peak.Event, x(peak.Event, peak.T)
 		if v := p.Verdict; v != nil && !v.Fits && v.OutOfMemory != nil {
-			pd.OOM = &oomData{Event: v.OutOfMemory.Event, X: x(v.OutOfMemory.Event, v.OutOfMemory.T)}
+			pd.OOM = &oomData{Event: v.OutOfMemory.Event, X: x(v.OutOfMemory.Event, v.OutOfMemory.T), Place: v.oomPlace()}
 		}
 		d.Panels = append(d.Panels, pd)
 	}

@@ -38,7 +38,7 @@ type devicesReport struct {
 
 // formatFixture is a fixture of trace/testdata/formats_snapshot.py.
 func formatFixture(name string) string {
-	return filepath.Join("..", "..", "trace", "testdata", name)
+	return filepath.Join("..", "..", "analysis", "trace", "testdata", name)
 }
 
 // A snapshot with data for two devices is replayed device by device and

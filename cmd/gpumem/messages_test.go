@@ -130,7 +130,7 @@ func TestOutputPathErrorsNameTheFlagAndThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "no", "such", "dir")
-	snap := filepath.Join("..", "..", "trace", "testdata", "synthetic-p4.pickle")
+	snap := filepath.Join("..", "..", "analysis", "trace", "testdata", "synthetic-p4.pickle")
 	for _, c := range []struct {
 		args []string
 		want string
