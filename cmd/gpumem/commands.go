@@ -257,24 +257,15 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	opts.Progress = progress
 	// One Comparison per device with data (one for a native trace).
 	cs := make([]*compare.Comparison, len(ins))
-	for i, in := range ins {
-		if in.nothing != "" {
-			continue
-		}
-		o := opts
-		if err := setTorchSettings(&o, in.src, *torchConf); err != nil {
-			return err
-		}
+	err = eachDevice(ins, opts, *torchConf, func(i int, in input, o compare.Options) (err error) {
 		cs[i], err = compare.Run(ctx, in.src, o)
 		if isPolicyError(err) {
 			return fmt.Errorf("%w: -policies: %v", errUsage, err)
 		}
-		if err != nil {
-			if several(ins) {
-				err = fmt.Errorf("device %d: %w", in.snap.Device, err)
-			}
-			return err
-		}
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if several(ins) {
 		reports := make([]deviceReport, len(ins))
@@ -422,6 +413,29 @@ func outOfMemoryAtCapacity(c *compare.Comparison, capacity sizeFlag) error {
 // from; gpumem reads it too, as the settings a workload runs with when the
 // snapshot recorded none.
 const confEnv = "PYTORCH_CUDA_ALLOC_CONF"
+
+// eachDevice calls fn for every input with data (ins[i], one per device),
+// with opts and that input's torch settings (setTorchSettings); an error
+// from fn is named by its device when there are several, unless it is a
+// usage error, which names the flag.
+func eachDevice(ins []input, opts compare.Options, torchConf string, fn func(i int, in input, o compare.Options) error) error {
+	for i, in := range ins {
+		if in.nothing != "" {
+			continue
+		}
+		o := opts
+		if err := setTorchSettings(&o, in.src, torchConf); err != nil {
+			return err
+		}
+		if err := fn(i, in, o); err != nil {
+			if several(ins) && !errors.Is(err, errUsage) {
+				err = fmt.Errorf("device %d: %w", in.snap.Device, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
 
 // setTorchSettings sets opts' torch settings from -torch-conf (conf, when
 // given) and from PYTORCH_CUDA_ALLOC_CONF in the environment (when set and
@@ -752,20 +766,12 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	opts.Progress = progress
 	// One Advice per device with data (one for a native trace).
 	as := make([]*compare.Advice, len(ins))
-	for i, in := range ins {
-		if in.nothing != "" {
-			continue
-		}
-		o := opts
-		if err := setTorchSettings(&o, in.src, *torchConf); err != nil {
-			return err
-		}
-		if as[i], err = compare.Advise(ctx, in.src, o); err != nil {
-			if several(ins) {
-				err = fmt.Errorf("device %d: %w", in.snap.Device, err)
-			}
-			return err
-		}
+	err = eachDevice(ins, opts, *torchConf, func(i int, in input, o compare.Options) (err error) {
+		as[i], err = compare.Advise(ctx, in.src, o)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if several(ins) {
 		reports := make([]deviceReport, len(ins))
