@@ -464,8 +464,17 @@ func orDash(ok bool, s string) string {
 const proseWidth = 100
 
 // writeWrapped writes s wrapped at width columns between words, the
-// continuation lines indented by two spaces.
+// continuation lines indented by two spaces (Wrap).
 func writeWrapped(b *strings.Builder, s string, width int) {
+	b.WriteString(Wrap(s, width))
+}
+
+// Wrap is s and a newline, cut between words into lines of at most width
+// columns (a word longer than that stands alone), the continuation lines
+// indented by two spaces: how the reports' sentences wrap, which the CLI's
+// own lines follow.
+func Wrap(s string, width int) string {
+	var b strings.Builder
 	col := 0
 	for i, word := range strings.Fields(s) {
 		n := utf8.RuneCountInString(word)
@@ -482,4 +491,5 @@ func writeWrapped(b *strings.Builder, s string, width int) {
 		col += n
 	}
 	b.WriteString("\n")
+	return b.String()
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/gpumem/gpumem/analysis/compare"
 	"github.com/gpumem/gpumem/analysis/trace"
 )
 
@@ -145,23 +146,7 @@ func wrapWords(s string, width int) string {
 	if width <= 0 || utf8.RuneCountInString(s) <= width {
 		return s + "\n"
 	}
-	var b strings.Builder
-	col := 0
-	for i, word := range strings.Fields(s) {
-		n := utf8.RuneCountInString(word)
-		switch {
-		case i == 0:
-		case col+1+n > width:
-			b.WriteString("\n  ")
-			col = 2
-		default:
-			b.WriteString(" ")
-			col++
-		}
-		b.WriteString(word)
-		col += n
-	}
-	return b.String() + "\n"
+	return compare.Wrap(s, width)
 }
 
 // inputName names FILE as its reports do: its base name, or standard
