@@ -49,9 +49,9 @@ import (
 	"io"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/stream"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )

@@ -17,7 +17,7 @@ import (
 	"fmt"
 
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 )
 
 // ErrInvalidLimits is returned by Defragment for a negative

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/relocation"
 )
 
 // design §5.3, §8.1 (PL30): on whole pages an arena reservation whose

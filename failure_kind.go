@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -65,9 +65,9 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -64,7 +64,7 @@ import (
 
 	histformat "github.com/gpumem/gpumem/history"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -72,8 +72,8 @@ import (
 	"slices"
 
 	histformat "github.com/gpumem/gpumem/history"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
 )
 
 // liveBuffer is a buffer live when a history was copied.

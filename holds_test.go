@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 )
 
 // A held buffer's Free ends it (BytesInUse) but keeps its memory taken

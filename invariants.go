@@ -7,7 +7,7 @@ import "fmt"
 // Built with -tags invariants, the device asserts that its …Locked
 // functions run under the device lock (or a lock lent to the calling op,
 // settle.go), and the memories check their pools after every mutation
-// (memory/invariants.go). The release build compiles none of it.
+// (internal/memory/invariants.go). The release build compiles none of it.
 
 // invariantsOn says whether the invariants build tag is set.
 const invariantsOn = true

@@ -21,9 +21,9 @@ import (
 var libraryLayers = [][]string{
 	{"storage", "stream", "history", "internal/dl", "internal/fakecuda"},
 	{"internal/handle", "internal/drvkit"},
-	{"relocation"},
+	{"internal/relocation"},
 	{"internal/pool"},
-	{"memory"},
+	{"internal/memory"},
 	{"."}, // the device: package gpumem
 	{"cuda", "vulkan", "internal/backendtest"},
 	{"internal/vulkantest"},

@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 )
 
 // ErrPublished is returned by Device.Publish for an expvar name already in

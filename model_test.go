@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"pgregory.net/rapid"
 )

@@ -3,7 +3,7 @@ package gpumem
 import (
 	"log/slog"
 
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -5,9 +5,9 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 )
 
 // Report describes every stream's pools.

@@ -80,7 +80,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 )
 
 // DeviceOptions returns the options that open a device running as the one

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/memory"
+	"github.com/gpumem/gpumem/internal/memory"
 )
 
 // A failed allocation the recording device saw is tried and never counted

@@ -40,9 +40,9 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/memory"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 

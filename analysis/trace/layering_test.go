@@ -18,8 +18,8 @@ func TestTraceFormatsImportNoDevicePackage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	device := []string{"github.com/gpumem/gpumem", "github.com/gpumem/gpumem/storage", "github.com/gpumem/gpumem/memory",
-		"github.com/gpumem/gpumem/stream", "github.com/gpumem/gpumem/relocation", "github.com/gpumem/gpumem/analysis/replay",
+	device := []string{"github.com/gpumem/gpumem", "github.com/gpumem/gpumem/storage", "github.com/gpumem/gpumem/internal/memory",
+		"github.com/gpumem/gpumem/stream", "github.com/gpumem/gpumem/internal/relocation", "github.com/gpumem/gpumem/analysis/replay",
 		"github.com/gpumem/gpumem/analysis/compare", "github.com/gpumem/gpumem/cuda", "github.com/gpumem/gpumem/vulkan"}
 	for _, dep := range strings.Fields(string(out)) {
 		for _, d := range device {

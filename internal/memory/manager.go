@@ -27,7 +27,7 @@ import (
 
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/relocation"
+	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 
