@@ -26,7 +26,7 @@ var libraryLayers = [][]string{
 	{"internal/memory"},
 	{"."}, // the device: package gpumem
 	{"cuda", "vulkan", "internal/backendtest"},
-	{"internal/vulkantest"},
+	{"internal/vulkantest", "internal/shadowmodel"}, // test support: imported by tests only
 }
 
 // toolPackages study workloads; they may import the library, never the

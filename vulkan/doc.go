@@ -120,10 +120,11 @@
 //     *CommandGraph that each launch submits as one step.
 //   - Validation (validation.go): with Options.Validation, the Khronos
 //     layer and a debug messenger whose messages ValidationMessages
-//     returns; the tests enable it and fail on any message. The root
-//     package's shadow model runs on this backend too
-//     (shadow_model_vulkan_test.go); internal/vulkantest holds the
-//     no-device and validation rules both share.
+//     returns; the tests enable it and fail on any message. The shadow
+//     model (internal/shadowmodel) runs on this backend too (the root's
+//     shadow_model_vulkan_test.go, and the model's replay of
+//     testdata/vulkan.txt); internal/vulkantest holds the no-device and
+//     validation rules they share.
 //
 // # Invariants
 //

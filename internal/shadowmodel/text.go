@@ -146,7 +146,7 @@ func parseOp(head string, args []string, workers int) (Op, error) {
 	return Op{}, fmt.Errorf("unknown operation %q", args[0])
 }
 
-// checkNames checks that every buffer and graph an operation names was
+// checkNames checks the streams operations name, and that every buffer and graph an operation names was
 // made earlier by its goroutine (a typo would otherwise make the
 // operation a silent no-op), and made once.
 func checkNames(s *Script) error {
@@ -156,6 +156,9 @@ func checkNames(s *Script) error {
 	}
 	made := map[key]bool{}
 	for i, op := range s.Ops {
+		if err := checkStreams(op.act, s.Config.Streams); err != nil {
+			return fmt.Errorf("op %d (%s): %w", i, op, err)
+		}
 		var makes, names []string
 		switch a := op.act.(type) {
 		case allocOp:
@@ -184,6 +187,22 @@ func checkNames(s *Script) error {
 				return fmt.Errorf("op %d (%s): goroutine %d made %s before", i, op, op.Worker, m)
 			}
 			made[key{op.Worker, m}] = true
+		}
+	}
+	return nil
+}
+
+// checkStreams checks an operation's stream (its "s" argument) and fault
+// storage numbers.
+func checkStreams(a action, streams int) error {
+	v := reflect.ValueOf(a)
+	for i := range v.NumField() {
+		tag, _ := tagOf(v.Type().Field(i))
+		switch n := v.Field(i); {
+		case tag.key == "s" && (n.Int() < 0 || n.Int() >= int64(streams)):
+			return fmt.Errorf("stream %d: the config has streams 0 to %d", n.Int(), streams-1)
+		case tag.key == "storage" && n.Int() < 0:
+			return fmt.Errorf("storage %d: want 0 or more", n.Int())
 		}
 	}
 	return nil

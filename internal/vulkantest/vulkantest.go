@@ -1,8 +1,9 @@
 // Package vulkantest holds what every test that runs on the vulkan backend
 // needs the same way: whether a missing Vulkan device skips or fails the
 // test, and whether the validation layer must be on. The vulkan package's
-// tests and the root package's shadow model on Vulkan share it, so the
-// CI=true rule is stated once.
+// tests and the shadow model on Vulkan (the root's test, and
+// internal/shadowmodel's replays) share it, so the CI=true rule is stated
+// once.
 //
 // It is imported by tests only; it imports the vulkan backend, so no
 // package below vulkan may import it.
