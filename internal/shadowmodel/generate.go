@@ -36,6 +36,7 @@ const (
 	maxStale   = 8        // freed handles kept per goroutine for misuse checks
 	maxAllocs  = 48       // live allocations per goroutine
 	smallRange = 64 << 10 // most ops' ranges stay below this
+	verifyGap  = 500      // steps between a goroutine's periodic relocation checks (verify-moved)
 )
 
 // Generate draws a script for seed on configuration cfg.
@@ -53,7 +54,7 @@ func Generate(seed uint64, cfg Config, g Gen) *Script {
 		for _, w := range workers {
 			w.step = step
 			w.do(w.pickOp())
-			if step%500 == 499 {
+			if step%verifyGap == verifyGap-1 {
 				w.emit(verifyOp{})
 			}
 		}

@@ -38,7 +38,9 @@ type Target struct {
 	Rotate func(s *gpumem.Stream, name string, uses []gpumem.Use, n, rot, tmp uint64) error
 }
 
-// Totals are what runs did and checked.
+// Totals are what runs did and checked. Steps are the draws from the
+// operation mix the scripts were generated from (Gen.Steps); Ops the
+// operations run, Void those of them whose buffer or graph was absent.
 type Totals struct {
 	Seeds, Steps, Ops, Void                            uint64
 	Compared, Faults, Violations                       uint64
@@ -107,9 +109,8 @@ type Result struct {
 }
 
 const (
-	stall     = 60 * time.Second // no progress this long: dump every goroutine and fail
-	logLen    = 50               // operations kept per goroutine for the failure report
-	verifyGap = 500              // steps between periodic relocation checks
+	stall  = 60 * time.Second // no progress this long: dump every goroutine and fail
+	logLen = 50               // operations kept per goroutine for the failure report
 )
 
 var bg = context.Background()
