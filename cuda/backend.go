@@ -54,7 +54,7 @@ const Alignment = 256
 // gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
 // whole Device with OpenDevice); the Device closes it.
 type Backend struct {
-	ctx     *Context
+	ctx     *primaryContext
 	props   memory.Properties
 	granule uint64 // of the storages it makes; 0: plain (granular.go)
 
@@ -64,8 +64,8 @@ type Backend struct {
 	capturing int
 
 	mu       sync.Mutex // guards the fields below
-	queues   map[*Queue]struct{}
-	storages map[*Storage]struct{}
+	queues   map[*queue]struct{}
+	storages map[*plainStorage]struct{}
 	poison   drvkit.Poison // first sticky error seen (B3); its own lock
 	closed   bool
 
@@ -112,7 +112,7 @@ var (
 // gpumem.ErrNotSupported and ErrNoDriver: fall back to gpumem.Open. It never
 // panics for want of a driver.
 func NewBackend(opts Options) (*Backend, error) {
-	c, err := Open(opts)
+	c, err := openContext(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cuda backend on device %d: %w", gpumem.ErrNotSupported, opts.Device, err)
 	}
@@ -122,8 +122,8 @@ func NewBackend(opts Options) (*Backend, error) {
 		ctx:      c,
 		props:    memory.Properties{MaxPageSize: maxPage, Alignment: Alignment, MaxMemory: total},
 		granule:  granuleFor(c),
-		queues:   make(map[*Queue]struct{}),
-		storages: make(map[*Storage]struct{}),
+		queues:   make(map[*queue]struct{}),
+		storages: make(map[*plainStorage]struct{}),
 	}, nil
 }
 
@@ -142,9 +142,29 @@ func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
 	return d, nil
 }
 
-// Context returns the driver context the backend runs on (device name,
-// driver version, memory, raw calls for diagnostics).
-func (b *Backend) Context() *Context { return b.ctx }
+// devContext returns the driver context the backend runs on.
+func (b *Backend) devContext() *primaryContext { return b.ctx }
+
+// Info describes the device the backend runs on: ordinal, name, memory,
+// driver version and the optional driver features found.
+func (b *Backend) Info() DeviceInfo {
+	c := b.ctx
+	return DeviceInfo{Ordinal: c.ordinal, Name: c.name, TotalMem: c.totalMem, DriverVersion: c.version, Features: c.features}
+}
+
+// MemInfo returns the device's free and total bytes as the driver sees
+// them now (cuMemGetInfo_v2): memory other processes, or other contexts
+// of this one, hold is not free. After Close it returns ErrClosed.
+func (b *Backend) MemInfo() (free, total uint64, err error) { return b.ctx.MemGetInfo() }
+
+// LoadModule loads a module image of one's own into the backend's
+// context: PTX text, a cubin or a fatbin (see KindOf). PTX need not end in
+// a NUL. For PTX every .entry is looked up before LoadModule returns, so
+// the JIT has run, and refused, by then, whatever the driver's module
+// loading mode: a refusal is a *JITError with the JIT's log, and nothing
+// stays loaded. Unload the module when the work that launched its kernels
+// is done: nothing unloads it for you before the backend closes.
+func (b *Backend) LoadModule(image []byte) (*Module, error) { return b.ctx.LoadModule(image) }
 
 // Name implements gpumem.Backend: "cuda".
 func (b *Backend) Name() string { return "cuda" }
@@ -168,12 +188,12 @@ func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	if b.closed {
 		return nil, fmt.Errorf("%w: cuda backend", ErrClosed)
 	}
-	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]devAlloc), granule: b.granule}
+	s := &plainStorage{b: b, budget: budget, live: make(map[storage.ID]devAlloc), granule: b.granule}
 	b.storages[s] = struct{}{}
 	if s.granule > 0 {
 		s.ranges = make(map[storage.ID]*vmmRange)
 		s.unmapping = make(map[*vmmRange]struct{})
-		return &GranularStorage{s}, nil
+		return &granularStorage{s}, nil
 	}
 	return s, nil
 }
@@ -200,8 +220,8 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 }
 
 // queueOf returns q as a Queue of this backend.
-func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
-	cq, ok := q.(*Queue)
+func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
+	cq, ok := q.(*queue)
 	if !ok || cq == nil || cq.b != b {
 		return nil, fmt.Errorf("cuda: %s: queue %T is not a queue of this cuda backend: %w", call, q, stream.ErrInvalid)
 	}
@@ -323,7 +343,7 @@ func prefault(dst []byte) {
 // the op's resolved resource, so the launch is ordered (and, while q
 // records, captured) with q's other work. The module is loaded on the
 // first call.
-func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
+func (b *Backend) launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
 	cq, err := b.queueOf(q, "launch "+kernel)
 	if err != nil {
 		return err
@@ -352,11 +372,11 @@ func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, e
 // of KernelsPTX's kernels after (data, n).
 func checkKernelExtras(kernel string, extra []any) error {
 	switch kernel {
-	case KernelAddOne:
+	case kernelAddOne:
 		if len(extra) != 0 {
 			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes none: %w", kernel, len(extra), stream.ErrInvalid)
 		}
-	case KernelFillU8:
+	case kernelFillU8:
 		if len(extra) != 1 {
 			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes one (the value, a uint32): %w", kernel, len(extra), stream.ErrInvalid)
 		}
@@ -377,7 +397,7 @@ func (b *Backend) function(name string) (*Function, error) {
 		return f, nil
 	}
 	if b.module == nil {
-		m, err := b.ctx.LoadModule([]byte(KernelsPTX))
+		m, err := b.ctx.LoadModule([]byte(kernelsPTX))
 		if err != nil {
 			b.notePoison(err)
 			return nil, fmt.Errorf("cuda: loading the kernel module: %w", err)
@@ -411,11 +431,11 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	queues := make([]*Queue, 0, len(b.queues))
+	queues := make([]*queue, 0, len(b.queues))
 	for q := range b.queues {
 		queues = append(queues, q)
 	}
-	storages := make([]*Storage, 0, len(b.storages))
+	storages := make([]*plainStorage, 0, len(b.storages))
 	for s := range b.storages {
 		storages = append(storages, s)
 	}
@@ -446,7 +466,7 @@ func (b *Backend) Close() error {
 }
 
 // forget drops a closed queue from the backend's list.
-func (b *Backend) forget(q *Queue) {
+func (b *Backend) forget(q *queue) {
 	b.mu.Lock()
 	delete(b.queues, q)
 	b.mu.Unlock()

@@ -58,9 +58,9 @@ func buildFake(t testing.TB, defines ...string) *fakeDriver {
 }
 
 // open opens device 0 of the fake and closes it when the test ends.
-func (f *fakeDriver) open(t *testing.T) *Context {
+func (f *fakeDriver) open(t *testing.T) *primaryContext {
 	t.Helper()
-	c, err := Open(Options{Library: f.path})
+	c, err := openContext(Options{Library: f.path})
 	if err != nil {
 		t.Fatalf("Open(fake): %v", err)
 	}
@@ -153,7 +153,7 @@ func (f *fakeDriver) liveCount(t *testing.T, kind string) int {
 func hex(p uintptr) string { return "0x" + strconv.FormatUint(uint64(p), 16) }
 
 // tidOf returns the OS thread id of an executor's worker, asked on it.
-func tidOf(t *testing.T, e *Executor) int {
+func tidOf(t *testing.T, e *executor) int {
 	t.Helper()
 	var tid int
 	if err := e.Do(func() error { tid = threadID(); return nil }); err != nil {

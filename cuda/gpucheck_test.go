@@ -32,7 +32,7 @@ func TestGPUCheckBenchmarksReportTheirFloors(t *testing.T) {
 		metrics []string
 	}{
 		{"RelocationThroughput/16MiB", func(b *testing.B) {
-			c, err := Open(Options{Library: buildFake(b).path})
+			c, err := openContext(Options{Library: buildFake(b).path})
 			if err != nil {
 				b.Fatal(err)
 			}

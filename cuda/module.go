@@ -123,7 +123,7 @@ func (e *JITError) Unwrap() error { return e.Err }
 // safe for concurrent use; Unload releases it, and nothing else does but
 // Context.Close.
 type Module struct {
-	c    *Context
+	c    *primaryContext
 	kind ImageKind
 	ptx  map[string][]uintptr // parameter sizes by entry, from the PTX; nil for binaries
 	mu   sync.Mutex           // guards h and jit; held across each driver call using them or its functions
@@ -196,7 +196,7 @@ const maxKernelParams = 32764
 // the driver's module loading mode. A refusal is a *JITError with the
 // JIT's log, and nothing stays loaded. Unload the module when done:
 // nothing unloads it for you before Context.Close.
-func (c *Context) LoadModule(image []byte) (*Module, error) {
+func (c *primaryContext) LoadModule(image []byte) (*Module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("cuda: load module: empty image: %w", stream.ErrInvalid)
 	}

@@ -39,7 +39,7 @@ var ErrOpEnded = errors.New("cuda: op has returned; its addresses and stream are
 // Enqueue). Call its methods only from the run function's goroutine and
 // before the function returns.
 type Op struct {
-	q     *Queue
+	q     *queue
 	name  string
 	res   []storage.Resource
 	ended atomic.Bool
@@ -56,7 +56,7 @@ type Op struct {
 // any op under cuda it may call Free, Clone, Window, Stats and Report on
 // the device and gets gpumem.ErrCalledFromOp for the rest.
 func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) error) error {
-	q, ok := s.Queue().(*Queue)
+	q, ok := s.Queue().(*queue)
 	if !ok {
 		return fmt.Errorf("cuda: enqueue %q: %s runs on the %s backend, not cuda: %w",
 			name, s.Name(), s.Device().Backend().Name(), stream.ErrInvalid)

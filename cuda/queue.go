@@ -67,10 +67,10 @@ import (
 // cuStreamBeginCapture_v2 in thread-local mode on the executor; the sealed
 // Exec is an instantiated graph that Replay launches with cuGraphLaunch.
 // Every method is safe for concurrent use.
-type Queue struct {
+type queue struct {
 	b     *Backend
 	index int
-	s     *Stream
+	s     *driverStream
 
 	issued    atomic.Uint64 // last seq issued; written on the executor under mu
 	completed atomic.Uint64 // last seq complete; written by the watcher under mu
@@ -78,15 +78,15 @@ type Queue struct {
 	mu       sync.Mutex // guards the fields below
 	wake     *sync.Cond // on mu: pending grew, or the queue closed
 	pending  []pendingStep
-	free     []*Event // completed events, ready for reuse
-	dead     []*Event // events of failed steps, destroyed at Close
+	free     []*event // completed events, ready for reuse
+	dead     []*event // events of failed steps, destroyed at Close
 	progress chan struct{}
 	failures []stream.OpFailure
 	asyncErr error // first error the watcher saw (Q2)
 	rec      *recording
 	unfenced bool      // device copies enqueued since the last event
 	copyFrom time.Time // when the first of the unfenced copies was enqueued
-	execs    map[*GraphExecutable]struct{}
+	execs    map[*graphExecutable]struct{}
 	closed   bool
 
 	// gate is taken by the watcher before each event it synchronises;
@@ -102,7 +102,7 @@ type Queue struct {
 type pendingStep struct {
 	seq  uint64
 	name string
-	ev   *Event // nil when err != nil
+	ev   *event // nil when err != nil
 	err  error  // recording the event failed
 
 	copyFrom time.Time // the step covers device copies enqueued from then (zero: none)
@@ -115,16 +115,16 @@ type recording struct {
 	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
 }
 
-var _ stream.Recorder = (*Queue)(nil)
+var _ stream.Recorder = (*queue)(nil)
 
 // newQueue creates the stream (with its executor) and starts the watcher.
-func newQueue(b *Backend, index int) (*Queue, error) {
+func newQueue(b *Backend, index int) (*queue, error) {
 	s, err := b.ctx.NewStream()
 	if err != nil {
 		b.notePoison(err)
 		return nil, err
 	}
-	q := &Queue{b: b, index: index, s: s, execs: make(map[*GraphExecutable]struct{}),
+	q := &queue{b: b, index: index, s: s, execs: make(map[*graphExecutable]struct{}),
 		watchDone: make(chan struct{})}
 	q.wake = sync.NewCond(&q.mu)
 	ready := make(chan error, 1)
@@ -139,7 +139,7 @@ func newQueue(b *Backend, index int) (*Queue, error) {
 
 // streamClosed is the stream's close hook (Q6): the queue takes no more
 // work and the watcher exits once nothing is pending.
-func (q *Queue) streamClosed() {
+func (q *queue) streamClosed() {
 	q.mu.Lock()
 	q.closed = true
 	q.wake.Broadcast()
@@ -147,13 +147,13 @@ func (q *Queue) streamClosed() {
 }
 
 // Stream returns the driver stream the queue runs on.
-func (q *Queue) Stream() *Stream { return q.s }
+func (q *queue) Stream() *driverStream { return q.s }
 
 // watch is the watcher: on its own locked thread with the context current,
 // it synchronises pending events in order and advances completed. It exits
 // once the queue is closed and nothing is pending. Its thread is never
 // unlocked (see Executor).
-func (q *Queue) watch(ready chan<- error) {
+func (q *queue) watch(ready chan<- error) {
 	runtime.LockOSThread()
 	defer close(q.watchDone)
 	d := q.b.ctx.drv
@@ -217,15 +217,15 @@ func (q *Queue) watch(ready chan<- error) {
 // the stream and records its event. It runs on the executor with q.mu held.
 // When no event can be had for a non-sticky reason, it synchronises the
 // stream instead (Q5).
-func (q *Queue) markLocked(name string) uint64 {
+func (q *queue) markLocked(name string) uint64 {
 	d := q.b.ctx.drv
-	var ev *Event
+	var ev *event
 	var err error
 	if n := len(q.free); n > 0 {
 		ev = q.free[n-1]
 		q.free = q.free[:n-1]
 	} else {
-		ev = &Event{s: q.s}
+		ev = &event{s: q.s}
 		if err = d.check("cuEventCreate", d.cuEventCreate(&ev.h, eventDisableTiming)); err != nil {
 			ev = nil
 		}
@@ -246,7 +246,7 @@ func (q *Queue) markLocked(name string) uint64 {
 	return q.issueLocked(name, nil, err)
 }
 
-func (q *Queue) issueLocked(name string, ev *Event, err error) uint64 {
+func (q *queue) issueLocked(name string, ev *event, err error) uint64 {
 	seq := q.issued.Load() + 1
 	q.issued.Store(seq)
 	p := pendingStep{seq: seq, name: name, ev: ev, err: err}
@@ -281,7 +281,7 @@ func runOp(op stream.Op) (err error) {
 
 // do runs fn on the stream's executor, refusing a closed queue with an
 // error wrapping stream.ErrClosed.
-func (q *Queue) do(call string, fn func() error) error {
+func (q *queue) do(call string, fn func() error) error {
 	q.mu.Lock()
 	closed := q.closed
 	q.mu.Unlock()
@@ -301,7 +301,7 @@ func (q *Queue) do(call string, fn func() error) error {
 }
 
 // closedErr is the error of a call on a closed queue.
-func (q *Queue) closedErr(call string) error {
+func (q *queue) closedErr(call string) error {
 	return fmt.Errorf("cuda: stream %d: %s: %w", q.index, call, stream.ErrClosed)
 }
 
@@ -311,7 +311,7 @@ func (q *Queue) closedErr(call string) error {
 // sequence number. A failed Run is reported by TakeFailures. While the
 // queue records, Run's launches are captured and seq is 0; then a failed
 // Run invalidates the recording and is returned.
-func (q *Queue) Enqueue(op stream.Op) (seq uint64, err error) {
+func (q *queue) Enqueue(op stream.Op) (seq uint64, err error) {
 	if op.Run == nil {
 		return 0, fmt.Errorf("cuda: enqueue: op %q has no Run: %w", op.Name, stream.ErrInvalid)
 	}
@@ -352,7 +352,7 @@ func (q *Queue) Enqueue(op stream.Op) (seq uint64, err error) {
 
 // copyDtoD enqueues a device-to-device copy (Backend.CopyOnDevice); the next
 // Fence covers it.
-func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
+func (q *queue) copyDtoD(dst, src uintptr, n uint64) error {
 	return q.do("copy on device", func() error {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -378,7 +378,7 @@ func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
 
 // Flush implements stream.Queue: nothing is held back (work is submitted
 // at Enqueue). After Close it returns an error wrapping stream.ErrClosed.
-func (q *Queue) Flush() error {
+func (q *queue) Flush() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -390,7 +390,7 @@ func (q *Queue) Flush() error {
 // Fence implements stream.Queue: a fence covering every step enqueued so
 // far, device copies included (a marker event is recorded for copies
 // enqueued since the last step).
-func (q *Queue) Fence() (stream.Fence, error) {
+func (q *queue) Fence() (stream.Fence, error) {
 	q.mu.Lock()
 	closed, unfenced := q.closed, q.unfenced
 	q.mu.Unlock()
@@ -415,14 +415,14 @@ func (q *Queue) Fence() (stream.Fence, error) {
 
 // Completed implements stream.Queue: the seq of the last step the watcher
 // saw complete. It reads an atomic only.
-func (q *Queue) Completed() uint64 { return q.completed.Load() }
+func (q *queue) Completed() uint64 { return q.completed.Load() }
 
 // Wait implements stream.Queue: blocks until f has passed, ctx is done or
 // the stream failed (the error, matching gpumem.ErrDevicePoisoned for a
 // sticky fault). On a recording queue, or with a fence of a recording
 // queue, it returns at once with stream.ErrCaptureUnsupported and
 // invalidates that recording, as the host queues do.
-func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
+func (q *queue) Wait(ctx context.Context, f stream.Fence) error {
 	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
 		return err
 	}
@@ -432,7 +432,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 	if drvkit.NilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
-	t, ok := f.Q.(*Queue)
+	t, ok := f.Q.(*queue)
 	if !ok {
 		return f.Q.Wait(ctx, f)
 	}
@@ -445,7 +445,7 @@ func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
 }
 
 // refuseWhileRecording invalidates an open recording and says why.
-func (q *Queue) refuseWhileRecording(cause string) error {
+func (q *queue) refuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.rec == nil {
@@ -456,7 +456,7 @@ func (q *Queue) refuseWhileRecording(cause string) error {
 
 // invalidateLocked invalidates the open recording, keeping the first
 // cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *Queue) invalidateLocked(cause string) error {
+func (q *queue) invalidateLocked(cause string) error {
 	if q.rec.invalid == nil {
 		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
 	}
@@ -464,7 +464,7 @@ func (q *Queue) invalidateLocked(cause string) error {
 }
 
 // waitSeq blocks until step seq completed, ctx is done or the stream failed.
-func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
+func (q *queue) waitSeq(ctx context.Context, seq uint64) error {
 	if issued := q.issued.Load(); seq > issued {
 		return fmt.Errorf("cuda: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
 			seq, issued, q.index, stream.ErrInvalid)
@@ -501,7 +501,7 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 // fence of another kind of queue is waited for on the host. While this
 // queue records, a fence not yet passed invalidates the recording
 // (stream.ErrCaptureCrossStream): the graph could not express it.
-func (q *Queue) WaitFence(f stream.Fence) error {
+func (q *queue) WaitFence(f stream.Fence) error {
 	if f.Seq == 0 {
 		return q.Flush()
 	}
@@ -511,7 +511,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 	if f.Q == stream.Queue(q) {
 		return q.Flush()
 	}
-	t, ok := f.Q.(*Queue)
+	t, ok := f.Q.(*queue)
 	if !ok || t.b.ctx != q.b.ctx {
 		return q.waitForeign(f)
 	}
@@ -571,7 +571,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 
 // waitForeign orders later work after a fence of a queue that is not of
 // this context, by waiting for it on the host.
-func (q *Queue) waitForeign(f stream.Fence) error {
+func (q *queue) waitForeign(f stream.Fence) error {
 	if f.Q.Completed() >= f.Seq {
 		return q.Flush()
 	}
@@ -587,7 +587,7 @@ func (q *Queue) waitForeign(f stream.Fence) error {
 
 // TakeFailures implements stream.Queue: failed ops and steps the device
 // did not complete, since the last call, in sequence order.
-func (q *Queue) TakeFailures() []stream.OpFailure {
+func (q *queue) TakeFailures() []stream.OpFailure {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.failures
@@ -596,7 +596,7 @@ func (q *Queue) TakeFailures() []stream.OpFailure {
 }
 
 // Recording implements stream.Queue.
-func (q *Queue) Recording() bool {
+func (q *queue) Recording() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.rec != nil
@@ -605,7 +605,7 @@ func (q *Queue) Recording() bool {
 // BeginCapture implements stream.Queue: cuStreamBeginCapture_v2 in
 // thread-local mode, on the stream's executor. While it is open the
 // backend's storages keep their frees queued.
-func (q *Queue) BeginCapture(o stream.Owner) error {
+func (q *queue) BeginCapture(o stream.Owner) error {
 	if o == 0 {
 		return fmt.Errorf("cuda: begin capture: owner 0: %w", stream.ErrInvalid)
 	}
@@ -645,10 +645,10 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 // (the driver capture is closed in every case), then, when o owns the
 // capture, doomed is nil and nothing invalidated it, cuGraphInstantiate:
 // the Exec is a *GraphExecutable.
-func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.b.capMu.Lock()
 	defer q.b.capMu.Unlock()
-	var x *GraphExecutable
+	var x *graphExecutable
 	err := q.do("end capture", func() error {
 		q.mu.Lock()
 		rec := q.rec
@@ -689,7 +689,7 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 			}
 			return fmt.Errorf("cuda: instantiating the graph captured on stream %d: %w", q.index, err)
 		}
-		x = &GraphExecutable{q: q, x: gx, ops: rec.ops}
+		x = &graphExecutable{q: q, x: gx, ops: rec.ops}
 		q.mu.Lock()
 		q.execs[x] = struct{}{}
 		q.mu.Unlock()
@@ -704,8 +704,8 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 // Replay implements stream.Queue: cuGraphLaunch of e (a *GraphExecutable
 // of this backend) on the stream, then an event for its sequence number.
 // While the queue records, the launch is captured as a child graph.
-func (q *Queue) Replay(e stream.Exec) error {
-	x, ok := e.(*GraphExecutable)
+func (q *queue) Replay(e stream.Exec) error {
+	x, ok := e.(*graphExecutable)
 	if !ok || x == nil || x.q == nil || x.q.b != q.b {
 		return fmt.Errorf("cuda: replay: %T is not a graph of this cuda backend: %w", e, stream.ErrInvalid)
 	}
@@ -748,7 +748,7 @@ func (q *Queue) Replay(e stream.Exec) error {
 // watcher sees them), an open capture is ended and discarded, then events,
 // graphs and the stream are destroyed. Idempotent; later calls return
 // errors wrapping stream.ErrClosed except Completed, Wait and TakeFailures.
-func (q *Queue) Close() error {
+func (q *queue) Close() error {
 	first := false
 	q.closeOnce.Do(func() { first, q.closeErr = true, q.close() })
 	if !first {
@@ -757,7 +757,7 @@ func (q *Queue) Close() error {
 	return q.closeErr
 }
 
-func (q *Queue) close() error {
+func (q *queue) close() error {
 	var errs []error
 	q.b.capMu.Lock()
 	// On the executor, so no Enqueue is between its check and its event.
@@ -787,7 +787,7 @@ func (q *Queue) close() error {
 	q.mu.Lock()
 	events := append(q.free, q.dead...)
 	q.free, q.dead = nil, nil
-	execs := make([]*GraphExecutable, 0, len(q.execs))
+	execs := make([]*graphExecutable, 0, len(q.execs))
 	for x := range q.execs {
 		execs = append(execs, x)
 	}
@@ -823,7 +823,7 @@ func (q *Queue) close() error {
 // markClosed marks the queue closed, wakes the watcher and takes the open
 // recording, if any, out of the backend's count of captures. q.b.capMu
 // must be held.
-func (q *Queue) markClosed() *recording {
+func (q *queue) markClosed() *recording {
 	q.mu.Lock()
 	q.closed = true
 	rec := q.rec
@@ -839,22 +839,22 @@ func (q *Queue) markClosed() *recording {
 // GraphExecutable is the stream.Exec a Queue seals: an instantiated graph
 // (CUgraphExec) and the number of ops recorded into it. Close destroys it;
 // the queue that captured it destroys it at the latest when it closes.
-type GraphExecutable struct {
-	q   *Queue
+type graphExecutable struct {
+	q   *queue
 	ops int
 
 	mu sync.Mutex // guards x
-	x  *GraphExec // nil once destroyed
+	x  *graphExec // nil once destroyed
 }
 
-var _ stream.Exec = (*GraphExecutable)(nil)
+var _ stream.Exec = (*graphExecutable)(nil)
 
 // Len implements stream.Exec: the number of recorded ops.
-func (g *GraphExecutable) Len() int { return g.ops }
+func (g *graphExecutable) Len() int { return g.ops }
 
 // launch enqueues one replay on s (cuGraphLaunch), holding mu so that
 // Close cannot destroy the graph under the call.
-func (g *GraphExecutable) launch(s *Stream) error {
+func (g *graphExecutable) launch(s *driverStream) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.x == nil {
@@ -865,7 +865,7 @@ func (g *GraphExecutable) launch(s *Stream) error {
 
 // Close destroys the executable graph (cuGraphExecDestroy); launches
 // already enqueued still run. Idempotent.
-func (g *GraphExecutable) Close() error {
+func (g *graphExecutable) Close() error {
 	g.mu.Lock()
 	x := g.x
 	g.x = nil
@@ -884,19 +884,19 @@ func (g *GraphExecutable) Close() error {
 // RunsOpsOn implements stream.Executor: ops run on the stream's executor
 // thread, so the caller runs one exactly when it is on that thread (g is not
 // needed).
-func (q *Queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
+func (q *queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
 
 // WaitCompleted implements stream.Completer: it waits for the watcher to see
 // step seq complete, which is no host synchronisation of the stream.
-func (q *Queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
 
 var (
-	_ stream.Executor  = (*Queue)(nil)
-	_ stream.Completer = (*Queue)(nil)
+	_ stream.Executor  = (*queue)(nil)
+	_ stream.Completer = (*queue)(nil)
 )
 
 // RunsOpsAtEnqueue implements stream.EnqueueRunner: Enqueue runs the op on
 // the executor and returns once it has.
-func (q *Queue) RunsOpsAtEnqueue() bool { return true }
+func (q *queue) RunsOpsAtEnqueue() bool { return true }
 
-var _ stream.EnqueueRunner = (*Queue)(nil)
+var _ stream.EnqueueRunner = (*queue)(nil)
