@@ -334,7 +334,7 @@ func prefault(dst []byte) {
 	wg.Wait()
 }
 
-// Launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
+// launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
 // stream over n bytes at ptr, one thread per byte, with extra arguments
 // after (ptr, n): KernelAddOne takes none, KernelFillU8 exactly one, the
 // value as a uint32; other extras, or another kernel name, are refused

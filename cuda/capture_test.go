@@ -158,7 +158,7 @@ func TestEndingACaptureOnAnotherThreadIsErrWrongOwner(t *testing.T) {
 	// Another thread with the context current, bypassing the stream's
 	// executor: exactly what the executors exist to prevent.
 	other, err := newExecutor("intruder", func() error {
-		return x.c.drv.check("cuCtxSetCurrent", x.c.drv.cuCtxSetCurrent(x.c.ctx))
+		return x.c.drv.check("cuCtxSetCurrent", x.c.drv.CuCtxSetCurrent(x.c.ctx))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +166,7 @@ func TestEndingACaptureOnAnotherThreadIsErrWrongOwner(t *testing.T) {
 	defer other.Close()
 	var graph uintptr
 	err = other.Do(func() error {
-		return x.c.drv.check("cuStreamEndCapture", x.c.drv.cuStreamEndCapture(x.s.h, &graph))
+		return x.c.drv.check("cuStreamEndCapture", x.c.drv.CuStreamEndCapture(x.s.h, &graph))
 	})
 	if !errors.Is(err, ErrWrongOwner) {
 		t.Fatalf("EndCapture from another thread: %v, want ErrWrongOwner", err)
@@ -248,7 +248,7 @@ func TestThreadLocalCaptureToleratesStorageCallsOnTheDeviceExecutor(t *testing.T
 	// The same call on the capturing thread is what THREAD_LOCAL forbids.
 	var q uintptr
 	err = x.s.Executor().Do(func() error {
-		return x.c.drv.check("cuMemAlloc_v2", x.c.drv.cuMemAlloc(&q, 64))
+		return x.c.drv.check("cuMemAlloc_v2", x.c.drv.CuMemAlloc(&q, 64))
 	})
 	if !errors.Is(err, ErrCaptureUnsupported) {
 		t.Fatalf("alloc on the capturing thread: %v, want ErrCaptureUnsupported", err)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 )
 
 // Options configures Open. The zero value opens device 0 through
@@ -41,11 +43,11 @@ func available(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+	if err := d.check("cuInit", d.CuInit(0)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var n int32
-	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&n)); err != nil {
+	if err := d.check("cuDeviceGetCount", d.CuDeviceGetCount(&n)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	if n < 1 {
@@ -59,7 +61,7 @@ func available(path string) error {
 // module calls run in order on the device executor, stream work on each
 // Stream's executor.
 type primaryContext struct {
-	drv      *driver
+	drv      *cudaDriver
 	ordinal  int
 	dev      int32   // CUdevice
 	ctx      uintptr // CUcontext: the device's primary context, retained
@@ -104,48 +106,48 @@ func openContext(opts Options) (*primaryContext, error) {
 // whatever was retained is released.
 func (c *primaryContext) init() error {
 	d := c.drv
-	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+	if err := d.check("cuInit", d.CuInit(0)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var v, count int32
-	if err := d.check("cuDriverGetVersion", d.cuDriverGetVersion(&v)); err != nil {
+	if err := d.check("cuDriverGetVersion", d.CuDriverGetVersion(&v)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	c.version = int(v)
-	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&count)); err != nil {
+	if err := d.check("cuDeviceGetCount", d.CuDeviceGetCount(&count)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	if c.ordinal >= int(count) {
-		return fmt.Errorf("%w: device %d asked for, %s reports %d devices", ErrNoDriver, c.ordinal, d.path, count)
+		return fmt.Errorf("%w: device %d asked for, %s reports %d devices", ErrNoDriver, c.ordinal, d.Path, count)
 	}
-	if err := d.check("cuDeviceGet", d.cuDeviceGet(&c.dev, int32(c.ordinal))); err != nil {
+	if err := d.check("cuDeviceGet", d.CuDeviceGet(&c.dev, int32(c.ordinal))); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var name [256]byte
-	if err := d.check("cuDeviceGetName", d.cuDeviceGetName(&name[0], int32(len(name)), c.dev)); err != nil {
+	if err := d.check("cuDeviceGetName", d.CuDeviceGetName(&name[0], int32(len(name)), c.dev)); err != nil {
 		return err
 	}
-	c.name = cString(&name[0])
+	c.name = driver.CString(&name[0])
 	var total uintptr
-	if err := d.check("cuDeviceTotalMem_v2", d.cuDeviceTotalMem(&total, c.dev)); err != nil {
+	if err := d.check("cuDeviceTotalMem_v2", d.CuDeviceTotalMem(&total, c.dev)); err != nil {
 		return err
 	}
 	c.totalMem = uint64(total)
-	c.features.AsyncMemset = d.cuMemsetD8Async != nil
-	c.features.Library = d.library != nil
-	c.features.ParamInfo = d.cuFuncGetParamInfo != nil
-	if d.vmm != nil {
+	c.features.AsyncMemset = d.CuMemsetD8Async != nil
+	c.features.Library = d.Library != nil
+	c.features.ParamInfo = d.CuFuncGetParamInfo != nil
+	if d.VMM != nil {
 		var ok int32
-		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&ok, int32(attrVirtualMemoryManagementSupported), c.dev)); err != nil {
+		if err := d.check("cuDeviceGetAttribute", d.CuDeviceGetAttribute(&ok, int32(attrVirtualMemoryManagementSupported), c.dev)); err != nil {
 			return err
 		}
 		c.features.VirtualMemory = ok != 0
 	}
-	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&c.ctx, c.dev)); err != nil {
+	if err := d.check("cuDevicePrimaryCtxRetain", d.CuDevicePrimaryCtxRetain(&c.ctx, c.dev)); err != nil {
 		return err
 	}
-	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(c.ctx)); err != nil {
-		d.cuDevicePrimaryCtxRelease(c.dev)
+	if err := d.check("cuCtxSetCurrent", d.CuCtxSetCurrent(c.ctx)); err != nil {
+		d.CuDevicePrimaryCtxRelease(c.dev)
 		return err
 	}
 	return nil
@@ -174,7 +176,7 @@ func (c *primaryContext) Close() error {
 		errs = append(errs, s.Close())
 	}
 	errs = append(errs, c.exec.Do(func() error {
-		return c.drv.check("cuDevicePrimaryCtxRelease", c.drv.cuDevicePrimaryCtxRelease(c.dev))
+		return c.drv.check("cuDevicePrimaryCtxRelease", c.drv.CuDevicePrimaryCtxRelease(c.dev))
 	}))
 	errs = append(errs, c.exec.Close())
 	return errors.Join(errs...)
@@ -227,7 +229,7 @@ func (c *primaryContext) Features() Features { return c.features }
 func (c *primaryContext) Attribute(attr deviceAttribute) (int, error) {
 	var v int32
 	err := c.do(func() error {
-		return c.drv.check("cuDeviceGetAttribute", c.drv.cuDeviceGetAttribute(&v, int32(attr), c.dev))
+		return c.drv.check("cuDeviceGetAttribute", c.drv.CuDeviceGetAttribute(&v, int32(attr), c.dev))
 	})
 	return int(v), err
 }
@@ -238,7 +240,7 @@ func (c *primaryContext) Attribute(attr deviceAttribute) (int, error) {
 func (c *primaryContext) Alloc(size uint64) (uintptr, error) {
 	var p uintptr
 	err := c.do(func() error {
-		return c.drv.check("cuMemAlloc_v2", c.drv.cuMemAlloc(&p, uintptr(size)))
+		return c.drv.check("cuMemAlloc_v2", c.drv.CuMemAlloc(&p, uintptr(size)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: allocate %d bytes on device %d: %w", size, c.ordinal, err)
@@ -249,7 +251,7 @@ func (c *primaryContext) Alloc(size uint64) (uintptr, error) {
 // Free releases memory from Alloc (cuMemFree_v2). The driver may wait for
 // work using it; do not free while a stream of this thread records a graph.
 func (c *primaryContext) Free(ptr uintptr) error {
-	err := c.do(func() error { return c.drv.check("cuMemFree_v2", c.drv.cuMemFree(ptr)) })
+	err := c.do(func() error { return c.drv.check("cuMemFree_v2", c.drv.CuMemFree(ptr)) })
 	if err != nil {
 		return fmt.Errorf("cuda: free %#x on device %d: %w", ptr, c.ordinal, err)
 	}
@@ -259,24 +261,24 @@ func (c *primaryContext) Free(ptr uintptr) error {
 // MemGetInfo returns the device's free and total bytes (cuMemGetInfo_v2).
 func (c *primaryContext) MemGetInfo() (free, total uint64, err error) {
 	var f, t uintptr
-	err = c.do(func() error { return c.drv.check("cuMemGetInfo_v2", c.drv.cuMemGetInfo(&f, &t)) })
+	err = c.do(func() error { return c.drv.check("cuMemGetInfo_v2", c.drv.CuMemGetInfo(&f, &t)) })
 	return uint64(f), uint64(t), err
 }
 
 // Synchronize waits for all work of the context (cuCtxSynchronize).
 func (c *primaryContext) Synchronize() error {
-	return c.do(func() error { return c.drv.check("cuCtxSynchronize", c.drv.cuCtxSynchronize()) })
+	return c.do(func() error { return c.drv.check("cuCtxSynchronize", c.drv.CuCtxSynchronize()) })
 }
 
 // CopyDtoD copies n bytes between device pointers and waits for it
 // (cuMemcpyDtoD_v2, ordered on the legacy default stream).
 func (c *primaryContext) CopyDtoD(dst, src uintptr, n uint64) error {
 	return c.do(func() error {
-		return c.drv.check("cuMemcpyDtoD_v2", c.drv.cuMemcpyDtoD(dst, src, uintptr(n)))
+		return c.drv.check("cuMemcpyDtoD_v2", c.drv.CuMemcpyDtoD(dst, src, uintptr(n)))
 	})
 }
 
-// PhysicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
+// physicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
 type physicalMemory uint64
 
 // VMM constants from cuda.h.
@@ -289,18 +291,18 @@ const (
 )
 
 // vmm returns the VMM functions, or an error wrapping ErrUnsupported.
-func (c *primaryContext) vmm() (*vmmFuncs, error) {
+func (c *primaryContext) vmm() (*driver.VMMFuncs, error) {
 	if !c.features.VirtualMemory {
 		return nil, fmt.Errorf("%w: virtual memory management on device %d", ErrUnsupported, c.ordinal)
 	}
-	return c.drv.vmm, nil
+	return c.drv.VMM, nil
 }
 
-func (c *primaryContext) allocationProp() memAllocationProp {
-	return memAllocationProp{
-		allocType:    memAllocationTypePinned,
-		locationType: memLocationTypeDevice,
-		locationID:   c.dev,
+func (c *primaryContext) allocationProp() driver.MemAllocationProp {
+	return driver.MemAllocationProp{
+		AllocType:    memAllocationTypePinned,
+		LocationType: memLocationTypeDevice,
+		LocationID:   c.dev,
 	}
 }
 
@@ -314,10 +316,10 @@ func (c *primaryContext) AllocationGranularity() (minimum, recommended uint64, e
 	prop := c.allocationProp()
 	var lo, hi uintptr
 	err = c.do(func() error {
-		if err := c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&lo, &prop, memGranularityMinimum)); err != nil {
+		if err := c.drv.check("cuMemGetAllocationGranularity", v.CuMemGetAllocationGranularity(&lo, &prop, memGranularityMinimum)); err != nil {
 			return err
 		}
-		return c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&hi, &prop, memGranularityRecommended))
+		return c.drv.check("cuMemGetAllocationGranularity", v.CuMemGetAllocationGranularity(&hi, &prop, memGranularityRecommended))
 	})
 	return uint64(lo), uint64(hi), err
 }
@@ -332,7 +334,7 @@ func (c *primaryContext) ReserveAddress(size, alignment uint64) (uintptr, error)
 	}
 	var p uintptr
 	err = c.do(func() error {
-		return c.drv.check("cuMemAddressReserve", v.cuMemAddressReserve(&p, uintptr(size), uintptr(alignment), 0, 0))
+		return c.drv.check("cuMemAddressReserve", v.CuMemAddressReserve(&p, uintptr(size), uintptr(alignment), 0, 0))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: reserve %d bytes of address space: %w", size, err)
@@ -347,7 +349,7 @@ func (c *primaryContext) FreeAddress(base uintptr, size uint64) error {
 		return err
 	}
 	return c.do(func() error {
-		return c.drv.check("cuMemAddressFree", v.cuMemAddressFree(base, uintptr(size)))
+		return c.drv.check("cuMemAddressFree", v.CuMemAddressFree(base, uintptr(size)))
 	})
 }
 
@@ -361,7 +363,7 @@ func (c *primaryContext) CreatePhysical(size uint64) (physicalMemory, error) {
 	prop := c.allocationProp()
 	var h uint64
 	err = c.do(func() error {
-		return c.drv.check("cuMemCreate", v.cuMemCreate(&h, uintptr(size), &prop, 0))
+		return c.drv.check("cuMemCreate", v.CuMemCreate(&h, uintptr(size), &prop, 0))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: create %d bytes of physical memory on device %d: %w", size, c.ordinal, err)
@@ -376,7 +378,7 @@ func (c *primaryContext) ReleasePhysical(h physicalMemory) error {
 	if err != nil {
 		return err
 	}
-	return c.do(func() error { return c.drv.check("cuMemRelease", v.cuMemRelease(uint64(h))) })
+	return c.do(func() error { return c.drv.check("cuMemRelease", v.CuMemRelease(uint64(h))) })
 }
 
 // Map maps physical memory h at [base, base+size) inside a reservation
@@ -387,13 +389,13 @@ func (c *primaryContext) Map(base uintptr, size uint64, h physicalMemory) error 
 	if err != nil {
 		return err
 	}
-	desc := memAccessDesc{locationType: memLocationTypeDevice, locationID: c.dev, flags: memAccessProtReadWrite}
+	desc := driver.MemAccessDesc{LocationType: memLocationTypeDevice, LocationID: c.dev, Flags: memAccessProtReadWrite}
 	return c.do(func() error {
-		if err := c.drv.check("cuMemMap", v.cuMemMap(base, uintptr(size), 0, uint64(h), 0)); err != nil {
+		if err := c.drv.check("cuMemMap", v.CuMemMap(base, uintptr(size), 0, uint64(h), 0)); err != nil {
 			return err
 		}
-		if err := c.drv.check("cuMemSetAccess", v.cuMemSetAccess(base, uintptr(size), &desc, 1)); err != nil {
-			v.cuMemUnmap(base, uintptr(size))
+		if err := c.drv.check("cuMemSetAccess", v.CuMemSetAccess(base, uintptr(size), &desc, 1)); err != nil {
+			v.CuMemUnmap(base, uintptr(size))
 			return err
 		}
 		return nil
@@ -406,7 +408,7 @@ func (c *primaryContext) Unmap(base uintptr, size uint64) error {
 	if err != nil {
 		return err
 	}
-	return c.do(func() error { return c.drv.check("cuMemUnmap", v.cuMemUnmap(base, uintptr(size))) })
+	return c.do(func() error { return c.drv.check("cuMemUnmap", v.CuMemUnmap(base, uintptr(size))) })
 }
 
 // ptrOf returns the address of b's first byte for a driver call, or nil for

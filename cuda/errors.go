@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -51,27 +52,6 @@ var (
 	ErrWrongOwner = errors.New("cuda: stream capture touched from the wrong thread")
 )
 
-// CUresult codes this package treats specially; the values are the driver's
-// (cuda.h, enum cudaError_enum).
-const (
-	codeSuccess                 = 0
-	codeInvalidValue            = 1
-	codeOutOfMemory             = 2
-	codeNotFound                = 500
-	codeNotReady                = 600
-	codeECCUncorrectable        = 214
-	codeIllegalAddress          = 700
-	codeAssert                  = 710
-	codeHardwareStackError      = 714 // 714..719: stack, instruction, alignment, address space, PC, launch failed
-	codeLaunchFailed            = 719
-	codeCaptureUnsupported      = 900
-	codeCaptureInvalidated      = 901
-	codeCaptureUnjoined         = 904
-	codeCapturedEvent           = 907
-	codeCaptureWrongThread      = 908
-	codeStreamCaptureModeThread = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
-)
-
 // DriverError is a failed driver call: Op is the driver symbol called, Code
 // the CUresult it returned and Name the driver's name for it
 // (cuGetErrorName; empty when the driver does not know the code).
@@ -103,19 +83,19 @@ func (e *DriverError) Error() string {
 func (e *DriverError) Is(target error) bool {
 	switch target {
 	case storage.ErrOutOfMemory:
-		return e.Code == codeOutOfMemory
+		return e.Code == driver.CodeOutOfMemory
 	case storage.ErrDevicePoisoned:
 		return isPoison(e.Code)
 	case ErrCaptureInvalidated, stream.ErrCaptureInvalidated:
-		return e.Code == codeCaptureUnsupported || e.Code == codeCaptureInvalidated
+		return e.Code == driver.CodeCaptureUnsupported || e.Code == driver.CodeCaptureInvalidated
 	case ErrCaptureUnsupported, stream.ErrCaptureUnsupported:
-		return e.Code == codeCaptureUnsupported
+		return e.Code == driver.CodeCaptureUnsupported
 	case ErrCaptureUnjoined:
-		return e.Code == codeCaptureUnjoined
+		return e.Code == driver.CodeCaptureUnjoined
 	case ErrCapturedEvent:
-		return e.Code == codeCapturedEvent
+		return e.Code == driver.CodeCapturedEvent
 	case ErrWrongOwner, stream.ErrWrongOwner:
-		return e.Code == codeCaptureWrongThread
+		return e.Code == driver.CodeCaptureWrongThread
 	}
 	return false
 }
@@ -123,6 +103,6 @@ func (e *DriverError) Is(target error) bool {
 // isPoison reports whether code is a sticky fault that leaves the context
 // unusable.
 func isPoison(code int) bool {
-	return code == codeECCUncorrectable || code == codeIllegalAddress || code == codeAssert ||
-		(code >= codeHardwareStackError && code <= codeLaunchFailed)
+	return code == driver.CodeECCUncorrectable || code == driver.CodeIllegalAddress || code == driver.CodeAssert ||
+		(code >= driver.CodeHardwareStackError && code <= driver.CodeLaunchFailed)
 }

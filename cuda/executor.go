@@ -6,7 +6,7 @@ import (
 	"sync"
 )
 
-// Executor runs functions one at a time, in submission order, on one
+// executor runs functions one at a time, in submission order, on one
 // goroutine locked to one OS thread for its whole life.
 //
 // The driver keeps the current context, and a thread-local stream capture's

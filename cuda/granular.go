@@ -41,6 +41,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -85,7 +86,7 @@ func granuleFor(c *primaryContext) uint64 {
 	return g
 }
 
-// GranularStorage is the Storage NewStorage makes where the driver manages
+// granularStorage is the Storage NewStorage makes where the driver manages
 // virtual memory: it implements storage.Granular (pages reserve address
 // space and map granules on demand) on top of the plain Storage's
 // allocations. Safe for concurrent use.
@@ -307,31 +308,31 @@ func (c *primaryContext) mapGranules(r *vmmRange, g uint64, idx []uint64) ([]phy
 	}
 	d := c.drv
 	prop := c.allocationProp()
-	desc := memAccessDesc{locationType: memLocationTypeDevice, locationID: c.dev, flags: memAccessProtReadWrite}
+	desc := driver.MemAccessDesc{LocationType: memLocationTypeDevice, LocationID: c.dev, Flags: memAccessProtReadWrite}
 	var hs []physicalMemory
 	err = c.do(func() error {
 		undo := func() {
 			for k, h := range hs {
-				v.cuMemUnmap(r.granuleAddr(idx[k], g), uintptr(g))
-				v.cuMemRelease(uint64(h))
+				v.CuMemUnmap(r.granuleAddr(idx[k], g), uintptr(g))
+				v.CuMemRelease(uint64(h))
 			}
 			hs = nil
 		}
 		for _, i := range idx {
 			addr := r.granuleAddr(i, g)
 			var h uint64
-			if err := d.check("cuMemCreate", v.cuMemCreate(&h, uintptr(g), &prop, 0)); err != nil {
+			if err := d.check("cuMemCreate", v.CuMemCreate(&h, uintptr(g), &prop, 0)); err != nil {
 				undo()
 				return fmt.Errorf("cuda: create granule %d (%d bytes) on device %d: %w", i, g, c.ordinal, err)
 			}
-			if err := d.check("cuMemMap", v.cuMemMap(addr, uintptr(g), 0, h, 0)); err != nil {
-				v.cuMemRelease(h)
+			if err := d.check("cuMemMap", v.CuMemMap(addr, uintptr(g), 0, h, 0)); err != nil {
+				v.CuMemRelease(h)
 				undo()
 				return fmt.Errorf("cuda: map granule %d at %#x: %w", i, addr, err)
 			}
-			if err := d.check("cuMemSetAccess", v.cuMemSetAccess(addr, uintptr(g), &desc, 1)); err != nil {
-				v.cuMemUnmap(addr, uintptr(g))
-				v.cuMemRelease(h)
+			if err := d.check("cuMemSetAccess", v.CuMemSetAccess(addr, uintptr(g), &desc, 1)); err != nil {
+				v.CuMemUnmap(addr, uintptr(g))
+				v.CuMemRelease(h)
 				undo()
 				return fmt.Errorf("cuda: grant access to granule %d at %#x: %w", i, addr, err)
 			}
@@ -348,13 +349,13 @@ func (c *primaryContext) mapGranules(r *vmmRange, g uint64, idx []uint64) ([]phy
 // unmapGranule unmaps and releases one granule; it runs on the device
 // executor (inside drop).
 func (s *plainStorage) unmapGranule(gr granuleRef) error {
-	v := s.b.ctx.drv.vmm
+	v := s.b.ctx.drv.VMM
 	d := s.b.ctx.drv
 	var first error
-	if err := d.check("cuMemUnmap", v.cuMemUnmap(gr.addr, uintptr(s.granule))); err != nil {
+	if err := d.check("cuMemUnmap", v.CuMemUnmap(gr.addr, uintptr(s.granule))); err != nil {
 		first = fmt.Errorf("cuda: unmap granule at %#x: %w", gr.addr, err)
 	}
-	if err := d.check("cuMemRelease", v.cuMemRelease(uint64(gr.h))); err != nil && first == nil {
+	if err := d.check("cuMemRelease", v.CuMemRelease(uint64(gr.h))); err != nil && first == nil {
 		first = fmt.Errorf("cuda: release the granule at %#x: %w", gr.addr, err)
 	}
 	return first
@@ -374,7 +375,7 @@ func (s *plainStorage) freeRange(r *vmmRange) error {
 	}
 	if r.span > 0 {
 		d := s.b.ctx.drv
-		if err := d.check("cuMemAddressFree", d.vmm.cuMemAddressFree(r.base, uintptr(r.span))); err != nil && first == nil {
+		if err := d.check("cuMemAddressFree", d.VMM.CuMemAddressFree(r.base, uintptr(r.span))); err != nil && first == nil {
 			first = fmt.Errorf("cuda: free the reservation at %#x (%d bytes): %w", r.base, r.span, err)
 		}
 	}

@@ -40,6 +40,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -211,7 +212,7 @@ func (c *primaryContext) LoadModule(image []byte) (*Module, error) {
 		img = append(append(make([]byte, 0, len(image)+1), image...), 0)
 		m.ptx = ptxParams(string(image))
 		for _, name := range ptxEntries(string(image)) {
-			entries = append(entries, cStringBytes(name))
+			entries = append(entries, driver.CStringBytes(name))
 		}
 	}
 
@@ -224,19 +225,19 @@ func (c *primaryContext) LoadModule(image []byte) (*Module, error) {
 	d := c.drv
 	var refused error
 	err := c.do(func() error {
-		if err := d.check("cuModuleLoadDataEx", d.cuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(j.opts)), &j.opts[0], &j.vals[0])); err != nil {
+		if err := d.check("cuModuleLoadDataEx", d.CuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(j.opts)), &j.opts[0], &j.vals[0])); err != nil {
 			m.h = 0
 			refused = err
 			return nil
 		}
 		for _, name := range entries {
 			var fn uintptr
-			rc := d.cuModuleGetFunction(&fn, m.h, &name[0])
-			if rc == codeSuccess || rc == codeNotFound {
+			rc := d.CuModuleGetFunction(&fn, m.h, &name[0])
+			if rc == driver.CodeSuccess || rc == driver.CodeNotFound {
 				continue // not found: an .entry the scan misread; Function will say
 			}
 			refused = d.check("cuModuleGetFunction", rc)
-			d.cuModuleUnload(m.h)
+			d.CuModuleUnload(m.h)
 			m.h = 0
 			return nil
 		}
@@ -275,11 +276,11 @@ func (m *Module) use(fn func(h uintptr) error) error {
 // the error is a *JITError with the load's log.
 func (m *Module) Function(name string) (*Function, error) {
 	f := &Function{m: m, name: name}
-	n := cStringBytes(name)
+	n := driver.CStringBytes(name)
 	d := m.c.drv
 	err := m.c.do(func() error {
 		return m.use(func(h uintptr) error {
-			if err := d.check("cuModuleGetFunction", d.cuModuleGetFunction(&f.h, h, &n[0])); err != nil {
+			if err := d.check("cuModuleGetFunction", d.CuModuleGetFunction(&f.h, h, &n[0])); err != nil {
 				if de := err.(*DriverError); jitRefusal(de.Code) {
 					return &JITError{Kind: m.kind, Err: de, Log: m.jit.text()}
 				}
@@ -302,17 +303,17 @@ func (m *Module) Function(name string) (*Function, error) {
 // probeParams asks the driver for fn's parameter sizes, index by index,
 // until it answers CUDA_ERROR_INVALID_VALUE (no such parameter). Without
 // the symbol, or on any other answer, the parameters stay unknown.
-func probeParams(d *driver, fn uintptr) ([]uintptr, bool) {
-	if d.cuFuncGetParamInfo == nil {
+func probeParams(d *cudaDriver, fn uintptr) ([]uintptr, bool) {
+	if d.CuFuncGetParamInfo == nil {
 		return nil, false
 	}
 	sizes := []uintptr{}
 	for i := uintptr(0); i <= maxKernelParams; i++ {
 		var off, size uintptr
-		switch rc := d.cuFuncGetParamInfo(fn, i, &off, &size); rc {
-		case codeSuccess:
+		switch rc := d.CuFuncGetParamInfo(fn, i, &off, &size); rc {
+		case driver.CodeSuccess:
 			sizes = append(sizes, size)
-		case codeInvalidValue:
+		case driver.CodeInvalidValue:
 			return sizes, true
 		default:
 			return nil, false
@@ -362,7 +363,7 @@ func (m *Module) Unload() error {
 		return nil
 	}
 	err := m.c.cleanup(func() error {
-		return m.c.drv.check("cuModuleUnload", m.c.drv.cuModuleUnload(h))
+		return m.c.drv.check("cuModuleUnload", m.c.drv.CuModuleUnload(h))
 	})
 	m.mu.Lock()
 	m.jit = nil // the driver is done with the load's options

@@ -71,12 +71,6 @@ func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) 
 	})
 }
 
-// Name returns the op's name.
-func (op *Op) Name() string { return op.name }
-
-// Uses returns the number of uses the op declared.
-func (op *Op) Uses() int { return len(op.res) }
-
 // live refuses a call after the op returned or from another goroutine
 // than the run function's: the stream's executor runs the op, so a call
 // handed to it from elsewhere would wait for the op to return, forever if

@@ -230,7 +230,7 @@ func TestUserKernelInACapturedGraphLaunchedAfterARelocation(t *testing.T) {
 		mustWrite(t, xb, floats(x))
 		mustWrite(t, yb, floats(y))
 		cfg, _ := Linear(n, 256)
-		memset := b.ctx.drv.cuMemsetD8Async
+		memset := b.ctx.drv.CuMemsetD8Async
 		g, err := s.Capture(ctx, func(_ context.Context, s *gpumem.Stream) error {
 			uses := []gpumem.Use{{Buffer: xb, Access: gpumem.Read}, {Buffer: yb, Access: gpumem.ReadWrite}, {Buffer: flag, Access: gpumem.Write}}
 			return Enqueue(s, "step", uses, func(op *Op) error {

@@ -59,7 +59,7 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-// Queue is a stream.Queue over one driver stream, made by
+// queue is a stream.Queue over one driver stream, made by
 // Backend.NewQueue. Enqueue runs the op on the stream's executor (where it
 // launches work asynchronously on the stream) and records an event for its
 // sequence number; Completed reads what a watcher thread observed; Flush has
@@ -157,7 +157,7 @@ func (q *queue) watch(ready chan<- error) {
 	runtime.LockOSThread()
 	defer close(q.watchDone)
 	d := q.b.ctx.drv
-	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(q.b.ctx.ctx)); err != nil {
+	if err := d.check("cuCtxSetCurrent", d.CuCtxSetCurrent(q.b.ctx.ctx)); err != nil {
 		ready <- err
 		return
 	}
@@ -182,7 +182,7 @@ func (q *queue) watch(ready chan<- error) {
 		case p.ev == nil: // complete when issued (Q5)
 		default:
 			q.gate.Lock()
-			err = d.check("cuEventSynchronize", d.cuEventSynchronize(p.ev.h))
+			err = d.check("cuEventSynchronize", d.CuEventSynchronize(p.ev.h))
 			q.gate.Unlock()
 		}
 		q.mu.Lock()
@@ -226,18 +226,18 @@ func (q *queue) markLocked(name string) uint64 {
 		q.free = q.free[:n-1]
 	} else {
 		ev = &event{s: q.s}
-		if err = d.check("cuEventCreate", d.cuEventCreate(&ev.h, eventDisableTiming)); err != nil {
+		if err = d.check("cuEventCreate", d.CuEventCreate(&ev.h, eventDisableTiming)); err != nil {
 			ev = nil
 		}
 	}
 	if ev != nil {
-		if err = d.check("cuEventRecord", d.cuEventRecord(ev.h, q.s.h)); err == nil {
+		if err = d.check("cuEventRecord", d.CuEventRecord(ev.h, q.s.h)); err == nil {
 			return q.issueLocked(name, ev, nil)
 		}
 		q.dead = append(q.dead, ev)
 	}
 	if !storage.IsDevicePoisoned(err) {
-		serr := d.check("cuStreamSynchronize", d.cuStreamSynchronize(q.s.h))
+		serr := d.check("cuStreamSynchronize", d.CuStreamSynchronize(q.s.h))
 		if serr == nil {
 			return q.issueLocked(name, nil, nil)
 		}
@@ -364,7 +364,7 @@ func (q *queue) copyDtoD(dst, src uintptr, n uint64) error {
 		}
 		d := q.b.ctx.drv
 		t0 := time.Now()
-		if err := d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync(dst, src, uintptr(n), q.s.h)); err != nil {
+		if err := d.check("cuMemcpyDtoDAsync_v2", d.CuMemcpyDtoDAsync(dst, src, uintptr(n), q.s.h)); err != nil {
 			q.b.notePoison(err)
 			return fmt.Errorf("cuda: stream %d: copy %d bytes %#x -> %#x: %w", q.index, n, src, dst, err)
 		}
@@ -562,7 +562,7 @@ func (q *queue) WaitFence(f stream.Fence) error {
 			return nil
 		}
 		d := q.b.ctx.drv
-		err := d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(q.s.h, p.ev.h, 0))
+		err := d.check("cuStreamWaitEvent", d.CuStreamWaitEvent(q.s.h, p.ev.h, 0))
 		t.mu.Unlock()
 		q.b.notePoison(err)
 		return err
@@ -802,7 +802,7 @@ func (q *queue) close() error {
 			d := q.b.ctx.drv
 			var first error
 			for _, ev := range events {
-				if err := d.check("cuEventDestroy_v2", d.cuEventDestroy(ev.h)); err != nil && first == nil {
+				if err := d.check("cuEventDestroy_v2", d.CuEventDestroy(ev.h)); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -836,7 +836,7 @@ func (q *queue) markClosed() *recording {
 	return rec
 }
 
-// GraphExecutable is the stream.Exec a Queue seals: an instantiated graph
+// graphExecutable is the stream.Exec a Queue seals: an instantiated graph
 // (CUgraphExec) and the number of ops recorded into it. Close destroys it;
 // the queue that captured it destroys it at the latest when it closes.
 type graphExecutable struct {

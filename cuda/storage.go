@@ -168,7 +168,7 @@ func (s *plainStorage) drop(w dropWork) error {
 		if len(w.granules) > 0 || len(w.ranges) > 0 {
 			// Unmapping takes the memory from under any work still
 			// using it; wait for what is enqueued first.
-			note(d.check("cuCtxSynchronize", d.cuCtxSynchronize()))
+			note(d.check("cuCtxSynchronize", d.CuCtxSynchronize()))
 			for _, g := range w.granules {
 				note(s.unmapGranule(g))
 			}
@@ -180,7 +180,7 @@ func (s *plainStorage) drop(w dropWork) error {
 			if a.ptr == 0 {
 				continue
 			}
-			if err := d.check("cuMemFree_v2", d.cuMemFree(a.ptr)); err != nil {
+			if err := d.check("cuMemFree_v2", d.CuMemFree(a.ptr)); err != nil {
 				note(fmt.Errorf("cuda: free %#x (%d bytes): %w", a.ptr, a.size, err))
 			}
 		}

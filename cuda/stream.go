@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 )
 
 // Driver flags used by streams, events and captures (cuda.h).
@@ -39,10 +41,10 @@ func (c *primaryContext) NewStream() (*driverStream, error) {
 	}
 	s := &driverStream{c: c}
 	exec, err := newExecutor(fmt.Sprintf("stream of device %d", c.ordinal), func() error {
-		if err := c.drv.check("cuCtxSetCurrent", c.drv.cuCtxSetCurrent(c.ctx)); err != nil {
+		if err := c.drv.check("cuCtxSetCurrent", c.drv.CuCtxSetCurrent(c.ctx)); err != nil {
 			return err
 		}
-		return c.drv.check("cuStreamCreate", c.drv.cuStreamCreate(&s.h, streamNonBlocking))
+		return c.drv.check("cuStreamCreate", c.drv.CuStreamCreate(&s.h, streamNonBlocking))
 	})
 	if err != nil {
 		return nil, err
@@ -143,7 +145,7 @@ func (s *driverStream) Close() error {
 }
 
 func (s *driverStream) destroy() error {
-	err := s.exec.Do(func() error { return s.c.drv.check("cuStreamDestroy_v2", s.c.drv.cuStreamDestroy(s.h)) })
+	err := s.exec.Do(func() error { return s.c.drv.check("cuStreamDestroy_v2", s.c.drv.CuStreamDestroy(s.h)) })
 	if cerr := s.exec.Close(); err == nil {
 		err = cerr
 	}
@@ -155,7 +157,7 @@ func (s *driverStream) destroy() error {
 // invalidates the capture.
 func (s *driverStream) Synchronize() error {
 	return s.do(func() error {
-		return s.c.drv.check("cuStreamSynchronize", s.c.drv.cuStreamSynchronize(s.h))
+		return s.c.drv.check("cuStreamSynchronize", s.c.drv.CuStreamSynchronize(s.h))
 	})
 }
 
@@ -163,7 +165,7 @@ func (s *driverStream) Synchronize() error {
 // (cuMemcpyDtoDAsync_v2). The ranges must not overlap.
 func (s *driverStream) CopyDtoD(dst, src uintptr, n uint64) error {
 	return s.do(func() error {
-		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.cuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
+		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.CuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
 	})
 }
 
@@ -173,7 +175,7 @@ func (s *driverStream) CopyDtoD(dst, src uintptr, n uint64) error {
 // stream. Not allowed while the stream captures.
 func (s *driverStream) CopyHtoD(dst uintptr, src []byte) error {
 	err := s.do(func() error {
-		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.cuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
+		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.CuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
 	})
 	runtime.KeepAlive(src)
 	return err
@@ -185,7 +187,7 @@ func (s *driverStream) CopyHtoD(dst uintptr, src []byte) error {
 // allowed while the stream captures.
 func (s *driverStream) CopyDtoH(dst []byte, src uintptr) error {
 	err := s.do(func() error {
-		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.cuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
+		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.CuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
 	})
 	runtime.KeepAlive(dst)
 	return err
@@ -195,15 +197,15 @@ func (s *driverStream) CopyDtoH(dst []byte, src uintptr) error {
 // returns an error wrapping ErrUnsupported when the driver lacks the symbol
 // (see Context.Features).
 func (s *driverStream) MemsetD8(dst uintptr, value byte, n uint64) error {
-	if s.c.drv.cuMemsetD8Async == nil {
-		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.path)
+	if s.c.drv.CuMemsetD8Async == nil {
+		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.Path)
 	}
 	return s.do(func() error {
-		return s.c.drv.check("cuMemsetD8Async", s.c.drv.cuMemsetD8Async(dst, value, uintptr(n), s.h))
+		return s.c.drv.check("cuMemsetD8Async", s.c.drv.CuMemsetD8Async(dst, value, uintptr(n), s.h))
 	})
 }
 
-// Event is a driver event used as a fence (timing disabled). Its calls run
+// event is a driver event used as a fence (timing disabled). Its calls run
 // on the executor of the stream that created it. After Destroy every call
 // but Destroy (a no-op) fails with ErrClosed.
 type event struct {
@@ -216,7 +218,7 @@ type event struct {
 func (s *driverStream) NewEvent() (*event, error) {
 	e := &event{s: s}
 	err := s.do(func() error {
-		return s.c.drv.check("cuEventCreate", s.c.drv.cuEventCreate(&e.h, eventDisableTiming))
+		return s.c.drv.check("cuEventCreate", s.c.drv.CuEventCreate(&e.h, eventDisableTiming))
 	})
 	if err != nil {
 		return nil, err
@@ -240,7 +242,7 @@ func (e *event) use(fn func(h uintptr) error) error {
 // part of the graph, and querying e fails with ErrCapturedEvent.
 func (s *driverStream) Record(e *event) error {
 	return s.do(func() error {
-		return e.use(func(h uintptr) error { return s.c.drv.check("cuEventRecord", s.c.drv.cuEventRecord(h, s.h)) })
+		return e.use(func(h uintptr) error { return s.c.drv.check("cuEventRecord", s.c.drv.CuEventRecord(h, s.h)) })
 	})
 }
 
@@ -250,11 +252,11 @@ func (s *driverStream) Fence() (*event, error) {
 	e := &event{s: s}
 	err := s.do(func() error {
 		d := s.c.drv
-		if err := d.check("cuEventCreate", d.cuEventCreate(&e.h, eventDisableTiming)); err != nil {
+		if err := d.check("cuEventCreate", d.CuEventCreate(&e.h, eventDisableTiming)); err != nil {
 			return err
 		}
-		if err := d.check("cuEventRecord", d.cuEventRecord(e.h, s.h)); err != nil {
-			d.cuEventDestroy(e.h)
+		if err := d.check("cuEventRecord", d.CuEventRecord(e.h, s.h)); err != nil {
+			d.CuEventDestroy(e.h)
 			return err
 		}
 		return nil
@@ -270,7 +272,7 @@ func (s *driverStream) Fence() (*event, error) {
 func (s *driverStream) WaitEvent(e *event) error {
 	return s.do(func() error {
 		return e.use(func(h uintptr) error {
-			return s.c.drv.check("cuStreamWaitEvent", s.c.drv.cuStreamWaitEvent(s.h, h, 0))
+			return s.c.drv.check("cuStreamWaitEvent", s.c.drv.CuStreamWaitEvent(s.h, h, 0))
 		})
 	})
 }
@@ -289,11 +291,11 @@ func (e *event) Query() (bool, error) {
 	var done bool
 	err := e.s.do(func() error {
 		return e.use(func(h uintptr) error {
-			rc := e.s.c.drv.cuEventQuery(h)
-			if rc == codeNotReady {
+			rc := e.s.c.drv.CuEventQuery(h)
+			if rc == driver.CodeNotReady {
 				return nil
 			}
-			done = rc == codeSuccess
+			done = rc == driver.CodeSuccess
 			return e.s.c.drv.check("cuEventQuery", rc)
 		})
 	})
@@ -304,7 +306,7 @@ func (e *event) Query() (bool, error) {
 func (e *event) Synchronize() error {
 	return e.s.do(func() error {
 		return e.use(func(h uintptr) error {
-			return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.cuEventSynchronize(h))
+			return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.CuEventSynchronize(h))
 		})
 	})
 }
@@ -322,7 +324,7 @@ func (e *event) Destroy() error {
 		return nil
 	}
 	return e.s.cleanup(func() error {
-		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.cuEventDestroy(h))
+		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.CuEventDestroy(h))
 	})
 }
 
@@ -400,7 +402,7 @@ func (s *driverStream) Launch(f *Function, cfg LaunchConfig, args ...any) error 
 	g, b := cfg.Grid.norm(), cfg.Block.norm()
 	err = s.do(func() error {
 		return f.m.use(func(uintptr) error {
-			return s.c.drv.check("cuLaunchKernel", s.c.drv.cuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
+			return s.c.drv.check("cuLaunchKernel", s.c.drv.CuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
 		})
 	})
 	runtime.KeepAlive(vals)
@@ -411,7 +413,7 @@ func (s *driverStream) Launch(f *Function, cfg LaunchConfig, args ...any) error 
 	return nil
 }
 
-// CaptureStatus is a stream's capture state (CUstreamCaptureStatus).
+// captureStatus is a stream's capture state (CUstreamCaptureStatus).
 type captureStatus int32
 
 const (
@@ -440,7 +442,7 @@ func (c captureStatus) String() string {
 // freeing on its own thread meanwhile.
 func (s *driverStream) BeginCapture() error {
 	return s.do(func() error {
-		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.cuStreamBeginCapture(s.h, codeStreamCaptureModeThread))
+		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.CuStreamBeginCapture(s.h, driver.CodeStreamCaptureModeThread))
 	})
 }
 
@@ -450,7 +452,7 @@ func (s *driverStream) BeginCapture() error {
 func (s *driverStream) EndCapture() (*graph, error) {
 	g := &graph{s: s}
 	err := s.do(func() error {
-		return s.c.drv.check("cuStreamEndCapture", s.c.drv.cuStreamEndCapture(s.h, &g.h))
+		return s.c.drv.check("cuStreamEndCapture", s.c.drv.CuStreamEndCapture(s.h, &g.h))
 	})
 	if err != nil {
 		return nil, err
@@ -462,12 +464,12 @@ func (s *driverStream) EndCapture() (*graph, error) {
 func (s *driverStream) CaptureStatus() (captureStatus, error) {
 	var st int32
 	err := s.do(func() error {
-		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.cuStreamIsCapturing(s.h, &st))
+		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.CuStreamIsCapturing(s.h, &st))
 	})
 	return captureStatus(st), err
 }
 
-// Graph is a recorded graph (CUgraph). Its calls run on the executor of the
+// graph is a recorded graph (CUgraph). Its calls run on the executor of the
 // stream that captured it.
 type graph struct {
 	s  *driverStream
@@ -475,7 +477,7 @@ type graph struct {
 	h  uintptr    // 0 once destroyed
 }
 
-// GraphExec is an instantiated graph (CUgraphExec), launchable on any
+// graphExec is an instantiated graph (CUgraphExec), launchable on any
 // stream of the context.
 type graphExec struct {
 	s  *driverStream
@@ -493,7 +495,7 @@ func (g *graph) Instantiate() (*graphExec, error) {
 		if g.h == 0 {
 			return fmt.Errorf("%w: graph destroyed", ErrClosed)
 		}
-		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.cuGraphInstantiateWithFlag(&x.h, g.h, 0))
+		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.CuGraphInstantiateWithFlag(&x.h, g.h, 0))
 	})
 	if err != nil {
 		return nil, err
@@ -511,7 +513,7 @@ func (g *graph) Destroy() error {
 	if h == 0 {
 		return nil
 	}
-	return g.s.cleanup(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.cuGraphDestroy(h)) })
+	return g.s.cleanup(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.CuGraphDestroy(h)) })
 }
 
 // LaunchGraph enqueues one replay of x on the stream (cuGraphLaunch).
@@ -522,7 +524,7 @@ func (s *driverStream) LaunchGraph(x *graphExec) error {
 		if x.h == 0 {
 			return fmt.Errorf("%w: executable graph destroyed", ErrClosed)
 		}
-		return s.c.drv.check("cuGraphLaunch", s.c.drv.cuGraphLaunch(x.h, s.h))
+		return s.c.drv.check("cuGraphLaunch", s.c.drv.CuGraphLaunch(x.h, s.h))
 	})
 }
 
@@ -538,6 +540,6 @@ func (x *graphExec) Destroy() error {
 		return nil
 	}
 	return x.s.cleanup(func() error {
-		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.cuGraphExecDestroy(h))
+		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.CuGraphExecDestroy(h))
 	})
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // baseAlignment is the least alignment of every page (as cuda's);
@@ -80,8 +81,8 @@ type Backend struct {
 	allocs map[storage.ID]*allocation
 
 	mu        sync.Mutex // guards the fields below
-	queues    map[*Queue]struct{}
-	storages  map[*Storage]struct{}
+	queues    map[*queue]struct{}
+	storages  map[*deviceStorage]struct{}
 	kernels   map[*Kernel]struct{}
 	nextHW    int
 	poison    drvkit.Poison // B1; its own lock
@@ -120,8 +121,8 @@ func NewBackend(opts Options) (*Backend, error) {
 	}
 	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev,
 		allocs:   make(map[storage.ID]*allocation),
-		queues:   make(map[*Queue]struct{}),
-		storages: make(map[*Storage]struct{}),
+		queues:   make(map[*queue]struct{}),
+		storages: make(map[*deviceStorage]struct{}),
 		kernels:  make(map[*Kernel]struct{}),
 	}
 	b.reap = newReaper(b)
@@ -199,7 +200,7 @@ func (b *Backend) ValidationMessages() []string { return b.inst.log.messages() }
 
 // Allocations returns how many VkDeviceMemory objects the backend holds
 // (pages, queued frees and staging buffers).
-func (b *Backend) Allocations() int { return int(b.allocCount.Load()) }
+func (b *Backend) allocations() int { return int(b.allocCount.Load()) }
 
 // usable refuses a call on a closed or poisoned backend.
 func (b *Backend) usable(call string) error {
@@ -220,7 +221,7 @@ func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	if err := b.usable("new storage"); err != nil {
 		return nil, err
 	}
-	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]*allocation)}
+	s := &deviceStorage{b: b, budget: budget, live: make(map[storage.ID]*allocation)}
 	b.mu.Lock()
 	b.storages[s] = struct{}{}
 	b.mu.Unlock()
@@ -254,8 +255,8 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 }
 
 // queueOf returns q as a Queue of this backend.
-func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
-	vq, ok := q.(*Queue)
+func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
+	vq, ok := q.(*queue)
 	if !ok || vq == nil || vq.b != b {
 		return nil, fmt.Errorf("vulkan: %s: queue %T is not a queue of this vulkan backend: %w", call, q, stream.ErrInvalid)
 	}
@@ -302,10 +303,10 @@ func (b *Backend) marks() []queueMark {
 }
 
 // storageList returns the storages the backend made.
-func (b *Backend) storageList() []*Storage {
+func (b *Backend) storageList() []*deviceStorage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := make([]*Storage, 0, len(b.storages))
+	ss := make([]*deviceStorage, 0, len(b.storages))
 	for s := range b.storages {
 		ss = append(ss, s)
 	}
@@ -459,8 +460,8 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	bt.copies = append(bt.copies, sr, dr)
 	bt.use(sa)
 	bt.use(da)
-	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }
 
@@ -483,7 +484,7 @@ func (b *Backend) Poisoned() error { return b.poison.Err() }
 func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // forget drops a closed queue.
-func (b *Backend) forget(q *Queue) {
+func (b *Backend) forget(q *queue) {
 	b.mu.Lock()
 	delete(b.queues, q)
 	b.mu.Unlock()
@@ -501,11 +502,11 @@ func (b *Backend) Close() error {
 func (b *Backend) close() error {
 	b.mu.Lock()
 	b.closed = true
-	queues := make([]*Queue, 0, len(b.queues))
+	queues := make([]*queue, 0, len(b.queues))
 	for q := range b.queues {
 		queues = append(queues, q)
 	}
-	storages := make([]*Storage, 0, len(b.storages))
+	storages := make([]*deviceStorage, 0, len(b.storages))
 	for s := range b.storages {
 		storages = append(storages, s)
 	}

@@ -25,6 +25,7 @@ import (
 	"fmt"
 
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // recording is an open capture.
@@ -35,25 +36,25 @@ type recording struct {
 	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
 }
 
-var _ stream.Recorder = (*Queue)(nil)
+var _ stream.Recorder = (*queue)(nil)
 
 // CommandGraph is the stream.Exec a Queue seals: a recorded command
 // buffer, what its commands use, and the number of ops recorded. Close
 // frees it (the device's Graph.Close does, after its launches); the queue
 // frees it at the latest when it closes.
-type CommandGraph struct {
-	q   *Queue
+type commandGraph struct {
+	q   *queue
 	ops int
 	bt  *batch // sealed; nil once released (under q.mu)
 }
 
-var _ stream.Exec = (*CommandGraph)(nil)
+var _ stream.Exec = (*commandGraph)(nil)
 
 // Len implements stream.Exec: the number of recorded ops.
-func (g *CommandGraph) Len() int { return g.ops }
+func (g *commandGraph) Len() int { return g.ops }
 
 // Recording implements stream.Recorder.
-func (q *Queue) Recording() bool {
+func (q *queue) Recording() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.rec != nil
@@ -62,7 +63,7 @@ func (q *Queue) Recording() bool {
 // BeginCapture implements stream.Recorder: later ops are recorded into one
 // command buffer until EndCapture. Relocation copies not yet submitted are
 // submitted first.
-func (q *Queue) BeginCapture(o stream.Owner) error {
+func (q *queue) BeginCapture(o stream.Owner) error {
 	if o == 0 {
 		return fmt.Errorf("vulkan: begin capture: owner 0: %w", stream.ErrInvalid)
 	}
@@ -87,7 +88,7 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 // EndCapture implements stream.Recorder: the recording is closed in every
 // case; when o owns it, doomed is nil and nothing invalidated it, its
 // command buffer is sealed into a *CommandGraph.
-func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
 	q.mu.Lock()
@@ -113,17 +114,17 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.rec = nil
 	bt := rec.bt
 	if bt.cb != 0 {
-		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
-		if err := check("vkEndCommandBuffer", call(q.b.dev.fn.EndCommandBuffer, bt.cb)); err != nil {
+		q.barrier(bt.cb, vk.PipelineStageAllCommands, vk.AccessMemoryWrite, vk.PipelineStageHost, vk.AccessHostRead)
+		if err := check("vkEndCommandBuffer", vk.Call(q.b.dev.fn.EndCommandBuffer, bt.cb)); err != nil {
 			q.b.notePoison(err)
 			q.dropBatchLocked(bt)
 			return nil, fmt.Errorf("vulkan: end capture on stream %d: %w", q.index, err)
 		}
 	}
 	bt.sealed = true
-	g := &CommandGraph{q: q, ops: rec.ops, bt: bt}
+	g := &commandGraph{q: q, ops: rec.ops, bt: bt}
 	if q.execs == nil {
-		q.execs = make(map[*CommandGraph]struct{})
+		q.execs = make(map[*commandGraph]struct{})
 	}
 	q.execs[g] = struct{}{}
 	return g, nil
@@ -131,19 +132,19 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 
 // discardRecordingLocked drops the open recording and what it held (its
 // command buffer was never submitted).
-func (q *Queue) discardRecordingLocked() {
+func (q *queue) discardRecordingLocked() {
 	bt := q.rec.bt
 	q.rec = nil
 	if bt.cb != 0 {
 		// Begun, perhaps with commands: reset before reuse.
-		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		vk.Call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
 	}
 	q.dropBatchLocked(bt)
 }
 
 // invalidateLocked invalidates the open recording, keeping the first
 // cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *Queue) invalidateLocked(cause string) error {
+func (q *queue) invalidateLocked(cause string) error {
 	if q.rec.invalid == nil {
 		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
 	}
@@ -151,7 +152,7 @@ func (q *Queue) invalidateLocked(cause string) error {
 }
 
 // refuseWhileRecording invalidates an open recording and says why.
-func (q *Queue) refuseWhileRecording(cause string) error {
+func (q *queue) refuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.rec == nil {
@@ -163,8 +164,8 @@ func (q *Queue) refuseWhileRecording(cause string) error {
 // Replay implements stream.Recorder: submits e (a *CommandGraph this queue
 // recorded) as one step, after the pending waits. Inside a capture it
 // invalidates the recording: graphs do not nest here.
-func (q *Queue) Replay(e stream.Exec) error {
-	g, ok := e.(*CommandGraph)
+func (q *queue) Replay(e stream.Exec) error {
+	g, ok := e.(*commandGraph)
 	if !ok || g == nil || g.q != q {
 		return fmt.Errorf("vulkan: replay: %T is not a graph recorded on this queue (stream %d): %w", e, q.index, stream.ErrInvalid)
 	}
@@ -194,7 +195,7 @@ func (q *Queue) Replay(e stream.Exec) error {
 
 // Close frees the graph's command buffer, staging buffers and descriptor
 // sets once its launches completed (it waits for them). Idempotent.
-func (g *CommandGraph) Close() error {
+func (g *commandGraph) Close() error {
 	q := g.q
 	f, err := q.Fence()
 	if err == nil {
@@ -210,7 +211,7 @@ func (g *CommandGraph) Close() error {
 }
 
 // releaseLocked gives back what the graph holds (its launches complete).
-func (g *CommandGraph) releaseLocked() {
+func (g *commandGraph) releaseLocked() {
 	q := g.q
 	bt := g.bt
 	if bt == nil {
@@ -220,7 +221,7 @@ func (g *CommandGraph) releaseLocked() {
 	delete(q.execs, g)
 	bt.sealed = false
 	if bt.cb != 0 {
-		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		vk.Call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
 	}
 	q.dropBatchLocked(bt)
 }

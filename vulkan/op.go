@@ -21,13 +21,14 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // Op is one running op on a vulkan stream, as its run function sees it
 // (see Enqueue). Call its methods only from the run function, before it
 // returns.
 type Op struct {
-	q     *Queue
+	q     *queue
 	name  string
 	res   []storage.Resource
 	ended atomic.Bool
@@ -44,7 +45,7 @@ type Op struct {
 // Window, Stats and Report on the device and gets gpumem.ErrCalledFromOp
 // for the rest.
 func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) error) error {
-	q, ok := s.Queue().(*Queue)
+	q, ok := s.Queue().(*queue)
 	if !ok {
 		return fmt.Errorf("vulkan: enqueue %q: %s runs on the %s backend, not vulkan: %w",
 			name, s.Name(), s.Device().Backend().Name(), stream.ErrInvalid)
@@ -58,12 +59,6 @@ func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) 
 		return run(op)
 	})
 }
-
-// Name returns the op's name.
-func (op *Op) Name() string { return op.name }
-
-// Uses returns the number of uses the op declared.
-func (op *Op) Uses() int { return len(op.res) }
 
 // DeviceAddress returns the buffer device address and size of the op's
 // i-th use (for shaders that take addresses, GL_EXT_buffer_reference).
@@ -242,7 +237,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 				*g, i, limit)}
 		}
 	}
-	infos := make([]vkDescriptorBufferInfo, len(buffers))
+	infos := make([]vk.DescriptorBufferInfo, len(buffers))
 	used := make([]*allocation, len(buffers))
 	for i, bd := range buffers {
 		if bd.use < 0 || bd.use >= len(op.res) {
@@ -267,7 +262,7 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 		if err != nil {
 			return err
 		}
-		infos[i] = vkDescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
+		infos[i] = vk.DescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
 		used[i] = a
 	}
 
@@ -290,12 +285,12 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 			return err
 		}
 		q.op.sets = append(q.op.sets, set)
-		writes := make([]vkWriteDescriptorSet, len(infos))
+		writes := make([]vk.WriteDescriptorSet, len(infos))
 		for i := range infos {
-			writes[i] = vkWriteDescriptorSet{SType: stWriteDescriptorSet, DstSet: set.h, DstBinding: uint32(i),
-				DescriptorCount: 1, DescriptorType: descriptorTypeStorageBuffer, PBufferInfo: unsafe.Pointer(&infos[i])}
+			writes[i] = vk.WriteDescriptorSet{SType: vk.StWriteDescriptorSet, DstSet: set.h, DstBinding: uint32(i),
+				DescriptorCount: 1, DescriptorType: vk.DescriptorTypeStorageBuffer, PBufferInfo: unsafe.Pointer(&infos[i])}
 		}
-		call(d.fn.UpdateDescriptorSets, d.h, uintptr(len(writes)), uintptr(unsafe.Pointer(&writes[0])), 0, 0)
+		vk.Call(d.fn.UpdateDescriptorSets, d.h, uintptr(len(writes)), uintptr(unsafe.Pointer(&writes[0])), 0, 0)
 		sets = append(sets, set.h)
 	}
 	cb, err := q.commandsLocked(q.op)
@@ -305,14 +300,14 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 	for _, a := range used {
 		q.op.use(a)
 	}
-	call(d.fn.CmdBindPipeline, cb, pipelineBindPointCompute, uintptr(k.pipeline))
+	vk.Call(d.fn.CmdBindPipeline, cb, vk.PipelineBindPointCompute, uintptr(k.pipeline))
 	if len(sets) > 0 {
-		call(d.fn.CmdBindDescriptorSets, cb, pipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
+		vk.Call(d.fn.CmdBindDescriptorSets, cb, vk.PipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
 	}
 	if len(pc) > 0 {
-		call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), shaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
+		vk.Call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), vk.ShaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
 	}
-	call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
+	vk.Call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
 	return nil
 }
 
@@ -379,7 +374,7 @@ func (op *Op) Copy(dst, src Binding) error {
 	}
 	q.op.use(sa)
 	q.op.use(da)
-	region := &vkBufferCopy{SrcOffset: soff, DstOffset: doff, Size: dn}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: soff, DstOffset: doff, Size: dn}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }
