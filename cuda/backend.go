@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -66,7 +66,7 @@ type Backend struct {
 	mu       sync.Mutex // guards the fields below
 	queues   map[*queue]struct{}
 	storages map[*plainStorage]struct{}
-	poison   drvkit.Poison // first sticky error seen (B3); its own lock
+	poison   backendkit.Poison // first sticky error seen (B3); its own lock
 	closed   bool
 
 	kmu     sync.Mutex // guards the kernel module, loaded on first Launch
@@ -132,14 +132,7 @@ func NewBackend(opts Options) (*Backend, error) {
 // gpumem.ErrNotSupported and ErrNoDriver.
 func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
 	b, err := NewBackend(opts)
-	if err != nil {
-		return nil, err
-	}
-	d, err := gpumem.OpenBackend(b, more...)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return d, nil
+	return backendkit.OpenDevice(b, err, more)
 }
 
 // devContext returns the driver context the backend runs on.
@@ -219,13 +212,9 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	return q, nil
 }
 
-// queueOf returns q as a Queue of this backend.
+// queueOf returns q as a queue of this backend.
 func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
-	cq, ok := q.(*queue)
-	if !ok || cq == nil || cq.b != b {
-		return nil, fmt.Errorf("cuda: %s: queue %T is not a queue of this cuda backend: %w", call, q, stream.ErrInvalid)
-	}
-	return cq, nil
+	return backendkit.QueueOf("cuda", q, call, func(cq *queue) bool { return cq.b == b })
 }
 
 // CopyOnDevice implements gpumem.Backend: cuMemcpyDtoDAsync_v2 of src into
@@ -418,7 +407,7 @@ func (b *Backend) function(name string) (*Function, error) {
 // device can be trusted: close it.
 func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first sticky fault (B3, drvkit DK1).
+// notePoison keeps err when it is the first sticky fault (B3, backendkit DK1).
 func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // Close implements gpumem.Backend: closes every queue still open, frees

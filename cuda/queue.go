@@ -25,7 +25,7 @@
 //   - (Q4) While a capture is open, ops run on the executor (their launches
 //     are captured) and take no number; no event is recorded into the
 //     capture. A host wait or an unmet cross-stream wait invalidates it in
-//     software (rec.invalid), as the host queues do, and EndCapture then
+//     software (a backendkit.Recording), as the host queues do, and EndCapture then
 //     yields no graph.
 //   - (Q5) When the event of a step cannot be created or recorded and the
 //     error is not sticky (out of resources, say), the executor
@@ -54,7 +54,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -82,10 +82,10 @@ type queue struct {
 	dead     []*event // events of failed steps, destroyed at Close
 	progress chan struct{}
 	failures []stream.OpFailure
-	asyncErr error // first error the watcher saw (Q2)
-	rec      *recording
-	unfenced bool      // device copies enqueued since the last event
-	copyFrom time.Time // when the first of the unfenced copies was enqueued
+	asyncErr error                 // first error the watcher saw (Q2)
+	rec      *backendkit.Recording // open capture; nil: none
+	unfenced bool                  // device copies enqueued since the last event
+	copyFrom time.Time             // when the first of the unfenced copies was enqueued
 	execs    map[*graphExecutable]struct{}
 	closed   bool
 
@@ -106,13 +106,6 @@ type pendingStep struct {
 	err  error  // recording the event failed
 
 	copyFrom time.Time // the step covers device copies enqueued from then (zero: none)
-}
-
-// recording is an open capture.
-type recording struct {
-	owner   stream.Owner
-	ops     int
-	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
 }
 
 var _ stream.Recorder = (*queue)(nil)
@@ -262,23 +255,6 @@ func (q *queue) issueLocked(name string, ev *event, err error) uint64 {
 	return seq
 }
 
-// runOp runs op, turning a panic into an error wrapping
-// stream.ErrOpPanicked.
-func runOp(op stream.Op) (err error) {
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if e, ok := r.(error); ok {
-			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
-		} else {
-			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
-		}
-	}()
-	return op.Run()
-}
-
 // do runs fn on the stream's executor, refusing a closed queue with an
 // error wrapping stream.ErrClosed.
 func (q *queue) do(call string, fn func() error) error {
@@ -301,9 +277,7 @@ func (q *queue) do(call string, fn func() error) error {
 }
 
 // closedErr is the error of a call on a closed queue.
-func (q *queue) closedErr(call string) error {
-	return fmt.Errorf("cuda: stream %d: %s: %w", q.index, call, stream.ErrClosed)
-}
+func (q *queue) closedErr(call string) error { return backendkit.Closed("cuda", q.index, call) }
 
 // Enqueue implements stream.Queue. op.Run runs now, on the stream's
 // executor, after every op enqueued before it; the work it launches on the
@@ -322,24 +296,17 @@ func (q *queue) Enqueue(op stream.Op) (seq uint64, err error) {
 			return q.closedErr("enqueue")
 		}
 		rec := q.rec
-		var invalid error
-		if rec != nil {
-			invalid = rec.invalid
-		}
+		refused := rec.Refuse("cuda", fmt.Sprintf("enqueue %q", op.Name))
 		q.mu.Unlock()
-		if invalid != nil {
-			return fmt.Errorf("cuda: enqueue %q on an invalidated recording: %w", op.Name, invalid)
+		if refused != nil {
+			return refused
 		}
-		runErr := runOp(op)
+		runErr := backendkit.RunOp(op)
 		q.b.notePoison(runErr)
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if rec != nil {
-			if runErr != nil {
-				return fmt.Errorf("cuda: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
-			}
-			rec.ops++
-			return nil
+			return rec.Recorded("cuda", op.Name, runErr)
 		}
 		seq = q.markLocked(op.Name)
 		if runErr != nil {
@@ -360,7 +327,7 @@ func (q *queue) copyDtoD(dst, src uintptr, n uint64) error {
 			return q.closedErr("copy on device")
 		}
 		if q.rec != nil {
-			return fmt.Errorf("cuda: stream %d: copy on device while recording: %w", q.index, stream.ErrCaptureState)
+			return backendkit.CopyWhileRecording("cuda", q.index)
 		}
 		d := q.b.ctx.drv
 		t0 := time.Now()
@@ -423,51 +390,22 @@ func (q *queue) Completed() uint64 { return q.completed.Load() }
 // queue, it returns at once with stream.ErrCaptureUnsupported and
 // invalidates that recording, as the host queues do.
 func (q *queue) Wait(ctx context.Context, f stream.Fence) error {
-	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
-		return err
-	}
-	if f.Seq == 0 {
-		return nil
-	}
-	if drvkit.NilQueue(f.Q) {
-		return fmt.Errorf("cuda: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
-	}
-	t, ok := f.Q.(*queue)
-	if !ok {
-		return f.Q.Wait(ctx, f)
-	}
-	if t != q {
-		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
-			return err
-		}
-	}
-	return t.waitSeq(ctx, f.Seq)
+	return backendkit.Wait("cuda", q, ctx, f)
 }
 
-// refuseWhileRecording invalidates an open recording and says why.
-func (q *queue) refuseWhileRecording(cause string) error {
+// RefuseWhileRecording invalidates an open recording and says why
+// (backendkit.Waiter).
+func (q *queue) RefuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.rec == nil {
-		return nil
-	}
-	return fmt.Errorf("cuda: wait: %w: %w", stream.ErrCaptureUnsupported, q.invalidateLocked(cause))
+	return q.rec.RefuseWait("cuda", cause)
 }
 
-// invalidateLocked invalidates the open recording, keeping the first
-// cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *queue) invalidateLocked(cause string) error {
-	if q.rec.invalid == nil {
-		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
-	}
-	return q.rec.invalid
-}
-
-// waitSeq blocks until step seq completed, ctx is done or the stream failed.
-func (q *queue) waitSeq(ctx context.Context, seq uint64) error {
-	if issued := q.issued.Load(); seq > issued {
-		return fmt.Errorf("cuda: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			seq, issued, q.index, stream.ErrInvalid)
+// WaitSeq blocks until step seq completed, ctx is done or the stream
+// failed (backendkit.Waiter).
+func (q *queue) WaitSeq(ctx context.Context, seq uint64) error {
+	if err := backendkit.Beyond("cuda", "wait", seq, q.issued.Load(), q.index); err != nil {
+		return err
 	}
 	for {
 		if q.completed.Load() >= seq {
@@ -505,7 +443,7 @@ func (q *queue) WaitFence(f stream.Fence) error {
 	if f.Seq == 0 {
 		return q.Flush()
 	}
-	if drvkit.NilQueue(f.Q) {
+	if backendkit.NilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	if f.Q == stream.Queue(q) {
@@ -515,9 +453,8 @@ func (q *queue) WaitFence(f stream.Fence) error {
 	if !ok || t.b.ctx != q.b.ctx {
 		return q.waitForeign(f)
 	}
-	if issued := t.issued.Load(); f.Seq > issued {
-		return fmt.Errorf("cuda: wait fence: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			f.Seq, issued, t.index, stream.ErrInvalid)
+	if err := backendkit.Beyond("cuda", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
+		return err
 	}
 	return q.do("wait fence", func() error {
 		// The recording state changes only on this executor: stable here.
@@ -549,9 +486,9 @@ func (q *queue) WaitFence(f stream.Fence) error {
 		if recording {
 			t.mu.Unlock()
 			q.mu.Lock()
-			err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
+			err := q.rec.RefuseCrossStream("cuda", fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
 			q.mu.Unlock()
-			return fmt.Errorf("cuda: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+			return err
 		}
 		if p.err != nil {
 			t.mu.Unlock()
@@ -577,9 +514,9 @@ func (q *queue) waitForeign(f stream.Fence) error {
 	}
 	q.mu.Lock()
 	if q.rec != nil {
-		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q))
+		err := q.rec.RefuseCrossStream("cuda", fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q))
 		q.mu.Unlock()
-		return fmt.Errorf("cuda: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+		return err
 	}
 	q.mu.Unlock()
 	return f.Q.Wait(context.Background(), f)
@@ -606,8 +543,8 @@ func (q *queue) Recording() bool {
 // thread-local mode, on the stream's executor. While it is open the
 // backend's storages keep their frees queued.
 func (q *queue) BeginCapture(o stream.Owner) error {
-	if o == 0 {
-		return fmt.Errorf("cuda: begin capture: owner 0: %w", stream.ErrInvalid)
+	if err := backendkit.BeginOwner("cuda", o); err != nil {
+		return err
 	}
 	q.b.capMu.Lock()
 	defer q.b.capMu.Unlock()
@@ -618,9 +555,8 @@ func (q *queue) BeginCapture(o stream.Owner) error {
 		if closed {
 			return q.closedErr("begin capture")
 		}
-		if rec != nil {
-			return fmt.Errorf("cuda: begin capture for owner %d: stream %d already records for owner %d: %w",
-				o, q.index, rec.owner, stream.ErrCaptureState)
+		if err := rec.Busy("cuda", q.index, o); err != nil {
+			return err
 		}
 		// Device copies not yet covered by an event get one now: a Fence
 		// taken during the capture (which records no event) covers them.
@@ -634,7 +570,7 @@ func (q *queue) BeginCapture(o stream.Owner) error {
 			return fmt.Errorf("cuda: begin capture on stream %d: %w", q.index, err)
 		}
 		q.mu.Lock()
-		q.rec = &recording{owner: o}
+		q.rec = &backendkit.Recording{Owner: o}
 		q.mu.Unlock()
 		q.b.capturing++
 		return nil
@@ -655,22 +591,12 @@ func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 		q.rec = nil
 		q.mu.Unlock()
 		if rec == nil {
-			return errors.Join(fmt.Errorf("cuda: end capture by owner %d: stream %d does not record: %w", o, q.index, stream.ErrCaptureState), doomed)
+			return backendkit.NotRecording("cuda", q.index, o, doomed)
 		}
 		q.b.capturing--
 		g, endErr := q.s.EndCapture()
 		q.b.notePoison(endErr)
-		var errs []error
-		if o != rec.owner {
-			errs = append(errs, fmt.Errorf("cuda: end capture: caller %d, capture owned by %d (torn down, no graph): %w",
-				o, rec.owner, stream.ErrWrongOwner))
-		}
-		if rec.invalid != nil {
-			errs = append(errs, fmt.Errorf("cuda: end capture: %w", rec.invalid))
-		}
-		if doomed != nil {
-			errs = append(errs, fmt.Errorf("cuda: end capture: recording doomed: %w", doomed))
-		}
+		errs := rec.Refusals("cuda", o, doomed)
 		if endErr != nil {
 			errs = append(errs, fmt.Errorf("cuda: end capture on stream %d: %w", q.index, endErr))
 		}
@@ -689,7 +615,7 @@ func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 			}
 			return fmt.Errorf("cuda: instantiating the graph captured on stream %d: %w", q.index, err)
 		}
-		x = &graphExecutable{q: q, x: gx, ops: rec.ops}
+		x = &graphExecutable{q: q, x: gx, ops: rec.Ops}
 		q.mu.Lock()
 		q.execs[x] = struct{}{}
 		q.mu.Unlock()
@@ -712,23 +638,20 @@ func (q *queue) Replay(e stream.Exec) error {
 	return q.do("replay", func() error {
 		q.mu.Lock()
 		closed, rec := q.closed, q.rec
-		var invalid error
-		if rec != nil {
-			invalid = rec.invalid
-		}
+		refused := rec.Refuse("cuda", "replay")
 		q.mu.Unlock()
 		if closed {
 			return q.closedErr("replay")
 		}
-		if invalid != nil {
-			return fmt.Errorf("cuda: replay on an invalidated recording: %w", invalid)
+		if refused != nil {
+			return refused
 		}
 		if err := x.launch(q.s); err != nil {
 			q.b.notePoison(err)
 			err = fmt.Errorf("cuda: replay on stream %d: %w", q.index, err)
 			if rec != nil {
 				q.mu.Lock()
-				q.invalidateLocked(err.Error())
+				rec.Invalidate(err.Error())
 				q.mu.Unlock()
 			}
 			return err
@@ -736,7 +659,7 @@ func (q *queue) Replay(e stream.Exec) error {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if rec != nil {
-			rec.ops += x.ops
+			rec.Ops += x.ops
 			return nil
 		}
 		q.markLocked("graph launch")
@@ -823,7 +746,7 @@ func (q *queue) close() error {
 // markClosed marks the queue closed, wakes the watcher and takes the open
 // recording, if any, out of the backend's count of captures. q.b.capMu
 // must be held.
-func (q *queue) markClosed() *recording {
+func (q *queue) markClosed() *backendkit.Recording {
 	q.mu.Lock()
 	q.closed = true
 	rec := q.rec
@@ -888,7 +811,7 @@ func (q *queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
 
 // WaitCompleted implements stream.Completer: it waits for the watcher to see
 // step seq complete, which is no host synchronisation of the stream.
-func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.WaitSeq(ctx, seq) }
 
 var (
 	_ stream.Executor  = (*queue)(nil)

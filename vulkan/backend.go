@@ -24,7 +24,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -85,7 +85,7 @@ type Backend struct {
 	storages  map[*deviceStorage]struct{}
 	kernels   map[*Kernel]struct{}
 	nextHW    int
-	poison    drvkit.Poison // B1; its own lock
+	poison    backendkit.Poison // B1; its own lock
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -171,14 +171,7 @@ func NewBackend(opts Options) (*Backend, error) {
 // error wraps gpumem.ErrNotSupported.
 func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
 	b, err := NewBackend(opts)
-	if err != nil {
-		return nil, err
-	}
-	d, err := gpumem.OpenBackend(b, more...)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return d, nil
+	return backendkit.OpenDevice(b, err, more)
 }
 
 // Info describes the device the backend runs on.
@@ -256,11 +249,7 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 
 // queueOf returns q as a Queue of this backend.
 func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
-	vq, ok := q.(*queue)
-	if !ok || vq == nil || vq.b != b {
-		return nil, fmt.Errorf("vulkan: %s: queue %T is not a queue of this vulkan backend: %w", call, q, stream.ErrInvalid)
-	}
-	return vq, nil
+	return backendkit.QueueOf("vulkan", q, call, func(vq *queue) bool { return vq.b == b })
 }
 
 // register and unregister keep the ID -> allocation index.
@@ -439,7 +428,7 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 		return vq.closedErr("copy on device")
 	}
 	if vq.rec != nil {
-		return fmt.Errorf("vulkan: stream %d: copy on device while recording: %w", vq.index, stream.ErrCaptureState)
+		return backendkit.CopyWhileRecording("vulkan", vq.index)
 	}
 	if vq.loose == nil {
 		vq.loose = &batch{}

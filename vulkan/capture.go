@@ -24,16 +24,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/stream"
 	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // recording is an open capture.
 type recording struct {
-	owner   stream.Owner
-	bt      *batch
-	ops     int
-	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
+	backendkit.Recording
+	bt *batch
 }
 
 var _ stream.Recorder = (*queue)(nil)
@@ -64,8 +63,8 @@ func (q *queue) Recording() bool {
 // command buffer until EndCapture. Relocation copies not yet submitted are
 // submitted first.
 func (q *queue) BeginCapture(o stream.Owner) error {
-	if o == 0 {
-		return fmt.Errorf("vulkan: begin capture: owner 0: %w", stream.ErrInvalid)
+	if err := backendkit.BeginOwner("vulkan", o); err != nil {
+		return err
 	}
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
@@ -75,13 +74,12 @@ func (q *queue) BeginCapture(o stream.Owner) error {
 		return q.closedErr("begin capture")
 	}
 	if q.rec != nil {
-		return fmt.Errorf("vulkan: begin capture for owner %d: stream %d already records for owner %d: %w",
-			o, q.index, q.rec.owner, stream.ErrCaptureState)
+		return q.rec.Busy("vulkan", q.index, o)
 	}
 	if err := q.submitLooseLocked(); err != nil {
 		return err
 	}
-	q.rec = &recording{owner: o, bt: &batch{reusable: true}}
+	q.rec = &recording{Recording: backendkit.Recording{Owner: o}, bt: &batch{reusable: true}}
 	return nil
 }
 
@@ -95,18 +93,9 @@ func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	defer q.mu.Unlock()
 	rec := q.rec
 	if rec == nil {
-		return nil, errors.Join(fmt.Errorf("vulkan: end capture by owner %d: stream %d does not record: %w", o, q.index, stream.ErrCaptureState), doomed)
+		return nil, backendkit.NotRecording("vulkan", q.index, o, doomed)
 	}
-	var errs []error
-	if o != rec.owner {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: caller %d, capture owned by %d (torn down, no graph): %w", o, rec.owner, stream.ErrWrongOwner))
-	}
-	if rec.invalid != nil {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: %w", rec.invalid))
-	}
-	if doomed != nil {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: recording doomed: %w", doomed))
-	}
+	errs := rec.Refusals("vulkan", o, doomed)
 	if len(errs) > 0 {
 		q.discardRecordingLocked()
 		return nil, errors.Join(errs...)
@@ -122,7 +111,7 @@ func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 		}
 	}
 	bt.sealed = true
-	g := &commandGraph{q: q, ops: rec.ops, bt: bt}
+	g := &commandGraph{q: q, ops: rec.Ops, bt: bt}
 	if q.execs == nil {
 		q.execs = make(map[*commandGraph]struct{})
 	}
@@ -142,23 +131,15 @@ func (q *queue) discardRecordingLocked() {
 	q.dropBatchLocked(bt)
 }
 
-// invalidateLocked invalidates the open recording, keeping the first
-// cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *queue) invalidateLocked(cause string) error {
-	if q.rec.invalid == nil {
-		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
-	}
-	return q.rec.invalid
-}
-
-// refuseWhileRecording invalidates an open recording and says why.
-func (q *queue) refuseWhileRecording(cause string) error {
+// RefuseWhileRecording invalidates an open recording and says why
+// (backendkit.Waiter).
+func (q *queue) RefuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.rec == nil {
 		return nil
 	}
-	return fmt.Errorf("vulkan: wait: %w: %w", stream.ErrCaptureUnsupported, q.invalidateLocked(cause))
+	return q.rec.RefuseWait("vulkan", cause)
 }
 
 // Replay implements stream.Recorder: submits e (a *CommandGraph this queue
@@ -181,7 +162,7 @@ func (q *queue) Replay(e stream.Exec) error {
 	}
 	if q.rec != nil {
 		return fmt.Errorf("vulkan: replay inside a capture on stream %d: %w: %w", q.index, ErrUnsupported,
-			q.invalidateLocked("a graph launched inside the capture (graphs do not nest on vulkan)"))
+			q.rec.Invalidate("a graph launched inside the capture (graphs do not nest on vulkan)"))
 	}
 	if err := q.submitLooseLocked(); err != nil {
 		return err
@@ -199,7 +180,7 @@ func (g *commandGraph) Close() error {
 	q := g.q
 	f, err := q.Fence()
 	if err == nil {
-		err = q.waitSeq(context.Background(), f.Seq)
+		err = q.WaitSeq(context.Background(), f.Seq)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -46,7 +46,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/stream"
 	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
@@ -87,7 +87,7 @@ type queue struct {
 	descPool []*descriptorPool
 	failures []stream.OpFailure
 	asyncErr error
-	rec      *recording // open capture (capture.go)
+	rec      *recording // open capture (capture.go); nil: none
 	execs    map[*commandGraph]struct{}
 	closed   bool
 }
@@ -216,26 +216,7 @@ func newQueue(b *Backend, index int, hw *hwQueue) (*queue, error) {
 // Index returns the index of the gpumem stream the queue serves.
 func (q *queue) Index() int { return q.index }
 
-func (q *queue) closedErr(call string) error {
-	return fmt.Errorf("vulkan: stream %d: %s: %w", q.index, call, stream.ErrClosed)
-}
-
-// runOp runs op, turning a panic into an error wrapping
-// stream.ErrOpPanicked.
-func runOp(op stream.Op) (err error) {
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if e, ok := r.(error); ok {
-			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
-		} else {
-			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
-		}
-	}()
-	return op.Run()
-}
+func (q *queue) closedErr(call string) error { return backendkit.Closed("vulkan", q.index, call) }
 
 // Enqueue implements stream.Queue: op.Run runs now, on the caller's
 // goroutine, after every op enqueued before it; the commands it records
@@ -263,9 +244,9 @@ func (q *queue) Enqueue(op stream.Op) (uint64, error) {
 	q.pollLocked()
 	rec := q.rec
 	if rec != nil {
-		if rec.invalid != nil {
+		if err := rec.Refuse("vulkan", fmt.Sprintf("enqueue %q", op.Name)); err != nil {
 			q.mu.Unlock()
-			return 0, fmt.Errorf("vulkan: enqueue %q on an invalidated recording: %w", op.Name, rec.invalid)
+			return 0, err
 		}
 		q.op = rec.bt // recorded into the capture's command buffer
 	} else {
@@ -274,7 +255,7 @@ func (q *queue) Enqueue(op stream.Op) (uint64, error) {
 	q.mu.Unlock()
 
 	q.running.Store(uint64(stream.CurrentGoroutine()))
-	runErr := runOp(op)
+	runErr := backendkit.RunOp(op)
 	q.running.Store(0)
 	q.b.notePoison(runErr)
 
@@ -283,11 +264,7 @@ func (q *queue) Enqueue(op stream.Op) (uint64, error) {
 	bt := q.op
 	q.op = nil
 	if rec != nil {
-		if runErr != nil {
-			return 0, fmt.Errorf("vulkan: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
-		}
-		rec.ops++
-		return 0, nil
+		return 0, rec.Recorded("vulkan", op.Name, runErr)
 	}
 	seq, err := q.submitLocked(bt, op.Name)
 	if err != nil {
@@ -641,29 +618,11 @@ func (q *queue) Completed() uint64 {
 // at once with stream.ErrCaptureUnsupported and invalidates that
 // recording, as the host queues do.
 func (q *queue) Wait(ctx context.Context, f stream.Fence) error {
-	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
-		return err
-	}
-	if f.Seq == 0 {
-		return nil
-	}
-	if drvkit.NilQueue(f.Q) {
-		return fmt.Errorf("vulkan: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
-	}
-	t, ok := f.Q.(*queue)
-	if !ok {
-		return f.Q.Wait(ctx, f)
-	}
-	if t != q {
-		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
-			return err
-		}
-	}
-	return t.waitSeq(ctx, f.Seq)
+	return backendkit.Wait("vulkan", q, ctx, f)
 }
 
 // WaitCompleted implements stream.Completer.
-func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.WaitSeq(ctx, seq) }
 
 // waitPoll is how long one vkWaitSemaphores call waits before ctx is
 // looked at again.
@@ -671,10 +630,9 @@ const waitPoll = 20 * time.Millisecond
 
 // waitSeq blocks until step seq completed, ctx is done or the device
 // failed.
-func (q *queue) waitSeq(ctx context.Context, seq uint64) error {
-	if issued := q.issued.Load(); seq > issued {
-		return fmt.Errorf("vulkan: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			seq, issued, q.index, stream.ErrInvalid)
+func (q *queue) WaitSeq(ctx context.Context, seq uint64) error {
+	if err := backendkit.Beyond("vulkan", "wait", seq, q.issued.Load(), q.index); err != nil {
+		return err
 	}
 	for {
 		if q.completed.Load() >= seq {
@@ -706,10 +664,10 @@ func (q *queue) waitSeq(ctx context.Context, seq uint64) error {
 // does not block. A fence of this queue, or one already passed, adds
 // nothing; a fence of another backend's queue is waited for on the host.
 func (q *queue) WaitFence(f stream.Fence) error {
-	if f.Seq == 0 || (!drvkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
+	if f.Seq == 0 || (!backendkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
 		return q.Flush()
 	}
-	if drvkit.NilQueue(f.Q) {
+	if backendkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	t, ok := f.Q.(*queue)
@@ -719,9 +677,8 @@ func (q *queue) WaitFence(f stream.Fence) error {
 		}
 		return f.Q.Wait(context.Background(), f)
 	}
-	if issued := t.issued.Load(); f.Seq > issued {
-		return fmt.Errorf("vulkan: wait fence: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			f.Seq, issued, t.index, stream.ErrInvalid)
+	if err := backendkit.Beyond("vulkan", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
+		return err
 	}
 	if t.Completed() >= f.Seq {
 		return nil
@@ -732,8 +689,7 @@ func (q *queue) WaitFence(f stream.Fence) error {
 		return q.closedErr("wait fence")
 	}
 	if q.rec != nil {
-		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
-		return fmt.Errorf("vulkan: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+		return q.rec.RefuseCrossStream("vulkan", fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
 	}
 	for i, w := range q.waits {
 		if w.sem == t.sem {
@@ -770,7 +726,7 @@ func (q *queue) RunsOpsAtEnqueue() bool { return true }
 func (q *queue) hostSyncLocked(name string) error {
 	if q.rec != nil {
 		return fmt.Errorf("vulkan: %s inside a capture needs a host synchronisation: %w: %w", name,
-			stream.ErrCaptureUnsupported, q.invalidateLocked(name+" waited on the host"))
+			stream.ErrCaptureUnsupported, q.rec.Invalidate(name+" waited on the host"))
 	}
 	bt := q.op
 	q.op = &batch{}
@@ -779,7 +735,7 @@ func (q *queue) hostSyncLocked(name string) error {
 		return err
 	}
 	q.mu.Unlock()
-	err = q.waitSeq(context.Background(), seq)
+	err = q.WaitSeq(context.Background(), seq)
 	q.mu.Lock()
 	return err
 }
@@ -807,7 +763,7 @@ func (q *queue) Close() error {
 		execs = append(execs, x)
 	}
 	q.mu.Unlock()
-	if werr := q.waitSeq(context.Background(), issued); werr != nil {
+	if werr := q.WaitSeq(context.Background(), issued); werr != nil {
 		err = errors.Join(err, werr)
 		// The device failed: wait for it to be idle before destroying
 		// what its work may use.
@@ -845,7 +801,7 @@ func (q *queue) Close() error {
 func waitMarks(ms []queueMark) error {
 	var errs []error
 	for _, m := range ms {
-		errs = append(errs, m.q.waitSeq(context.Background(), m.seq))
+		errs = append(errs, m.q.WaitSeq(context.Background(), m.seq))
 	}
 	return errors.Join(errs...)
 }

@@ -194,7 +194,7 @@ func (s *deviceStorage) waitQueued() bool {
 		if !ok {
 			return freed
 		}
-		if err := m.q.waitSeq(context.Background(), m.seq); err != nil {
+		if err := m.q.WaitSeq(context.Background(), m.seq); err != nil {
 			s.b.notePoison(err)
 			some, _, _ := s.releaseIdle()
 			return some || freed
