@@ -1,20 +1,20 @@
 // The gpumem.Backend adapter: a Device on real device memory.
 //
-// Structure. A Backend holds one Context (the device's primary context and
-// its device executor), the Storages it made (one per stream memory) and the
-// Queues it made (one per stream, each over a Stream with its own executor
+// Structure. A Backend holds one primaryContext (the device's primary context and
+// its device executor), the storages it made (one per stream memory) and the
+// queues it made (one per stream, each over a driverStream with its own executor
 // and a completion watcher). The device (package gpumem) decides everything
 // about pages, relocation and captures; this file only maps its calls onto
 // the driver layer.
 //
 // Invariants:
 //   - (B1) Storage calls (cuMemAlloc_v2, cuMemFree_v2, the VMM calls of a
-//     GranularStorage) run on the device executor; stream work (copies,
+//     granularStorage) run on the device executor; stream work (copies,
 //     kernels, events, captures) runs on the stream's executor (C1 in
 //     doc.go).
 //   - (B2) No cuMemFree_v2, cuMemUnmap or cuMemAddressFree runs while a
 //     queue of this backend records: frees and unmaps are queued by
-//     Storage.Dealloc and GranularStorage.Unmap and handed to the driver by
+//     plainStorage.Dealloc and granularStorage.Unmap and handed to the driver by
 //     Flush only when capturing == 0, checked and acted on under capMu,
 //     which BeginCapture and EndCapture also hold.
 //   - (B3) The first sticky driver error any component sees is kept
@@ -172,7 +172,7 @@ func (b *Backend) Properties() memory.Properties { return b.props }
 // $GPUMEM_CUDA_GRANULAR does not turn it off), else 0 (plain storages).
 func (b *Backend) Granule() uint64 { return b.granule }
 
-// NewStorage implements gpumem.Backend: a *GranularStorage drawing on
+// NewStorage implements gpumem.Backend: a *granularStorage drawing on
 // budget where the backend maps granules (Granule() > 0), else a plain
 // *Storage on cuMemAlloc_v2.
 func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
@@ -191,7 +191,7 @@ func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	return s, nil
 }
 
-// NewQueue implements gpumem.Backend: a Queue over a new driver stream.
+// NewQueue implements gpumem.Backend: a queue over a new driver stream.
 func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	b.mu.Lock()
 	closed := b.closed
@@ -323,9 +323,9 @@ func prefault(dst []byte) {
 	wg.Wait()
 }
 
-// launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
+// launch launches a kernel of kernelsPTX (kernelAddOne, kernelFillU8) on q's
 // stream over n bytes at ptr, one thread per byte, with extra arguments
-// after (ptr, n): KernelAddOne takes none, KernelFillU8 exactly one, the
+// after (ptr, n): kernelAddOne takes none, kernelFillU8 exactly one, the
 // value as a uint32; other extras, or another kernel name, are refused
 // with an error wrapping stream.ErrInvalid (the driver would read missing
 // arguments out of bounds). Call it inside an op's Run on q, with ptr from
@@ -358,7 +358,7 @@ func (b *Backend) launch(q stream.Queue, kernel string, ptr uintptr, n uint64, e
 }
 
 // checkKernelExtras checks Launch's extra arguments against the parameters
-// of KernelsPTX's kernels after (data, n).
+// of kernelsPTX's kernels after (data, n).
 func checkKernelExtras(kernel string, extra []any) error {
 	switch kernel {
 	case kernelAddOne:
@@ -378,7 +378,7 @@ func checkKernelExtras(kernel string, extra []any) error {
 	return nil
 }
 
-// function returns a kernel of KernelsPTX, loading the module once.
+// function returns a kernel of kernelsPTX, loading the module once.
 func (b *Backend) function(name string) (*Function, error) {
 	b.kmu.Lock()
 	defer b.kmu.Unlock()

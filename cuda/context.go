@@ -9,7 +9,7 @@ import (
 	"github.com/gpumem/gpumem/cuda/internal/driver"
 )
 
-// Options configures Open. The zero value opens device 0 through
+// Options configures NewBackend (and OpenDevice). The zero value opens device 0 through
 // libcuda.so.1 (or $GPUMEM_LIBCUDA).
 type Options struct {
 	// Library is the driver library to load. Empty: $GPUMEM_LIBCUDA when
@@ -56,10 +56,10 @@ func available(path string) error {
 	return nil
 }
 
-// Context is one device's primary context, opened through the driver, with
+// primaryContext is one device's primary context, opened through the driver, with
 // its device executor. Its methods are safe for concurrent use; storage and
 // module calls run in order on the device executor, stream work on each
-// Stream's executor.
+// driverStream's executor.
 type primaryContext struct {
 	drv      *cudaDriver
 	ordinal  int
@@ -76,7 +76,7 @@ type primaryContext struct {
 	streams map[*driverStream]struct{}
 }
 
-// Open loads the driver, initialises it and retains opts.Device's primary
+// openContext loads the driver, initialises it and retains opts.Device's primary
 // context, current on a new device executor. Without a usable driver (no
 // libcuda.so.1, a required symbol missing, cuInit failing, no such device)
 // it returns an error wrapping ErrNoDriver and holds nothing; it never
@@ -153,7 +153,7 @@ func (c *primaryContext) init() error {
 	return nil
 }
 
-// Close closes every Stream still open (a Queue whose stream it closes then
+// Close closes every driverStream still open (a queue whose stream it closes then
 // refuses new work; its Close still cleans up and returns), releases the
 // primary context and stops the device executor. Events, modules and graphs not destroyed die
 // with the context when the driver's reference count on it reaches zero.
@@ -206,7 +206,7 @@ func (c *primaryContext) cleanup(fn func() error) error {
 }
 
 // Executor returns the device executor: storage calls run there, and a
-// caller may batch several Context calls inside one Do.
+// caller may batch several primaryContext calls inside one Do.
 func (c *primaryContext) Executor() *executor { return c.exec }
 
 // Ordinal returns the device ordinal.
@@ -222,7 +222,7 @@ func (c *primaryContext) TotalMem() uint64 { return c.totalMem }
 // (cuDriverGetVersion; 12040 is CUDA 12.4).
 func (c *primaryContext) DriverVersion() int { return c.version }
 
-// Features returns the optional capabilities found at Open.
+// Features returns the optional capabilities found at openContext.
 func (c *primaryContext) Features() Features { return c.features }
 
 // Attribute returns a device attribute (cuDeviceGetAttribute).

@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	// ErrNoDriver is returned (wrapped) by Open and Available when no usable
+	// ErrNoDriver is returned (wrapped) by NewBackend, OpenDevice and Available when no usable
 	// driver is present: libcuda.so.1 cannot be loaded, it lacks a required
 	// symbol (the message names it), cuInit fails, or the device ordinal
 	// asked for does not exist. Nothing was acquired; fall back to the host
@@ -19,11 +19,11 @@ var (
 
 	// ErrUnsupported is returned by an optional feature the loaded driver or
 	// device lacks: virtual memory management (the eight cuMem* VMM symbols
-	// or the device attribute) or cuMemsetD8Async. See Context.Features.
+	// or the device attribute) or cuMemsetD8Async. See Features.
 	ErrUnsupported = errors.New("cuda: not supported by this driver or device")
 
-	// ErrClosed is returned by a call on a closed Context, Stream or
-	// Executor. Nothing ran.
+	// ErrClosed is returned by a call on a closed Backend, or on its driver
+	// context, streams or executors once closed. Nothing ran.
 	ErrClosed = errors.New("cuda: closed")
 
 	// ErrCaptureInvalidated matches driver errors 900 and 901: the stream's

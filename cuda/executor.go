@@ -11,8 +11,8 @@ import (
 //
 // The driver keeps the current context, and a thread-local stream capture's
 // ownership, per OS thread; a Go goroutine may move between threads at any
-// call. So every driver call of a Context runs on an executor whose thread
-// has the context current: one executor per Stream (its work, its events,
+// call. So every driver call of a primaryContext runs on an executor whose thread
+// has the context current: one executor per driverStream (its work, its events,
 // its capture, which therefore begins and ends on the same thread) and one
 // for the device (allocation, free, module loading, context-wide sync).
 //

@@ -19,7 +19,7 @@ import (
 const fakeGranule = 4 * mib
 
 // granularBackend opens a backend on a fresh fake and returns one of its
-// storages as a GranularStorage drawing on budget.
+// storages as a granularStorage drawing on budget.
 func granularBackend(t *testing.T, budget *storage.Budget) (*fakeDriver, *Backend, *granularStorage) {
 	t.Helper()
 	f := buildFake(t)

@@ -1,6 +1,6 @@
 package cuda
 
-// KernelsPTX is a small PTX module (ISA 7.0, sm_52 and later, JIT-compiled
+// kernelsPTX is a small PTX module (ISA 7.0, sm_52 and later, JIT-compiled
 // by the driver) with two byte kernels, one thread per byte, for tests and
 // diagnostics:
 //
@@ -76,7 +76,7 @@ FILL_U8_DONE:
 }
 `
 
-// Kernel entry names in KernelsPTX.
+// Kernel entry names in kernelsPTX.
 const (
 	kernelAddOne = "add_one"
 	kernelFillU8 = "fill_u8"

@@ -1,4 +1,4 @@
-// Modules: device code of one's own, loaded into a Context.
+// Modules: device code of one's own, loaded into a primaryContext.
 //
 // An image is PTX text (JIT-compiled by the driver for the device), a cubin
 // (ELF) or a fatbin; LoadModule tells them apart by their first bytes. It
@@ -21,11 +21,11 @@
 //
 // A Function knows its parameters' sizes where that can be learnt: from the
 // driver (cuFuncGetParamInfo, CUDA 12.4+), else, for a PTX image, from the
-// entry's .param list. Stream.Launch and Op.Launch refuse arguments that do
+// entry's .param list. driverStream.Launch and Op.Launch refuse arguments that do
 // not match them, because the driver itself reads as many parameter bytes
 // as the kernel declares, whatever the caller passed.
 //
-// Lifetime: a Module lives until Unload (or Context.Close); there is no
+// Lifetime: a Module lives until Unload (or primaryContext.Close); there is no
 // finalizer, so an unloaded Module is a leak the caller chose, visible in
 // the driver's memory, never a surprise unload under a running kernel.
 
@@ -122,7 +122,7 @@ func (e *JITError) Unwrap() error { return e.Err }
 
 // Module is a loaded image, a CUmodule of the context. Its methods are
 // safe for concurrent use; Unload releases it, and nothing else does but
-// Context.Close.
+// primaryContext.Close.
 type Module struct {
 	c    *primaryContext
 	kind ImageKind
@@ -196,7 +196,7 @@ const maxKernelParams = 32764
 // that the JIT has run, and refused, before LoadModule returns, whatever
 // the driver's module loading mode. A refusal is a *JITError with the
 // JIT's log, and nothing stays loaded. Unload the module when done:
-// nothing unloads it for you before Context.Close.
+// nothing unloads it for you before primaryContext.Close.
 func (c *primaryContext) LoadModule(image []byte) (*Module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("cuda: load module: empty image: %w", stream.ErrInvalid)
@@ -352,7 +352,7 @@ func (f *Function) checkParams(sizes []uintptr) error {
 // Unload unloads the module (cuModuleUnload); its Functions become
 // invalid (launching one fails with ErrClosed). Unload only once the work that launched them has completed and every graph that
 // captured them is closed: the driver does not keep the code alive for
-// them. Idempotent; after Context.Close the module is already gone and
+// them. Idempotent; after primaryContext.Close the module is already gone and
 // Unload does nothing.
 func (m *Module) Unload() error {
 	m.mu.Lock()

@@ -138,7 +138,7 @@ func (op *Op) Launch(f *Function, cfg LaunchConfig, args ...Arg) error {
 	return err
 }
 
-// resolve turns argument i into the value Stream.Launch takes.
+// resolve turns argument i into the value driverStream.Launch takes.
 func (op *Op) resolve(kernel string, i int, a Arg) (any, error) {
 	switch a.kind {
 	case argScalar:

@@ -33,10 +33,10 @@
 //     rare stall) and issues the step without an event, already complete
 //     on the device: the watcher passes it, WaitFence has nothing to wait
 //     for. Only if that synchronisation fails too is the step an error.
-//   - (Q6) The stream may be closed under the queue (Stream.Close,
-//     Context.Close): its close hook marks the queue closed and wakes the
+//   - (Q6) The stream may be closed under the queue (driverStream.Close,
+//     primaryContext.Close): its close hook marks the queue closed and wakes the
 //     watcher, which drains what is pending (the events outlive the
-//     stream) and exits; Queue.Close then cleans up on the device executor
+//     stream) and exits; queue.Close then cleans up on the device executor
 //     and returns.
 //
 // Locks. Never two queues' mu at once except in WaitFence, which holds only
@@ -145,7 +145,7 @@ func (q *queue) Stream() *driverStream { return q.s }
 // watch is the watcher: on its own locked thread with the context current,
 // it synchronises pending events in order and advances completed. It exits
 // once the queue is closed and nothing is pending. Its thread is never
-// unlocked (see Executor).
+// unlocked (see executor).
 func (q *queue) watch(ready chan<- error) {
 	runtime.LockOSThread()
 	defer close(q.watchDone)
@@ -580,7 +580,7 @@ func (q *queue) BeginCapture(o stream.Owner) error {
 // EndCapture implements stream.Queue: cuStreamEndCapture on the executor
 // (the driver capture is closed in every case), then, when o owns the
 // capture, doomed is nil and nothing invalidated it, cuGraphInstantiate:
-// the Exec is a *GraphExecutable.
+// the Exec is a *graphExecutable.
 func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.b.capMu.Lock()
 	defer q.b.capMu.Unlock()
@@ -627,7 +627,7 @@ func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	return x, nil
 }
 
-// Replay implements stream.Queue: cuGraphLaunch of e (a *GraphExecutable
+// Replay implements stream.Queue: cuGraphLaunch of e (a *graphExecutable
 // of this backend) on the stream, then an event for its sequence number.
 // While the queue records, the launch is captured as a child graph.
 func (q *queue) Replay(e stream.Exec) error {
@@ -759,7 +759,7 @@ func (q *queue) markClosed() *backendkit.Recording {
 	return rec
 }
 
-// graphExecutable is the stream.Exec a Queue seals: an instantiated graph
+// graphExecutable is the stream.Exec a queue seals: an instantiated graph
 // (CUgraphExec) and the number of ops recorded into it. Close destroys it;
 // the queue that captured it destroys it at the latest when it closes.
 type graphExecutable struct {

@@ -9,7 +9,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Storage is a storage.Storage on device memory (cuMemAlloc_v2), made by
+// plainStorage is a storage.Storage on device memory (cuMemAlloc_v2), made by
 // Backend.NewStorage for one stream's memory. Resolve returns the device
 // address of a window (Resource.Ptr) and no bytes. Dealloc queues the
 // allocation; Flush frees the queue with cuMemFree_v2 unless a queue of the
@@ -19,7 +19,7 @@ import (
 // executor. Safe for concurrent use.
 //
 // Where the driver manages virtual memory, NewStorage returns a
-// GranularStorage around it (granular.go): the reservations it makes live
+// granularStorage around it (granular.go): the reservations it makes live
 // in the same Storage, and their unmaps and frees are queued the same way.
 type plainStorage struct {
 	b      *Backend

@@ -16,7 +16,7 @@ const (
 	eventDisableTiming = 2 // CU_EVENT_DISABLE_TIMING: the cheapest event, a pure fence
 )
 
-// Stream is a driver stream (non-blocking) with its own executor: every
+// driverStream is a driver stream (non-blocking) with its own executor: every
 // call on it, on its events and on its captures runs on that executor's
 // thread, in call order, with the context current. Methods are safe for
 // concurrent use (the executor serialises them).
@@ -27,7 +27,7 @@ type driverStream struct {
 
 	mu      sync.Mutex // guards the fields below
 	closed  bool
-	onClose func() // called once when Close begins (a Queue's hook); nil: none
+	onClose func() // called once when Close begins (a queue's hook); nil: none
 }
 
 // NewStream starts an executor, makes the context current on it and creates
@@ -62,7 +62,7 @@ func (c *primaryContext) NewStream() (*driverStream, error) {
 }
 
 // Executor returns the stream's executor. A caller may batch several
-// Stream calls inside one Do; they run at once, in order, on its thread.
+// driverStream calls inside one Do; they run at once, in order, on its thread.
 func (s *driverStream) Executor() *executor { return s.exec }
 
 // isClosed reports whether Close has begun.
@@ -122,8 +122,8 @@ func (s *driverStream) Handle() uintptr { return s.h }
 // Close destroys the stream (cuStreamDestroy_v2; queued work still
 // completes) and stops its executor. End a capture first: destroying a
 // capturing stream fails and invalidates the capture. Idempotent; every
-// other Stream call afterwards returns an error wrapping ErrClosed. The
-// stream of a Queue may be closed first (by Context.Close, say): the Queue
+// other driverStream call afterwards returns an error wrapping ErrClosed. The
+// stream of a queue may be closed first (by primaryContext.Close, say): the queue
 // then refuses new work and its Close still returns.
 func (s *driverStream) Close() error {
 	s.mu.Lock()
@@ -195,7 +195,7 @@ func (s *driverStream) CopyDtoH(dst []byte, src uintptr) error {
 
 // MemsetD8 enqueues setting n bytes at dst to value (cuMemsetD8Async). It
 // returns an error wrapping ErrUnsupported when the driver lacks the symbol
-// (see Context.Features).
+// (see Features).
 func (s *driverStream) MemsetD8(dst uintptr, value byte, n uint64) error {
 	if s.c.drv.CuMemsetD8Async == nil {
 		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.Path)
@@ -313,7 +313,7 @@ func (e *event) Synchronize() error {
 
 // Destroy destroys the event (cuEventDestroy_v2); pending records still
 // complete. It is idempotent, and works after the creating stream closed
-// (on the device executor); after Context.Close the event is already gone
+// (on the device executor); after primaryContext.Close the event is already gone
 // and Destroy does nothing.
 func (e *event) Destroy() error {
 	e.mu.Lock()
@@ -504,7 +504,7 @@ func (g *graph) Instantiate() (*graphExec, error) {
 }
 
 // Destroy destroys the graph (cuGraphDestroy). Idempotent; after
-// Context.Close the graph is already gone and Destroy does nothing.
+// primaryContext.Close the graph is already gone and Destroy does nothing.
 func (g *graph) Destroy() error {
 	g.mu.Lock()
 	h := g.h
@@ -529,7 +529,7 @@ func (s *driverStream) LaunchGraph(x *graphExec) error {
 }
 
 // Destroy destroys the executable graph (cuGraphExecDestroy); launches
-// already enqueued still run. Idempotent; after Context.Close the graph is
+// already enqueued still run. Idempotent; after primaryContext.Close the graph is
 // already gone and Destroy does nothing.
 func (x *graphExec) Destroy() error {
 	x.mu.Lock()

@@ -2,6 +2,6 @@
 
 package cuda
 
-// threadID returns -1: thread ids are not tracked here, so an Executor
-// cannot recognise a call from its own worker (see Executor.Do).
+// threadID returns -1: thread ids are not tracked here, so an executor
+// cannot recognise a call from its own worker (see executor.Do).
 func threadID() int { return -1 }

@@ -32,13 +32,13 @@ type allocation struct {
 	// that, not for every queue. Guarded by useMu.
 	useMu sync.Mutex
 	// pending counts batches that recorded a command on the allocation and
-	// are not yet submitted, or are sealed into a CommandGraph that may be
+	// are not yet submitted, or are sealed into a commandGraph that may be
 	// launched again: while it is above 0 the allocation may not be freed.
 	pending int
 	// used is, per queue, the number of the last submitted step that used
 	// the allocation.
 	used []queueMark
-	// freed: deallocated and queued in its Storage.
+	// freed: deallocated and queued in its deviceStorage.
 	freed bool
 }
 

@@ -74,7 +74,7 @@ type Backend struct {
 	allocCount    atomic.Int64
 	// frees counts the allocations freed (free: slot and heap bytes back),
 	// so that an allocation refused while the releaser was freeing knows a
-	// retry may succeed even once the releaser is idle (Storage.Alloc).
+	// retry may succeed even once the releaser is idle (deviceStorage.Alloc).
 	frees atomic.Uint64
 
 	amu    sync.RWMutex
@@ -191,7 +191,7 @@ func (b *Backend) Properties() memory.Properties { return b.props }
 // (Options.Validation; nil without it).
 func (b *Backend) ValidationMessages() []string { return b.inst.log.messages() }
 
-// Allocations returns how many VkDeviceMemory objects the backend holds
+// allocations returns how many VkDeviceMemory objects the backend holds
 // (pages, queued frees and staging buffers).
 func (b *Backend) allocations() int { return int(b.allocCount.Load()) }
 
@@ -208,7 +208,7 @@ func (b *Backend) usable(call string) error {
 	return nil
 }
 
-// NewStorage implements gpumem.Backend: a *Storage drawing on budget (and
+// NewStorage implements gpumem.Backend: a *deviceStorage drawing on budget (and
 // on the heap's own budget).
 func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	if err := b.usable("new storage"); err != nil {
@@ -221,7 +221,7 @@ func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	return s, nil
 }
 
-// NewQueue implements gpumem.Backend: a Queue on the next VkQueue, round
+// NewQueue implements gpumem.Backend: a queue on the next VkQueue, round
 // robin.
 func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	if err := b.usable("new queue"); err != nil {
@@ -247,7 +247,7 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	return q, nil
 }
 
-// queueOf returns q as a Queue of this backend.
+// queueOf returns q as a queue of this backend.
 func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
 	return backendkit.QueueOf("vulkan", q, call, func(vq *queue) bool { return vq.b == b })
 }
@@ -335,7 +335,7 @@ func (b *Backend) drainQueued() bool {
 // idle queued allocations to the releaser, then waits a little for a step
 // a queued allocation waits for. It reports whether some allocation still
 // waits for submitted steps (look again); one that a recording or a
-// CommandGraph holds is looked at again when that lets it go.
+// commandGraph holds is looked at again when that lets it go.
 func (b *Backend) watchFrees() bool {
 	var m queueMark
 	found := false

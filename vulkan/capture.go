@@ -4,7 +4,7 @@
 // While a queue records, each op's commands go into one command buffer
 // begun with SIMULTANEOUS_USE (so launches may overlap), and the staging
 // buffers and descriptor sets they use stay with it; nothing is submitted
-// and the ops take no number. EndCapture seals it into a *CommandGraph;
+// and the ops take no number. EndCapture seals it into a *commandGraph;
 // Replay submits it as one step. gpumem's page guards keep every buffer the
 // recording resolved in place until the graph closes, so the recorded
 // buffers and offsets stay valid.
@@ -37,7 +37,7 @@ type recording struct {
 
 var _ stream.Recorder = (*queue)(nil)
 
-// CommandGraph is the stream.Exec a Queue seals: a recorded command
+// commandGraph is the stream.Exec a queue seals: a recorded command
 // buffer, what its commands use, and the number of ops recorded. Close
 // frees it (the device's Graph.Close does, after its launches); the queue
 // frees it at the latest when it closes.
@@ -85,7 +85,7 @@ func (q *queue) BeginCapture(o stream.Owner) error {
 
 // EndCapture implements stream.Recorder: the recording is closed in every
 // case; when o owns it, doomed is nil and nothing invalidated it, its
-// command buffer is sealed into a *CommandGraph.
+// command buffer is sealed into a *commandGraph.
 func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
@@ -142,7 +142,7 @@ func (q *queue) RefuseWhileRecording(cause string) error {
 	return q.rec.RefuseWait("vulkan", cause)
 }
 
-// Replay implements stream.Recorder: submits e (a *CommandGraph this queue
+// Replay implements stream.Recorder: submits e (a *commandGraph this queue
 // recorded) as one step, after the pending waits. Inside a capture it
 // invalidates the recording: graphs do not nest here.
 func (q *queue) Replay(e stream.Exec) error {

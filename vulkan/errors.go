@@ -32,7 +32,7 @@ var (
 	// doc.go.
 	ErrUnsupported = errors.New("vulkan: not supported by this backend")
 
-	// ErrClosed is returned by a call on a closed Backend, Queue or Kernel.
+	// ErrClosed is returned by a call on a closed Backend, queue or Kernel.
 	ErrClosed = errors.New("vulkan: closed")
 
 	// ErrAllocationLimit is returned (wrapped, together with

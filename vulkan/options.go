@@ -40,6 +40,6 @@ type Options struct {
 	Granular bool
 }
 
-// ValidationLayer is the Khronos validation layer (Debian:
+// validationLayer is the Khronos validation layer (Debian:
 // vulkan-validationlayers), enabled by Options.Validation.
 const validationLayer = "VK_LAYER_KHRONOS_validation"

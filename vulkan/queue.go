@@ -107,7 +107,7 @@ type batch struct {
 	// touch, needs no barrier before it (CopyOnDevice).
 	copies []copyRange
 	// reusable: the buffer is begun for resubmission (a capture's);
-	// sealed: it is ended and owned by a CommandGraph, so a submission
+	// sealed: it is ended and owned by a commandGraph, so a submission
 	// neither records into it nor reclaims it.
 	reusable, sealed bool
 }

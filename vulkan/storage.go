@@ -17,7 +17,7 @@ import (
 // bytes); ops find the VkBuffer and offset through the backend.
 //
 // Dealloc queues the allocation until no device work can use it: every
-// step that recorded a command on it completed, and no CommandGraph that
+// step that recorded a command on it completed, and no commandGraph that
 // recorded one is left (vkFreeMemory does not wait for the device, unlike
 // cuMemFree). Flush hands the queued allocations that are idle to the
 // backend's releaser goroutine (reaper.go), which frees them off the
@@ -91,7 +91,7 @@ func (s *deviceStorage) Alloc(size uint64) (storage.Region, error) {
 }
 
 // Dealloc implements storage.Storage: the allocation is queued until no
-// device work uses it (see Storage); an unknown ID is ignored.
+// device work uses it (see deviceStorage); an unknown ID is ignored.
 func (s *deviceStorage) Dealloc(id storage.ID) {
 	s.mu.Lock()
 	a, ok := s.live[id]
@@ -184,7 +184,7 @@ func (s *deviceStorage) releaseIdle() (freed bool, m queueMark, waiting bool) {
 
 // waitQueued waits for the work of every queued allocation that waits
 // only for submitted steps, then frees those; it reports whether it freed
-// any. An allocation a recording or a CommandGraph still holds stays
+// any. An allocation a recording or a commandGraph still holds stays
 // queued, and so does the rest when a wait fails.
 func (s *deviceStorage) waitQueued() bool {
 	freed := false

@@ -9,7 +9,7 @@
 // the bytes: a write fills it and records vkCmdCopyBuffer into the page
 // (asynchronous; the staging buffer goes back to the pool, staging.go,
 // when the step completes, or, in a capture, which writes through staging
-// always, when its CommandGraph is released: every launch copies the same
+// always, when its commandGraph is released: every launch copies the same
 // bytes again); a read records the copy out of the page, waits for it, and
 // copies out of the staging buffer.
 
