@@ -35,7 +35,7 @@ func libraryPath(explicit string) string {
 	return defaultLibrary
 }
 
-// cudaDriver is the loaded driver (package internal/driver's bindings)
+// cudaDriver is the loaded driver (package cuda/internal/driver's bindings)
 // with the package's error check.
 type cudaDriver struct{ *driver.Driver }
 

@@ -1,11 +1,12 @@
-// Loading: the loader library, the instance and the function tables.
+// Loading: the loader library, once per process and path, with its global
+// functions (the tables and the calls are package vulkan/internal/vk's).
 //
 // Every Vulkan function but the loader's few global ones is reached through
 // vkGetInstanceProcAddr / vkGetDeviceProcAddr, as the loader's dispatch
 // wants (a device function from vkGetDeviceProcAddr skips the loader's
 // trampoline). A table is a struct of uintptr fields named as the function
-// without its "vk" prefix, filled by name; a missing required function is
-// an error naming it, never a nil call.
+// without its "vk" prefix, filled by name (vk.FillTable); a missing
+// required function is an error naming it, never a nil call.
 
 package vulkan
 
@@ -31,7 +32,7 @@ type library struct {
 
 // libraries are the loaders loaded so far, by path: each is loaded and
 // its global functions looked up once per process (never closed, as
-// loadLibrary says).
+// vk.LoadLibrary says).
 var (
 	librariesMu sync.Mutex
 	libraries   = make(map[string]*library)

@@ -213,10 +213,10 @@ func (v *VMMFuncs) bindings() []binding {
 	}
 }
 
-// Resolve finds every binding's address in lib without registering
+// resolve finds every binding's address in lib without registering
 // anything; it returns the first binding it cannot resolve, by its preferred
 // symbol name.
-func Resolve(lib uintptr, bs []binding) (addrs []uintptr, missing string) {
+func resolve(lib uintptr, bs []binding) (addrs []uintptr, missing string) {
 	addrs = make([]uintptr, len(bs))
 	for i, b := range bs {
 		for _, name := range b.symbols {
@@ -231,7 +231,7 @@ func Resolve(lib uintptr, bs []binding) (addrs []uintptr, missing string) {
 	return addrs, ""
 }
 
-func Register(bs []binding, addrs []uintptr) {
+func register(bs []binding, addrs []uintptr) {
 	for i, b := range bs {
 		RegisterFunc(b.fptr, addrs[i])
 	}
@@ -249,11 +249,11 @@ func Load(path string) (d *Driver, missing string, err error) {
 	}
 	d = &Driver{Path: path, lib: lib}
 	req := d.required()
-	addrs, missing := Resolve(lib, req)
+	addrs, missing := resolve(lib, req)
 	if missing != "" {
 		return nil, missing, nil
 	}
-	Register(req, addrs)
+	register(req, addrs)
 
 	if addr := LookupSymbol(lib, "cuMemsetD8Async"); addr != 0 {
 		RegisterFunc(&d.CuMemsetD8Async, addr)
@@ -262,13 +262,13 @@ func Load(path string) (d *Driver, missing string, err error) {
 		RegisterFunc(&d.CuFuncGetParamInfo, addr)
 	}
 	v := new(VMMFuncs)
-	if addrs, missing := Resolve(lib, v.bindings()); missing == "" {
-		Register(v.bindings(), addrs)
+	if addrs, missing := resolve(lib, v.bindings()); missing == "" {
+		register(v.bindings(), addrs)
 		d.VMM = v
 	}
 	l := new(LibraryFuncs)
-	if addrs, missing := Resolve(lib, l.bindings()); missing == "" {
-		Register(l.bindings(), addrs)
+	if addrs, missing := resolve(lib, l.bindings()); missing == "" {
+		register(l.bindings(), addrs)
 		d.Library = l
 	}
 	return d, "", nil

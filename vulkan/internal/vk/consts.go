@@ -120,7 +120,7 @@ const (
 	WholeSize = ^uint64(0) // VK_WHOLE_SIZE
 )
 
-// Names of the layer and extensions this package asks for.
+// Names of the extensions package vulkan asks for.
 const (
 	ExtDebugUtils          = "VK_EXT_debug_utils"
 	ExtMemoryBudget        = "VK_EXT_memory_budget"

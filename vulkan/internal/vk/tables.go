@@ -37,7 +37,7 @@ type GlobalFuncs struct {
 	EnumerateInstanceLayerProperties     uintptr
 }
 
-// InstanceFuncs are the instance-level functions this package calls. The
+// InstanceFuncs are the instance-level functions package vulkan calls. The
 // debug-utils pair is optional (zero without the extension).
 type InstanceFuncs struct {
 	DestroyInstance                        uintptr
@@ -55,7 +55,7 @@ type InstanceFuncs struct {
 	DestroyDebugUtilsMessengerEXT          uintptr `vk:"optional"`
 }
 
-// DeviceFuncs are the device-level functions this package calls.
+// DeviceFuncs are the device-level functions package vulkan calls.
 type DeviceFuncs struct {
 	DestroyDevice                uintptr
 	GetDeviceQueue               uintptr
