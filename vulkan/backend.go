@@ -469,7 +469,7 @@ func (b *Backend) WaitOutsideStreams() error {
 // matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, close it.
 func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first device loss (B1, drvkit DK1).
+// notePoison keeps err when it is the first device loss (B1, backendkit DK1).
 func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // forget drops a closed queue.
