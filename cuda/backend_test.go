@@ -983,3 +983,44 @@ func TestCopyToHostPrefaultsAndCopiesEveryByte(t *testing.T) {
 		}
 	}
 }
+
+// Backend.Info describes the device as the driver reported it at open, and
+// MemInfo reads the free memory now: an allocation beside the device shows
+// there; after Close it is refused.
+func TestBackendInfoAndMemInfoDescribeTheDevice(t *testing.T) {
+	f := buildFake(t)
+	f.setTotalMem(64 << 20)
+	b, err := NewBackend(Options{Library: f.path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := b.Info()
+	want := DeviceInfo{Ordinal: 0, Name: "Fake CUDA Device 0", TotalMem: 64 << 20, DriverVersion: 12040,
+		Features: Features{VirtualMemory: true, AsyncMemset: true, Library: true, ParamInfo: true}}
+	if info != want {
+		t.Fatalf("Info = %+v, want %+v", info, want)
+	}
+	free, total, err := b.MemInfo()
+	if err != nil || free != 64<<20 || total != 64<<20 {
+		t.Fatalf("MemInfo = %d, %d, %v; want all 64 MiB free", free, total, err)
+	}
+	p, err := b.ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free, _, err := b.MemInfo(); err != nil || free != 63<<20 {
+		t.Fatalf("MemInfo after a 1 MiB allocation: free %d, %v; want 63 MiB", free, err)
+	}
+	if err := b.ctx.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.MemInfo(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("MemInfo after Close = %v, want ErrClosed", err)
+	}
+	if _, err := b.LoadModule([]byte(kernelsPTX)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("LoadModule after Close = %v, want ErrClosed", err)
+	}
+}
