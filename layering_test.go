@@ -20,11 +20,12 @@ import (
 // test, so a new one is placed on purpose.
 var libraryLayers = [][]string{
 	{"storage", "stream", "history", "internal/dl", "internal/fakecuda"},
-	{"internal/handle", "internal/drvkit"},
+	{"internal/handle", "cuda/internal/driver", "vulkan/internal/vk"},
 	{"internal/relocation"},
 	{"internal/pool"},
 	{"internal/memory"},
 	{"."}, // the device: package gpumem
+	{"internal/backendkit"},
 	{"cuda", "vulkan", "internal/backendtest"},
 	{"internal/vulkantest", "internal/shadowmodel"}, // test support: imported by tests only
 }

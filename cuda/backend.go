@@ -1,20 +1,20 @@
 // The gpumem.Backend adapter: a Device on real device memory.
 //
-// Structure. A Backend holds one Context (the device's primary context and
-// its device executor), the Storages it made (one per stream memory) and the
-// Queues it made (one per stream, each over a Stream with its own executor
+// Structure. A Backend holds one primaryContext (the device's primary context and
+// its device executor), the storages it made (one per stream memory) and the
+// queues it made (one per stream, each over a driverStream with its own executor
 // and a completion watcher). The device (package gpumem) decides everything
 // about pages, relocation and captures; this file only maps its calls onto
 // the driver layer.
 //
 // Invariants:
 //   - (B1) Storage calls (cuMemAlloc_v2, cuMemFree_v2, the VMM calls of a
-//     GranularStorage) run on the device executor; stream work (copies,
+//     granularStorage) run on the device executor; stream work (copies,
 //     kernels, events, captures) runs on the stream's executor (C1 in
 //     doc.go).
 //   - (B2) No cuMemFree_v2, cuMemUnmap or cuMemAddressFree runs while a
 //     queue of this backend records: frees and unmaps are queued by
-//     Storage.Dealloc and GranularStorage.Unmap and handed to the driver by
+//     plainStorage.Dealloc and granularStorage.Unmap and handed to the driver by
 //     Flush only when capturing == 0, checked and acted on under capMu,
 //     which BeginCapture and EndCapture also hold.
 //   - (B3) The first sticky driver error any component sees is kept
@@ -36,7 +36,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -54,7 +54,7 @@ const Alignment = 256
 // gpumem.Backend and gpumem.HostTransfers. Open one with NewBackend (or a
 // whole Device with OpenDevice); the Device closes it.
 type Backend struct {
-	ctx     *Context
+	ctx     *primaryContext
 	props   memory.Properties
 	granule uint64 // of the storages it makes; 0: plain (granular.go)
 
@@ -64,9 +64,9 @@ type Backend struct {
 	capturing int
 
 	mu       sync.Mutex // guards the fields below
-	queues   map[*Queue]struct{}
-	storages map[*Storage]struct{}
-	poison   drvkit.Poison // first sticky error seen (B3); its own lock
+	queues   map[*queue]struct{}
+	storages map[*plainStorage]struct{}
+	poison   backendkit.Poison // first sticky error seen (B3); its own lock
 	closed   bool
 
 	kmu     sync.Mutex // guards the kernel module, loaded on first Launch
@@ -112,7 +112,7 @@ var (
 // gpumem.ErrNotSupported and ErrNoDriver: fall back to gpumem.Open. It never
 // panics for want of a driver.
 func NewBackend(opts Options) (*Backend, error) {
-	c, err := Open(opts)
+	c, err := openContext(opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: cuda backend on device %d: %w", gpumem.ErrNotSupported, opts.Device, err)
 	}
@@ -122,8 +122,8 @@ func NewBackend(opts Options) (*Backend, error) {
 		ctx:      c,
 		props:    memory.Properties{MaxPageSize: maxPage, Alignment: Alignment, MaxMemory: total},
 		granule:  granuleFor(c),
-		queues:   make(map[*Queue]struct{}),
-		storages: make(map[*Storage]struct{}),
+		queues:   make(map[*queue]struct{}),
+		storages: make(map[*plainStorage]struct{}),
 	}, nil
 }
 
@@ -132,19 +132,32 @@ func NewBackend(opts Options) (*Backend, error) {
 // gpumem.ErrNotSupported and ErrNoDriver.
 func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
 	b, err := NewBackend(opts)
-	if err != nil {
-		return nil, err
-	}
-	d, err := gpumem.OpenBackend(b, more...)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return d, nil
+	return backendkit.OpenDevice(b, err, more)
 }
 
-// Context returns the driver context the backend runs on (device name,
-// driver version, memory, raw calls for diagnostics).
-func (b *Backend) Context() *Context { return b.ctx }
+// devContext returns the driver context the backend runs on.
+func (b *Backend) devContext() *primaryContext { return b.ctx }
+
+// Info describes the device the backend runs on: ordinal, name, memory,
+// driver version and the optional driver features found.
+func (b *Backend) Info() DeviceInfo {
+	c := b.ctx
+	return DeviceInfo{Ordinal: c.ordinal, Name: c.name, TotalMem: c.totalMem, DriverVersion: c.version, Features: c.features}
+}
+
+// MemInfo returns the device's free and total bytes as the driver sees
+// them now (cuMemGetInfo_v2): memory other processes, or other contexts
+// of this one, hold is not free. After Close it returns ErrClosed.
+func (b *Backend) MemInfo() (free, total uint64, err error) { return b.ctx.MemGetInfo() }
+
+// LoadModule loads a module image of one's own into the backend's
+// context: PTX text, a cubin or a fatbin (see KindOf). PTX need not end in
+// a NUL. For PTX every .entry is looked up before LoadModule returns, so
+// the JIT has run, and refused, by then, whatever the driver's module
+// loading mode: a refusal is a *JITError with the JIT's log, and nothing
+// stays loaded. Unload the module when the work that launched its kernels
+// is done: nothing unloads it for you before the backend closes.
+func (b *Backend) LoadModule(image []byte) (*Module, error) { return b.ctx.LoadModule(image) }
 
 // Name implements gpumem.Backend: "cuda".
 func (b *Backend) Name() string { return "cuda" }
@@ -159,7 +172,7 @@ func (b *Backend) Properties() memory.Properties { return b.props }
 // $GPUMEM_CUDA_GRANULAR does not turn it off), else 0 (plain storages).
 func (b *Backend) Granule() uint64 { return b.granule }
 
-// NewStorage implements gpumem.Backend: a *GranularStorage drawing on
+// NewStorage implements gpumem.Backend: a *granularStorage drawing on
 // budget where the backend maps granules (Granule() > 0), else a plain
 // *Storage on cuMemAlloc_v2.
 func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
@@ -168,17 +181,17 @@ func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	if b.closed {
 		return nil, fmt.Errorf("%w: cuda backend", ErrClosed)
 	}
-	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]devAlloc), granule: b.granule}
+	s := &plainStorage{b: b, budget: budget, live: make(map[storage.ID]devAlloc), granule: b.granule}
 	b.storages[s] = struct{}{}
 	if s.granule > 0 {
 		s.ranges = make(map[storage.ID]*vmmRange)
 		s.unmapping = make(map[*vmmRange]struct{})
-		return &GranularStorage{s}, nil
+		return &granularStorage{s}, nil
 	}
 	return s, nil
 }
 
-// NewQueue implements gpumem.Backend: a Queue over a new driver stream.
+// NewQueue implements gpumem.Backend: a queue over a new driver stream.
 func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	b.mu.Lock()
 	closed := b.closed
@@ -199,13 +212,9 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	return q, nil
 }
 
-// queueOf returns q as a Queue of this backend.
-func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
-	cq, ok := q.(*Queue)
-	if !ok || cq == nil || cq.b != b {
-		return nil, fmt.Errorf("cuda: %s: queue %T is not a queue of this cuda backend: %w", call, q, stream.ErrInvalid)
-	}
-	return cq, nil
+// queueOf returns q as a queue of this backend.
+func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
+	return backendkit.QueueOf("cuda", q, call, func(cq *queue) bool { return cq.b == b })
 }
 
 // CopyOnDevice implements gpumem.Backend: cuMemcpyDtoDAsync_v2 of src into
@@ -314,16 +323,16 @@ func prefault(dst []byte) {
 	wg.Wait()
 }
 
-// Launch launches a kernel of KernelsPTX (KernelAddOne, KernelFillU8) on q's
+// launch launches a kernel of kernelsPTX (kernelAddOne, kernelFillU8) on q's
 // stream over n bytes at ptr, one thread per byte, with extra arguments
-// after (ptr, n): KernelAddOne takes none, KernelFillU8 exactly one, the
+// after (ptr, n): kernelAddOne takes none, kernelFillU8 exactly one, the
 // value as a uint32; other extras, or another kernel name, are refused
 // with an error wrapping stream.ErrInvalid (the driver would read missing
 // arguments out of bounds). Call it inside an op's Run on q, with ptr from
 // the op's resolved resource, so the launch is ordered (and, while q
 // records, captured) with q's other work. The module is loaded on the
 // first call.
-func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
+func (b *Backend) launch(q stream.Queue, kernel string, ptr uintptr, n uint64, extra ...any) error {
 	cq, err := b.queueOf(q, "launch "+kernel)
 	if err != nil {
 		return err
@@ -349,14 +358,14 @@ func (b *Backend) Launch(q stream.Queue, kernel string, ptr uintptr, n uint64, e
 }
 
 // checkKernelExtras checks Launch's extra arguments against the parameters
-// of KernelsPTX's kernels after (data, n).
+// of kernelsPTX's kernels after (data, n).
 func checkKernelExtras(kernel string, extra []any) error {
 	switch kernel {
-	case KernelAddOne:
+	case kernelAddOne:
 		if len(extra) != 0 {
 			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes none: %w", kernel, len(extra), stream.ErrInvalid)
 		}
-	case KernelFillU8:
+	case kernelFillU8:
 		if len(extra) != 1 {
 			return fmt.Errorf("cuda: launch %s: %d extra arguments, the kernel takes one (the value, a uint32): %w", kernel, len(extra), stream.ErrInvalid)
 		}
@@ -369,7 +378,7 @@ func checkKernelExtras(kernel string, extra []any) error {
 	return nil
 }
 
-// function returns a kernel of KernelsPTX, loading the module once.
+// function returns a kernel of kernelsPTX, loading the module once.
 func (b *Backend) function(name string) (*Function, error) {
 	b.kmu.Lock()
 	defer b.kmu.Unlock()
@@ -377,7 +386,7 @@ func (b *Backend) function(name string) (*Function, error) {
 		return f, nil
 	}
 	if b.module == nil {
-		m, err := b.ctx.LoadModule([]byte(KernelsPTX))
+		m, err := b.ctx.LoadModule([]byte(kernelsPTX))
 		if err != nil {
 			b.notePoison(err)
 			return nil, fmt.Errorf("cuda: loading the kernel module: %w", err)
@@ -398,7 +407,7 @@ func (b *Backend) function(name string) (*Function, error) {
 // device can be trusted: close it.
 func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first sticky fault (B3, drvkit DK1).
+// notePoison keeps err when it is the first sticky fault (B3, backendkit DK1).
 func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // Close implements gpumem.Backend: closes every queue still open, frees
@@ -411,11 +420,11 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	queues := make([]*Queue, 0, len(b.queues))
+	queues := make([]*queue, 0, len(b.queues))
 	for q := range b.queues {
 		queues = append(queues, q)
 	}
-	storages := make([]*Storage, 0, len(b.storages))
+	storages := make([]*plainStorage, 0, len(b.storages))
 	for s := range b.storages {
 		storages = append(storages, s)
 	}
@@ -446,7 +455,7 @@ func (b *Backend) Close() error {
 }
 
 // forget drops a closed queue from the backend's list.
-func (b *Backend) forget(q *Queue) {
+func (b *Backend) forget(q *queue) {
 	b.mu.Lock()
 	delete(b.queues, q)
 	b.mu.Unlock()

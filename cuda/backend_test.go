@@ -137,7 +137,7 @@ func mustFree(t testing.TB, buf *gpumem.Buffer) {
 // addOne enqueues an op on s that launches add_one over buf.
 func addOne(b *Backend, s *gpumem.Stream, buf *gpumem.Buffer) error {
 	return s.Enqueue("add_one", []gpumem.Use{{Buffer: buf, Access: gpumem.ReadWrite}}, func(res []storage.Resource) error {
-		return b.Launch(s.Queue(), KernelAddOne, res[0].Ptr, res[0].Size)
+		return b.launch(s.Queue(), kernelAddOne, res[0].Ptr, res[0].Size)
 	})
 }
 
@@ -222,7 +222,7 @@ func TestOpLaunchesKernelsOnTheResolvedAddress(t *testing.T) {
 		}
 		wantBytes(t, buf, plus(want, 1))
 		err := s.Enqueue("fill", []gpumem.Use{{Buffer: buf, Access: gpumem.Write, Offset: 1000, Size: 10}}, func(res []storage.Resource) error {
-			return b.Launch(s.Queue(), KernelFillU8, res[0].Ptr, res[0].Size, uint32(0xAB))
+			return b.launch(s.Queue(), kernelFillU8, res[0].Ptr, res[0].Size, uint32(0xAB))
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -449,7 +449,7 @@ func TestStickyDriverErrorPoisonsTheDevice(t *testing.T) {
 	want := pattern(4096, 8)
 	buf := mustAlloc(t, s, uint64(len(want)))
 	mustWrite(t, buf, want)
-	if _, err := b.function(KernelAddOne); err != nil { // load the module before the fault
+	if _, err := b.function(kernelAddOne); err != nil { // load the module before the fault
 		t.Fatal(err)
 	}
 	f.setNextError("cuLaunchKernel", 700)
@@ -665,7 +665,7 @@ func TestUnobservedStepIsWaitedOnDeviceSideAndCtxIsHonoured(t *testing.T) {
 	defer b.Close()
 	q0, _ := b.NewQueue(0)
 	q1, _ := b.NewQueue(1)
-	w := q0.(*Queue)
+	w := q0.(*queue)
 	w.gate.Lock() // the watcher cannot observe q0's completions
 	seq, err := q0.Enqueue(stream.Op{Name: "a", Run: func() error { return nil }})
 	if err != nil {
@@ -684,8 +684,8 @@ func TestUnobservedStepIsWaitedOnDeviceSideAndCtxIsHonoured(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait := f.last(t, "cuStreamWaitEvent")
-	if wait.args["event"] != ev || wait.args["stream"] != hex(q1.(*Queue).s.h) {
-		t.Fatalf("WaitFence called %v; want q1's stream (%s) waiting on q0's event %s", wait, hex(q1.(*Queue).s.h), ev)
+	if wait.args["event"] != ev || wait.args["stream"] != hex(q1.(*queue).s.h) {
+		t.Fatalf("WaitFence called %v; want q1's stream (%s) waiting on q0's event %s", wait, hex(q1.(*queue).s.h), ev)
 	}
 	w.gate.Unlock()
 	if err := q1.Wait(context.Background(), stream.Fence{Q: q0, Seq: seq}); err != nil || q0.Completed() != seq {
@@ -703,7 +703,7 @@ func TestCrossStreamUseThroughTheDeviceWaitsOnTheOwnersEvent(t *testing.T) {
 	}
 	want := pattern(8192, 13)
 	buf := mustAlloc(t, s0, uint64(len(want)))
-	w := s0.Queue().(*Queue)
+	w := s0.Queue().(*queue)
 	w.gate.Lock()
 	mustWrite(t, buf, want)
 	ev := f.last(t, "cuEventRecord").args["event"]
@@ -713,7 +713,7 @@ func TestCrossStreamUseThroughTheDeviceWaitsOnTheOwnersEvent(t *testing.T) {
 	}
 	w.gate.Unlock()
 	waits := f.named(t, "cuStreamWaitEvent")
-	if len(waits) != 1 || waits[0].args["event"] != ev || waits[0].args["stream"] != hex(s1.Queue().(*Queue).s.h) {
+	if len(waits) != 1 || waits[0].args["event"] != ev || waits[0].args["stream"] != hex(s1.Queue().(*queue).s.h) {
 		t.Fatalf("cuStreamWaitEvent calls %v; want one, s1 waiting on the write's event %s", waits, ev)
 	}
 	if err := s1.Synchronize(context.Background()); err != nil {
@@ -802,7 +802,7 @@ func TestCopyOnDeviceIsCoveredByTheNextFence(t *testing.T) {
 	if _, err := q.Enqueue(stream.Op{Name: "write", Run: func() error { return b.CopyToDevice(q, src, want) }}); err != nil {
 		t.Fatal(err)
 	}
-	before := q.(*Queue).issued.Load()
+	before := q.(*queue).issued.Load()
 	if err := b.CopyOnDevice(q, src, dst); err != nil {
 		t.Fatal(err)
 	}
@@ -981,5 +981,46 @@ func TestCopyToHostPrefaultsAndCopiesEveryByte(t *testing.T) {
 		if n >= 8<<20 && runtime.GOMAXPROCS(0) >= 2 && (b[0] != 0 || b[n-1] != 0 || b[4096] != 0) {
 			t.Errorf("prefault of %d bytes left pages untouched", n)
 		}
+	}
+}
+
+// Backend.Info describes the device as the driver reported it at open, and
+// MemInfo reads the free memory now: an allocation beside the device shows
+// there; after Close it is refused.
+func TestBackendInfoAndMemInfoDescribeTheDevice(t *testing.T) {
+	f := buildFake(t)
+	f.setTotalMem(64 << 20)
+	b, err := NewBackend(Options{Library: f.path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := b.Info()
+	want := DeviceInfo{Ordinal: 0, Name: "Fake CUDA Device 0", TotalMem: 64 << 20, DriverVersion: 12040,
+		Features: Features{VirtualMemory: true, AsyncMemset: true, Library: true, ParamInfo: true}}
+	if info != want {
+		t.Fatalf("Info = %+v, want %+v", info, want)
+	}
+	free, total, err := b.MemInfo()
+	if err != nil || free != 64<<20 || total != 64<<20 {
+		t.Fatalf("MemInfo = %d, %d, %v; want all 64 MiB free", free, total, err)
+	}
+	p, err := b.ctx.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if free, _, err := b.MemInfo(); err != nil || free != 63<<20 {
+		t.Fatalf("MemInfo after a 1 MiB allocation: free %d, %v; want 63 MiB", free, err)
+	}
+	if err := b.ctx.Free(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := b.MemInfo(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("MemInfo after Close = %v, want ErrClosed", err)
+	}
+	if _, err := b.LoadModule([]byte(kernelsPTX)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("LoadModule after Close = %v, want ErrClosed", err)
 	}
 }

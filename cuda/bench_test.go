@@ -43,7 +43,7 @@ func fillOp(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, v byte) error {
 		const chunk = 1 << 30
 		for off := uint64(0); off < res[0].Size; off += chunk {
 			n := min(chunk, res[0].Size-off)
-			if err := be.Launch(s.Queue(), KernelFillU8, res[0].Ptr+uintptr(off), n, uint32(v)); err != nil {
+			if err := be.launch(s.Queue(), kernelFillU8, res[0].Ptr+uintptr(off), n, uint32(v)); err != nil {
 				return err
 			}
 		}
@@ -108,7 +108,7 @@ func BenchmarkRelocationThroughput(b *testing.B) {
 	if real {
 		sizes = []uint64{1 << 30, 4 << 30, 16 << 30}
 	}
-	c, err := Open(Options{Library: path}) // holds the primary context across devices; measures the floors
+	c, err := openContext(Options{Library: path}) // holds the primary context across devices; measures the floors
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func BenchmarkRelocationThroughput(b *testing.B) {
 	}
 }
 
-func benchRelocation(b *testing.B, c *Context, path string, size uint64) {
+func benchRelocation(b *testing.B, c *primaryContext, path string, size uint64) {
 	ctx := context.Background()
 	src, err := c.Alloc(size)
 	if err != nil {
@@ -279,7 +279,7 @@ func BenchmarkAllocFree(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer d.Close()
-			c := d.Backend().(*Backend).Context()
+			c := d.Backend().(*Backend).devContext()
 			const rawN = 200
 			rawOnce := func() {
 				p, err := c.Alloc(size)
@@ -455,7 +455,7 @@ func benchTransfers(b *testing.B, path string, size uint64) {
 		b.Fatal(err)
 	}
 	defer d.Close()
-	c := d.Backend().(*Backend).Context()
+	c := d.Backend().(*Backend).devContext()
 	if 4*size > c.TotalMem() {
 		b.Skipf("%s needs about %d bytes; the device has %d", sizeName(size), 4*size, c.TotalMem())
 	}

@@ -12,8 +12,8 @@ import (
 // test kernels.
 type captureFixture struct {
 	f        *fakeDriver
-	c        *Context
-	s        *Stream
+	c        *primaryContext
+	s        *driverStream
 	buf      uintptr
 	add      *Function
 	fill     *Function
@@ -28,12 +28,12 @@ func newCaptureFixture(t *testing.T) *captureFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	add, _ := m.Function(KernelAddOne)
-	fill, _ := m.Function(KernelFillU8)
+	add, _ := m.Function(kernelAddOne)
+	fill, _ := m.Function(kernelFillU8)
 	buf, err := c.Alloc(256)
 	if err != nil {
 		t.Fatal(err)
@@ -53,7 +53,7 @@ func (x *captureFixture) read(t *testing.T) []byte {
 	return got
 }
 
-func (x *captureFixture) status(t *testing.T) CaptureStatus {
+func (x *captureFixture) status(t *testing.T) captureStatus {
 	t.Helper()
 	st, err := x.s.CaptureStatus()
 	if err != nil {
@@ -68,7 +68,7 @@ func TestCaptureRecordsOnTheStreamThreadAndReplays(t *testing.T) {
 	if err := x.s.BeginCapture(); err != nil {
 		t.Fatal(err)
 	}
-	if st := x.status(t); st != CaptureActive {
+	if st := x.status(t); st != captureActive {
 		t.Fatalf("status while capturing = %v, want active", st)
 	}
 	if err := x.s.Launch(x.add, cfg, x.buf, uint64(100)); err != nil {
@@ -91,7 +91,7 @@ func TestCaptureRecordsOnTheStreamThreadAndReplays(t *testing.T) {
 	if begin.tid != x.streamTI || end.tid != x.streamTI {
 		t.Errorf("capture began on thread %d and ended on %d, want both on the stream's %d", begin.tid, end.tid, x.streamTI)
 	}
-	if st := x.status(t); st != CaptureNone {
+	if st := x.status(t); st != captureNone {
 		t.Fatalf("status after EndCapture = %v, want none", st)
 	}
 	if got := x.read(t); !bytes.Equal(got, make([]byte, 256)) {
@@ -158,7 +158,7 @@ func TestEndingACaptureOnAnotherThreadIsErrWrongOwner(t *testing.T) {
 	// Another thread with the context current, bypassing the stream's
 	// executor: exactly what the executors exist to prevent.
 	other, err := newExecutor("intruder", func() error {
-		return x.c.drv.check("cuCtxSetCurrent", x.c.drv.cuCtxSetCurrent(x.c.ctx))
+		return x.c.drv.check("cuCtxSetCurrent", x.c.drv.CuCtxSetCurrent(x.c.ctx))
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -166,12 +166,12 @@ func TestEndingACaptureOnAnotherThreadIsErrWrongOwner(t *testing.T) {
 	defer other.Close()
 	var graph uintptr
 	err = other.Do(func() error {
-		return x.c.drv.check("cuStreamEndCapture", x.c.drv.cuStreamEndCapture(x.s.h, &graph))
+		return x.c.drv.check("cuStreamEndCapture", x.c.drv.CuStreamEndCapture(x.s.h, &graph))
 	})
 	if !errors.Is(err, ErrWrongOwner) {
 		t.Fatalf("EndCapture from another thread: %v, want ErrWrongOwner", err)
 	}
-	if st := x.status(t); st != CaptureActive {
+	if st := x.status(t); st != captureActive {
 		t.Fatalf("status after the wrong-thread attempt = %v, want still active", st)
 	}
 	if _, err := x.s.EndCapture(); err != nil {
@@ -186,7 +186,7 @@ func TestSynchronizingACapturingStreamInvalidatesTheCapture(t *testing.T) {
 	if !errors.Is(err, ErrCaptureInvalidated) || !errors.Is(err, ErrCaptureUnsupported) {
 		t.Fatalf("Synchronize while capturing: %v; want 900 (unsupported, invalidating)", err)
 	}
-	if st := x.status(t); st != CaptureInvalidated {
+	if st := x.status(t); st != captureInvalidated {
 		t.Fatalf("status = %v, want invalidated", st)
 	}
 	err = x.s.CopyDtoD(x.buf+128, x.buf, 8)
@@ -198,7 +198,7 @@ func TestSynchronizingACapturingStreamInvalidatesTheCapture(t *testing.T) {
 	if g != nil || !errors.As(err, &de) || de.Code != 901 {
 		t.Fatalf("EndCapture of an invalidated capture = %v, %v; want no graph and 901", g, err)
 	}
-	if st := x.status(t); st != CaptureNone {
+	if st := x.status(t); st != captureNone {
 		t.Fatalf("status after EndCapture = %v, want none", st)
 	}
 }
@@ -242,13 +242,13 @@ func TestThreadLocalCaptureToleratesStorageCallsOnTheDeviceExecutor(t *testing.T
 	if err := x.c.Free(p); err != nil {
 		t.Fatalf("Free on the device executor during a capture: %v", err)
 	}
-	if st := x.status(t); st != CaptureActive {
+	if st := x.status(t); st != captureActive {
 		t.Fatalf("status after device-executor alloc/free = %v, want active", st)
 	}
 	// The same call on the capturing thread is what THREAD_LOCAL forbids.
 	var q uintptr
 	err = x.s.Executor().Do(func() error {
-		return x.c.drv.check("cuMemAlloc_v2", x.c.drv.cuMemAlloc(&q, 64))
+		return x.c.drv.check("cuMemAlloc_v2", x.c.drv.CuMemAlloc(&q, 64))
 	})
 	if !errors.Is(err, ErrCaptureUnsupported) {
 		t.Fatalf("alloc on the capturing thread: %v, want ErrCaptureUnsupported", err)
@@ -273,7 +273,7 @@ func TestForkedCaptureMustJoin(t *testing.T) {
 		if err := s2.WaitEvent(e); err != nil { // s2 joins the capture
 			t.Fatal(err)
 		}
-		if st, _ := s2.CaptureStatus(); st != CaptureActive {
+		if st, _ := s2.CaptureStatus(); st != captureActive {
 			t.Fatalf("forked stream status = %v, want active", st)
 		}
 		if err := s2.MemsetD8(x.buf, 5, 4); err != nil {
@@ -285,7 +285,7 @@ func TestForkedCaptureMustJoin(t *testing.T) {
 	if _, err := x.s.EndCapture(); !errors.Is(err, ErrCaptureUnjoined) {
 		t.Fatalf("EndCapture with an unjoined fork: %v, want ErrCaptureUnjoined", err)
 	}
-	if st, _ := s2.CaptureStatus(); st != CaptureNone {
+	if st, _ := s2.CaptureStatus(); st != captureNone {
 		t.Fatalf("forked stream status after the failed end = %v, want none", st)
 	}
 

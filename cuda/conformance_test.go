@@ -58,6 +58,6 @@ func copyOnStream(s *gpumem.Stream, dst, src *gpumem.Buffer) error {
 		if dn != sn {
 			return fmt.Errorf("copy of %d bytes into %d", sn, dn)
 		}
-		return op.q.s.CopyDtoD(d, sp, sn)
+		return op.k.Q.s.CopyDtoD(d, sp, sn)
 	})
 }

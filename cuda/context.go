@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 )
 
-// Options configures Open. The zero value opens device 0 through
+// Options configures NewBackend (and OpenDevice). The zero value opens device 0 through
 // libcuda.so.1 (or $GPUMEM_LIBCUDA).
 type Options struct {
 	// Library is the driver library to load. Empty: $GPUMEM_LIBCUDA when
@@ -17,35 +19,16 @@ type Options struct {
 	Device int
 }
 
-// Features are the optional driver capabilities found at Open.
-type Features struct {
-	// VirtualMemory: the eight VMM symbols are present and the device
-	// reports CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED.
-	VirtualMemory bool
-	// AsyncMemset: cuMemsetD8Async is present.
-	AsyncMemset bool
-	// Library: the library API (cuLibraryLoadData, cuLibraryGetKernel,
-	// cuKernelGetFunction, cuLibraryUnload; CUDA 12.0+) is present.
-	// LoadModule does not use it: under lazy module loading (the default
-	// since CUDA 12.2) it defers the JIT and its refusal past the load
-	// (module.go); modules load through cuModuleLoadDataEx either way.
-	Library bool
-	// ParamInfo: cuFuncGetParamInfo (CUDA 12.4+) is present, so every
-	// kernel's parameters are known; without it, only PTX modules' are
-	// (from their .param lists).
-	ParamInfo bool
-}
-
-// DeviceAttribute is a CUdevice_attribute value.
-type DeviceAttribute int32
+// deviceAttribute is a CUdevice_attribute value.
+type deviceAttribute int32
 
 // A few attributes the package and its callers use; any other
-// CUdevice_attribute value may be passed to Context.Attribute.
+// CUdevice_attribute value may be passed to primaryContext.Attribute.
 const (
-	AttrMultiprocessorCount              DeviceAttribute = 16
-	AttrComputeCapabilityMajor           DeviceAttribute = 75
-	AttrComputeCapabilityMinor           DeviceAttribute = 76
-	AttrVirtualMemoryManagementSupported DeviceAttribute = 102
+	attrMultiprocessorCount              deviceAttribute = 16
+	attrComputeCapabilityMajor           deviceAttribute = 75
+	attrComputeCapabilityMinor           deviceAttribute = 76
+	attrVirtualMemoryManagementSupported deviceAttribute = 102
 )
 
 // Available reports whether a usable driver with at least one device is
@@ -60,11 +43,11 @@ func available(path string) error {
 	if err != nil {
 		return err
 	}
-	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+	if err := d.check("cuInit", d.CuInit(0)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var n int32
-	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&n)); err != nil {
+	if err := d.check("cuDeviceGetCount", d.CuDeviceGetCount(&n)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	if n < 1 {
@@ -73,16 +56,16 @@ func available(path string) error {
 	return nil
 }
 
-// Context is one device's primary context, opened through the driver, with
+// primaryContext is one device's primary context, opened through the driver, with
 // its device executor. Its methods are safe for concurrent use; storage and
 // module calls run in order on the device executor, stream work on each
-// Stream's executor.
-type Context struct {
-	drv      *driver
+// driverStream's executor.
+type primaryContext struct {
+	drv      *cudaDriver
 	ordinal  int
 	dev      int32   // CUdevice
 	ctx      uintptr // CUcontext: the device's primary context, retained
-	exec     *Executor
+	exec     *executor
 	name     string
 	totalMem uint64
 	version  int
@@ -90,15 +73,15 @@ type Context struct {
 
 	mu      sync.Mutex // guards the fields below
 	closed  bool
-	streams map[*Stream]struct{}
+	streams map[*driverStream]struct{}
 }
 
-// Open loads the driver, initialises it and retains opts.Device's primary
+// openContext loads the driver, initialises it and retains opts.Device's primary
 // context, current on a new device executor. Without a usable driver (no
 // libcuda.so.1, a required symbol missing, cuInit failing, no such device)
 // it returns an error wrapping ErrNoDriver and holds nothing; it never
 // panics.
-func Open(opts Options) (*Context, error) {
+func openContext(opts Options) (*primaryContext, error) {
 	if opts.Device < 0 {
 		return nil, fmt.Errorf("%w: device ordinal %d is negative", ErrNoDriver, opts.Device)
 	}
@@ -106,7 +89,7 @@ func Open(opts Options) (*Context, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Context{drv: d, ordinal: opts.Device, streams: make(map[*Stream]struct{})}
+	c := &primaryContext{drv: d, ordinal: opts.Device, streams: make(map[*driverStream]struct{})}
 	c.exec, err = newExecutor(fmt.Sprintf("device %d", opts.Device), nil)
 	if err != nil {
 		return nil, err
@@ -121,68 +104,68 @@ func Open(opts Options) (*Context, error) {
 // init runs on the device executor: cuInit, device lookup and properties,
 // primary context retain, then makes it current on this thread. On error
 // whatever was retained is released.
-func (c *Context) init() error {
+func (c *primaryContext) init() error {
 	d := c.drv
-	if err := d.check("cuInit", d.cuInit(0)); err != nil {
+	if err := d.check("cuInit", d.CuInit(0)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var v, count int32
-	if err := d.check("cuDriverGetVersion", d.cuDriverGetVersion(&v)); err != nil {
+	if err := d.check("cuDriverGetVersion", d.CuDriverGetVersion(&v)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	c.version = int(v)
-	if err := d.check("cuDeviceGetCount", d.cuDeviceGetCount(&count)); err != nil {
+	if err := d.check("cuDeviceGetCount", d.CuDeviceGetCount(&count)); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	if c.ordinal >= int(count) {
-		return fmt.Errorf("%w: device %d asked for, %s reports %d devices", ErrNoDriver, c.ordinal, d.path, count)
+		return fmt.Errorf("%w: device %d asked for, %s reports %d devices", ErrNoDriver, c.ordinal, d.Path, count)
 	}
-	if err := d.check("cuDeviceGet", d.cuDeviceGet(&c.dev, int32(c.ordinal))); err != nil {
+	if err := d.check("cuDeviceGet", d.CuDeviceGet(&c.dev, int32(c.ordinal))); err != nil {
 		return fmt.Errorf("%w: %w", ErrNoDriver, err)
 	}
 	var name [256]byte
-	if err := d.check("cuDeviceGetName", d.cuDeviceGetName(&name[0], int32(len(name)), c.dev)); err != nil {
+	if err := d.check("cuDeviceGetName", d.CuDeviceGetName(&name[0], int32(len(name)), c.dev)); err != nil {
 		return err
 	}
-	c.name = cString(&name[0])
+	c.name = driver.CString(&name[0])
 	var total uintptr
-	if err := d.check("cuDeviceTotalMem_v2", d.cuDeviceTotalMem(&total, c.dev)); err != nil {
+	if err := d.check("cuDeviceTotalMem_v2", d.CuDeviceTotalMem(&total, c.dev)); err != nil {
 		return err
 	}
 	c.totalMem = uint64(total)
-	c.features.AsyncMemset = d.cuMemsetD8Async != nil
-	c.features.Library = d.library != nil
-	c.features.ParamInfo = d.cuFuncGetParamInfo != nil
-	if d.vmm != nil {
+	c.features.AsyncMemset = d.CuMemsetD8Async != nil
+	c.features.Library = d.Library != nil
+	c.features.ParamInfo = d.CuFuncGetParamInfo != nil
+	if d.VMM != nil {
 		var ok int32
-		if err := d.check("cuDeviceGetAttribute", d.cuDeviceGetAttribute(&ok, int32(AttrVirtualMemoryManagementSupported), c.dev)); err != nil {
+		if err := d.check("cuDeviceGetAttribute", d.CuDeviceGetAttribute(&ok, int32(attrVirtualMemoryManagementSupported), c.dev)); err != nil {
 			return err
 		}
 		c.features.VirtualMemory = ok != 0
 	}
-	if err := d.check("cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain(&c.ctx, c.dev)); err != nil {
+	if err := d.check("cuDevicePrimaryCtxRetain", d.CuDevicePrimaryCtxRetain(&c.ctx, c.dev)); err != nil {
 		return err
 	}
-	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(c.ctx)); err != nil {
-		d.cuDevicePrimaryCtxRelease(c.dev)
+	if err := d.check("cuCtxSetCurrent", d.CuCtxSetCurrent(c.ctx)); err != nil {
+		d.CuDevicePrimaryCtxRelease(c.dev)
 		return err
 	}
 	return nil
 }
 
-// Close closes every Stream still open (a Queue whose stream it closes then
+// Close closes every driverStream still open (a queue whose stream it closes then
 // refuses new work; its Close still cleans up and returns), releases the
 // primary context and stops the device executor. Events, modules and graphs not destroyed die
 // with the context when the driver's reference count on it reaches zero.
 // Close is idempotent; other calls afterwards return ErrClosed.
-func (c *Context) Close() error {
+func (c *primaryContext) Close() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
-	open := make([]*Stream, 0, len(c.streams))
+	open := make([]*driverStream, 0, len(c.streams))
 	for s := range c.streams {
 		open = append(open, s)
 	}
@@ -193,14 +176,14 @@ func (c *Context) Close() error {
 		errs = append(errs, s.Close())
 	}
 	errs = append(errs, c.exec.Do(func() error {
-		return c.drv.check("cuDevicePrimaryCtxRelease", c.drv.cuDevicePrimaryCtxRelease(c.dev))
+		return c.drv.check("cuDevicePrimaryCtxRelease", c.drv.CuDevicePrimaryCtxRelease(c.dev))
 	}))
 	errs = append(errs, c.exec.Close())
 	return errors.Join(errs...)
 }
 
 // do runs fn on the device executor unless the context is closed.
-func (c *Context) do(fn func() error) error {
+func (c *primaryContext) do(fn func() error) error {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -213,7 +196,7 @@ func (c *Context) do(fn func() error) error {
 // cleanup runs fn, the destruction of an object of the context, on the
 // device executor; after Close it does nothing and returns nil: the object
 // died with the context.
-func (c *Context) cleanup(fn func() error) error {
+func (c *primaryContext) cleanup(fn func() error) error {
 	ran := false
 	err := c.do(func() error { ran = true; return fn() })
 	if !ran {
@@ -223,30 +206,30 @@ func (c *Context) cleanup(fn func() error) error {
 }
 
 // Executor returns the device executor: storage calls run there, and a
-// caller may batch several Context calls inside one Do.
-func (c *Context) Executor() *Executor { return c.exec }
+// caller may batch several primaryContext calls inside one Do.
+func (c *primaryContext) Executor() *executor { return c.exec }
 
 // Ordinal returns the device ordinal.
-func (c *Context) Ordinal() int { return c.ordinal }
+func (c *primaryContext) Ordinal() int { return c.ordinal }
 
 // Name returns the device name (cuDeviceGetName).
-func (c *Context) Name() string { return c.name }
+func (c *primaryContext) Name() string { return c.name }
 
 // TotalMem returns the device memory in bytes (cuDeviceTotalMem_v2).
-func (c *Context) TotalMem() uint64 { return c.totalMem }
+func (c *primaryContext) TotalMem() uint64 { return c.totalMem }
 
 // DriverVersion returns the driver's CUDA version as 1000·major + 10·minor
 // (cuDriverGetVersion; 12040 is CUDA 12.4).
-func (c *Context) DriverVersion() int { return c.version }
+func (c *primaryContext) DriverVersion() int { return c.version }
 
-// Features returns the optional capabilities found at Open.
-func (c *Context) Features() Features { return c.features }
+// Features returns the optional capabilities found at openContext.
+func (c *primaryContext) Features() Features { return c.features }
 
 // Attribute returns a device attribute (cuDeviceGetAttribute).
-func (c *Context) Attribute(attr DeviceAttribute) (int, error) {
+func (c *primaryContext) Attribute(attr deviceAttribute) (int, error) {
 	var v int32
 	err := c.do(func() error {
-		return c.drv.check("cuDeviceGetAttribute", c.drv.cuDeviceGetAttribute(&v, int32(attr), c.dev))
+		return c.drv.check("cuDeviceGetAttribute", c.drv.CuDeviceGetAttribute(&v, int32(attr), c.dev))
 	})
 	return int(v), err
 }
@@ -254,10 +237,10 @@ func (c *Context) Attribute(attr DeviceAttribute) (int, error) {
 // Alloc allocates size bytes of device memory (cuMemAlloc_v2) and returns
 // the device pointer. A refusal matches storage.ErrOutOfMemory; on error
 // nothing was allocated.
-func (c *Context) Alloc(size uint64) (uintptr, error) {
+func (c *primaryContext) Alloc(size uint64) (uintptr, error) {
 	var p uintptr
 	err := c.do(func() error {
-		return c.drv.check("cuMemAlloc_v2", c.drv.cuMemAlloc(&p, uintptr(size)))
+		return c.drv.check("cuMemAlloc_v2", c.drv.CuMemAlloc(&p, uintptr(size)))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: allocate %d bytes on device %d: %w", size, c.ordinal, err)
@@ -267,8 +250,8 @@ func (c *Context) Alloc(size uint64) (uintptr, error) {
 
 // Free releases memory from Alloc (cuMemFree_v2). The driver may wait for
 // work using it; do not free while a stream of this thread records a graph.
-func (c *Context) Free(ptr uintptr) error {
-	err := c.do(func() error { return c.drv.check("cuMemFree_v2", c.drv.cuMemFree(ptr)) })
+func (c *primaryContext) Free(ptr uintptr) error {
+	err := c.do(func() error { return c.drv.check("cuMemFree_v2", c.drv.CuMemFree(ptr)) })
 	if err != nil {
 		return fmt.Errorf("cuda: free %#x on device %d: %w", ptr, c.ordinal, err)
 	}
@@ -276,27 +259,27 @@ func (c *Context) Free(ptr uintptr) error {
 }
 
 // MemGetInfo returns the device's free and total bytes (cuMemGetInfo_v2).
-func (c *Context) MemGetInfo() (free, total uint64, err error) {
+func (c *primaryContext) MemGetInfo() (free, total uint64, err error) {
 	var f, t uintptr
-	err = c.do(func() error { return c.drv.check("cuMemGetInfo_v2", c.drv.cuMemGetInfo(&f, &t)) })
+	err = c.do(func() error { return c.drv.check("cuMemGetInfo_v2", c.drv.CuMemGetInfo(&f, &t)) })
 	return uint64(f), uint64(t), err
 }
 
 // Synchronize waits for all work of the context (cuCtxSynchronize).
-func (c *Context) Synchronize() error {
-	return c.do(func() error { return c.drv.check("cuCtxSynchronize", c.drv.cuCtxSynchronize()) })
+func (c *primaryContext) Synchronize() error {
+	return c.do(func() error { return c.drv.check("cuCtxSynchronize", c.drv.CuCtxSynchronize()) })
 }
 
 // CopyDtoD copies n bytes between device pointers and waits for it
 // (cuMemcpyDtoD_v2, ordered on the legacy default stream).
-func (c *Context) CopyDtoD(dst, src uintptr, n uint64) error {
+func (c *primaryContext) CopyDtoD(dst, src uintptr, n uint64) error {
 	return c.do(func() error {
-		return c.drv.check("cuMemcpyDtoD_v2", c.drv.cuMemcpyDtoD(dst, src, uintptr(n)))
+		return c.drv.check("cuMemcpyDtoD_v2", c.drv.CuMemcpyDtoD(dst, src, uintptr(n)))
 	})
 }
 
-// PhysicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
-type PhysicalMemory uint64
+// physicalMemory is a CUmemGenericAllocationHandle from CreatePhysical.
+type physicalMemory uint64
 
 // VMM constants from cuda.h.
 const (
@@ -308,24 +291,24 @@ const (
 )
 
 // vmm returns the VMM functions, or an error wrapping ErrUnsupported.
-func (c *Context) vmm() (*vmmFuncs, error) {
+func (c *primaryContext) vmm() (*driver.VMMFuncs, error) {
 	if !c.features.VirtualMemory {
 		return nil, fmt.Errorf("%w: virtual memory management on device %d", ErrUnsupported, c.ordinal)
 	}
-	return c.drv.vmm, nil
+	return c.drv.VMM, nil
 }
 
-func (c *Context) allocationProp() memAllocationProp {
-	return memAllocationProp{
-		allocType:    memAllocationTypePinned,
-		locationType: memLocationTypeDevice,
-		locationID:   c.dev,
+func (c *primaryContext) allocationProp() driver.MemAllocationProp {
+	return driver.MemAllocationProp{
+		AllocType:    memAllocationTypePinned,
+		LocationType: memLocationTypeDevice,
+		LocationID:   c.dev,
 	}
 }
 
 // AllocationGranularity returns the minimum and recommended granularity of
 // physical allocations and mappings (cuMemGetAllocationGranularity).
-func (c *Context) AllocationGranularity() (minimum, recommended uint64, err error) {
+func (c *primaryContext) AllocationGranularity() (minimum, recommended uint64, err error) {
 	v, err := c.vmm()
 	if err != nil {
 		return 0, 0, err
@@ -333,10 +316,10 @@ func (c *Context) AllocationGranularity() (minimum, recommended uint64, err erro
 	prop := c.allocationProp()
 	var lo, hi uintptr
 	err = c.do(func() error {
-		if err := c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&lo, &prop, memGranularityMinimum)); err != nil {
+		if err := c.drv.check("cuMemGetAllocationGranularity", v.CuMemGetAllocationGranularity(&lo, &prop, memGranularityMinimum)); err != nil {
 			return err
 		}
-		return c.drv.check("cuMemGetAllocationGranularity", v.cuMemGetAllocationGranularity(&hi, &prop, memGranularityRecommended))
+		return c.drv.check("cuMemGetAllocationGranularity", v.CuMemGetAllocationGranularity(&hi, &prop, memGranularityRecommended))
 	})
 	return uint64(lo), uint64(hi), err
 }
@@ -344,14 +327,14 @@ func (c *Context) AllocationGranularity() (minimum, recommended uint64, err erro
 // ReserveAddress reserves size bytes of device virtual address space
 // (cuMemAddressReserve; alignment 0 = the default). size must be a multiple
 // of the granularity.
-func (c *Context) ReserveAddress(size, alignment uint64) (uintptr, error) {
+func (c *primaryContext) ReserveAddress(size, alignment uint64) (uintptr, error) {
 	v, err := c.vmm()
 	if err != nil {
 		return 0, err
 	}
 	var p uintptr
 	err = c.do(func() error {
-		return c.drv.check("cuMemAddressReserve", v.cuMemAddressReserve(&p, uintptr(size), uintptr(alignment), 0, 0))
+		return c.drv.check("cuMemAddressReserve", v.CuMemAddressReserve(&p, uintptr(size), uintptr(alignment), 0, 0))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: reserve %d bytes of address space: %w", size, err)
@@ -360,19 +343,19 @@ func (c *Context) ReserveAddress(size, alignment uint64) (uintptr, error) {
 }
 
 // FreeAddress returns a reservation (cuMemAddressFree); unmap it first.
-func (c *Context) FreeAddress(base uintptr, size uint64) error {
+func (c *primaryContext) FreeAddress(base uintptr, size uint64) error {
 	v, err := c.vmm()
 	if err != nil {
 		return err
 	}
 	return c.do(func() error {
-		return c.drv.check("cuMemAddressFree", v.cuMemAddressFree(base, uintptr(size)))
+		return c.drv.check("cuMemAddressFree", v.CuMemAddressFree(base, uintptr(size)))
 	})
 }
 
 // CreatePhysical allocates size bytes of pinned device memory without an
 // address (cuMemCreate). A refusal matches storage.ErrOutOfMemory.
-func (c *Context) CreatePhysical(size uint64) (PhysicalMemory, error) {
+func (c *primaryContext) CreatePhysical(size uint64) (physicalMemory, error) {
 	v, err := c.vmm()
 	if err != nil {
 		return 0, err
@@ -380,39 +363,39 @@ func (c *Context) CreatePhysical(size uint64) (PhysicalMemory, error) {
 	prop := c.allocationProp()
 	var h uint64
 	err = c.do(func() error {
-		return c.drv.check("cuMemCreate", v.cuMemCreate(&h, uintptr(size), &prop, 0))
+		return c.drv.check("cuMemCreate", v.CuMemCreate(&h, uintptr(size), &prop, 0))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: create %d bytes of physical memory on device %d: %w", size, c.ordinal, err)
 	}
-	return PhysicalMemory(h), nil
+	return physicalMemory(h), nil
 }
 
 // ReleasePhysical drops the handle (cuMemRelease); the memory goes back
 // once every mapping of it is unmapped.
-func (c *Context) ReleasePhysical(h PhysicalMemory) error {
+func (c *primaryContext) ReleasePhysical(h physicalMemory) error {
 	v, err := c.vmm()
 	if err != nil {
 		return err
 	}
-	return c.do(func() error { return c.drv.check("cuMemRelease", v.cuMemRelease(uint64(h))) })
+	return c.do(func() error { return c.drv.check("cuMemRelease", v.CuMemRelease(uint64(h))) })
 }
 
 // Map maps physical memory h at [base, base+size) inside a reservation
 // (cuMemMap, offset 0) and makes it readable and writable by this device
 // (cuMemSetAccess). On error nothing stays mapped.
-func (c *Context) Map(base uintptr, size uint64, h PhysicalMemory) error {
+func (c *primaryContext) Map(base uintptr, size uint64, h physicalMemory) error {
 	v, err := c.vmm()
 	if err != nil {
 		return err
 	}
-	desc := memAccessDesc{locationType: memLocationTypeDevice, locationID: c.dev, flags: memAccessProtReadWrite}
+	desc := driver.MemAccessDesc{LocationType: memLocationTypeDevice, LocationID: c.dev, Flags: memAccessProtReadWrite}
 	return c.do(func() error {
-		if err := c.drv.check("cuMemMap", v.cuMemMap(base, uintptr(size), 0, uint64(h), 0)); err != nil {
+		if err := c.drv.check("cuMemMap", v.CuMemMap(base, uintptr(size), 0, uint64(h), 0)); err != nil {
 			return err
 		}
-		if err := c.drv.check("cuMemSetAccess", v.cuMemSetAccess(base, uintptr(size), &desc, 1)); err != nil {
-			v.cuMemUnmap(base, uintptr(size))
+		if err := c.drv.check("cuMemSetAccess", v.CuMemSetAccess(base, uintptr(size), &desc, 1)); err != nil {
+			v.CuMemUnmap(base, uintptr(size))
 			return err
 		}
 		return nil
@@ -420,12 +403,12 @@ func (c *Context) Map(base uintptr, size uint64, h PhysicalMemory) error {
 }
 
 // Unmap unmaps [base, base+size) (cuMemUnmap).
-func (c *Context) Unmap(base uintptr, size uint64) error {
+func (c *primaryContext) Unmap(base uintptr, size uint64) error {
 	v, err := c.vmm()
 	if err != nil {
 		return err
 	}
-	return c.do(func() error { return c.drv.check("cuMemUnmap", v.cuMemUnmap(base, uintptr(size))) })
+	return c.do(func() error { return c.drv.check("cuMemUnmap", v.CuMemUnmap(base, uintptr(size))) })
 }
 
 // ptrOf returns the address of b's first byte for a driver call, or nil for

@@ -16,7 +16,7 @@ import (
 
 func TestOpenWithoutDriverLibraryIsErrNoDriver(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "libcuda.so.1")
-	c, err := Open(Options{Library: missing})
+	c, err := openContext(Options{Library: missing})
 	if !errors.Is(err, ErrNoDriver) || c != nil {
 		t.Fatalf("Open(missing library) = %v, %v; want nil and ErrNoDriver", c, err)
 	}
@@ -27,14 +27,14 @@ func TestOpenWithoutDriverLibraryIsErrNoDriver(t *testing.T) {
 	if err := Available(); !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("Available() with GPUMEM_LIBCUDA=%s: %v; want ErrNoDriver", missing, err)
 	}
-	if _, err := Open(Options{}); !errors.Is(err, ErrNoDriver) {
+	if _, err := openContext(Options{}); !errors.Is(err, ErrNoDriver) {
 		t.Fatalf("Open(Options{}) with GPUMEM_LIBCUDA=%s: %v; want ErrNoDriver", missing, err)
 	}
 }
 
 func TestMissingRequiredSymbolIsErrNoDriverNamingIt(t *testing.T) {
 	f := buildFake(t, "FAKE_OMIT_GRAPH_LAUNCH")
-	c, err := Open(Options{Library: f.path})
+	c, err := openContext(Options{Library: f.path})
 	if !errors.Is(err, ErrNoDriver) || c != nil {
 		t.Fatalf("Open(fake without cuGraphLaunch) = %v, %v; want nil and ErrNoDriver", c, err)
 	}
@@ -94,7 +94,7 @@ func TestVirtualMemoryNeedsTheDeviceAttributeToo(t *testing.T) {
 	c.Close()
 
 	f2 := buildFake(t)
-	f2.setAttribute(int32(AttrVirtualMemoryManagementSupported), 0)
+	f2.setAttribute(int32(attrVirtualMemoryManagementSupported), 0)
 	c2 := f2.open(t)
 	if c2.Features().VirtualMemory {
 		t.Fatal("VirtualMemory on although the device reports no VMM support")
@@ -112,7 +112,7 @@ func TestOpenFollowsEnvLibraryAndQueriesTheDevice(t *testing.T) {
 		t.Fatalf("Available() with GPUMEM_LIBCUDA at the fake: %v", err)
 	}
 	f.logClear()
-	c, err := Open(Options{})
+	c, err := openContext(Options{})
 	if err != nil {
 		t.Fatalf("Open(Options{}) with GPUMEM_LIBCUDA at the fake: %v", err)
 	}
@@ -120,7 +120,7 @@ func TestOpenFollowsEnvLibraryAndQueriesTheDevice(t *testing.T) {
 	if c.Name() != "Fake CUDA Device 0" || c.TotalMem() != 64<<20 || c.DriverVersion() != 12040 || c.Ordinal() != 0 {
 		t.Fatalf("device = %q, %d bytes, driver %d, ordinal %d", c.Name(), c.TotalMem(), c.DriverVersion(), c.Ordinal())
 	}
-	if v, err := c.Attribute(AttrComputeCapabilityMajor); err != nil || v != 9 {
+	if v, err := c.Attribute(attrComputeCapabilityMajor); err != nil || v != 9 {
 		t.Fatalf("Attribute(major) = %d, %v; want 9", v, err)
 	}
 	if a := f.last(t, "cuDeviceGetAttribute"); a.args["attr"] != "75" {
@@ -163,12 +163,12 @@ func TestOpenFollowsEnvLibraryAndQueriesTheDevice(t *testing.T) {
 
 func TestOpenWithoutDeviceIsErrNoDriver(t *testing.T) {
 	f := buildFake(t)
-	c, err := Open(Options{Library: f.path, Device: 1})
+	c, err := openContext(Options{Library: f.path, Device: 1})
 	if !errors.Is(err, ErrNoDriver) || c != nil {
 		t.Fatalf("Open(device 1 of 1) = %v, %v; want ErrNoDriver", c, err)
 	}
 	f.setDeviceCount(0)
-	c, err = Open(Options{Library: f.path})
+	c, err = openContext(Options{Library: f.path})
 	var de *DriverError
 	if !errors.Is(err, ErrNoDriver) || !errors.As(err, &de) || de.Code != 100 || de.Name != "CUDA_ERROR_NO_DEVICE" {
 		t.Fatalf("Open(no device) = %v, %v; want ErrNoDriver wrapping CUDA_ERROR_NO_DEVICE", c, err)
@@ -310,7 +310,7 @@ func TestEveryDriverCallRunsOnItsExecutorWithTheContextCurrent(t *testing.T) {
 	}
 	f.logClear()
 	var wg sync.WaitGroup
-	for _, s := range []*Stream{s1, s2} {
+	for _, s := range []*driverStream{s1, s2} {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -472,21 +472,21 @@ func TestKernelsRunWithTheirArguments(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cl := f.last(t, "cuModuleLoadDataEx"); cl.args["size"] != strconv.Itoa(len(KernelsPTX)) {
-		t.Errorf("cuModuleLoadDataEx = %v, want the whole %d-byte image", cl, len(KernelsPTX))
+	if cl := f.last(t, "cuModuleLoadDataEx"); cl.args["size"] != strconv.Itoa(len(kernelsPTX)) {
+		t.Errorf("cuModuleLoadDataEx = %v, want the whole %d-byte image", cl, len(kernelsPTX))
 	}
 	if cs := f.named(t, "cuLibraryLoadData"); len(cs) != 0 {
 		t.Errorf("LoadModule called cuLibraryLoadData (%v): it defers the JIT under lazy loading", cs)
 	}
-	fill, err := m.Function(KernelFillU8)
+	fill, err := m.Function(kernelFillU8)
 	if err != nil {
 		t.Fatal(err)
 	}
-	add, err := m.Function(KernelAddOne)
+	add, err := m.Function(kernelAddOne)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -544,8 +544,8 @@ func TestKernelFaultPoisonsTheDevice(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, _ := c.LoadModule([]byte(KernelsPTX))
-	add, _ := m.Function(KernelAddOne)
+	m, _ := c.LoadModule([]byte(kernelsPTX))
+	add, _ := m.Function(kernelAddOne)
 	p, _ := c.Alloc(16)
 	err := s.Launch(add, LaunchConfig{Grid: Dim3{X: 1}, Block: Dim3{X: 64}}, p, uint64(64))
 	if !errors.Is(err, storage.ErrDevicePoisoned) || !strings.Contains(err.Error(), "add_one") {
@@ -645,7 +645,7 @@ func TestInjectedErrorsCarryTheDriverName(t *testing.T) {
 		{"cuMemAlloc_v2", 2, func() error { _, err := c.Alloc(1); return err }, storage.ErrOutOfMemory, "CUDA_ERROR_OUT_OF_MEMORY"},
 		{"cuStreamBeginCapture_v2", 900, s.BeginCapture, ErrCaptureUnsupported, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
 		{"cuStreamSynchronize", 901, s.Synchronize, ErrCaptureInvalidated, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
-		{"cuGraphLaunch", 907, func() error { return s.LaunchGraph(&GraphExec{s: s, h: 1}) }, ErrCapturedEvent, "CUDA_ERROR_CAPTURED_EVENT"},
+		{"cuGraphLaunch", 907, func() error { return s.LaunchGraph(&graphExec{s: s, h: 1}) }, ErrCapturedEvent, "CUDA_ERROR_CAPTURED_EVENT"},
 		{"cuStreamEndCapture", 908, func() error { _, err := s.EndCapture(); return err }, ErrWrongOwner, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD"},
 		{"cuStreamEndCapture", 904, func() error { _, err := s.EndCapture(); return err }, ErrCaptureUnjoined, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED"},
 		{"cuMemGetInfo_v2", 12345, func() error { _, _, err := c.MemGetInfo(); return err }, nil, ""},
@@ -672,7 +672,7 @@ func TestOptionalModuleFeaturesFollowTheSymbols(t *testing.T) {
 	if got := c.Features(); got.Library || got.ParamInfo {
 		t.Fatalf("Features() without the library API and cuFuncGetParamInfo = %+v; want both off", got)
 	}
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
 
 var (
-	// ErrNoDriver is returned (wrapped) by Open and Available when no usable
+	// ErrNoDriver is returned (wrapped) by NewBackend, OpenDevice and Available when no usable
 	// driver is present: libcuda.so.1 cannot be loaded, it lacks a required
 	// symbol (the message names it), cuInit fails, or the device ordinal
 	// asked for does not exist. Nothing was acquired; fall back to the host
@@ -18,11 +19,11 @@ var (
 
 	// ErrUnsupported is returned by an optional feature the loaded driver or
 	// device lacks: virtual memory management (the eight cuMem* VMM symbols
-	// or the device attribute) or cuMemsetD8Async. See Context.Features.
+	// or the device attribute) or cuMemsetD8Async. See Features.
 	ErrUnsupported = errors.New("cuda: not supported by this driver or device")
 
-	// ErrClosed is returned by a call on a closed Context, Stream or
-	// Executor. Nothing ran.
+	// ErrClosed is returned by a call on a closed Backend, or on its driver
+	// context, streams or executors once closed. Nothing ran.
 	ErrClosed = errors.New("cuda: closed")
 
 	// ErrCaptureInvalidated matches driver errors 900 and 901: the stream's
@@ -49,27 +50,6 @@ var (
 	// touched from another thread than the one that began it. The capture is
 	// still active; end it on its stream's executor.
 	ErrWrongOwner = errors.New("cuda: stream capture touched from the wrong thread")
-)
-
-// CUresult codes this package treats specially; the values are the driver's
-// (cuda.h, enum cudaError_enum).
-const (
-	codeSuccess                 = 0
-	codeInvalidValue            = 1
-	codeOutOfMemory             = 2
-	codeNotFound                = 500
-	codeNotReady                = 600
-	codeECCUncorrectable        = 214
-	codeIllegalAddress          = 700
-	codeAssert                  = 710
-	codeHardwareStackError      = 714 // 714..719: stack, instruction, alignment, address space, PC, launch failed
-	codeLaunchFailed            = 719
-	codeCaptureUnsupported      = 900
-	codeCaptureInvalidated      = 901
-	codeCaptureUnjoined         = 904
-	codeCapturedEvent           = 907
-	codeCaptureWrongThread      = 908
-	codeStreamCaptureModeThread = 1 // CU_STREAM_CAPTURE_MODE_THREAD_LOCAL
 )
 
 // DriverError is a failed driver call: Op is the driver symbol called, Code
@@ -103,19 +83,19 @@ func (e *DriverError) Error() string {
 func (e *DriverError) Is(target error) bool {
 	switch target {
 	case storage.ErrOutOfMemory:
-		return e.Code == codeOutOfMemory
+		return e.Code == driver.CodeOutOfMemory
 	case storage.ErrDevicePoisoned:
 		return isPoison(e.Code)
 	case ErrCaptureInvalidated, stream.ErrCaptureInvalidated:
-		return e.Code == codeCaptureUnsupported || e.Code == codeCaptureInvalidated
+		return e.Code == driver.CodeCaptureUnsupported || e.Code == driver.CodeCaptureInvalidated
 	case ErrCaptureUnsupported, stream.ErrCaptureUnsupported:
-		return e.Code == codeCaptureUnsupported
+		return e.Code == driver.CodeCaptureUnsupported
 	case ErrCaptureUnjoined:
-		return e.Code == codeCaptureUnjoined
+		return e.Code == driver.CodeCaptureUnjoined
 	case ErrCapturedEvent:
-		return e.Code == codeCapturedEvent
+		return e.Code == driver.CodeCapturedEvent
 	case ErrWrongOwner, stream.ErrWrongOwner:
-		return e.Code == codeCaptureWrongThread
+		return e.Code == driver.CodeCaptureWrongThread
 	}
 	return false
 }
@@ -123,6 +103,6 @@ func (e *DriverError) Is(target error) bool {
 // isPoison reports whether code is a sticky fault that leaves the context
 // unusable.
 func isPoison(code int) bool {
-	return code == codeECCUncorrectable || code == codeIllegalAddress || code == codeAssert ||
-		(code >= codeHardwareStackError && code <= codeLaunchFailed)
+	return code == driver.CodeECCUncorrectable || code == driver.CodeIllegalAddress || code == driver.CodeAssert ||
+		(code >= driver.CodeHardwareStackError && code <= driver.CodeLaunchFailed)
 }

@@ -58,7 +58,7 @@ func Example() {
 	ctx := context.Background()
 	be := dev.Backend().(*cuda.Backend)
 
-	mod, err := be.Context().LoadModule([]byte(scalePTX))
+	mod, err := be.LoadModule([]byte(scalePTX))
 	var jit *cuda.JITError
 	if errors.As(err, &jit) {
 		fmt.Println("the JIT refused the PTX:", jit.Log)

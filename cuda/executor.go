@@ -6,20 +6,20 @@ import (
 	"sync"
 )
 
-// Executor runs functions one at a time, in submission order, on one
+// executor runs functions one at a time, in submission order, on one
 // goroutine locked to one OS thread for its whole life.
 //
 // The driver keeps the current context, and a thread-local stream capture's
 // ownership, per OS thread; a Go goroutine may move between threads at any
-// call. So every driver call of a Context runs on an executor whose thread
-// has the context current: one executor per Stream (its work, its events,
+// call. So every driver call of a primaryContext runs on an executor whose thread
+// has the context current: one executor per driverStream (its work, its events,
 // its capture, which therefore begins and ends on the same thread) and one
 // for the device (allocation, free, module loading, context-wide sync).
 //
 // The worker's thread is never unlocked: when the worker returns (Close),
 // the Go runtime ends the thread, so no other goroutine inherits its
 // context binding.
-type Executor struct {
+type executor struct {
 	name   string
 	tid    int // worker's OS thread id; written before newExecutor returns, then read-only
 	jobs   chan job
@@ -42,8 +42,8 @@ type outcome struct {
 
 // newExecutor starts a worker, locks it to its thread and runs setup there
 // (nil: nothing). When setup fails the worker ends and the error returns.
-func newExecutor(name string, setup func() error) (*Executor, error) {
-	e := &Executor{name: name, jobs: make(chan job), exited: make(chan struct{})}
+func newExecutor(name string, setup func() error) (*executor, error) {
+	e := &executor{name: name, jobs: make(chan job), exited: make(chan struct{})}
 	ready := make(chan error, 1)
 	go e.loop(setup, ready)
 	if err := <-ready; err != nil {
@@ -53,7 +53,7 @@ func newExecutor(name string, setup func() error) (*Executor, error) {
 	return e, nil
 }
 
-func (e *Executor) loop(setup func() error, ready chan<- error) {
+func (e *executor) loop(setup func() error, ready chan<- error) {
 	runtime.LockOSThread() // never unlocked: see the type's documentation
 	defer close(e.exited)
 	e.tid = threadID()
@@ -81,7 +81,7 @@ func run(fn func() error) (o outcome) {
 }
 
 // Name returns the name the executor was started with (for messages).
-func (e *Executor) Name() string { return e.name }
+func (e *executor) Name() string { return e.name }
 
 // onWorker reports whether the caller is the worker goroutine itself.
 // While the worker lives only it can run on its locked thread, so an equal
@@ -91,7 +91,7 @@ func (e *Executor) Name() string { return e.name }
 // is closed before the worker's thread ends, so a worker not yet exited at
 // the check was alive, and alone on that id, when the id was read. (Always
 // false off linux, where threadID is -1.)
-func (e *Executor) onWorker() bool {
+func (e *executor) onWorker() bool {
 	tid := threadID()
 	if tid < 0 || tid != e.tid {
 		return false
@@ -109,7 +109,7 @@ func (e *Executor) onWorker() bool {
 // function the executor is running, Do runs fn at once (on linux; elsewhere
 // that would deadlock). A panic in fn is re-raised in the caller. On a
 // closed executor Do returns ErrClosed and fn does not run.
-func (e *Executor) Do(fn func() error) error {
+func (e *executor) Do(fn func() error) error {
 	if e.onWorker() {
 		return fn()
 	}
@@ -132,7 +132,7 @@ func (e *Executor) Do(fn func() error) error {
 // and waits for its thread to end. It is idempotent. Calling it from a
 // function the executor runs is an error (the worker cannot wait for
 // itself).
-func (e *Executor) Close() error {
+func (e *executor) Close() error {
 	if e.onWorker() {
 		return fmt.Errorf("cuda: executor %s cannot close itself from its own worker", e.name)
 	}

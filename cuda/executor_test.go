@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-func newTestExecutor(t *testing.T) *Executor {
+func newTestExecutor(t *testing.T) *executor {
 	t.Helper()
 	e, err := newExecutor("test", nil)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/internal/fakecuda"
 )
 
@@ -33,34 +34,37 @@ type fakeDriver struct {
 func buildFake(t testing.TB, defines ...string) *fakeDriver {
 	t.Helper()
 	out := fakecuda.Build(t, defines...)
-	lib, err := loadLibrary(out)
+	lib, err := driver.LoadLibrary(out)
 	if err != nil {
 		t.Fatalf("loading the fake driver: %v", err)
 	}
 	f := &fakeDriver{path: out}
-	for _, b := range []binding{
-		{&f.setNextError, []string{"fake_set_next_error"}},
-		{&f.setTotalMem, []string{"fake_set_total_mem"}},
-		{&f.setDeviceCount, []string{"fake_set_device_count"}},
-		{&f.setAttribute, []string{"fake_set_attribute"}},
-		{&f.logCopy, []string{"fake_log"}},
-		{&f.logClear, []string{"fake_log_clear"}},
-		{&f.live, []string{"fake_live"}},
-		{&f.mappedBytes, []string{"fake_mapped_bytes"}},
+	for _, b := range []struct {
+		fptr   any
+		symbol string
+	}{
+		{&f.setNextError, "fake_set_next_error"},
+		{&f.setTotalMem, "fake_set_total_mem"},
+		{&f.setDeviceCount, "fake_set_device_count"},
+		{&f.setAttribute, "fake_set_attribute"},
+		{&f.logCopy, "fake_log"},
+		{&f.logClear, "fake_log_clear"},
+		{&f.live, "fake_live"},
+		{&f.mappedBytes, "fake_mapped_bytes"},
 	} {
-		addr := lookupSymbol(lib, b.symbols[0])
+		addr := driver.LookupSymbol(lib, b.symbol)
 		if addr == 0 {
-			t.Fatalf("fake driver lacks %s", b.symbols[0])
+			t.Fatalf("fake driver lacks %s", b.symbol)
 		}
-		registerFunc(b.fptr, addr)
+		driver.RegisterFunc(b.fptr, addr)
 	}
 	return f
 }
 
 // open opens device 0 of the fake and closes it when the test ends.
-func (f *fakeDriver) open(t *testing.T) *Context {
+func (f *fakeDriver) open(t *testing.T) *primaryContext {
 	t.Helper()
-	c, err := Open(Options{Library: f.path})
+	c, err := openContext(Options{Library: f.path})
 	if err != nil {
 		t.Fatalf("Open(fake): %v", err)
 	}
@@ -153,7 +157,7 @@ func (f *fakeDriver) liveCount(t *testing.T, kind string) int {
 func hex(p uintptr) string { return "0x" + strconv.FormatUint(uint64(p), 16) }
 
 // tidOf returns the OS thread id of an executor's worker, asked on it.
-func tidOf(t *testing.T, e *Executor) int {
+func tidOf(t *testing.T, e *executor) int {
 	t.Helper()
 	var tid int
 	if err := e.Do(func() error { tid = threadID(); return nil }); err != nil {

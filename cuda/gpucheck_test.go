@@ -32,12 +32,12 @@ func TestGPUCheckBenchmarksReportTheirFloors(t *testing.T) {
 		metrics []string
 	}{
 		{"RelocationThroughput/16MiB", func(b *testing.B) {
-			c, err := Open(Options{Library: buildFake(b).path})
+			c, err := openContext(Options{Library: buildFake(b).path})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer c.Close()
-			benchRelocation(b, c, c.drv.path, 16<<20)
+			benchRelocation(b, c, c.drv.Path, 16<<20)
 		}, []string{"B/s", "floor-B/s", "x-floor", "x-copy-free-floor", "x-floor-less-release", "cleanup-ns/op", "copy-ns/op", "release-ns/op", "floor-copy-ns/op", "floor-free-ns/op"}},
 		{"AllocFree", BenchmarkAllocFree, nil}, // sub-benchmarks: checked by running
 		{"GraphLaunch", BenchmarkGraphLaunch, []string{"direct-ns/op", "x-floor"}},

@@ -41,6 +41,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -61,7 +62,7 @@ func granularOff() bool {
 // granuleFor returns the mapping granule storages on c use, or 0 when they
 // stay plain: no virtual memory management, granules turned off, or a
 // granularity the driver does not report or the alignment does not divide.
-func granuleFor(c *Context) uint64 {
+func granuleFor(c *primaryContext) uint64 {
 	if !c.Features().VirtualMemory || granularOff() {
 		return 0
 	}
@@ -85,15 +86,15 @@ func granuleFor(c *Context) uint64 {
 	return g
 }
 
-// GranularStorage is the Storage NewStorage makes where the driver manages
+// granularStorage is the Storage NewStorage makes where the driver manages
 // virtual memory: it implements storage.Granular (pages reserve address
 // space and map granules on demand) on top of the plain Storage's
 // allocations. Safe for concurrent use.
-type GranularStorage struct {
-	*Storage
+type granularStorage struct {
+	*plainStorage
 }
 
-var _ storage.Granular = (*GranularStorage)(nil)
+var _ storage.Granular = (*granularStorage)(nil)
 
 // vmmRange is one reservation: its address range and, per granule, the
 // physical allocation mapped there (0: none) and whether its unmap is
@@ -103,7 +104,7 @@ type vmmRange struct {
 	base        uintptr // 0 for an empty reservation
 	size        uint64  // as asked
 	span        uint64  // reserved: whole granules
-	handles     []PhysicalMemory
+	handles     []physicalMemory
 	unmapQueued []bool
 	pending     int // granules with unmapQueued set
 }
@@ -111,7 +112,7 @@ type vmmRange struct {
 // granuleRef is one mapped granule: its address and physical allocation.
 type granuleRef struct {
 	addr uintptr
-	h    PhysicalMemory
+	h    physicalMemory
 }
 
 func (r *vmmRange) granuleAddr(i, g uint64) uintptr { return r.base + uintptr(i*g) }
@@ -138,14 +139,14 @@ func (r *vmmRange) check(w storage.Region, g uint64) error {
 
 // Granule implements storage.Granular: the driver's recommended
 // granularity (2 MiB on current GPUs).
-func (g GranularStorage) Granule() uint64 { return g.granule }
+func (g granularStorage) Granule() uint64 { return g.granule }
 
 // Reserve implements storage.Granular: cuMemAddressReserve of size rounded
 // up to whole granules, aligned to the granule. It takes no budget. On a
 // poisoned backend it returns the poison; on a driver refusal nothing
 // changed.
-func (g GranularStorage) Reserve(size uint64) (storage.Region, error) {
-	s := g.Storage
+func (g granularStorage) Reserve(size uint64) (storage.Region, error) {
+	s := g.plainStorage
 	if err := s.b.Poisoned(); err != nil {
 		return storage.Region{}, fmt.Errorf("cuda: reserve %d bytes on a poisoned device: %w", size, err)
 	}
@@ -157,7 +158,7 @@ func (g GranularStorage) Reserve(size uint64) (storage.Region, error) {
 		id:          storage.NewID(),
 		size:        size,
 		span:        n * s.granule,
-		handles:     make([]PhysicalMemory, n),
+		handles:     make([]physicalMemory, n),
 		unmapQueued: make([]bool, n),
 	}
 	if r.span > 0 {
@@ -182,8 +183,8 @@ func (g GranularStorage) Reserve(size uint64) (storage.Region, error) {
 // cancelled). A refusal of the budget or the driver wraps
 // storage.ErrOutOfMemory; on any error nothing of the call stays mapped
 // (V1).
-func (g GranularStorage) Map(id storage.ID, first, n uint64) error {
-	s := g.Storage
+func (g granularStorage) Map(id storage.ID, first, n uint64) error {
+	s := g.plainStorage
 	if err := s.b.Poisoned(); err != nil {
 		return fmt.Errorf("cuda: map granules of reservation %d on a poisoned device: %w", id, err)
 	}
@@ -238,11 +239,11 @@ func (g GranularStorage) Map(id storage.ID, first, n uint64) error {
 // (V2) and read as unmapped at once; their memory and budget go back when
 // Flush unmaps them. An unknown reservation is ignored; a granule not
 // mapped is a caller bug and panics.
-func (g GranularStorage) Unmap(id storage.ID, first, n uint64) {
+func (g granularStorage) Unmap(id storage.ID, first, n uint64) {
 	if n == 0 {
 		return
 	}
-	s := g.Storage
+	s := g.plainStorage
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, ok := s.ranges[id]
@@ -265,14 +266,14 @@ func (g GranularStorage) Unmap(id storage.ID, first, n uint64) {
 }
 
 // BytesReserved implements storage.Granular (V4).
-func (g GranularStorage) BytesReserved() uint64 {
+func (g granularStorage) BytesReserved() uint64 {
 	return g.allocated.Load() + g.reserved.Load()
 }
 
 // MappedGranules reports which granules of reservation id are mapped (a
 // queued unmap reads as unmapped); nil when id is not a live reservation.
 // For tests and reports.
-func (g GranularStorage) MappedGranules(id storage.ID) []bool {
+func (g granularStorage) MappedGranules(id storage.ID) []bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	r, ok := g.ranges[id]
@@ -287,7 +288,7 @@ func (g GranularStorage) MappedGranules(id storage.ID) []bool {
 }
 
 // QueuedUnmaps returns the number of granule unmaps waiting for Flush.
-func (g GranularStorage) QueuedUnmaps() int {
+func (g granularStorage) QueuedUnmaps() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	n := 0
@@ -300,42 +301,42 @@ func (g GranularStorage) QueuedUnmaps() int {
 // mapGranules backs granules idx of r (g bytes each) in one device-executor
 // call: per granule cuMemCreate, cuMemMap and cuMemSetAccess. On error every
 // granule the call created is unmapped and released again (V1).
-func (c *Context) mapGranules(r *vmmRange, g uint64, idx []uint64) ([]PhysicalMemory, error) {
+func (c *primaryContext) mapGranules(r *vmmRange, g uint64, idx []uint64) ([]physicalMemory, error) {
 	v, err := c.vmm()
 	if err != nil {
 		return nil, err
 	}
 	d := c.drv
 	prop := c.allocationProp()
-	desc := memAccessDesc{locationType: memLocationTypeDevice, locationID: c.dev, flags: memAccessProtReadWrite}
-	var hs []PhysicalMemory
+	desc := driver.MemAccessDesc{LocationType: memLocationTypeDevice, LocationID: c.dev, Flags: memAccessProtReadWrite}
+	var hs []physicalMemory
 	err = c.do(func() error {
 		undo := func() {
 			for k, h := range hs {
-				v.cuMemUnmap(r.granuleAddr(idx[k], g), uintptr(g))
-				v.cuMemRelease(uint64(h))
+				v.CuMemUnmap(r.granuleAddr(idx[k], g), uintptr(g))
+				v.CuMemRelease(uint64(h))
 			}
 			hs = nil
 		}
 		for _, i := range idx {
 			addr := r.granuleAddr(i, g)
 			var h uint64
-			if err := d.check("cuMemCreate", v.cuMemCreate(&h, uintptr(g), &prop, 0)); err != nil {
+			if err := d.check("cuMemCreate", v.CuMemCreate(&h, uintptr(g), &prop, 0)); err != nil {
 				undo()
 				return fmt.Errorf("cuda: create granule %d (%d bytes) on device %d: %w", i, g, c.ordinal, err)
 			}
-			if err := d.check("cuMemMap", v.cuMemMap(addr, uintptr(g), 0, h, 0)); err != nil {
-				v.cuMemRelease(h)
+			if err := d.check("cuMemMap", v.CuMemMap(addr, uintptr(g), 0, h, 0)); err != nil {
+				v.CuMemRelease(h)
 				undo()
 				return fmt.Errorf("cuda: map granule %d at %#x: %w", i, addr, err)
 			}
-			if err := d.check("cuMemSetAccess", v.cuMemSetAccess(addr, uintptr(g), &desc, 1)); err != nil {
-				v.cuMemUnmap(addr, uintptr(g))
-				v.cuMemRelease(h)
+			if err := d.check("cuMemSetAccess", v.CuMemSetAccess(addr, uintptr(g), &desc, 1)); err != nil {
+				v.CuMemUnmap(addr, uintptr(g))
+				v.CuMemRelease(h)
 				undo()
 				return fmt.Errorf("cuda: grant access to granule %d at %#x: %w", i, addr, err)
 			}
-			hs = append(hs, PhysicalMemory(h))
+			hs = append(hs, physicalMemory(h))
 		}
 		return nil
 	})
@@ -347,14 +348,14 @@ func (c *Context) mapGranules(r *vmmRange, g uint64, idx []uint64) ([]PhysicalMe
 
 // unmapGranule unmaps and releases one granule; it runs on the device
 // executor (inside drop).
-func (s *Storage) unmapGranule(gr granuleRef) error {
-	v := s.b.ctx.drv.vmm
+func (s *plainStorage) unmapGranule(gr granuleRef) error {
+	v := s.b.ctx.drv.VMM
 	d := s.b.ctx.drv
 	var first error
-	if err := d.check("cuMemUnmap", v.cuMemUnmap(gr.addr, uintptr(s.granule))); err != nil {
+	if err := d.check("cuMemUnmap", v.CuMemUnmap(gr.addr, uintptr(s.granule))); err != nil {
 		first = fmt.Errorf("cuda: unmap granule at %#x: %w", gr.addr, err)
 	}
-	if err := d.check("cuMemRelease", v.cuMemRelease(uint64(gr.h))); err != nil && first == nil {
+	if err := d.check("cuMemRelease", v.CuMemRelease(uint64(gr.h))); err != nil && first == nil {
 		first = fmt.Errorf("cuda: release the granule at %#x: %w", gr.addr, err)
 	}
 	return first
@@ -362,7 +363,7 @@ func (s *Storage) unmapGranule(gr granuleRef) error {
 
 // freeRange unmaps and releases every granule r still maps, then frees its
 // address range; it runs on the device executor (inside drop).
-func (s *Storage) freeRange(r *vmmRange) error {
+func (s *plainStorage) freeRange(r *vmmRange) error {
 	var first error
 	for i, h := range r.handles {
 		if h == 0 {
@@ -374,7 +375,7 @@ func (s *Storage) freeRange(r *vmmRange) error {
 	}
 	if r.span > 0 {
 		d := s.b.ctx.drv
-		if err := d.check("cuMemAddressFree", d.vmm.cuMemAddressFree(r.base, uintptr(r.span))); err != nil && first == nil {
+		if err := d.check("cuMemAddressFree", d.VMM.CuMemAddressFree(r.base, uintptr(r.span))); err != nil && first == nil {
 			first = fmt.Errorf("cuda: free the reservation at %#x (%d bytes): %w", r.base, r.span, err)
 		}
 	}

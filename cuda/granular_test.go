@@ -19,8 +19,8 @@ import (
 const fakeGranule = 4 * mib
 
 // granularBackend opens a backend on a fresh fake and returns one of its
-// storages as a GranularStorage drawing on budget.
-func granularBackend(t *testing.T, budget *storage.Budget) (*fakeDriver, *Backend, *GranularStorage) {
+// storages as a granularStorage drawing on budget.
+func granularBackend(t *testing.T, budget *storage.Budget) (*fakeDriver, *Backend, *granularStorage) {
 	t.Helper()
 	f := buildFake(t)
 	b, err := NewBackend(Options{Library: f.path})
@@ -32,7 +32,7 @@ func granularBackend(t *testing.T, budget *storage.Budget) (*fakeDriver, *Backen
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, ok := st.(*GranularStorage)
+	g, ok := st.(*granularStorage)
 	if !ok || g.Granule() != fakeGranule || storage.GranuleOf(st) != fakeGranule {
 		t.Fatalf("NewStorage on a driver with virtual memory = %T (granule %d), want a *GranularStorage with %d-byte granules",
 			st, storage.GranuleOf(st), fakeGranule)
@@ -382,7 +382,7 @@ func TestStorageIsPlainWithoutVirtualMemory(t *testing.T) {
 		{"no VMM symbols", func(t *testing.T) *fakeDriver { return buildFake(t, "FAKE_NO_VMM") }},
 		{"device without VMM", func(t *testing.T) *fakeDriver {
 			f := buildFake(t)
-			f.setAttribute(int32(AttrVirtualMemoryManagementSupported), 0)
+			f.setAttribute(int32(attrVirtualMemoryManagementSupported), 0)
 			return f
 		}},
 		{EnvGranular + "=0", func(t *testing.T) *fakeDriver {

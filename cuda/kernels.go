@@ -1,6 +1,6 @@
 package cuda
 
-// KernelsPTX is a small PTX module (ISA 7.0, sm_52 and later, JIT-compiled
+// kernelsPTX is a small PTX module (ISA 7.0, sm_52 and later, JIT-compiled
 // by the driver) with two byte kernels, one thread per byte, for tests and
 // diagnostics:
 //
@@ -12,7 +12,7 @@ package cuda
 // n may exceed 2^32 (up to the grid Linear allows).
 // The fake driver in testdata recognises both entries and runs them on host
 // memory.
-const KernelsPTX = `.version 7.0
+const kernelsPTX = `.version 7.0
 .target sm_52
 .address_size 64
 
@@ -76,8 +76,8 @@ FILL_U8_DONE:
 }
 `
 
-// Kernel entry names in KernelsPTX.
+// Kernel entry names in kernelsPTX.
 const (
-	KernelAddOne = "add_one"
-	KernelFillU8 = "fill_u8"
+	kernelAddOne = "add_one"
+	kernelFillU8 = "fill_u8"
 )

@@ -28,13 +28,13 @@ func newTestBackend(t *testing.T, f *fakeDriver) *Backend {
 }
 
 // newTestQueue makes queue 0 of b.
-func newTestQueue(t *testing.T, b *Backend) *Queue {
+func newTestQueue(t *testing.T, b *Backend) *queue {
 	t.Helper()
 	q, err := b.NewQueue(0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q.(*Queue)
+	return q.(*queue)
 }
 
 func nop(name string) stream.Op { return stream.Op{Name: name, Run: func() error { return nil }} }
@@ -97,7 +97,7 @@ func TestBackendCloseReturnsAfterItsContextWasClosed(t *testing.T) {
 	if err := q.Wait(context.Background(), stream.Fence{Q: q, Seq: seq}); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Context().Close(); err != nil {
+	if err := b.devContext().Close(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := q.Enqueue(nop("b")); !errors.Is(err, stream.ErrClosed) {
@@ -209,25 +209,25 @@ func TestBackendLaunchRefusesWrongExtraArguments(t *testing.T) {
 		kernel string
 		extra  []any
 	}{
-		{KernelFillU8, nil},
-		{KernelFillU8, []any{uint64(7)}},
-		{KernelFillU8, []any{uint32(7), uint32(8)}},
-		{KernelAddOne, []any{uint32(7)}},
+		{kernelFillU8, nil},
+		{kernelFillU8, []any{uint64(7)}},
+		{kernelFillU8, []any{uint32(7), uint32(8)}},
+		{kernelAddOne, []any{uint32(7)}},
 		{"no_such_kernel", nil},
 	}
 	f.logClear()
 	for _, tc := range cases {
-		if err := b.Launch(q, tc.kernel, p, 4096, tc.extra...); !errors.Is(err, stream.ErrInvalid) {
+		if err := b.launch(q, tc.kernel, p, 4096, tc.extra...); !errors.Is(err, stream.ErrInvalid) {
 			t.Errorf("Launch(%s, %v) = %v; want stream.ErrInvalid", tc.kernel, tc.extra, err)
 		}
 	}
 	if cs := f.named(t, "cuLaunchKernel"); len(cs) != 0 {
 		t.Fatalf("refused launches reached the driver: %v", cs)
 	}
-	if err := b.Launch(q, KernelFillU8, p, 4096, uint32(7)); err != nil {
+	if err := b.launch(q, kernelFillU8, p, 4096, uint32(7)); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Launch(q, KernelAddOne, p, 4096); err != nil {
+	if err := b.launch(q, kernelAddOne, p, 4096); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -239,11 +239,11 @@ func TestStreamLaunchRefusesArgumentsNotMatchingTheKernel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn, err := m.Function(KernelFillU8)
+	fn, err := m.Function(kernelFillU8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,11 +278,11 @@ func TestFunctionsOfAnUnloadedModuleAreRefused(t *testing.T) {
 	f := buildFake(t)
 	c := f.open(t)
 	s, _ := c.NewStream()
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatal(err)
 	}
-	fn, err := m.Function(KernelAddOne)
+	fn, err := m.Function(kernelAddOne)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -295,7 +295,7 @@ func TestFunctionsOfAnUnloadedModuleAreRefused(t *testing.T) {
 	if n := len(f.named(t, "cuModuleUnload")); n != 1 {
 		t.Fatalf("%d cuModuleUnload calls; want 1", n)
 	}
-	if _, err := m.Function(KernelAddOne); !errors.Is(err, ErrClosed) {
+	if _, err := m.Function(kernelAddOne); !errors.Is(err, ErrClosed) {
 		t.Errorf("Function of an unloaded module = %v; want ErrClosed", err)
 	}
 	p, _ := c.Alloc(64)
@@ -312,11 +312,11 @@ var ptxUse = regexp.MustCompile(`%([a-z]+)(\d+)\b`)
 
 func TestKernelsPTXIndexesIn64BitsWithDeclaredRegisters(t *testing.T) {
 	for _, h := range []string{".version 7.0\n", ".target sm_52\n", ".address_size 64\n"} {
-		if !strings.Contains(KernelsPTX, h) {
+		if !strings.Contains(kernelsPTX, h) {
 			t.Errorf("KernelsPTX lacks the directive %q", h)
 		}
 	}
-	entries := strings.Split(KernelsPTX, ".visible .entry ")[1:]
+	entries := strings.Split(kernelsPTX, ".visible .entry ")[1:]
 	if len(entries) != 2 {
 		t.Fatalf("%d entries; want 2", len(entries))
 	}
@@ -501,7 +501,7 @@ func TestTypedNilFencesAreRefused(t *testing.T) {
 	inline := stream.NewInline()
 	defer inline.Close()
 	fences := []stream.Fence{
-		{Q: (*Queue)(nil), Seq: 1},
+		{Q: (*queue)(nil), Seq: 1},
 		{Q: (*stream.Host)(nil), Seq: 1},
 		{Q: (*stream.Inline)(nil), Seq: 1},
 	}
@@ -515,10 +515,10 @@ func TestTypedNilFencesAreRefused(t *testing.T) {
 			}
 		}
 	}
-	if err := q.Replay(&GraphExecutable{}); !errors.Is(err, stream.ErrInvalid) {
+	if err := q.Replay(&graphExecutable{}); !errors.Is(err, stream.ErrInvalid) {
 		t.Errorf("Replay(&GraphExecutable{}) = %v; want stream.ErrInvalid", err)
 	}
-	if err := q.Replay((*GraphExecutable)(nil)); !errors.Is(err, stream.ErrInvalid) {
+	if err := q.Replay((*graphExecutable)(nil)); !errors.Is(err, stream.ErrInvalid) {
 		t.Errorf("Replay(nil *GraphExecutable) = %v; want stream.ErrInvalid", err)
 	}
 }

@@ -1,4 +1,4 @@
-// Modules: device code of one's own, loaded into a Context.
+// Modules: device code of one's own, loaded into a primaryContext.
 //
 // An image is PTX text (JIT-compiled by the driver for the device), a cubin
 // (ELF) or a fatbin; LoadModule tells them apart by their first bytes. It
@@ -21,11 +21,11 @@
 //
 // A Function knows its parameters' sizes where that can be learnt: from the
 // driver (cuFuncGetParamInfo, CUDA 12.4+), else, for a PTX image, from the
-// entry's .param list. Stream.Launch and Op.Launch refuse arguments that do
+// entry's .param list. driverStream.Launch and Op.Launch refuse arguments that do
 // not match them, because the driver itself reads as many parameter bytes
 // as the kernel declares, whatever the caller passed.
 //
-// Lifetime: a Module lives until Unload (or Context.Close); there is no
+// Lifetime: a Module lives until Unload (or primaryContext.Close); there is no
 // finalizer, so an unloaded Module is a leak the caller chose, visible in
 // the driver's memory, never a surprise unload under a running kernel.
 
@@ -40,6 +40,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -121,9 +122,9 @@ func (e *JITError) Unwrap() error { return e.Err }
 
 // Module is a loaded image, a CUmodule of the context. Its methods are
 // safe for concurrent use; Unload releases it, and nothing else does but
-// Context.Close.
+// primaryContext.Close.
 type Module struct {
-	c    *Context
+	c    *primaryContext
 	kind ImageKind
 	ptx  map[string][]uintptr // parameter sizes by entry, from the PTX; nil for binaries
 	mu   sync.Mutex           // guards h and jit; held across each driver call using them or its functions
@@ -195,8 +196,8 @@ const maxKernelParams = 32764
 // that the JIT has run, and refused, before LoadModule returns, whatever
 // the driver's module loading mode. A refusal is a *JITError with the
 // JIT's log, and nothing stays loaded. Unload the module when done:
-// nothing unloads it for you before Context.Close.
-func (c *Context) LoadModule(image []byte) (*Module, error) {
+// nothing unloads it for you before primaryContext.Close.
+func (c *primaryContext) LoadModule(image []byte) (*Module, error) {
 	if len(image) == 0 {
 		return nil, fmt.Errorf("cuda: load module: empty image: %w", stream.ErrInvalid)
 	}
@@ -211,7 +212,7 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 		img = append(append(make([]byte, 0, len(image)+1), image...), 0)
 		m.ptx = ptxParams(string(image))
 		for _, name := range ptxEntries(string(image)) {
-			entries = append(entries, cStringBytes(name))
+			entries = append(entries, driver.CStringBytes(name))
 		}
 	}
 
@@ -224,19 +225,19 @@ func (c *Context) LoadModule(image []byte) (*Module, error) {
 	d := c.drv
 	var refused error
 	err := c.do(func() error {
-		if err := d.check("cuModuleLoadDataEx", d.cuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(j.opts)), &j.opts[0], &j.vals[0])); err != nil {
+		if err := d.check("cuModuleLoadDataEx", d.CuModuleLoadDataEx(&m.h, unsafe.Pointer(&img[0]), uint32(len(j.opts)), &j.opts[0], &j.vals[0])); err != nil {
 			m.h = 0
 			refused = err
 			return nil
 		}
 		for _, name := range entries {
 			var fn uintptr
-			rc := d.cuModuleGetFunction(&fn, m.h, &name[0])
-			if rc == codeSuccess || rc == codeNotFound {
+			rc := d.CuModuleGetFunction(&fn, m.h, &name[0])
+			if rc == driver.CodeSuccess || rc == driver.CodeNotFound {
 				continue // not found: an .entry the scan misread; Function will say
 			}
 			refused = d.check("cuModuleGetFunction", rc)
-			d.cuModuleUnload(m.h)
+			d.CuModuleUnload(m.h)
 			m.h = 0
 			return nil
 		}
@@ -275,11 +276,11 @@ func (m *Module) use(fn func(h uintptr) error) error {
 // the error is a *JITError with the load's log.
 func (m *Module) Function(name string) (*Function, error) {
 	f := &Function{m: m, name: name}
-	n := cStringBytes(name)
+	n := driver.CStringBytes(name)
 	d := m.c.drv
 	err := m.c.do(func() error {
 		return m.use(func(h uintptr) error {
-			if err := d.check("cuModuleGetFunction", d.cuModuleGetFunction(&f.h, h, &n[0])); err != nil {
+			if err := d.check("cuModuleGetFunction", d.CuModuleGetFunction(&f.h, h, &n[0])); err != nil {
 				if de := err.(*DriverError); jitRefusal(de.Code) {
 					return &JITError{Kind: m.kind, Err: de, Log: m.jit.text()}
 				}
@@ -302,17 +303,17 @@ func (m *Module) Function(name string) (*Function, error) {
 // probeParams asks the driver for fn's parameter sizes, index by index,
 // until it answers CUDA_ERROR_INVALID_VALUE (no such parameter). Without
 // the symbol, or on any other answer, the parameters stay unknown.
-func probeParams(d *driver, fn uintptr) ([]uintptr, bool) {
-	if d.cuFuncGetParamInfo == nil {
+func probeParams(d *cudaDriver, fn uintptr) ([]uintptr, bool) {
+	if d.CuFuncGetParamInfo == nil {
 		return nil, false
 	}
 	sizes := []uintptr{}
 	for i := uintptr(0); i <= maxKernelParams; i++ {
 		var off, size uintptr
-		switch rc := d.cuFuncGetParamInfo(fn, i, &off, &size); rc {
-		case codeSuccess:
+		switch rc := d.CuFuncGetParamInfo(fn, i, &off, &size); rc {
+		case driver.CodeSuccess:
 			sizes = append(sizes, size)
-		case codeInvalidValue:
+		case driver.CodeInvalidValue:
 			return sizes, true
 		default:
 			return nil, false
@@ -351,7 +352,7 @@ func (f *Function) checkParams(sizes []uintptr) error {
 // Unload unloads the module (cuModuleUnload); its Functions become
 // invalid (launching one fails with ErrClosed). Unload only once the work that launched them has completed and every graph that
 // captured them is closed: the driver does not keep the code alive for
-// them. Idempotent; after Context.Close the module is already gone and
+// them. Idempotent; after primaryContext.Close the module is already gone and
 // Unload does nothing.
 func (m *Module) Unload() error {
 	m.mu.Lock()
@@ -362,7 +363,7 @@ func (m *Module) Unload() error {
 		return nil
 	}
 	err := m.c.cleanup(func() error {
-		return m.c.drv.check("cuModuleUnload", m.c.drv.cuModuleUnload(h))
+		return m.c.drv.check("cuModuleUnload", m.c.drv.CuModuleUnload(h))
 	})
 	m.mu.Lock()
 	m.jit = nil // the driver is done with the load's options

@@ -22,10 +22,9 @@ package cuda
 import (
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -38,12 +37,7 @@ var ErrOpEnded = errors.New("cuda: op has returned; its addresses and stream are
 // Op is one running op on a cuda stream, as its run function sees it (see
 // Enqueue). Call its methods only from the run function's goroutine and
 // before the function returns.
-type Op struct {
-	q     *Queue
-	name  string
-	res   []storage.Resource
-	ended atomic.Bool
-}
+type Op struct{ k *backendkit.Op[*queue] }
 
 // Enqueue submits an op on s, a stream of a device on the cuda backend, as
 // gpumem's Stream.Enqueue does, with an *Op for run: its uses' device
@@ -56,40 +50,19 @@ type Op struct {
 // any op under cuda it may call Free, Clone, Window, Stats and Report on
 // the device and gets gpumem.ErrCalledFromOp for the rest.
 func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) error) error {
-	q, ok := s.Queue().(*Queue)
-	if !ok {
-		return fmt.Errorf("cuda: enqueue %q: %s runs on the %s backend, not cuda: %w",
-			name, s.Name(), s.Device().Backend().Name(), stream.ErrInvalid)
+	var k func(*backendkit.Op[*queue]) error
+	if run != nil {
+		k = func(op *backendkit.Op[*queue]) error { return run(&Op{op}) }
 	}
-	if run == nil {
-		return fmt.Errorf("cuda: enqueue %q: nil run function: %w", name, stream.ErrInvalid)
-	}
-	return s.Enqueue(name, uses, func(res []storage.Resource) error {
-		op := &Op{q: q, name: name, res: res}
-		defer op.ended.Store(true)
-		return run(op)
-	})
+	return backendkit.Enqueue("cuda", s, name, uses, k)
 }
-
-// Name returns the op's name.
-func (op *Op) Name() string { return op.name }
-
-// Uses returns the number of uses the op declared.
-func (op *Op) Uses() int { return len(op.res) }
 
 // live refuses a call after the op returned or from another goroutine
 // than the run function's: the stream's executor runs the op, so a call
 // handed to it from elsewhere would wait for the op to return, forever if
 // the op waits for that call.
 func (op *Op) live(call string) error {
-	if op.ended.Load() {
-		return fmt.Errorf("cuda: op %q: %s: %w", op.name, call, ErrOpEnded)
-	}
-	if !op.q.s.exec.onWorker() {
-		return fmt.Errorf("cuda: op %q: %s from another goroutine than the op's run function (it would deadlock): %w",
-			op.name, call, stream.ErrInvalid)
-	}
-	return nil
+	return op.k.Live("cuda", call, op.k.Q.s.exec.onWorker(), ErrOpEnded, " (it would deadlock)")
 }
 
 // DevicePtr returns the device address and size of the op's i-th use: the
@@ -100,10 +73,8 @@ func (op *Op) DevicePtr(i int) (ptr uintptr, size uint64, err error) {
 	if err := op.live("device pointer"); err != nil {
 		return 0, 0, err
 	}
-	if i < 0 || i >= len(op.res) {
-		return 0, 0, fmt.Errorf("cuda: op %q: use %d of an op with %d uses: %w", op.name, i, len(op.res), stream.ErrInvalid)
-	}
-	return op.res[i].Ptr, op.res[i].Size, nil
+	r, err := op.k.Use("cuda", i)
+	return r.Ptr, r.Size, err
 }
 
 // StreamHandle returns the op's CUstream, for libraries that take one
@@ -129,7 +100,7 @@ func (op *Op) StreamHandle() (uintptr, error) {
 	if err := op.live("stream handle"); err != nil {
 		return 0, err
 	}
-	return op.q.s.Handle(), nil
+	return op.k.Q.s.Handle(), nil
 }
 
 // Launch enqueues f on the op's stream (cuLaunchKernel) with the launch
@@ -146,13 +117,13 @@ func (op *Op) StreamHandle() (uintptr, error) {
 // graph closes.
 func (op *Op) Launch(f *Function, cfg LaunchConfig, args ...Arg) error {
 	if f == nil {
-		return fmt.Errorf("cuda: op %q: launch of a nil *Function: %w", op.name, stream.ErrInvalid)
+		return fmt.Errorf("cuda: op %q: launch of a nil *Function: %w", op.k.Name, stream.ErrInvalid)
 	}
 	if err := op.live("launch " + f.name); err != nil {
 		return err
 	}
-	if f.m.c != op.q.b.ctx {
-		return fmt.Errorf("cuda: op %q: launch %s: the kernel's module was loaded into another context: %w", op.name, f.name, stream.ErrInvalid)
+	if f.m.c != op.k.Q.b.ctx {
+		return fmt.Errorf("cuda: op %q: launch %s: the kernel's module was loaded into another context: %w", op.k.Name, f.name, stream.ErrInvalid)
 	}
 	vals := make([]any, len(args))
 	for i, a := range args {
@@ -162,12 +133,12 @@ func (op *Op) Launch(f *Function, cfg LaunchConfig, args ...Arg) error {
 		}
 		vals[i] = v
 	}
-	err := op.q.s.Launch(f, cfg, vals...)
-	op.q.b.notePoison(err)
+	err := op.k.Q.s.Launch(f, cfg, vals...)
+	op.k.Q.b.notePoison(err)
 	return err
 }
 
-// resolve turns argument i into the value Stream.Launch takes.
+// resolve turns argument i into the value driverStream.Launch takes.
 func (op *Op) resolve(kernel string, i int, a Arg) (any, error) {
 	switch a.kind {
 	case argScalar:
@@ -176,10 +147,10 @@ func (op *Op) resolve(kernel string, i int, a Arg) (any, error) {
 	default:
 		return nil, &ArgError{Kernel: kernel, Index: i, Reason: "a zero Arg; make one with Val, Use or UseAt"}
 	}
-	if a.use < 0 || a.use >= len(op.res) {
-		return nil, &ArgError{Kernel: kernel, Index: i, Reason: fmt.Sprintf("use %d of an op with %d uses", a.use, len(op.res))}
+	if a.use < 0 || a.use >= len(op.k.Res) {
+		return nil, &ArgError{Kernel: kernel, Index: i, Reason: fmt.Sprintf("use %d of an op with %d uses", a.use, len(op.k.Res))}
 	}
-	r := op.res[a.use]
+	r := op.k.Res[a.use]
 	if a.off > 0 && a.off >= r.Size {
 		return nil, &ArgError{Kernel: kernel, Index: i,
 			Reason: fmt.Sprintf("offset %d is past the end of use %d (%d bytes)", a.off, a.use, r.Size)}

@@ -34,7 +34,7 @@ func userPTX(t testing.TB) []byte {
 // kernels; the module is unloaded when the test ends.
 func loadUser(t testing.TB, b *Backend) (saxpy, scalars *Function) {
 	t.Helper()
-	m, err := b.Context().LoadModule(userPTX(t))
+	m, err := b.devContext().LoadModule(userPTX(t))
 	if err != nil {
 		t.Fatalf("LoadModule(user.ptx): %v", err)
 	}
@@ -196,7 +196,7 @@ func TestUserKernelIsInStreamOrderWithAnotherStreamsOp(t *testing.T) {
 	if err := s1.Synchronize(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	w := s0.Queue().(*Queue)
+	w := s0.Queue().(*queue)
 	w.gate.Lock() // s0's write stays unobserved: s1 must wait on the device
 	mustWrite(t, xb, floats(x))
 	ev := f.last(t, "cuEventRecord").args["event"]
@@ -208,7 +208,7 @@ func TestUserKernelIsInStreamOrderWithAnotherStreamsOp(t *testing.T) {
 	}
 	calls := f.calls(t)
 	wait, launch := indexOf(calls, "cuStreamWaitEvent", 0), indexOf(calls, "cuLaunchKernel", 0)
-	s1h := hex(s1.Queue().(*Queue).s.h)
+	s1h := hex(s1.Queue().(*queue).s.h)
 	if wait < 0 || launch < 0 || wait > launch || calls[wait].args["event"] != ev || calls[wait].args["stream"] != s1h || calls[launch].args["stream"] != s1h {
 		t.Fatalf("calls %v; want s1's stream waiting on s0's write event %s, then the launch on s1", calls, ev)
 	}
@@ -230,7 +230,7 @@ func TestUserKernelInACapturedGraphLaunchedAfterARelocation(t *testing.T) {
 		mustWrite(t, xb, floats(x))
 		mustWrite(t, yb, floats(y))
 		cfg, _ := Linear(n, 256)
-		memset := b.ctx.drv.cuMemsetD8Async
+		memset := b.ctx.drv.CuMemsetD8Async
 		g, err := s.Capture(ctx, func(_ context.Context, s *gpumem.Stream) error {
 			uses := []gpumem.Use{{Buffer: xb, Access: gpumem.Read}, {Buffer: yb, Access: gpumem.ReadWrite}, {Buffer: flag, Access: gpumem.Write}}
 			return Enqueue(s, "step", uses, func(op *Op) error {
@@ -339,7 +339,7 @@ func TestJITFailureReturnsTheLog(t *testing.T) {
 		})
 	}
 	t.Run("real", func(t *testing.T) {
-		c, err := Open(Options{Library: realLibrary(t)})
+		c, err := openContext(Options{Library: realLibrary(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,12 +357,12 @@ func TestJITFailureReturnsTheLog(t *testing.T) {
 		}
 		t.Logf("LoadModule(bad PTX) on the GPU: %v", err)
 		// A good module still loads and resolves after the refusal.
-		good, err := c.LoadModule([]byte(KernelsPTX))
+		good, err := c.LoadModule([]byte(kernelsPTX))
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer good.Unload()
-		if _, err := good.Function(KernelAddOne); err != nil {
+		if _, err := good.Function(kernelAddOne); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -25,7 +25,7 @@
 //   - (Q4) While a capture is open, ops run on the executor (their launches
 //     are captured) and take no number; no event is recorded into the
 //     capture. A host wait or an unmet cross-stream wait invalidates it in
-//     software (rec.invalid), as the host queues do, and EndCapture then
+//     software (a backendkit.Recording), as the host queues do, and EndCapture then
 //     yields no graph.
 //   - (Q5) When the event of a step cannot be created or recorded and the
 //     error is not sticky (out of resources, say), the executor
@@ -33,10 +33,10 @@
 //     rare stall) and issues the step without an event, already complete
 //     on the device: the watcher passes it, WaitFence has nothing to wait
 //     for. Only if that synchronisation fails too is the step an error.
-//   - (Q6) The stream may be closed under the queue (Stream.Close,
-//     Context.Close): its close hook marks the queue closed and wakes the
+//   - (Q6) The stream may be closed under the queue (driverStream.Close,
+//     primaryContext.Close): its close hook marks the queue closed and wakes the
 //     watcher, which drains what is pending (the events outlive the
-//     stream) and exits; Queue.Close then cleans up on the device executor
+//     stream) and exits; queue.Close then cleans up on the device executor
 //     and returns.
 //
 // Locks. Never two queues' mu at once except in WaitFence, which holds only
@@ -54,12 +54,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
 
-// Queue is a stream.Queue over one driver stream, made by
+// queue is a stream.Queue over one driver stream, made by
 // Backend.NewQueue. Enqueue runs the op on the stream's executor (where it
 // launches work asynchronously on the stream) and records an event for its
 // sequence number; Completed reads what a watcher thread observed; Flush has
@@ -67,10 +67,10 @@ import (
 // cuStreamBeginCapture_v2 in thread-local mode on the executor; the sealed
 // Exec is an instantiated graph that Replay launches with cuGraphLaunch.
 // Every method is safe for concurrent use.
-type Queue struct {
+type queue struct {
 	b     *Backend
 	index int
-	s     *Stream
+	s     *driverStream
 
 	issued    atomic.Uint64 // last seq issued; written on the executor under mu
 	completed atomic.Uint64 // last seq complete; written by the watcher under mu
@@ -78,15 +78,15 @@ type Queue struct {
 	mu       sync.Mutex // guards the fields below
 	wake     *sync.Cond // on mu: pending grew, or the queue closed
 	pending  []pendingStep
-	free     []*Event // completed events, ready for reuse
-	dead     []*Event // events of failed steps, destroyed at Close
+	free     []*event // completed events, ready for reuse
+	dead     []*event // events of failed steps, destroyed at Close
 	progress chan struct{}
 	failures []stream.OpFailure
-	asyncErr error // first error the watcher saw (Q2)
-	rec      *recording
-	unfenced bool      // device copies enqueued since the last event
-	copyFrom time.Time // when the first of the unfenced copies was enqueued
-	execs    map[*GraphExecutable]struct{}
+	asyncErr error                 // first error the watcher saw (Q2)
+	rec      *backendkit.Recording // open capture; nil: none
+	unfenced bool                  // device copies enqueued since the last event
+	copyFrom time.Time             // when the first of the unfenced copies was enqueued
+	execs    map[*graphExecutable]struct{}
 	closed   bool
 
 	// gate is taken by the watcher before each event it synchronises;
@@ -102,29 +102,22 @@ type Queue struct {
 type pendingStep struct {
 	seq  uint64
 	name string
-	ev   *Event // nil when err != nil
+	ev   *event // nil when err != nil
 	err  error  // recording the event failed
 
 	copyFrom time.Time // the step covers device copies enqueued from then (zero: none)
 }
 
-// recording is an open capture.
-type recording struct {
-	owner   stream.Owner
-	ops     int
-	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
-}
-
-var _ stream.Recorder = (*Queue)(nil)
+var _ stream.Recorder = (*queue)(nil)
 
 // newQueue creates the stream (with its executor) and starts the watcher.
-func newQueue(b *Backend, index int) (*Queue, error) {
+func newQueue(b *Backend, index int) (*queue, error) {
 	s, err := b.ctx.NewStream()
 	if err != nil {
 		b.notePoison(err)
 		return nil, err
 	}
-	q := &Queue{b: b, index: index, s: s, execs: make(map[*GraphExecutable]struct{}),
+	q := &queue{b: b, index: index, s: s, execs: make(map[*graphExecutable]struct{}),
 		watchDone: make(chan struct{})}
 	q.wake = sync.NewCond(&q.mu)
 	ready := make(chan error, 1)
@@ -139,7 +132,7 @@ func newQueue(b *Backend, index int) (*Queue, error) {
 
 // streamClosed is the stream's close hook (Q6): the queue takes no more
 // work and the watcher exits once nothing is pending.
-func (q *Queue) streamClosed() {
+func (q *queue) streamClosed() {
 	q.mu.Lock()
 	q.closed = true
 	q.wake.Broadcast()
@@ -147,17 +140,17 @@ func (q *Queue) streamClosed() {
 }
 
 // Stream returns the driver stream the queue runs on.
-func (q *Queue) Stream() *Stream { return q.s }
+func (q *queue) Stream() *driverStream { return q.s }
 
 // watch is the watcher: on its own locked thread with the context current,
 // it synchronises pending events in order and advances completed. It exits
 // once the queue is closed and nothing is pending. Its thread is never
-// unlocked (see Executor).
-func (q *Queue) watch(ready chan<- error) {
+// unlocked (see executor).
+func (q *queue) watch(ready chan<- error) {
 	runtime.LockOSThread()
 	defer close(q.watchDone)
 	d := q.b.ctx.drv
-	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(q.b.ctx.ctx)); err != nil {
+	if err := d.check("cuCtxSetCurrent", d.CuCtxSetCurrent(q.b.ctx.ctx)); err != nil {
 		ready <- err
 		return
 	}
@@ -182,7 +175,7 @@ func (q *Queue) watch(ready chan<- error) {
 		case p.ev == nil: // complete when issued (Q5)
 		default:
 			q.gate.Lock()
-			err = d.check("cuEventSynchronize", d.cuEventSynchronize(p.ev.h))
+			err = d.check("cuEventSynchronize", d.CuEventSynchronize(p.ev.h))
 			q.gate.Unlock()
 		}
 		q.mu.Lock()
@@ -217,27 +210,27 @@ func (q *Queue) watch(ready chan<- error) {
 // the stream and records its event. It runs on the executor with q.mu held.
 // When no event can be had for a non-sticky reason, it synchronises the
 // stream instead (Q5).
-func (q *Queue) markLocked(name string) uint64 {
+func (q *queue) markLocked(name string) uint64 {
 	d := q.b.ctx.drv
-	var ev *Event
+	var ev *event
 	var err error
 	if n := len(q.free); n > 0 {
 		ev = q.free[n-1]
 		q.free = q.free[:n-1]
 	} else {
-		ev = &Event{s: q.s}
-		if err = d.check("cuEventCreate", d.cuEventCreate(&ev.h, eventDisableTiming)); err != nil {
+		ev = &event{s: q.s}
+		if err = d.check("cuEventCreate", d.CuEventCreate(&ev.h, eventDisableTiming)); err != nil {
 			ev = nil
 		}
 	}
 	if ev != nil {
-		if err = d.check("cuEventRecord", d.cuEventRecord(ev.h, q.s.h)); err == nil {
+		if err = d.check("cuEventRecord", d.CuEventRecord(ev.h, q.s.h)); err == nil {
 			return q.issueLocked(name, ev, nil)
 		}
 		q.dead = append(q.dead, ev)
 	}
 	if !storage.IsDevicePoisoned(err) {
-		serr := d.check("cuStreamSynchronize", d.cuStreamSynchronize(q.s.h))
+		serr := d.check("cuStreamSynchronize", d.CuStreamSynchronize(q.s.h))
 		if serr == nil {
 			return q.issueLocked(name, nil, nil)
 		}
@@ -246,7 +239,7 @@ func (q *Queue) markLocked(name string) uint64 {
 	return q.issueLocked(name, nil, err)
 }
 
-func (q *Queue) issueLocked(name string, ev *Event, err error) uint64 {
+func (q *queue) issueLocked(name string, ev *event, err error) uint64 {
 	seq := q.issued.Load() + 1
 	q.issued.Store(seq)
 	p := pendingStep{seq: seq, name: name, ev: ev, err: err}
@@ -262,26 +255,9 @@ func (q *Queue) issueLocked(name string, ev *Event, err error) uint64 {
 	return seq
 }
 
-// runOp runs op, turning a panic into an error wrapping
-// stream.ErrOpPanicked.
-func runOp(op stream.Op) (err error) {
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if e, ok := r.(error); ok {
-			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
-		} else {
-			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
-		}
-	}()
-	return op.Run()
-}
-
 // do runs fn on the stream's executor, refusing a closed queue with an
 // error wrapping stream.ErrClosed.
-func (q *Queue) do(call string, fn func() error) error {
+func (q *queue) do(call string, fn func() error) error {
 	q.mu.Lock()
 	closed := q.closed
 	q.mu.Unlock()
@@ -301,9 +277,7 @@ func (q *Queue) do(call string, fn func() error) error {
 }
 
 // closedErr is the error of a call on a closed queue.
-func (q *Queue) closedErr(call string) error {
-	return fmt.Errorf("cuda: stream %d: %s: %w", q.index, call, stream.ErrClosed)
-}
+func (q *queue) closedErr(call string) error { return backendkit.Closed("cuda", q.index, call) }
 
 // Enqueue implements stream.Queue. op.Run runs now, on the stream's
 // executor, after every op enqueued before it; the work it launches on the
@@ -311,7 +285,7 @@ func (q *Queue) closedErr(call string) error {
 // sequence number. A failed Run is reported by TakeFailures. While the
 // queue records, Run's launches are captured and seq is 0; then a failed
 // Run invalidates the recording and is returned.
-func (q *Queue) Enqueue(op stream.Op) (seq uint64, err error) {
+func (q *queue) Enqueue(op stream.Op) (seq uint64, err error) {
 	if op.Run == nil {
 		return 0, fmt.Errorf("cuda: enqueue: op %q has no Run: %w", op.Name, stream.ErrInvalid)
 	}
@@ -322,24 +296,17 @@ func (q *Queue) Enqueue(op stream.Op) (seq uint64, err error) {
 			return q.closedErr("enqueue")
 		}
 		rec := q.rec
-		var invalid error
-		if rec != nil {
-			invalid = rec.invalid
-		}
+		refused := rec.Refuse("cuda", fmt.Sprintf("enqueue %q", op.Name))
 		q.mu.Unlock()
-		if invalid != nil {
-			return fmt.Errorf("cuda: enqueue %q on an invalidated recording: %w", op.Name, invalid)
+		if refused != nil {
+			return refused
 		}
-		runErr := runOp(op)
+		runErr := backendkit.RunOp(op)
 		q.b.notePoison(runErr)
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if rec != nil {
-			if runErr != nil {
-				return fmt.Errorf("cuda: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
-			}
-			rec.ops++
-			return nil
+			return rec.Recorded("cuda", op.Name, runErr)
 		}
 		seq = q.markLocked(op.Name)
 		if runErr != nil {
@@ -352,7 +319,7 @@ func (q *Queue) Enqueue(op stream.Op) (seq uint64, err error) {
 
 // copyDtoD enqueues a device-to-device copy (Backend.CopyOnDevice); the next
 // Fence covers it.
-func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
+func (q *queue) copyDtoD(dst, src uintptr, n uint64) error {
 	return q.do("copy on device", func() error {
 		q.mu.Lock()
 		defer q.mu.Unlock()
@@ -360,11 +327,11 @@ func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
 			return q.closedErr("copy on device")
 		}
 		if q.rec != nil {
-			return fmt.Errorf("cuda: stream %d: copy on device while recording: %w", q.index, stream.ErrCaptureState)
+			return backendkit.CopyWhileRecording("cuda", q.index)
 		}
 		d := q.b.ctx.drv
 		t0 := time.Now()
-		if err := d.check("cuMemcpyDtoDAsync_v2", d.cuMemcpyDtoDAsync(dst, src, uintptr(n), q.s.h)); err != nil {
+		if err := d.check("cuMemcpyDtoDAsync_v2", d.CuMemcpyDtoDAsync(dst, src, uintptr(n), q.s.h)); err != nil {
 			q.b.notePoison(err)
 			return fmt.Errorf("cuda: stream %d: copy %d bytes %#x -> %#x: %w", q.index, n, src, dst, err)
 		}
@@ -378,7 +345,7 @@ func (q *Queue) copyDtoD(dst, src uintptr, n uint64) error {
 
 // Flush implements stream.Queue: nothing is held back (work is submitted
 // at Enqueue). After Close it returns an error wrapping stream.ErrClosed.
-func (q *Queue) Flush() error {
+func (q *queue) Flush() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -390,7 +357,7 @@ func (q *Queue) Flush() error {
 // Fence implements stream.Queue: a fence covering every step enqueued so
 // far, device copies included (a marker event is recorded for copies
 // enqueued since the last step).
-func (q *Queue) Fence() (stream.Fence, error) {
+func (q *queue) Fence() (stream.Fence, error) {
 	q.mu.Lock()
 	closed, unfenced := q.closed, q.unfenced
 	q.mu.Unlock()
@@ -415,59 +382,30 @@ func (q *Queue) Fence() (stream.Fence, error) {
 
 // Completed implements stream.Queue: the seq of the last step the watcher
 // saw complete. It reads an atomic only.
-func (q *Queue) Completed() uint64 { return q.completed.Load() }
+func (q *queue) Completed() uint64 { return q.completed.Load() }
 
 // Wait implements stream.Queue: blocks until f has passed, ctx is done or
 // the stream failed (the error, matching gpumem.ErrDevicePoisoned for a
 // sticky fault). On a recording queue, or with a fence of a recording
 // queue, it returns at once with stream.ErrCaptureUnsupported and
 // invalidates that recording, as the host queues do.
-func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
-	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
-		return err
-	}
-	if f.Seq == 0 {
-		return nil
-	}
-	if drvkit.NilQueue(f.Q) {
-		return fmt.Errorf("cuda: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
-	}
-	t, ok := f.Q.(*Queue)
-	if !ok {
-		return f.Q.Wait(ctx, f)
-	}
-	if t != q {
-		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
-			return err
-		}
-	}
-	return t.waitSeq(ctx, f.Seq)
+func (q *queue) Wait(ctx context.Context, f stream.Fence) error {
+	return backendkit.Wait("cuda", q, ctx, f)
 }
 
-// refuseWhileRecording invalidates an open recording and says why.
-func (q *Queue) refuseWhileRecording(cause string) error {
+// RefuseWhileRecording invalidates an open recording and says why
+// (backendkit.Waiter).
+func (q *queue) RefuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.rec == nil {
-		return nil
-	}
-	return fmt.Errorf("cuda: wait: %w: %w", stream.ErrCaptureUnsupported, q.invalidateLocked(cause))
+	return q.rec.RefuseWait("cuda", cause)
 }
 
-// invalidateLocked invalidates the open recording, keeping the first
-// cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *Queue) invalidateLocked(cause string) error {
-	if q.rec.invalid == nil {
-		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
-	}
-	return q.rec.invalid
-}
-
-// waitSeq blocks until step seq completed, ctx is done or the stream failed.
-func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
-	if issued := q.issued.Load(); seq > issued {
-		return fmt.Errorf("cuda: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			seq, issued, q.index, stream.ErrInvalid)
+// WaitSeq blocks until step seq completed, ctx is done or the stream
+// failed (backendkit.Waiter).
+func (q *queue) WaitSeq(ctx context.Context, seq uint64) error {
+	if err := backendkit.Beyond("cuda", "wait", seq, q.issued.Load(), q.index); err != nil {
+		return err
 	}
 	for {
 		if q.completed.Load() >= seq {
@@ -501,23 +439,22 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 // fence of another kind of queue is waited for on the host. While this
 // queue records, a fence not yet passed invalidates the recording
 // (stream.ErrCaptureCrossStream): the graph could not express it.
-func (q *Queue) WaitFence(f stream.Fence) error {
+func (q *queue) WaitFence(f stream.Fence) error {
 	if f.Seq == 0 {
 		return q.Flush()
 	}
-	if drvkit.NilQueue(f.Q) {
+	if backendkit.NilQueue(f.Q) {
 		return fmt.Errorf("cuda: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
 	if f.Q == stream.Queue(q) {
 		return q.Flush()
 	}
-	t, ok := f.Q.(*Queue)
+	t, ok := f.Q.(*queue)
 	if !ok || t.b.ctx != q.b.ctx {
 		return q.waitForeign(f)
 	}
-	if issued := t.issued.Load(); f.Seq > issued {
-		return fmt.Errorf("cuda: wait fence: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			f.Seq, issued, t.index, stream.ErrInvalid)
+	if err := backendkit.Beyond("cuda", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
+		return err
 	}
 	return q.do("wait fence", func() error {
 		// The recording state changes only on this executor: stable here.
@@ -549,9 +486,9 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 		if recording {
 			t.mu.Unlock()
 			q.mu.Lock()
-			err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
+			err := q.rec.RefuseCrossStream("cuda", fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
 			q.mu.Unlock()
-			return fmt.Errorf("cuda: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+			return err
 		}
 		if p.err != nil {
 			t.mu.Unlock()
@@ -562,7 +499,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 			return nil
 		}
 		d := q.b.ctx.drv
-		err := d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(q.s.h, p.ev.h, 0))
+		err := d.check("cuStreamWaitEvent", d.CuStreamWaitEvent(q.s.h, p.ev.h, 0))
 		t.mu.Unlock()
 		q.b.notePoison(err)
 		return err
@@ -571,15 +508,15 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 
 // waitForeign orders later work after a fence of a queue that is not of
 // this context, by waiting for it on the host.
-func (q *Queue) waitForeign(f stream.Fence) error {
+func (q *queue) waitForeign(f stream.Fence) error {
 	if f.Q.Completed() >= f.Seq {
 		return q.Flush()
 	}
 	q.mu.Lock()
 	if q.rec != nil {
-		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q))
+		err := q.rec.RefuseCrossStream("cuda", fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q))
 		q.mu.Unlock()
-		return fmt.Errorf("cuda: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+		return err
 	}
 	q.mu.Unlock()
 	return f.Q.Wait(context.Background(), f)
@@ -587,7 +524,7 @@ func (q *Queue) waitForeign(f stream.Fence) error {
 
 // TakeFailures implements stream.Queue: failed ops and steps the device
 // did not complete, since the last call, in sequence order.
-func (q *Queue) TakeFailures() []stream.OpFailure {
+func (q *queue) TakeFailures() []stream.OpFailure {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.failures
@@ -596,7 +533,7 @@ func (q *Queue) TakeFailures() []stream.OpFailure {
 }
 
 // Recording implements stream.Queue.
-func (q *Queue) Recording() bool {
+func (q *queue) Recording() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.rec != nil
@@ -605,9 +542,9 @@ func (q *Queue) Recording() bool {
 // BeginCapture implements stream.Queue: cuStreamBeginCapture_v2 in
 // thread-local mode, on the stream's executor. While it is open the
 // backend's storages keep their frees queued.
-func (q *Queue) BeginCapture(o stream.Owner) error {
-	if o == 0 {
-		return fmt.Errorf("cuda: begin capture: owner 0: %w", stream.ErrInvalid)
+func (q *queue) BeginCapture(o stream.Owner) error {
+	if err := backendkit.BeginOwner("cuda", o); err != nil {
+		return err
 	}
 	q.b.capMu.Lock()
 	defer q.b.capMu.Unlock()
@@ -618,9 +555,8 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 		if closed {
 			return q.closedErr("begin capture")
 		}
-		if rec != nil {
-			return fmt.Errorf("cuda: begin capture for owner %d: stream %d already records for owner %d: %w",
-				o, q.index, rec.owner, stream.ErrCaptureState)
+		if err := rec.Busy("cuda", q.index, o); err != nil {
+			return err
 		}
 		// Device copies not yet covered by an event get one now: a Fence
 		// taken during the capture (which records no event) covers them.
@@ -634,7 +570,7 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 			return fmt.Errorf("cuda: begin capture on stream %d: %w", q.index, err)
 		}
 		q.mu.Lock()
-		q.rec = &recording{owner: o}
+		q.rec = &backendkit.Recording{Owner: o}
 		q.mu.Unlock()
 		q.b.capturing++
 		return nil
@@ -644,33 +580,23 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 // EndCapture implements stream.Queue: cuStreamEndCapture on the executor
 // (the driver capture is closed in every case), then, when o owns the
 // capture, doomed is nil and nothing invalidated it, cuGraphInstantiate:
-// the Exec is a *GraphExecutable.
-func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+// the Exec is a *graphExecutable.
+func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.b.capMu.Lock()
 	defer q.b.capMu.Unlock()
-	var x *GraphExecutable
+	var x *graphExecutable
 	err := q.do("end capture", func() error {
 		q.mu.Lock()
 		rec := q.rec
 		q.rec = nil
 		q.mu.Unlock()
 		if rec == nil {
-			return errors.Join(fmt.Errorf("cuda: end capture by owner %d: stream %d does not record: %w", o, q.index, stream.ErrCaptureState), doomed)
+			return backendkit.NotRecording("cuda", q.index, o, doomed)
 		}
 		q.b.capturing--
 		g, endErr := q.s.EndCapture()
 		q.b.notePoison(endErr)
-		var errs []error
-		if o != rec.owner {
-			errs = append(errs, fmt.Errorf("cuda: end capture: caller %d, capture owned by %d (torn down, no graph): %w",
-				o, rec.owner, stream.ErrWrongOwner))
-		}
-		if rec.invalid != nil {
-			errs = append(errs, fmt.Errorf("cuda: end capture: %w", rec.invalid))
-		}
-		if doomed != nil {
-			errs = append(errs, fmt.Errorf("cuda: end capture: recording doomed: %w", doomed))
-		}
+		errs := rec.Refusals("cuda", o, doomed)
 		if endErr != nil {
 			errs = append(errs, fmt.Errorf("cuda: end capture on stream %d: %w", q.index, endErr))
 		}
@@ -689,7 +615,7 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 			}
 			return fmt.Errorf("cuda: instantiating the graph captured on stream %d: %w", q.index, err)
 		}
-		x = &GraphExecutable{q: q, x: gx, ops: rec.ops}
+		x = &graphExecutable{q: q, x: gx, ops: rec.Ops}
 		q.mu.Lock()
 		q.execs[x] = struct{}{}
 		q.mu.Unlock()
@@ -701,34 +627,31 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	return x, nil
 }
 
-// Replay implements stream.Queue: cuGraphLaunch of e (a *GraphExecutable
+// Replay implements stream.Queue: cuGraphLaunch of e (a *graphExecutable
 // of this backend) on the stream, then an event for its sequence number.
 // While the queue records, the launch is captured as a child graph.
-func (q *Queue) Replay(e stream.Exec) error {
-	x, ok := e.(*GraphExecutable)
+func (q *queue) Replay(e stream.Exec) error {
+	x, ok := e.(*graphExecutable)
 	if !ok || x == nil || x.q == nil || x.q.b != q.b {
 		return fmt.Errorf("cuda: replay: %T is not a graph of this cuda backend: %w", e, stream.ErrInvalid)
 	}
 	return q.do("replay", func() error {
 		q.mu.Lock()
 		closed, rec := q.closed, q.rec
-		var invalid error
-		if rec != nil {
-			invalid = rec.invalid
-		}
+		refused := rec.Refuse("cuda", "replay")
 		q.mu.Unlock()
 		if closed {
 			return q.closedErr("replay")
 		}
-		if invalid != nil {
-			return fmt.Errorf("cuda: replay on an invalidated recording: %w", invalid)
+		if refused != nil {
+			return refused
 		}
 		if err := x.launch(q.s); err != nil {
 			q.b.notePoison(err)
 			err = fmt.Errorf("cuda: replay on stream %d: %w", q.index, err)
 			if rec != nil {
 				q.mu.Lock()
-				q.invalidateLocked(err.Error())
+				rec.Invalidate(err.Error())
 				q.mu.Unlock()
 			}
 			return err
@@ -736,7 +659,7 @@ func (q *Queue) Replay(e stream.Exec) error {
 		q.mu.Lock()
 		defer q.mu.Unlock()
 		if rec != nil {
-			rec.ops += x.ops
+			rec.Ops += x.ops
 			return nil
 		}
 		q.markLocked("graph launch")
@@ -748,7 +671,7 @@ func (q *Queue) Replay(e stream.Exec) error {
 // watcher sees them), an open capture is ended and discarded, then events,
 // graphs and the stream are destroyed. Idempotent; later calls return
 // errors wrapping stream.ErrClosed except Completed, Wait and TakeFailures.
-func (q *Queue) Close() error {
+func (q *queue) Close() error {
 	first := false
 	q.closeOnce.Do(func() { first, q.closeErr = true, q.close() })
 	if !first {
@@ -757,7 +680,7 @@ func (q *Queue) Close() error {
 	return q.closeErr
 }
 
-func (q *Queue) close() error {
+func (q *queue) close() error {
 	var errs []error
 	q.b.capMu.Lock()
 	// On the executor, so no Enqueue is between its check and its event.
@@ -787,7 +710,7 @@ func (q *Queue) close() error {
 	q.mu.Lock()
 	events := append(q.free, q.dead...)
 	q.free, q.dead = nil, nil
-	execs := make([]*GraphExecutable, 0, len(q.execs))
+	execs := make([]*graphExecutable, 0, len(q.execs))
 	for x := range q.execs {
 		execs = append(execs, x)
 	}
@@ -802,7 +725,7 @@ func (q *Queue) close() error {
 			d := q.b.ctx.drv
 			var first error
 			for _, ev := range events {
-				if err := d.check("cuEventDestroy_v2", d.cuEventDestroy(ev.h)); err != nil && first == nil {
+				if err := d.check("cuEventDestroy_v2", d.CuEventDestroy(ev.h)); err != nil && first == nil {
 					first = err
 				}
 			}
@@ -823,7 +746,7 @@ func (q *Queue) close() error {
 // markClosed marks the queue closed, wakes the watcher and takes the open
 // recording, if any, out of the backend's count of captures. q.b.capMu
 // must be held.
-func (q *Queue) markClosed() *recording {
+func (q *queue) markClosed() *backendkit.Recording {
 	q.mu.Lock()
 	q.closed = true
 	rec := q.rec
@@ -836,25 +759,25 @@ func (q *Queue) markClosed() *recording {
 	return rec
 }
 
-// GraphExecutable is the stream.Exec a Queue seals: an instantiated graph
+// graphExecutable is the stream.Exec a queue seals: an instantiated graph
 // (CUgraphExec) and the number of ops recorded into it. Close destroys it;
 // the queue that captured it destroys it at the latest when it closes.
-type GraphExecutable struct {
-	q   *Queue
+type graphExecutable struct {
+	q   *queue
 	ops int
 
 	mu sync.Mutex // guards x
-	x  *GraphExec // nil once destroyed
+	x  *graphExec // nil once destroyed
 }
 
-var _ stream.Exec = (*GraphExecutable)(nil)
+var _ stream.Exec = (*graphExecutable)(nil)
 
 // Len implements stream.Exec: the number of recorded ops.
-func (g *GraphExecutable) Len() int { return g.ops }
+func (g *graphExecutable) Len() int { return g.ops }
 
 // launch enqueues one replay on s (cuGraphLaunch), holding mu so that
 // Close cannot destroy the graph under the call.
-func (g *GraphExecutable) launch(s *Stream) error {
+func (g *graphExecutable) launch(s *driverStream) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.x == nil {
@@ -865,7 +788,7 @@ func (g *GraphExecutable) launch(s *Stream) error {
 
 // Close destroys the executable graph (cuGraphExecDestroy); launches
 // already enqueued still run. Idempotent.
-func (g *GraphExecutable) Close() error {
+func (g *graphExecutable) Close() error {
 	g.mu.Lock()
 	x := g.x
 	g.x = nil
@@ -884,19 +807,19 @@ func (g *GraphExecutable) Close() error {
 // RunsOpsOn implements stream.Executor: ops run on the stream's executor
 // thread, so the caller runs one exactly when it is on that thread (g is not
 // needed).
-func (q *Queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
+func (q *queue) RunsOpsOn(stream.Goroutine) bool { return q.s.exec.onWorker() }
 
 // WaitCompleted implements stream.Completer: it waits for the watcher to see
 // step seq complete, which is no host synchronisation of the stream.
-func (q *Queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.WaitSeq(ctx, seq) }
 
 var (
-	_ stream.Executor  = (*Queue)(nil)
-	_ stream.Completer = (*Queue)(nil)
+	_ stream.Executor  = (*queue)(nil)
+	_ stream.Completer = (*queue)(nil)
 )
 
 // RunsOpsAtEnqueue implements stream.EnqueueRunner: Enqueue runs the op on
 // the executor and returns once it has.
-func (q *Queue) RunsOpsAtEnqueue() bool { return true }
+func (q *queue) RunsOpsAtEnqueue() bool { return true }
 
-var _ stream.EnqueueRunner = (*Queue)(nil)
+var _ stream.EnqueueRunner = (*queue)(nil)

@@ -18,7 +18,7 @@ const envRequireCUDA = "GPUMEM_REQUIRE_CUDA"
 // openReal opens device 0 of the real driver (libcuda.so.1, or the path
 // GPUMEM_LIBCUDA held when the test binary started), skipping the test when
 // none is usable unless GPUMEM_REQUIRE_CUDA=1.
-func openReal(t *testing.T) *Context {
+func openReal(t *testing.T) *primaryContext {
 	t.Helper()
 	path := libraryPath(inheritedLibrary)
 	if err := available(path); err != nil {
@@ -27,7 +27,7 @@ func openReal(t *testing.T) *Context {
 		}
 		t.Skipf("no usable CUDA driver (%v); set %s=1 to make this a failure", err, envRequireCUDA)
 	}
-	c, err := Open(Options{Library: path})
+	c, err := openContext(Options{Library: path})
 	if err != nil {
 		t.Fatalf("Available() succeeded but Open failed: %v", err)
 	}
@@ -79,16 +79,16 @@ func TestRealDriverCopiesKernelsAndGraphs(t *testing.T) {
 		t.Fatalf("round trip through the device: equal %v, err %v", bytes.Equal(got, src), err)
 	}
 
-	m, err := c.LoadModule([]byte(KernelsPTX))
+	m, err := c.LoadModule([]byte(kernelsPTX))
 	if err != nil {
 		t.Fatalf("loading KernelsPTX: %v", err)
 	}
 	defer m.Unload()
-	add, err := m.Function(KernelAddOne)
+	add, err := m.Function(kernelAddOne)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fill, err := m.Function(KernelFillU8)
+	fill, err := m.Function(kernelFillU8)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestRealDriverCopiesKernelsAndGraphs(t *testing.T) {
 	if err := s.Launch(add, cfg, a, uint64(n)); err != nil {
 		t.Fatal(err)
 	}
-	if st, err := s.CaptureStatus(); st != CaptureActive || err != nil {
+	if st, err := s.CaptureStatus(); st != captureActive || err != nil {
 		t.Fatalf("CaptureStatus = %v, %v", st, err)
 	}
 	g, err := s.EndCapture()

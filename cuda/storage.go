@@ -9,7 +9,7 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// Storage is a storage.Storage on device memory (cuMemAlloc_v2), made by
+// plainStorage is a storage.Storage on device memory (cuMemAlloc_v2), made by
 // Backend.NewStorage for one stream's memory. Resolve returns the device
 // address of a window (Resource.Ptr) and no bytes. Dealloc queues the
 // allocation; Flush frees the queue with cuMemFree_v2 unless a queue of the
@@ -19,9 +19,9 @@ import (
 // executor. Safe for concurrent use.
 //
 // Where the driver manages virtual memory, NewStorage returns a
-// GranularStorage around it (granular.go): the reservations it makes live
+// granularStorage around it (granular.go): the reservations it makes live
 // in the same Storage, and their unmaps and frees are queued the same way.
-type Storage struct {
+type plainStorage struct {
 	b      *Backend
 	budget *storage.Budget
 
@@ -50,16 +50,16 @@ type devAlloc struct {
 	size uint64
 }
 
-var _ storage.Storage = (*Storage)(nil)
+var _ storage.Storage = (*plainStorage)(nil)
 
 // Alignment implements storage.Storage: 256.
-func (s *Storage) Alignment() uint64 { return Alignment }
+func (s *plainStorage) Alignment() uint64 { return Alignment }
 
 // Alloc implements storage.Storage: size bytes from the budget, then from
 // the driver. A refusal of either wraps storage.ErrOutOfMemory (the
 // driver's as a *DriverError with code 2); nothing changed. On a poisoned
 // backend it returns the poison.
-func (s *Storage) Alloc(size uint64) (storage.Region, error) {
+func (s *plainStorage) Alloc(size uint64) (storage.Region, error) {
 	if err := s.b.Poisoned(); err != nil {
 		return storage.Region{}, fmt.Errorf("cuda: allocate %d bytes on a poisoned device: %w", size, err)
 	}
@@ -85,7 +85,7 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 
 // Dealloc implements storage.Storage: the allocation (or reservation, with
 // whatever it maps) is queued until Flush; an unknown ID is ignored.
-func (s *Storage) Dealloc(id storage.ID) {
+func (s *plainStorage) Dealloc(id storage.ID) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a, ok := s.live[id]; ok {
@@ -108,7 +108,7 @@ func (s *Storage) Dealloc(id storage.ID) {
 // or unmap the driver refuses is dropped from the accounting all the same:
 // the memory is no longer in use, and a refusal means the context is
 // poisoned, which frees it with the context.
-func (s *Storage) Flush() {
+func (s *plainStorage) Flush() {
 	s.b.capMu.Lock()
 	defer s.b.capMu.Unlock()
 	if s.b.capturing > 0 {
@@ -137,7 +137,7 @@ func (w *dropWork) empty() bool {
 
 // takeQueuedLocked takes everything queued: plain frees, granule unmaps
 // (their granules read as unmapped from here on) and freed reservations.
-func (s *Storage) takeQueuedLocked() dropWork {
+func (s *plainStorage) takeQueuedLocked() dropWork {
 	w := dropWork{plain: s.queued, ranges: s.freed}
 	s.queued, s.freed = nil, nil
 	for r := range s.unmapping {
@@ -155,7 +155,7 @@ func (s *Storage) takeQueuedLocked() dropWork {
 
 // drop hands w back to the driver in one device-executor call, and to the
 // budget and the counters; it returns the first driver error.
-func (s *Storage) drop(w dropWork) error {
+func (s *plainStorage) drop(w dropWork) error {
 	d := s.b.ctx.drv
 	var first error
 	note := func(err error) {
@@ -168,7 +168,7 @@ func (s *Storage) drop(w dropWork) error {
 		if len(w.granules) > 0 || len(w.ranges) > 0 {
 			// Unmapping takes the memory from under any work still
 			// using it; wait for what is enqueued first.
-			note(d.check("cuCtxSynchronize", d.cuCtxSynchronize()))
+			note(d.check("cuCtxSynchronize", d.CuCtxSynchronize()))
 			for _, g := range w.granules {
 				note(s.unmapGranule(g))
 			}
@@ -180,7 +180,7 @@ func (s *Storage) drop(w dropWork) error {
 			if a.ptr == 0 {
 				continue
 			}
-			if err := d.check("cuMemFree_v2", d.cuMemFree(a.ptr)); err != nil {
+			if err := d.check("cuMemFree_v2", d.CuMemFree(a.ptr)); err != nil {
 				note(fmt.Errorf("cuda: free %#x (%d bytes): %w", a.ptr, a.size, err))
 			}
 		}
@@ -220,7 +220,7 @@ func (s *Storage) drop(w dropWork) error {
 // or storage.ErrUnknownRegion. A window of a reservation must touch only
 // mapped granules (storage G3): a granule whose unmap is queued reads as
 // unmapped.
-func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
+func (s *plainStorage) Resolve(r storage.Region) (storage.Resource, error) {
 	s.mu.Lock()
 	a, ok := s.live[r.ID]
 	var rg *vmmRange
@@ -259,11 +259,11 @@ func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
 // BytesAllocated implements storage.Storage: live and queued bytes of plain
 // allocations, plus the whole granules of reservations that hold physical
 // memory (their unmaps queued included).
-func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() + s.mapped.Load() }
+func (s *plainStorage) BytesAllocated() uint64 { return s.allocated.Load() + s.mapped.Load() }
 
 // release frees everything the storage holds, live or queued (backend
 // Close, after every queue closed).
-func (s *Storage) release() error {
+func (s *plainStorage) release() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	w := s.takeQueuedLocked()

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/cuda/internal/driver"
 )
 
 // Driver flags used by streams, events and captures (cuda.h).
@@ -14,35 +16,35 @@ const (
 	eventDisableTiming = 2 // CU_EVENT_DISABLE_TIMING: the cheapest event, a pure fence
 )
 
-// Stream is a driver stream (non-blocking) with its own executor: every
+// driverStream is a driver stream (non-blocking) with its own executor: every
 // call on it, on its events and on its captures runs on that executor's
 // thread, in call order, with the context current. Methods are safe for
 // concurrent use (the executor serialises them).
-type Stream struct {
-	c    *Context
-	exec *Executor
+type driverStream struct {
+	c    *primaryContext
+	exec *executor
 	h    uintptr // CUstream; not used once closed is set
 
 	mu      sync.Mutex // guards the fields below
 	closed  bool
-	onClose func() // called once when Close begins (a Queue's hook); nil: none
+	onClose func() // called once when Close begins (a queue's hook); nil: none
 }
 
 // NewStream starts an executor, makes the context current on it and creates
 // a non-blocking stream there (cuStreamCreate).
-func (c *Context) NewStream() (*Stream, error) {
+func (c *primaryContext) NewStream() (*driverStream, error) {
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
 	if closed {
 		return nil, fmt.Errorf("%w: context of device %d", ErrClosed, c.ordinal)
 	}
-	s := &Stream{c: c}
+	s := &driverStream{c: c}
 	exec, err := newExecutor(fmt.Sprintf("stream of device %d", c.ordinal), func() error {
-		if err := c.drv.check("cuCtxSetCurrent", c.drv.cuCtxSetCurrent(c.ctx)); err != nil {
+		if err := c.drv.check("cuCtxSetCurrent", c.drv.CuCtxSetCurrent(c.ctx)); err != nil {
 			return err
 		}
-		return c.drv.check("cuStreamCreate", c.drv.cuStreamCreate(&s.h, streamNonBlocking))
+		return c.drv.check("cuStreamCreate", c.drv.CuStreamCreate(&s.h, streamNonBlocking))
 	})
 	if err != nil {
 		return nil, err
@@ -60,25 +62,25 @@ func (c *Context) NewStream() (*Stream, error) {
 }
 
 // Executor returns the stream's executor. A caller may batch several
-// Stream calls inside one Do; they run at once, in order, on its thread.
-func (s *Stream) Executor() *Executor { return s.exec }
+// driverStream calls inside one Do; they run at once, in order, on its thread.
+func (s *driverStream) Executor() *executor { return s.exec }
 
 // isClosed reports whether Close has begun.
-func (s *Stream) isClosed() bool {
+func (s *driverStream) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
 }
 
 // closedErr is the error of a call on a closed stream.
-func (s *Stream) closedErr() error {
+func (s *driverStream) closedErr() error {
 	return fmt.Errorf("%w: stream of device %d", ErrClosed, s.c.ordinal)
 }
 
 // do runs fn on the stream's executor unless the stream is closed, checked
 // inside the job: a job handed over before Close but run after it began
 // (after the stream's destruction, possibly) does not touch the handle.
-func (s *Stream) do(fn func() error) error {
+func (s *driverStream) do(fn func() error) error {
 	return s.exec.Do(func() error {
 		if s.isClosed() {
 			return s.closedErr()
@@ -89,7 +91,7 @@ func (s *Stream) do(fn func() error) error {
 
 // setOnClose makes Close call fn first (once), or calls it now when the
 // stream is already closed.
-func (s *Stream) setOnClose(fn func()) {
+func (s *driverStream) setOnClose(fn func()) {
 	s.mu.Lock()
 	closed := s.closed
 	if !closed {
@@ -105,7 +107,7 @@ func (s *Stream) setOnClose(fn func()) {
 // (event, graph), on the stream's executor while it runs; once the stream
 // is gone, on the device executor (the object outlives its stream); once
 // the context is closed, not at all: the object died with the context.
-func (s *Stream) cleanup(fn func() error) error {
+func (s *driverStream) cleanup(fn func() error) error {
 	ran := false
 	err := s.exec.Do(func() error { ran = true; return fn() })
 	if ran {
@@ -115,15 +117,15 @@ func (s *Stream) cleanup(fn func() error) error {
 }
 
 // Handle returns the CUstream.
-func (s *Stream) Handle() uintptr { return s.h }
+func (s *driverStream) Handle() uintptr { return s.h }
 
 // Close destroys the stream (cuStreamDestroy_v2; queued work still
 // completes) and stops its executor. End a capture first: destroying a
 // capturing stream fails and invalidates the capture. Idempotent; every
-// other Stream call afterwards returns an error wrapping ErrClosed. The
-// stream of a Queue may be closed first (by Context.Close, say): the Queue
+// other driverStream call afterwards returns an error wrapping ErrClosed. The
+// stream of a queue may be closed first (by primaryContext.Close, say): the queue
 // then refuses new work and its Close still returns.
-func (s *Stream) Close() error {
+func (s *driverStream) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -142,8 +144,8 @@ func (s *Stream) Close() error {
 	return s.destroy()
 }
 
-func (s *Stream) destroy() error {
-	err := s.exec.Do(func() error { return s.c.drv.check("cuStreamDestroy_v2", s.c.drv.cuStreamDestroy(s.h)) })
+func (s *driverStream) destroy() error {
+	err := s.exec.Do(func() error { return s.c.drv.check("cuStreamDestroy_v2", s.c.drv.CuStreamDestroy(s.h)) })
 	if cerr := s.exec.Close(); err == nil {
 		err = cerr
 	}
@@ -153,17 +155,17 @@ func (s *Stream) destroy() error {
 // Synchronize waits until the stream's work is done (cuStreamSynchronize).
 // On a capturing stream it fails with ErrCaptureInvalidated and
 // invalidates the capture.
-func (s *Stream) Synchronize() error {
+func (s *driverStream) Synchronize() error {
 	return s.do(func() error {
-		return s.c.drv.check("cuStreamSynchronize", s.c.drv.cuStreamSynchronize(s.h))
+		return s.c.drv.check("cuStreamSynchronize", s.c.drv.CuStreamSynchronize(s.h))
 	})
 }
 
 // CopyDtoD enqueues a copy of n bytes between device pointers
 // (cuMemcpyDtoDAsync_v2). The ranges must not overlap.
-func (s *Stream) CopyDtoD(dst, src uintptr, n uint64) error {
+func (s *driverStream) CopyDtoD(dst, src uintptr, n uint64) error {
 	return s.do(func() error {
-		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.cuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
+		return s.c.drv.check("cuMemcpyDtoDAsync_v2", s.c.drv.CuMemcpyDtoDAsync(dst, src, uintptr(n), s.h))
 	})
 }
 
@@ -171,9 +173,9 @@ func (s *Stream) CopyDtoD(dst, src uintptr, n uint64) error {
 // pageable Go memory, so the driver has read it by the time the call
 // returns and the caller may reuse it; the device write is ordered on the
 // stream. Not allowed while the stream captures.
-func (s *Stream) CopyHtoD(dst uintptr, src []byte) error {
+func (s *driverStream) CopyHtoD(dst uintptr, src []byte) error {
 	err := s.do(func() error {
-		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.cuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
+		return s.c.drv.check("cuMemcpyHtoDAsync_v2", s.c.drv.CuMemcpyHtoDAsync(dst, ptrOf(src), uintptr(len(src)), s.h))
 	})
 	runtime.KeepAlive(src)
 	return err
@@ -183,9 +185,9 @@ func (s *Stream) CopyHtoD(dst uintptr, src []byte) error {
 // (cuMemcpyDtoHAsync_v2). dst is pageable Go memory, so the copy has
 // completed when the call returns (after the stream's earlier work). Not
 // allowed while the stream captures.
-func (s *Stream) CopyDtoH(dst []byte, src uintptr) error {
+func (s *driverStream) CopyDtoH(dst []byte, src uintptr) error {
 	err := s.do(func() error {
-		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.cuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
+		return s.c.drv.check("cuMemcpyDtoHAsync_v2", s.c.drv.CuMemcpyDtoHAsync(ptrOf(dst), src, uintptr(len(dst)), s.h))
 	})
 	runtime.KeepAlive(dst)
 	return err
@@ -193,30 +195,30 @@ func (s *Stream) CopyDtoH(dst []byte, src uintptr) error {
 
 // MemsetD8 enqueues setting n bytes at dst to value (cuMemsetD8Async). It
 // returns an error wrapping ErrUnsupported when the driver lacks the symbol
-// (see Context.Features).
-func (s *Stream) MemsetD8(dst uintptr, value byte, n uint64) error {
-	if s.c.drv.cuMemsetD8Async == nil {
-		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.path)
+// (see Features).
+func (s *driverStream) MemsetD8(dst uintptr, value byte, n uint64) error {
+	if s.c.drv.CuMemsetD8Async == nil {
+		return fmt.Errorf("%w: cuMemsetD8Async missing from %s", ErrUnsupported, s.c.drv.Path)
 	}
 	return s.do(func() error {
-		return s.c.drv.check("cuMemsetD8Async", s.c.drv.cuMemsetD8Async(dst, value, uintptr(n), s.h))
+		return s.c.drv.check("cuMemsetD8Async", s.c.drv.CuMemsetD8Async(dst, value, uintptr(n), s.h))
 	})
 }
 
-// Event is a driver event used as a fence (timing disabled). Its calls run
+// event is a driver event used as a fence (timing disabled). Its calls run
 // on the executor of the stream that created it. After Destroy every call
 // but Destroy (a no-op) fails with ErrClosed.
-type Event struct {
-	s  *Stream
+type event struct {
+	s  *driverStream
 	mu sync.Mutex // guards h; held across each driver call using it
 	h  uintptr    // CUevent; 0 once destroyed
 }
 
 // NewEvent creates an event (cuEventCreate, CU_EVENT_DISABLE_TIMING).
-func (s *Stream) NewEvent() (*Event, error) {
-	e := &Event{s: s}
+func (s *driverStream) NewEvent() (*event, error) {
+	e := &event{s: s}
 	err := s.do(func() error {
-		return s.c.drv.check("cuEventCreate", s.c.drv.cuEventCreate(&e.h, eventDisableTiming))
+		return s.c.drv.check("cuEventCreate", s.c.drv.CuEventCreate(&e.h, eventDisableTiming))
 	})
 	if err != nil {
 		return nil, err
@@ -226,7 +228,7 @@ func (s *Stream) NewEvent() (*Event, error) {
 
 // use calls fn with e's handle, holding e.mu so that Destroy cannot destroy
 // it under the call, or fails when e is destroyed.
-func (e *Event) use(fn func(h uintptr) error) error {
+func (e *event) use(fn func(h uintptr) error) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.h == 0 {
@@ -238,23 +240,23 @@ func (e *Event) use(fn func(h uintptr) error) error {
 // Record records e after the stream's work enqueued so far (cuEventRecord):
 // e completes when that work does. On a capturing stream the record becomes
 // part of the graph, and querying e fails with ErrCapturedEvent.
-func (s *Stream) Record(e *Event) error {
+func (s *driverStream) Record(e *event) error {
 	return s.do(func() error {
-		return e.use(func(h uintptr) error { return s.c.drv.check("cuEventRecord", s.c.drv.cuEventRecord(h, s.h)) })
+		return e.use(func(h uintptr) error { return s.c.drv.check("cuEventRecord", s.c.drv.CuEventRecord(h, s.h)) })
 	})
 }
 
 // Fence creates an event and records it on the stream: a fence covering the
 // work enqueued so far. The caller destroys it.
-func (s *Stream) Fence() (*Event, error) {
-	e := &Event{s: s}
+func (s *driverStream) Fence() (*event, error) {
+	e := &event{s: s}
 	err := s.do(func() error {
 		d := s.c.drv
-		if err := d.check("cuEventCreate", d.cuEventCreate(&e.h, eventDisableTiming)); err != nil {
+		if err := d.check("cuEventCreate", d.CuEventCreate(&e.h, eventDisableTiming)); err != nil {
 			return err
 		}
-		if err := d.check("cuEventRecord", d.cuEventRecord(e.h, s.h)); err != nil {
-			d.cuEventDestroy(e.h)
+		if err := d.check("cuEventRecord", d.CuEventRecord(e.h, s.h)); err != nil {
+			d.CuEventDestroy(e.h)
 			return err
 		}
 		return nil
@@ -267,16 +269,16 @@ func (s *Stream) Fence() (*Event, error) {
 
 // WaitEvent makes the stream's later work wait, on the device, for e
 // (cuStreamWaitEvent). The host does not block.
-func (s *Stream) WaitEvent(e *Event) error {
+func (s *driverStream) WaitEvent(e *event) error {
 	return s.do(func() error {
 		return e.use(func(h uintptr) error {
-			return s.c.drv.check("cuStreamWaitEvent", s.c.drv.cuStreamWaitEvent(s.h, h, 0))
+			return s.c.drv.check("cuStreamWaitEvent", s.c.drv.CuStreamWaitEvent(s.h, h, 0))
 		})
 	})
 }
 
 // Handle returns the CUevent; 0 once destroyed.
-func (e *Event) Handle() uintptr {
+func (e *event) Handle() uintptr {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.h
@@ -285,15 +287,15 @@ func (e *Event) Handle() uintptr {
 // Query reports whether the work e covers is done (cuEventQuery), without
 // waiting on the device. It waits for the creating stream's executor, which
 // may be busy with a Synchronize.
-func (e *Event) Query() (bool, error) {
+func (e *event) Query() (bool, error) {
 	var done bool
 	err := e.s.do(func() error {
 		return e.use(func(h uintptr) error {
-			rc := e.s.c.drv.cuEventQuery(h)
-			if rc == codeNotReady {
+			rc := e.s.c.drv.CuEventQuery(h)
+			if rc == driver.CodeNotReady {
 				return nil
 			}
-			done = rc == codeSuccess
+			done = rc == driver.CodeSuccess
 			return e.s.c.drv.check("cuEventQuery", rc)
 		})
 	})
@@ -301,19 +303,19 @@ func (e *Event) Query() (bool, error) {
 }
 
 // Synchronize waits until the work e covers is done (cuEventSynchronize).
-func (e *Event) Synchronize() error {
+func (e *event) Synchronize() error {
 	return e.s.do(func() error {
 		return e.use(func(h uintptr) error {
-			return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.cuEventSynchronize(h))
+			return e.s.c.drv.check("cuEventSynchronize", e.s.c.drv.CuEventSynchronize(h))
 		})
 	})
 }
 
 // Destroy destroys the event (cuEventDestroy_v2); pending records still
 // complete. It is idempotent, and works after the creating stream closed
-// (on the device executor); after Context.Close the event is already gone
+// (on the device executor); after primaryContext.Close the event is already gone
 // and Destroy does nothing.
-func (e *Event) Destroy() error {
+func (e *event) Destroy() error {
 	e.mu.Lock()
 	h := e.h
 	e.h = 0
@@ -322,7 +324,7 @@ func (e *Event) Destroy() error {
 		return nil
 	}
 	return e.s.cleanup(func() error {
-		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.cuEventDestroy(h))
+		return e.s.c.drv.check("cuEventDestroy_v2", e.s.c.drv.CuEventDestroy(h))
 	})
 }
 
@@ -385,7 +387,7 @@ func Linear(n uint64, block uint32) (LaunchConfig, error) {
 //
 // From an op's run function, prefer Op.Launch: it takes the op's uses as
 // arguments and launches on the op's stream.
-func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
+func (s *driverStream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 	vals, ptrs, sizes, err := packParams(f.name, args)
 	if err != nil {
 		return err
@@ -400,7 +402,7 @@ func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 	g, b := cfg.Grid.norm(), cfg.Block.norm()
 	err = s.do(func() error {
 		return f.m.use(func(uintptr) error {
-			return s.c.drv.check("cuLaunchKernel", s.c.drv.cuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
+			return s.c.drv.check("cuLaunchKernel", s.c.drv.CuLaunchKernel(f.h, g.X, g.Y, g.Z, b.X, b.Y, b.Z, cfg.SharedMem, s.h, params, nil))
 		})
 	})
 	runtime.KeepAlive(vals)
@@ -411,22 +413,22 @@ func (s *Stream) Launch(f *Function, cfg LaunchConfig, args ...any) error {
 	return nil
 }
 
-// CaptureStatus is a stream's capture state (CUstreamCaptureStatus).
-type CaptureStatus int32
+// captureStatus is a stream's capture state (CUstreamCaptureStatus).
+type captureStatus int32
 
 const (
-	CaptureNone        CaptureStatus = 0 // not capturing
-	CaptureActive      CaptureStatus = 1 // capturing
-	CaptureInvalidated CaptureStatus = 2 // capturing, but the capture is invalidated: end it and discard it
+	captureNone        captureStatus = 0 // not capturing
+	captureActive      captureStatus = 1 // capturing
+	captureInvalidated captureStatus = 2 // capturing, but the capture is invalidated: end it and discard it
 )
 
-func (c CaptureStatus) String() string {
+func (c captureStatus) String() string {
 	switch c {
-	case CaptureNone:
+	case captureNone:
 		return "none"
-	case CaptureActive:
+	case captureActive:
 		return "active"
-	case CaptureInvalidated:
+	case captureInvalidated:
 		return "invalidated"
 	}
 	return fmt.Sprintf("CaptureStatus(%d)", int32(c))
@@ -438,19 +440,19 @@ func (c CaptureStatus) String() string {
 // executor, as EndCapture does, so both happen on the same thread; the
 // thread-local mode then lets the device executor keep allocating and
 // freeing on its own thread meanwhile.
-func (s *Stream) BeginCapture() error {
+func (s *driverStream) BeginCapture() error {
 	return s.do(func() error {
-		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.cuStreamBeginCapture(s.h, codeStreamCaptureModeThread))
+		return s.c.drv.check("cuStreamBeginCapture_v2", s.c.drv.CuStreamBeginCapture(s.h, driver.CodeStreamCaptureModeThread))
 	})
 }
 
 // EndCapture ends the stream's capture and returns the recorded graph
 // (cuStreamEndCapture). An invalidated capture ends with an error matching
 // ErrCaptureInvalidated and no graph.
-func (s *Stream) EndCapture() (*Graph, error) {
-	g := &Graph{s: s}
+func (s *driverStream) EndCapture() (*graph, error) {
+	g := &graph{s: s}
 	err := s.do(func() error {
-		return s.c.drv.check("cuStreamEndCapture", s.c.drv.cuStreamEndCapture(s.h, &g.h))
+		return s.c.drv.check("cuStreamEndCapture", s.c.drv.CuStreamEndCapture(s.h, &g.h))
 	})
 	if err != nil {
 		return nil, err
@@ -459,41 +461,41 @@ func (s *Stream) EndCapture() (*Graph, error) {
 }
 
 // CaptureStatus returns the stream's capture state (cuStreamIsCapturing).
-func (s *Stream) CaptureStatus() (CaptureStatus, error) {
+func (s *driverStream) CaptureStatus() (captureStatus, error) {
 	var st int32
 	err := s.do(func() error {
-		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.cuStreamIsCapturing(s.h, &st))
+		return s.c.drv.check("cuStreamIsCapturing", s.c.drv.CuStreamIsCapturing(s.h, &st))
 	})
-	return CaptureStatus(st), err
+	return captureStatus(st), err
 }
 
-// Graph is a recorded graph (CUgraph). Its calls run on the executor of the
+// graph is a recorded graph (CUgraph). Its calls run on the executor of the
 // stream that captured it.
-type Graph struct {
-	s  *Stream
+type graph struct {
+	s  *driverStream
 	mu sync.Mutex // guards h; held across each driver call using it
 	h  uintptr    // 0 once destroyed
 }
 
-// GraphExec is an instantiated graph (CUgraphExec), launchable on any
+// graphExec is an instantiated graph (CUgraphExec), launchable on any
 // stream of the context.
-type GraphExec struct {
-	s  *Stream
+type graphExec struct {
+	s  *driverStream
 	mu sync.Mutex // guards h; held across each driver call using it
 	h  uintptr    // 0 once destroyed
 }
 
 // Instantiate makes an executable graph (cuGraphInstantiateWithFlags, no
 // flags). The Graph may be destroyed afterwards.
-func (g *Graph) Instantiate() (*GraphExec, error) {
-	x := &GraphExec{s: g.s}
+func (g *graph) Instantiate() (*graphExec, error) {
+	x := &graphExec{s: g.s}
 	err := g.s.do(func() error {
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if g.h == 0 {
 			return fmt.Errorf("%w: graph destroyed", ErrClosed)
 		}
-		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.cuGraphInstantiateWithFlag(&x.h, g.h, 0))
+		return g.s.c.drv.check("cuGraphInstantiateWithFlags", g.s.c.drv.CuGraphInstantiateWithFlag(&x.h, g.h, 0))
 	})
 	if err != nil {
 		return nil, err
@@ -502,8 +504,8 @@ func (g *Graph) Instantiate() (*GraphExec, error) {
 }
 
 // Destroy destroys the graph (cuGraphDestroy). Idempotent; after
-// Context.Close the graph is already gone and Destroy does nothing.
-func (g *Graph) Destroy() error {
+// primaryContext.Close the graph is already gone and Destroy does nothing.
+func (g *graph) Destroy() error {
 	g.mu.Lock()
 	h := g.h
 	g.h = 0
@@ -511,25 +513,25 @@ func (g *Graph) Destroy() error {
 	if h == 0 {
 		return nil
 	}
-	return g.s.cleanup(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.cuGraphDestroy(h)) })
+	return g.s.cleanup(func() error { return g.s.c.drv.check("cuGraphDestroy", g.s.c.drv.CuGraphDestroy(h)) })
 }
 
 // LaunchGraph enqueues one replay of x on the stream (cuGraphLaunch).
-func (s *Stream) LaunchGraph(x *GraphExec) error {
+func (s *driverStream) LaunchGraph(x *graphExec) error {
 	return s.do(func() error {
 		x.mu.Lock()
 		defer x.mu.Unlock()
 		if x.h == 0 {
 			return fmt.Errorf("%w: executable graph destroyed", ErrClosed)
 		}
-		return s.c.drv.check("cuGraphLaunch", s.c.drv.cuGraphLaunch(x.h, s.h))
+		return s.c.drv.check("cuGraphLaunch", s.c.drv.CuGraphLaunch(x.h, s.h))
 	})
 }
 
 // Destroy destroys the executable graph (cuGraphExecDestroy); launches
-// already enqueued still run. Idempotent; after Context.Close the graph is
+// already enqueued still run. Idempotent; after primaryContext.Close the graph is
 // already gone and Destroy does nothing.
-func (x *GraphExec) Destroy() error {
+func (x *graphExec) Destroy() error {
 	x.mu.Lock()
 	h := x.h
 	x.h = 0
@@ -538,6 +540,6 @@ func (x *GraphExec) Destroy() error {
 		return nil
 	}
 	return x.s.cleanup(func() error {
-		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.cuGraphExecDestroy(h))
+		return x.s.c.drv.check("cuGraphExecDestroy", x.s.c.drv.CuGraphExecDestroy(h))
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // allocation is one VkDeviceMemory and its VkBuffer.
@@ -31,13 +32,13 @@ type allocation struct {
 	// that, not for every queue. Guarded by useMu.
 	useMu sync.Mutex
 	// pending counts batches that recorded a command on the allocation and
-	// are not yet submitted, or are sealed into a CommandGraph that may be
+	// are not yet submitted, or are sealed into a commandGraph that may be
 	// launched again: while it is above 0 the allocation may not be freed.
 	pending int
 	// used is, per queue, the number of the last submitted step that used
 	// the allocation.
 	used []queueMark
-	// freed: deallocated and queued in its Storage.
+	// freed: deallocated and queued in its deviceStorage.
 	freed bool
 }
 
@@ -52,7 +53,7 @@ func (a *allocation) recorded() {
 // done says the batch is over (it will not be submitted again). It
 // reports whether a is freed and no batch holds it any more, so its
 // storage's releaser has a step to watch.
-func (a *allocation) submitted(q *Queue, seq uint64, done bool) (watch bool) {
+func (a *allocation) submitted(q *queue, seq uint64, done bool) (watch bool) {
 	a.useMu.Lock()
 	defer a.useMu.Unlock()
 	if done {
@@ -117,7 +118,7 @@ func (a *allocation) bytes() []byte {
 	return unsafe.Slice((*byte)(a.mapped), a.size)
 }
 
-const allBufferUsage = bufferUsageTransferSrc | bufferUsageTransferDst | bufferUsageStorage | bufferUsageDeviceAddress
+const allBufferUsage = vk.BufferUsageTransferSrc | vk.BufferUsageTransferDst | vk.BufferUsageStorage | vk.BufferUsageDeviceAddress
 
 // allocate makes an allocation of size bytes (> 0) of a memory type w
 // picks, mapped when host-visible. A refusal wraps storage.ErrOutOfMemory:
@@ -149,16 +150,16 @@ func (b *Backend) takeAllocationSlot() error {
 func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, error) {
 	d := b.dev
 	a := &allocation{id: storage.NewID(), size: size}
-	bci := &vkBufferCreateInfo{SType: stBufferCreateInfo, Size: size, Usage: allBufferUsage}
-	if err := check("vkCreateBuffer", call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&a.buf)))); err != nil {
+	bci := &vk.BufferCreateInfo{SType: vk.StBufferCreateInfo, Size: size, Usage: allBufferUsage}
+	if err := check("vkCreateBuffer", vk.Call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&a.buf)))); err != nil {
 		b.notePoison(err)
 		return nil, fmt.Errorf("vulkan: buffer of %d bytes: %w", size, err)
 	}
-	var req vkMemoryRequirements
-	call(d.fn.GetBufferMemoryRequirements, d.h, uintptr(a.buf), uintptr(unsafe.Pointer(&req)))
+	var req vk.MemoryRequirements
+	vk.Call(d.fn.GetBufferMemoryRequirements, d.h, uintptr(a.buf), uintptr(unsafe.Pointer(&req)))
 	types := w.candidates(d.info.MemoryTypes, req.MemoryTypeBits)
 	if len(types) == 0 {
-		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+		vk.Call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
 		return nil, fmt.Errorf("%w: no memory type of device %q has the flags %s for a buffer (memoryTypeBits %#x)",
 			ErrUnsupported, d.info.Name, MemoryType{Flags: w.required}, req.MemoryTypeBits)
 	}
@@ -169,9 +170,9 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 			errs = append(errs, fmt.Errorf("vulkan: memory type %d: heap %d budget: %w", t, d.info.MemoryTypes[t].Heap, err))
 			continue
 		}
-		flags := &vkMemoryAllocateFlagsInfo{SType: stMemoryAllocateFlagsInfo, Flags: memoryAllocateDeviceAddress}
-		mai := &vkMemoryAllocateInfo{SType: stMemoryAllocateInfo, PNext: unsafe.Pointer(flags), AllocationSize: req.Size, MemoryTypeIndex: uint32(t)}
-		err := check("vkAllocateMemory", call(d.fn.AllocateMemory, d.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&a.mem))))
+		flags := &vk.MemoryAllocateFlagsInfo{SType: vk.StMemoryAllocateFlagsInfo, Flags: vk.MemoryAllocateDeviceAddress}
+		mai := &vk.MemoryAllocateInfo{SType: vk.StMemoryAllocateInfo, PNext: unsafe.Pointer(flags), AllocationSize: req.Size, MemoryTypeIndex: uint32(t)}
+		err := check("vkAllocateMemory", vk.Call(d.fn.AllocateMemory, d.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&a.mem))))
 		if err != nil {
 			heap.Give(req.Size)
 			b.notePoison(err)
@@ -185,7 +186,7 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 		break
 	}
 	if a.mem == 0 {
-		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+		vk.Call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
 		return nil, errors.Join(errs...)
 	}
 	fail := func(err error) (*allocation, error) {
@@ -193,19 +194,19 @@ func (b *Backend) allocateSlotted(size uint64, w memoryWants) (*allocation, erro
 		b.notePoison(err)
 		return nil, err
 	}
-	if err := check("vkBindBufferMemory", call(d.fn.BindBufferMemory, d.h, uintptr(a.buf), uintptr(a.mem), 0)); err != nil {
+	if err := check("vkBindBufferMemory", vk.Call(d.fn.BindBufferMemory, d.h, uintptr(a.buf), uintptr(a.mem), 0)); err != nil {
 		return fail(err)
 	}
-	bai := &vkBufferDeviceAddressInfo{SType: stBufferDeviceAddressInfo, Buffer: a.buf}
-	a.addr = call64(d.fn.GetBufferDeviceAddress, d.h, uintptr(unsafe.Pointer(bai)))
+	bai := &vk.BufferDeviceAddressInfo{SType: vk.StBufferDeviceAddressInfo, Buffer: a.buf}
+	a.addr = vk.Call64(d.fn.GetBufferDeviceAddress, d.h, uintptr(unsafe.Pointer(bai)))
 	flagsOf := d.info.MemoryTypes[a.typ].Flags
-	if flagsOf&memoryPropertyHostVisible != 0 && !(b.unmappedPages && w == pageMemory) {
+	if flagsOf&vk.MemoryPropertyHostVisible != 0 && !(b.unmappedPages && w == pageMemory) {
 		var p unsafe.Pointer
-		if err := check("vkMapMemory", call(d.fn.MapMemory, d.h, uintptr(a.mem), 0, uintptr(wholeSize), 0, uintptr(unsafe.Pointer(&p)))); err != nil {
+		if err := check("vkMapMemory", vk.Call(d.fn.MapMemory, d.h, uintptr(a.mem), 0, uintptr(vk.WholeSize), 0, uintptr(unsafe.Pointer(&p)))); err != nil {
 			return fail(err)
 		}
 		a.mapped = p
-		a.coherent = flagsOf&memoryPropertyHostCoherent != 0 && !b.nonCoherent
+		a.coherent = flagsOf&vk.MemoryPropertyHostCoherent != 0 && !b.nonCoherent
 	}
 	return a, nil
 }
@@ -222,11 +223,11 @@ func (b *Backend) free(a *allocation) {
 func (b *Backend) release(a *allocation) {
 	d := b.dev
 	if a.buf != 0 {
-		call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
+		vk.Call(d.fn.DestroyBuffer, d.h, uintptr(a.buf), 0)
 	}
 	if a.mem != 0 {
 		// vkFreeMemory unmaps implicitly.
-		call(d.fn.FreeMemory, d.h, uintptr(a.mem), 0)
+		vk.Call(d.fn.FreeMemory, d.h, uintptr(a.mem), 0)
 		b.heaps[d.info.MemoryTypes[a.typ].Heap].Give(a.reserved)
 	}
 	a.buf, a.mem, a.mapped = 0, 0, nil
@@ -249,8 +250,8 @@ func (b *Backend) flushHost(a *allocation, off, n uint64) error {
 		return nil
 	}
 	o, s := b.atomRange(a, off, n)
-	r := &vkMappedMemoryRange{SType: stMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
-	err := check("vkFlushMappedMemoryRanges", call(b.dev.fn.FlushMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
+	r := &vk.MappedMemoryRange{SType: vk.StMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
+	err := check("vkFlushMappedMemoryRanges", vk.Call(b.dev.fn.FlushMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
 	b.notePoison(err)
 	return err
 }
@@ -261,8 +262,8 @@ func (b *Backend) invalidateHost(a *allocation, off, n uint64) error {
 		return nil
 	}
 	o, s := b.atomRange(a, off, n)
-	r := &vkMappedMemoryRange{SType: stMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
-	err := check("vkInvalidateMappedMemoryRanges", call(b.dev.fn.InvalidateMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
+	r := &vk.MappedMemoryRange{SType: vk.StMappedMemoryRange, Memory: a.mem, Offset: o, Size: s}
+	err := check("vkInvalidateMappedMemoryRanges", vk.Call(b.dev.fn.InvalidateMappedMemoryRanges, b.dev.h, 1, uintptr(unsafe.Pointer(r))))
 	b.notePoison(err)
 	return err
 }

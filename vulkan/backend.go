@@ -24,10 +24,11 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // baseAlignment is the least alignment of every page (as cuda's);
@@ -73,18 +74,18 @@ type Backend struct {
 	allocCount    atomic.Int64
 	// frees counts the allocations freed (free: slot and heap bytes back),
 	// so that an allocation refused while the releaser was freeing knows a
-	// retry may succeed even once the releaser is idle (Storage.Alloc).
+	// retry may succeed even once the releaser is idle (deviceStorage.Alloc).
 	frees atomic.Uint64
 
 	amu    sync.RWMutex
 	allocs map[storage.ID]*allocation
 
 	mu        sync.Mutex // guards the fields below
-	queues    map[*Queue]struct{}
-	storages  map[*Storage]struct{}
+	queues    map[*queue]struct{}
+	storages  map[*deviceStorage]struct{}
 	kernels   map[*Kernel]struct{}
 	nextHW    int
-	poison    drvkit.Poison // B1; its own lock
+	poison    backendkit.Poison // B1; its own lock
 	closed    bool
 	closeOnce sync.Once
 	closeErr  error
@@ -120,8 +121,8 @@ func NewBackend(opts Options) (*Backend, error) {
 	}
 	b := &Backend{opts: opts, lib: lib, inst: inst, dev: dev,
 		allocs:   make(map[storage.ID]*allocation),
-		queues:   make(map[*Queue]struct{}),
-		storages: make(map[*Storage]struct{}),
+		queues:   make(map[*queue]struct{}),
+		storages: make(map[*deviceStorage]struct{}),
 		kernels:  make(map[*Kernel]struct{}),
 	}
 	b.reap = newReaper(b)
@@ -170,14 +171,7 @@ func NewBackend(opts Options) (*Backend, error) {
 // error wraps gpumem.ErrNotSupported.
 func OpenDevice(opts Options, more ...gpumem.Option) (*gpumem.Device, error) {
 	b, err := NewBackend(opts)
-	if err != nil {
-		return nil, err
-	}
-	d, err := gpumem.OpenBackend(b, more...)
-	if err != nil {
-		return nil, errors.Join(err, b.Close())
-	}
-	return d, nil
+	return backendkit.OpenDevice(b, err, more)
 }
 
 // Info describes the device the backend runs on.
@@ -197,9 +191,9 @@ func (b *Backend) Properties() memory.Properties { return b.props }
 // (Options.Validation; nil without it).
 func (b *Backend) ValidationMessages() []string { return b.inst.log.messages() }
 
-// Allocations returns how many VkDeviceMemory objects the backend holds
+// allocations returns how many VkDeviceMemory objects the backend holds
 // (pages, queued frees and staging buffers).
-func (b *Backend) Allocations() int { return int(b.allocCount.Load()) }
+func (b *Backend) allocations() int { return int(b.allocCount.Load()) }
 
 // usable refuses a call on a closed or poisoned backend.
 func (b *Backend) usable(call string) error {
@@ -214,20 +208,20 @@ func (b *Backend) usable(call string) error {
 	return nil
 }
 
-// NewStorage implements gpumem.Backend: a *Storage drawing on budget (and
+// NewStorage implements gpumem.Backend: a *deviceStorage drawing on budget (and
 // on the heap's own budget).
 func (b *Backend) NewStorage(budget *storage.Budget) (storage.Storage, error) {
 	if err := b.usable("new storage"); err != nil {
 		return nil, err
 	}
-	s := &Storage{b: b, budget: budget, live: make(map[storage.ID]*allocation)}
+	s := &deviceStorage{b: b, budget: budget, live: make(map[storage.ID]*allocation)}
 	b.mu.Lock()
 	b.storages[s] = struct{}{}
 	b.mu.Unlock()
 	return s, nil
 }
 
-// NewQueue implements gpumem.Backend: a Queue on the next VkQueue, round
+// NewQueue implements gpumem.Backend: a queue on the next VkQueue, round
 // robin.
 func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	if err := b.usable("new queue"); err != nil {
@@ -253,13 +247,9 @@ func (b *Backend) NewQueue(index int) (stream.Queue, error) {
 	return q, nil
 }
 
-// queueOf returns q as a Queue of this backend.
-func (b *Backend) queueOf(q stream.Queue, call string) (*Queue, error) {
-	vq, ok := q.(*Queue)
-	if !ok || vq == nil || vq.b != b {
-		return nil, fmt.Errorf("vulkan: %s: queue %T is not a queue of this vulkan backend: %w", call, q, stream.ErrInvalid)
-	}
-	return vq, nil
+// queueOf returns q as a queue of this backend.
+func (b *Backend) queueOf(q stream.Queue, call string) (*queue, error) {
+	return backendkit.QueueOf("vulkan", q, call, func(vq *queue) bool { return vq.b == b })
 }
 
 // register and unregister keep the ID -> allocation index.
@@ -302,10 +292,10 @@ func (b *Backend) marks() []queueMark {
 }
 
 // storageList returns the storages the backend made.
-func (b *Backend) storageList() []*Storage {
+func (b *Backend) storageList() []*deviceStorage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ss := make([]*Storage, 0, len(b.storages))
+	ss := make([]*deviceStorage, 0, len(b.storages))
 	for s := range b.storages {
 		ss = append(ss, s)
 	}
@@ -345,7 +335,7 @@ func (b *Backend) drainQueued() bool {
 // idle queued allocations to the releaser, then waits a little for a step
 // a queued allocation waits for. It reports whether some allocation still
 // waits for submitted steps (look again); one that a recording or a
-// CommandGraph holds is looked at again when that lets it go.
+// commandGraph holds is looked at again when that lets it go.
 func (b *Backend) watchFrees() bool {
 	var m queueMark
 	found := false
@@ -438,7 +428,7 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 		return vq.closedErr("copy on device")
 	}
 	if vq.rec != nil {
-		return fmt.Errorf("vulkan: stream %d: copy on device while recording: %w", vq.index, stream.ErrCaptureState)
+		return backendkit.CopyWhileRecording("vulkan", vq.index)
 	}
 	if vq.loose == nil {
 		vq.loose = &batch{}
@@ -459,8 +449,8 @@ func (b *Backend) CopyOnDevice(q stream.Queue, src, dst storage.Resource) error 
 	bt.copies = append(bt.copies, sr, dr)
 	bt.use(sa)
 	bt.use(da)
-	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: src.Offset, DstOffset: dst.Offset, Size: src.Size}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }
 
@@ -479,11 +469,11 @@ func (b *Backend) WaitOutsideStreams() error {
 // matches gpumem.ErrDevicePoisoned), or nil. Once poisoned, close it.
 func (b *Backend) Poisoned() error { return b.poison.Err() }
 
-// notePoison keeps err when it is the first device loss (B1, drvkit DK1).
+// notePoison keeps err when it is the first device loss (B1, backendkit DK1).
 func (b *Backend) notePoison(err error) { b.poison.Note(err) }
 
 // forget drops a closed queue.
-func (b *Backend) forget(q *Queue) {
+func (b *Backend) forget(q *queue) {
 	b.mu.Lock()
 	delete(b.queues, q)
 	b.mu.Unlock()
@@ -501,11 +491,11 @@ func (b *Backend) Close() error {
 func (b *Backend) close() error {
 	b.mu.Lock()
 	b.closed = true
-	queues := make([]*Queue, 0, len(b.queues))
+	queues := make([]*queue, 0, len(b.queues))
 	for q := range b.queues {
 		queues = append(queues, q)
 	}
-	storages := make([]*Storage, 0, len(b.storages))
+	storages := make([]*deviceStorage, 0, len(b.storages))
 	for s := range b.storages {
 		storages = append(storages, s)
 	}

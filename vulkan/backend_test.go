@@ -22,8 +22,8 @@ func TestWriteAndReadDeviceMemoryMappedAndStaged(t *testing.T) {
 			buf := mustAlloc(t, s, uint64(len(want)))
 			mustWrite(t, buf, want)
 			wantBytes(t, buf, want)
-			if st := d.Stats(); st.BytesAllocated == 0 || b.Allocations() == 0 {
-				t.Fatalf("BytesAllocated %d, %d device allocations: the buffer is not device memory", st.BytesAllocated, b.Allocations())
+			if st := d.Stats(); st.BytesAllocated == 0 || vulkan.Allocations(b) == 0 {
+				t.Fatalf("BytesAllocated %d, %d device allocations: the buffer is not device memory", st.BytesAllocated, vulkan.Allocations(b))
 			}
 		})
 	}
@@ -85,13 +85,13 @@ func TestCloseReleasesEveryDeviceAllocation(t *testing.T) {
 	for i := range 5 {
 		mustAlloc(t, s, uint64(i+1)*mib)
 	}
-	if b.Allocations() == 0 {
+	if vulkan.Allocations(b) == 0 {
 		t.Fatal("no device allocations after five Allocs")
 	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.Allocations(); n != 0 {
+	if n := vulkan.Allocations(b); n != 0 {
 		t.Fatalf("%d device allocations left after Close", n)
 	}
 	if _, err := s.Alloc(context.Background(), 1); err == nil {

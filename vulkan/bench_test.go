@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // Benchmarks on the machine's Vulkan device (lavapipe on CPU-only
@@ -143,12 +144,12 @@ func benchRelocation(b *testing.B, size uint64, chunks int, gpuOnly bool) {
 		fl.free(dst)
 	}()
 	chunk := size / uint64(chunks)
-	regions := make([]vkBufferCopy, chunks)
+	regions := make([]vk.BufferCopy, chunks)
 	for i := range regions {
 		o := uint64(i) * chunk
-		regions[i] = vkBufferCopy{SrcOffset: o, DstOffset: o, Size: chunk}
+		regions[i] = vk.BufferCopy{SrcOffset: o, DstOffset: o, Size: chunk}
 	}
-	q := fq.(*Queue)
+	q := fq.(*queue)
 	// rawCopy copies the chunks from s to d with one vkCmdCopyBuffer,
 	// submitted and waited for.
 	rawCopy := func(s, d *allocation) time.Duration { return rawBufferCopy(b, q, s, d, regions) }
@@ -262,7 +263,7 @@ func benchRelocation(b *testing.B, size uint64, chunks int, gpuOnly bool) {
 		if err := d.Close(); err != nil {
 			b.Fatal(err)
 		}
-		if n := fl.Allocations(); n != 2 {
+		if n := fl.allocations(); n != 2 {
 			b.Fatalf("%d device allocations after the iteration, want 2 (the floor's)", n)
 		}
 		b.StartTimer()
@@ -281,7 +282,7 @@ func benchRelocation(b *testing.B, size uint64, chunks int, gpuOnly bool) {
 // rawBufferCopy copies regions from s to d with one vkCmdCopyBuffer on q
 // (a loose batch, as relocation copies are), submitted and waited for, and
 // returns the time it took.
-func rawBufferCopy(b *testing.B, q *Queue, s, d *allocation, regions []vkBufferCopy) time.Duration {
+func rawBufferCopy(b *testing.B, q *queue, s, d *allocation, regions []vk.BufferCopy) time.Duration {
 	t0 := time.Now()
 	q.mu.Lock()
 	q.loose = &batch{}
@@ -290,7 +291,7 @@ func rawBufferCopy(b *testing.B, q *Queue, s, d *allocation, regions []vkBufferC
 		q.mu.Unlock()
 		b.Fatal(err)
 	}
-	call(q.b.dev.fn.CmdCopyBuffer, cb, uintptr(s.buf), uintptr(d.buf), uintptr(len(regions)), uintptr(unsafe.Pointer(&regions[0])))
+	vk.Call(q.b.dev.fn.CmdCopyBuffer, cb, uintptr(s.buf), uintptr(d.buf), uintptr(len(regions)), uintptr(unsafe.Pointer(&regions[0])))
 	q.mu.Unlock()
 	f, err := q.Fence()
 	if err != nil {
@@ -335,12 +336,12 @@ func BenchmarkAllocFree(b *testing.B) {
 			dv := be.dev
 			const rawN = 200
 			rawOnce := func() {
-				mai := &vkMemoryAllocateInfo{SType: stMemoryAllocateInfo, AllocationSize: size, MemoryTypeIndex: typ}
+				mai := &vk.MemoryAllocateInfo{SType: vk.StMemoryAllocateInfo, AllocationSize: size, MemoryTypeIndex: typ}
 				var mem uint64
-				if err := check("vkAllocateMemory", call(dv.fn.AllocateMemory, dv.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&mem)))); err != nil {
+				if err := check("vkAllocateMemory", vk.Call(dv.fn.AllocateMemory, dv.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&mem)))); err != nil {
 					b.Fatal(err)
 				}
-				call(dv.fn.FreeMemory, dv.h, uintptr(mem), 0)
+				vk.Call(dv.fn.FreeMemory, dv.h, uintptr(mem), 0)
 			}
 			rawOnce() // warm
 			t0 := time.Now()
@@ -620,7 +621,7 @@ func benchTransfers(b *testing.B, size uint64, gpuOnly bool) {
 	}
 	defer be.free(page)
 	var staging *allocation
-	var q *Queue
+	var q *queue
 	if page.mapped == nil {
 		if staging, err = be.allocate(size, stagingMemory); err != nil {
 			b.Fatal(err)
@@ -631,9 +632,9 @@ func benchTransfers(b *testing.B, size uint64, gpuOnly bool) {
 			b.Fatal(err)
 		}
 		defer fq.Close()
-		q = fq.(*Queue)
+		q = fq.(*queue)
 	}
-	region := []vkBufferCopy{{Size: size}}
+	region := []vk.BufferCopy{{Size: size}}
 	src := bytes.Repeat([]byte{0x5a}, int(size))
 	src[0], src[size-1] = 0x11, 0x22
 	dst := make([]byte, size)

@@ -4,7 +4,7 @@
 // While a queue records, each op's commands go into one command buffer
 // begun with SIMULTANEOUS_USE (so launches may overlap), and the staging
 // buffers and descriptor sets they use stay with it; nothing is submitted
-// and the ops take no number. EndCapture seals it into a *CommandGraph;
+// and the ops take no number. EndCapture seals it into a *commandGraph;
 // Replay submits it as one step. gpumem's page guards keep every buffer the
 // recording resolved in place until the graph closes, so the recorded
 // buffers and offsets stay valid.
@@ -24,36 +24,36 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // recording is an open capture.
 type recording struct {
-	owner   stream.Owner
-	bt      *batch
-	ops     int
-	invalid error // wraps stream.ErrCaptureInvalidated once invalidated
+	backendkit.Recording
+	bt *batch
 }
 
-var _ stream.Recorder = (*Queue)(nil)
+var _ stream.Recorder = (*queue)(nil)
 
-// CommandGraph is the stream.Exec a Queue seals: a recorded command
+// commandGraph is the stream.Exec a queue seals: a recorded command
 // buffer, what its commands use, and the number of ops recorded. Close
 // frees it (the device's Graph.Close does, after its launches); the queue
 // frees it at the latest when it closes.
-type CommandGraph struct {
-	q   *Queue
+type commandGraph struct {
+	q   *queue
 	ops int
 	bt  *batch // sealed; nil once released (under q.mu)
 }
 
-var _ stream.Exec = (*CommandGraph)(nil)
+var _ stream.Exec = (*commandGraph)(nil)
 
 // Len implements stream.Exec: the number of recorded ops.
-func (g *CommandGraph) Len() int { return g.ops }
+func (g *commandGraph) Len() int { return g.ops }
 
 // Recording implements stream.Recorder.
-func (q *Queue) Recording() bool {
+func (q *queue) Recording() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return q.rec != nil
@@ -62,9 +62,9 @@ func (q *Queue) Recording() bool {
 // BeginCapture implements stream.Recorder: later ops are recorded into one
 // command buffer until EndCapture. Relocation copies not yet submitted are
 // submitted first.
-func (q *Queue) BeginCapture(o stream.Owner) error {
-	if o == 0 {
-		return fmt.Errorf("vulkan: begin capture: owner 0: %w", stream.ErrInvalid)
+func (q *queue) BeginCapture(o stream.Owner) error {
+	if err := backendkit.BeginOwner("vulkan", o); err != nil {
+		return err
 	}
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
@@ -74,38 +74,28 @@ func (q *Queue) BeginCapture(o stream.Owner) error {
 		return q.closedErr("begin capture")
 	}
 	if q.rec != nil {
-		return fmt.Errorf("vulkan: begin capture for owner %d: stream %d already records for owner %d: %w",
-			o, q.index, q.rec.owner, stream.ErrCaptureState)
+		return q.rec.Busy("vulkan", q.index, o)
 	}
 	if err := q.submitLooseLocked(); err != nil {
 		return err
 	}
-	q.rec = &recording{owner: o, bt: &batch{reusable: true}}
+	q.rec = &recording{Recording: backendkit.Recording{Owner: o}, bt: &batch{reusable: true}}
 	return nil
 }
 
 // EndCapture implements stream.Recorder: the recording is closed in every
 // case; when o owns it, doomed is nil and nothing invalidated it, its
-// command buffer is sealed into a *CommandGraph.
-func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+// command buffer is sealed into a *commandGraph.
+func (q *queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	rec := q.rec
 	if rec == nil {
-		return nil, errors.Join(fmt.Errorf("vulkan: end capture by owner %d: stream %d does not record: %w", o, q.index, stream.ErrCaptureState), doomed)
+		return nil, backendkit.NotRecording("vulkan", q.index, o, doomed)
 	}
-	var errs []error
-	if o != rec.owner {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: caller %d, capture owned by %d (torn down, no graph): %w", o, rec.owner, stream.ErrWrongOwner))
-	}
-	if rec.invalid != nil {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: %w", rec.invalid))
-	}
-	if doomed != nil {
-		errs = append(errs, fmt.Errorf("vulkan: end capture: recording doomed: %w", doomed))
-	}
+	errs := rec.Refusals("vulkan", o, doomed)
 	if len(errs) > 0 {
 		q.discardRecordingLocked()
 		return nil, errors.Join(errs...)
@@ -113,17 +103,17 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	q.rec = nil
 	bt := rec.bt
 	if bt.cb != 0 {
-		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
-		if err := check("vkEndCommandBuffer", call(q.b.dev.fn.EndCommandBuffer, bt.cb)); err != nil {
+		q.barrier(bt.cb, vk.PipelineStageAllCommands, vk.AccessMemoryWrite, vk.PipelineStageHost, vk.AccessHostRead)
+		if err := check("vkEndCommandBuffer", vk.Call(q.b.dev.fn.EndCommandBuffer, bt.cb)); err != nil {
 			q.b.notePoison(err)
 			q.dropBatchLocked(bt)
 			return nil, fmt.Errorf("vulkan: end capture on stream %d: %w", q.index, err)
 		}
 	}
 	bt.sealed = true
-	g := &CommandGraph{q: q, ops: rec.ops, bt: bt}
+	g := &commandGraph{q: q, ops: rec.Ops, bt: bt}
 	if q.execs == nil {
-		q.execs = make(map[*CommandGraph]struct{})
+		q.execs = make(map[*commandGraph]struct{})
 	}
 	q.execs[g] = struct{}{}
 	return g, nil
@@ -131,40 +121,32 @@ func (q *Queue) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 
 // discardRecordingLocked drops the open recording and what it held (its
 // command buffer was never submitted).
-func (q *Queue) discardRecordingLocked() {
+func (q *queue) discardRecordingLocked() {
 	bt := q.rec.bt
 	q.rec = nil
 	if bt.cb != 0 {
 		// Begun, perhaps with commands: reset before reuse.
-		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		vk.Call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
 	}
 	q.dropBatchLocked(bt)
 }
 
-// invalidateLocked invalidates the open recording, keeping the first
-// cause, and returns the error wrapping stream.ErrCaptureInvalidated.
-func (q *Queue) invalidateLocked(cause string) error {
-	if q.rec.invalid == nil {
-		q.rec.invalid = fmt.Errorf("%w: %s", stream.ErrCaptureInvalidated, cause)
-	}
-	return q.rec.invalid
-}
-
-// refuseWhileRecording invalidates an open recording and says why.
-func (q *Queue) refuseWhileRecording(cause string) error {
+// RefuseWhileRecording invalidates an open recording and says why
+// (backendkit.Waiter).
+func (q *queue) RefuseWhileRecording(cause string) error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.rec == nil {
 		return nil
 	}
-	return fmt.Errorf("vulkan: wait: %w: %w", stream.ErrCaptureUnsupported, q.invalidateLocked(cause))
+	return q.rec.RefuseWait("vulkan", cause)
 }
 
-// Replay implements stream.Recorder: submits e (a *CommandGraph this queue
+// Replay implements stream.Recorder: submits e (a *commandGraph this queue
 // recorded) as one step, after the pending waits. Inside a capture it
 // invalidates the recording: graphs do not nest here.
-func (q *Queue) Replay(e stream.Exec) error {
-	g, ok := e.(*CommandGraph)
+func (q *queue) Replay(e stream.Exec) error {
+	g, ok := e.(*commandGraph)
 	if !ok || g == nil || g.q != q {
 		return fmt.Errorf("vulkan: replay: %T is not a graph recorded on this queue (stream %d): %w", e, q.index, stream.ErrInvalid)
 	}
@@ -180,7 +162,7 @@ func (q *Queue) Replay(e stream.Exec) error {
 	}
 	if q.rec != nil {
 		return fmt.Errorf("vulkan: replay inside a capture on stream %d: %w: %w", q.index, ErrUnsupported,
-			q.invalidateLocked("a graph launched inside the capture (graphs do not nest on vulkan)"))
+			q.rec.Invalidate("a graph launched inside the capture (graphs do not nest on vulkan)"))
 	}
 	if err := q.submitLooseLocked(); err != nil {
 		return err
@@ -194,11 +176,11 @@ func (q *Queue) Replay(e stream.Exec) error {
 
 // Close frees the graph's command buffer, staging buffers and descriptor
 // sets once its launches completed (it waits for them). Idempotent.
-func (g *CommandGraph) Close() error {
+func (g *commandGraph) Close() error {
 	q := g.q
 	f, err := q.Fence()
 	if err == nil {
-		err = q.waitSeq(context.Background(), f.Seq)
+		err = q.WaitSeq(context.Background(), f.Seq)
 	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -210,7 +192,7 @@ func (g *CommandGraph) Close() error {
 }
 
 // releaseLocked gives back what the graph holds (its launches complete).
-func (g *CommandGraph) releaseLocked() {
+func (g *commandGraph) releaseLocked() {
 	q := g.q
 	bt := g.bt
 	if bt == nil {
@@ -220,7 +202,7 @@ func (g *CommandGraph) releaseLocked() {
 	delete(q.execs, g)
 	bt.sealed = false
 	if bt.cb != 0 {
-		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		vk.Call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
 	}
 	q.dropBatchLocked(bt)
 }

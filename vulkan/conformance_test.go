@@ -21,7 +21,7 @@ func TestBackendConforms(t *testing.T) {
 			opts := backendtest.Options{
 				Name:          "vulkan/" + name,
 				Copy:          copyOnStream,
-				DriverObjects: func() int { return b.Allocations() },
+				DriverObjects: func() int { return b.allocations() },
 				DriverCached:  func() int { return b.stage.pooled() },
 			}
 			backendtest.TestBackend(t, func(t *testing.T, more ...gpumem.Option) (*gpumem.Device, error) {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // A cross-stream WaitFence is a semaphore wait on the device: with stream
@@ -86,9 +87,9 @@ func newGate(t testing.TB, b *Backend) *gate {
 	t.Helper()
 	d := b.dev
 	g := &gate{t: t, b: b}
-	tci := &vkSemaphoreTypeCreateInfo{SType: stSemaphoreTypeCreateInfo, SemaphoreType: semaphoreTypeTimeline}
-	sci := &vkSemaphoreCreateInfo{SType: stSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
-	if err := check("vkCreateSemaphore", call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&g.sem)))); err != nil {
+	tci := &vk.SemaphoreTypeCreateInfo{SType: vk.StSemaphoreTypeCreateInfo, SemaphoreType: vk.SemaphoreTypeTimeline}
+	sci := &vk.SemaphoreCreateInfo{SType: vk.StSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
+	if err := check("vkCreateSemaphore", vk.Call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&g.sem)))); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -99,13 +100,13 @@ func newGate(t testing.TB, b *Backend) *gate {
 		if err := b.WaitOutsideStreams(); err != nil {
 			t.Error(err)
 		}
-		call(d.fn.DestroySemaphore, d.h, uintptr(g.sem), 0)
+		vk.Call(d.fn.DestroySemaphore, d.h, uintptr(g.sem), 0)
 	})
 	return g
 }
 
 // hold makes q's next submission wait for the gate.
-func (g *gate) hold(q *Queue) {
+func (g *gate) hold(q *queue) {
 	q.mu.Lock()
 	q.waits = append(q.waits, semWait{sem: g.sem, value: 1})
 	q.mu.Unlock()
@@ -115,8 +116,8 @@ func (g *gate) hold(q *Queue) {
 func (g *gate) open() {
 	g.t.Helper()
 	g.done = true
-	si := &vkSemaphoreSignalInfo{SType: stSemaphoreSignalInfo, Semaphore: g.sem, Value: 1}
-	if err := check("vkSignalSemaphore", call(g.b.dev.fn.SignalSemaphore, g.b.dev.h, uintptr(unsafe.Pointer(si)))); err != nil {
+	si := &vk.SemaphoreSignalInfo{SType: vk.StSemaphoreSignalInfo, Semaphore: g.sem, Value: 1}
+	if err := check("vkSignalSemaphore", vk.Call(g.b.dev.fn.SignalSemaphore, g.b.dev.h, uintptr(unsafe.Pointer(si)))); err != nil {
 		g.t.Fatal(err)
 	}
 }
@@ -145,7 +146,7 @@ func testBackendWith(t *testing.T, opts Options) *Backend {
 		if err := b.Close(); err != nil {
 			t.Error(err)
 		}
-		if n := b.Allocations(); n != 0 {
+		if n := b.allocations(); n != 0 {
 			t.Errorf("%d device allocations after Close, want 0", n)
 		}
 		for _, m := range b.ValidationMessages() {
@@ -171,13 +172,13 @@ func testDevice(t *testing.T, b *Backend, opts ...gpumem.Option) *gpumem.Device 
 	return d
 }
 
-func testQueue(t *testing.T, b *Backend, index int) *Queue {
+func testQueue(t *testing.T, b *Backend, index int) *queue {
 	t.Helper()
 	q, err := b.NewQueue(index)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return q.(*Queue)
+	return q.(*queue)
 }
 
 func validationInstalled() bool {
@@ -200,7 +201,7 @@ func TestStreamsOnDistinctQueuesOrderCrossStreamUsesBySemaphores(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q1, q2 := s1.Queue().(*Queue), s2.Queue().(*Queue)
+	q1, q2 := s1.Queue().(*queue), s2.Queue().(*queue)
 	family := be.Info().ComputeQueues
 	if family >= 2 && q1.hw == q2.hw {
 		t.Fatalf("the compute family has %d queues, yet both streams share one", family)

@@ -6,6 +6,8 @@ package vulkan
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // Sizes of each descriptor pool a queue makes; another is made when one is
@@ -26,31 +28,31 @@ type descriptorSet struct {
 
 // allocSetLocked allocates a set of layout from the newest pool, making a
 // pool when there is none or it is exhausted.
-func (q *Queue) allocSetLocked(layout uint64) (descriptorSet, error) {
+func (q *queue) allocSetLocked(layout uint64) (descriptorSet, error) {
 	d := q.b.dev
 	lays := []uint64{layout}
 	try := func(p *descriptorPool) (descriptorSet, int32) {
-		ai := &vkDescriptorSetAllocateInfo{SType: stDescriptorSetAllocateInfo, DescriptorPool: p.h, DescriptorSetCount: 1, PSetLayouts: unsafe.Pointer(&lays[0])}
+		ai := &vk.DescriptorSetAllocateInfo{SType: vk.StDescriptorSetAllocateInfo, DescriptorPool: p.h, DescriptorSetCount: 1, PSetLayouts: unsafe.Pointer(&lays[0])}
 		var h uint64
-		r := call(d.fn.AllocateDescriptorSets, d.h, uintptr(unsafe.Pointer(ai)), uintptr(unsafe.Pointer(&h)))
+		r := vk.Call(d.fn.AllocateDescriptorSets, d.h, uintptr(unsafe.Pointer(ai)), uintptr(unsafe.Pointer(&h)))
 		return descriptorSet{pool: p, h: h}, r
 	}
 	if n := len(q.descPool); n > 0 {
 		s, r := try(q.descPool[n-1])
-		if r == vkSuccess {
+		if r == vk.Success {
 			return s, nil
 		}
-		if r != vkErrOutOfPoolMemory && r != vkErrFragmentedPool {
+		if r != vk.ErrorOutOfPoolMemory && r != vk.ErrorFragmentedPool {
 			err := check("vkAllocateDescriptorSets", r)
 			q.b.notePoison(err)
 			return descriptorSet{}, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
 		}
 	}
-	sizes := []vkDescriptorPoolSize{{Type: descriptorTypeStorageBuffer, DescriptorCount: poolDescriptors}}
-	pci := &vkDescriptorPoolCreateInfo{SType: stDescriptorPoolCreateInfo, Flags: descriptorPoolFreeDescriptor, MaxSets: poolSets,
+	sizes := []vk.DescriptorPoolSize{{Type: vk.DescriptorTypeStorageBuffer, DescriptorCount: poolDescriptors}}
+	pci := &vk.DescriptorPoolCreateInfo{SType: vk.StDescriptorPoolCreateInfo, Flags: vk.DescriptorPoolFreeDescriptor, MaxSets: poolSets,
 		PoolSizeCount: 1, PPoolSizes: unsafe.Pointer(&sizes[0])}
 	p := &descriptorPool{}
-	if err := check("vkCreateDescriptorPool", call(d.fn.CreateDescriptorPool, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&p.h)))); err != nil {
+	if err := check("vkCreateDescriptorPool", vk.Call(d.fn.CreateDescriptorPool, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&p.h)))); err != nil {
 		q.b.notePoison(err)
 		return descriptorSet{}, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
 	}
@@ -64,10 +66,10 @@ func (q *Queue) allocSetLocked(layout uint64) (descriptorSet, error) {
 }
 
 // freeSetsLocked gives sets back to their pools.
-func (q *Queue) freeSetsLocked(sets []descriptorSet) {
+func (q *queue) freeSetsLocked(sets []descriptorSet) {
 	d := q.b.dev
 	for _, s := range sets {
 		h := s.h
-		call(d.fn.FreeDescriptorSets, d.h, uintptr(s.pool.h), 1, uintptr(unsafe.Pointer(&h)))
+		vk.Call(d.fn.FreeDescriptorSets, d.h, uintptr(s.pool.h), 1, uintptr(unsafe.Pointer(&h)))
 	}
 }

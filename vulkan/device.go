@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // device is a VkDevice with its function table and queues.
@@ -14,7 +16,7 @@ type device struct {
 	inst   *instance
 	pd     uintptr
 	h      uintptr
-	fn     deviceFuncs
+	fn     vk.DeviceFuncs
 	info   DeviceInfo
 	family uint32
 	queues []*hwQueue
@@ -51,22 +53,22 @@ func newDevice(inst *instance, opts Options) (*device, error) {
 	for i := range prio {
 		prio[i] = 1
 	}
-	qci := &vkDeviceQueueCreateInfo{
-		SType:            stDeviceQueueCreateInfo,
+	qci := &vk.DeviceQueueCreateInfo{
+		SType:            vk.StDeviceQueueCreateInfo,
 		QueueFamilyIndex: uint32(info.ComputeFamily),
 		QueueCount:       uint32(n),
 		PQueuePriorities: unsafe.Pointer(&prio[0]),
 	}
-	tl := &vkPhysicalDeviceTimelineSemaphoreFeatures{SType: stPhysicalDeviceTimelineSemaphoreFeat, TimelineSemaphore: 1}
-	bda := &vkPhysicalDeviceBufferDeviceAddressFeatures{SType: stPhysicalDeviceBufferDeviceAddrFeat, PNext: unsafe.Pointer(tl), BufferDeviceAddress: 1}
-	f2 := &vkPhysicalDeviceFeatures2{SType: stPhysicalDeviceFeatures2, PNext: unsafe.Pointer(bda)}
+	tl := &vk.PhysicalDeviceTimelineSemaphoreFeatures{SType: vk.StPhysicalDeviceTimelineSemaphoreFeat, TimelineSemaphore: 1}
+	bda := &vk.PhysicalDeviceBufferDeviceAddressFeatures{SType: vk.StPhysicalDeviceBufferDeviceAddrFeat, PNext: unsafe.Pointer(tl), BufferDeviceAddress: 1}
+	f2 := &vk.PhysicalDeviceFeatures2{SType: vk.StPhysicalDeviceFeatures2, PNext: unsafe.Pointer(bda)}
 	var exts []string
 	if info.MemoryBudget {
-		exts = append(exts, extMemoryBudget)
+		exts = append(exts, vk.ExtMemoryBudget)
 	}
 	en := newCStrings(exts)
-	ci := &vkDeviceCreateInfo{
-		SType:                   stDeviceCreateInfo,
+	ci := &vk.DeviceCreateInfo{
+		SType:                   vk.StDeviceCreateInfo,
 		PNext:                   unsafe.Pointer(f2),
 		QueueCreateInfoCount:    1,
 		PQueueCreateInfos:       unsafe.Pointer(qci),
@@ -74,18 +76,18 @@ func newDevice(inst *instance, opts Options) (*device, error) {
 		PpEnabledExtensionNames: en.array(),
 	}
 	d := &device{inst: inst, pd: pds[idx], info: info, family: uint32(info.ComputeFamily)}
-	if err := check("vkCreateDevice", call(inst.fn.CreateDevice, d.pd, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
+	if err := check("vkCreateDevice", vk.Call(inst.fn.CreateDevice, d.pd, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&d.h)))); err != nil {
 		return nil, fmt.Errorf("%w: device %d %q: %w", ErrNoDevice, idx, info.Name, err)
 	}
-	if err := fillTable(&d.fn, d.proc); err != nil {
+	if err := vk.FillTable(&d.fn, d.proc); err != nil {
 		if f := d.proc("vkDestroyDevice"); f != 0 {
-			call(f, d.h, 0)
+			vk.Call(f, d.h, 0)
 		}
 		return nil, fmt.Errorf("%w: device %d %q: %w", ErrNoDevice, idx, info.Name, err)
 	}
 	for i := range n {
 		q := &hwQueue{}
-		call(d.fn.GetDeviceQueue, d.h, uintptr(d.family), uintptr(i), uintptr(unsafe.Pointer(&q.h)))
+		vk.Call(d.fn.GetDeviceQueue, d.h, uintptr(d.family), uintptr(i), uintptr(unsafe.Pointer(&q.h)))
 		d.queues = append(d.queues, q)
 	}
 	return d, nil
@@ -93,8 +95,8 @@ func newDevice(inst *instance, opts Options) (*device, error) {
 
 // proc is vkGetDeviceProcAddr(d, name).
 func (d *device) proc(name string) uintptr {
-	b := cString(name)
-	return uintptr(call64(d.inst.fn.GetDeviceProcAddr, d.h, uintptr(unsafe.Pointer(&b[0]))))
+	b := vk.CString(name)
+	return uintptr(vk.Call64(d.inst.fn.GetDeviceProcAddr, d.h, uintptr(unsafe.Pointer(&b[0]))))
 }
 
 // waitIdle is vkDeviceWaitIdle. Every queue is locked around it (the
@@ -103,7 +105,7 @@ func (d *device) waitIdle() error {
 	for _, q := range d.queues {
 		q.mu.Lock()
 	}
-	err := check("vkDeviceWaitIdle", call(d.fn.DeviceWaitIdle, d.h))
+	err := check("vkDeviceWaitIdle", vk.Call(d.fn.DeviceWaitIdle, d.h))
 	for _, q := range d.queues {
 		q.mu.Unlock()
 	}
@@ -111,4 +113,4 @@ func (d *device) waitIdle() error {
 }
 
 // destroy destroys the device (everything made on it first).
-func (d *device) destroy() { call(d.fn.DestroyDevice, d.h, 0) }
+func (d *device) destroy() { vk.Call(d.fn.DestroyDevice, d.h, 0) }

@@ -5,6 +5,13 @@
 // Mesa's lavapipe, which runs on the CPU and lets every test run against a
 // real driver on machines without a GPU.
 //
+// The purego bindings are package vulkan/internal/vk (the loader, the
+// function tables, the structures, the header's values; a bound call
+// returns its VkResult); here are the instance, the device, the public
+// descriptions filled from vk's structures (DeviceInfo, MemoryType),
+// errors, and the gpumem.Backend adapter, whose op, capture bookkeeping
+// and host waits are package internal/backendkit's, shared with cuda.
+//
 // # Opening a device, loading a shader, dispatching inside an op
 //
 // Open a whole gpumem.Device with OpenDevice (or a Backend with NewBackend
@@ -64,9 +71,10 @@
 //     types, the limits that matter here and VK_EXT_memory_budget; the
 //     device is picked by Options.Device or $GPUMEM_VULKAN_DEVICE (index or
 //     name), else the first usable one, discrete GPUs first.
-//   - The C layout of every structure passed to the driver (structs.go),
-//     checked against vulkan_core.h by a test that compiles a C program.
-//   - Storage (storage.go, alloc.go): one VkDeviceMemory per allocation
+//   - The C layout of every structure passed to the driver
+//     (vulkan/internal/vk), checked against vulkan_core.h by a test that
+//     compiles a C program.
+//   - Storages (storage.go, alloc.go): one VkDeviceMemory per allocation
 //     with one VkBuffer over it; the memory type chosen as the Vulkan
 //     Memory Allocator does (required DEVICE_LOCAL, preferring types the
 //     host cannot map, memtype.go), the next candidate tried on failure;
@@ -82,7 +90,7 @@
 //     storage.ErrDevicePoisoned, and it poisons the backend (Poisoned).
 //     A free waits until no device work uses the allocation (vkFreeMemory
 //     does not wait for the device): every step that recorded a command on
-//     it completed, and no CommandGraph that recorded one is left. Flush
+//     it completed, and no commandGraph that recorded one is left. Flush
 //     hands the idle ones to a releaser goroutine, off the relocation's
 //     path, which also waits on the queues' semaphores for the others and
 //     frees each once its work completed (reaper.go); an explicit cleanup
@@ -117,7 +125,7 @@
 //     copies between an op's uses.
 //   - Capture (capture.go): the queues are stream.Recorders; a capture
 //     is one command buffer (SIMULTANEOUS_USE), sealed into a
-//     *CommandGraph that each launch submits as one step.
+//     *commandGraph that each launch submits as one step.
 //   - Validation (validation.go): with Options.Validation, the Khronos
 //     layer and a debug messenger whose messages ValidationMessages
 //     returns; the tests enable it and fail on any message. The shadow
@@ -170,7 +178,8 @@
 //
 // # Concurrency
 //
-// Backend, Storage, Queue and Kernel methods are safe for concurrent use.
+// Backend and Kernel methods, and the storages' and queues', are safe for
+// concurrent use.
 // An op's run function runs on the goroutine that enqueues it, inside
 // Enqueue, while the device is held (stream.EnqueueRunner); its *Op is
 // valid only there. vkQueueSubmit on a shared VkQueue is serialised by a

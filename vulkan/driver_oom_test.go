@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // What lavapipe answers vkAllocateMemory, asked directly (no backend, no
@@ -40,15 +41,15 @@ func TestLavapipeRefusesOnlyWhatTheHostCannotGive(t *testing.T) {
 	typ := uint32(pageMemory.candidates(d.info.MemoryTypes, ^uint32(0))[0])
 	heap := d.info.Heaps[d.info.MemoryTypes[typ].Heap].Size
 	alloc := func(size uint64) (uint64, error) {
-		mai := &vkMemoryAllocateInfo{SType: stMemoryAllocateInfo, AllocationSize: size, MemoryTypeIndex: typ}
+		mai := &vk.MemoryAllocateInfo{SType: vk.StMemoryAllocateInfo, AllocationSize: size, MemoryTypeIndex: typ}
 		var mem uint64
-		err := check("vkAllocateMemory", call(d.fn.AllocateMemory, d.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&mem))))
+		err := check("vkAllocateMemory", vk.Call(d.fn.AllocateMemory, d.h, uintptr(unsafe.Pointer(mai)), 0, uintptr(unsafe.Pointer(&mem))))
 		return mem, err
 	}
 	var mems []uint64
 	defer func() {
 		for _, m := range mems {
-			call(d.fn.FreeMemory, d.h, uintptr(m), 0)
+			vk.Call(d.fn.FreeMemory, d.h, uintptr(m), 0)
 		}
 	}()
 	half := heap/2 + 32<<20
@@ -68,7 +69,7 @@ func TestLavapipeRefusesOnlyWhatTheHostCannotGive(t *testing.T) {
 		return
 	}
 	var ve *Error
-	if !errors.As(err, &ve) || ve.Code != vkErrOutOfDeviceMemory || !errors.Is(err, storage.ErrOutOfMemory) {
+	if !errors.As(err, &ve) || ve.Code != vk.ErrorOutOfDeviceMemory || !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("a %d-byte allocation = %v, want VK_ERROR_OUT_OF_DEVICE_MEMORY matching storage.ErrOutOfMemory", uint64(huge), err)
 	}
 }

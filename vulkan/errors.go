@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 var (
@@ -31,7 +32,7 @@ var (
 	// doc.go.
 	ErrUnsupported = errors.New("vulkan: not supported by this backend")
 
-	// ErrClosed is returned by a call on a closed Backend, Queue or Kernel.
+	// ErrClosed is returned by a call on a closed Backend, queue or Kernel.
 	ErrClosed = errors.New("vulkan: closed")
 
 	// ErrAllocationLimit is returned (wrapped, together with
@@ -80,16 +81,16 @@ func (e *Error) Error() string {
 func (e *Error) Is(target error) bool {
 	switch target {
 	case storage.ErrOutOfMemory:
-		return e.Code == vkErrOutOfDeviceMemory || e.Code == vkErrOutOfHostMemory || e.Code == vkErrTooManyObjects
+		return e.Code == vk.ErrorOutOfDeviceMemory || e.Code == vk.ErrorOutOfHostMemory || e.Code == vk.ErrorTooManyObjects
 	case storage.ErrDevicePoisoned:
-		return e.Code == vkErrDeviceLost
+		return e.Code == vk.ErrorDeviceLost
 	}
 	return false
 }
 
 // check turns a VkResult into nil (VK_SUCCESS) or an *Error.
 func check(op string, r int32) error {
-	if r == vkSuccess {
+	if r == vk.Success {
 		return nil
 	}
 	return &Error{Op: op, Code: r}
@@ -97,41 +98,41 @@ func check(op string, r int32) error {
 
 func resultName(r int32) string {
 	switch r {
-	case vkSuccess:
+	case vk.Success:
 		return "VK_SUCCESS"
-	case vkNotReady:
+	case vk.NotReady:
 		return "VK_NOT_READY"
-	case vkTimeout:
+	case vk.Timeout:
 		return "VK_TIMEOUT"
-	case vkIncomplete:
+	case vk.Incomplete:
 		return "VK_INCOMPLETE"
-	case vkErrOutOfHostMemory:
+	case vk.ErrorOutOfHostMemory:
 		return "VK_ERROR_OUT_OF_HOST_MEMORY"
-	case vkErrOutOfDeviceMemory:
+	case vk.ErrorOutOfDeviceMemory:
 		return "VK_ERROR_OUT_OF_DEVICE_MEMORY"
-	case vkErrInitializationFail:
+	case vk.ErrorInitializationFail:
 		return "VK_ERROR_INITIALIZATION_FAILED"
-	case vkErrDeviceLost:
+	case vk.ErrorDeviceLost:
 		return "VK_ERROR_DEVICE_LOST"
-	case vkErrMemoryMapFailed:
+	case vk.ErrorMemoryMapFailed:
 		return "VK_ERROR_MEMORY_MAP_FAILED"
-	case vkErrLayerNotPresent:
+	case vk.ErrorLayerNotPresent:
 		return "VK_ERROR_LAYER_NOT_PRESENT"
-	case vkErrExtensionNotPresent:
+	case vk.ErrorExtensionNotPresent:
 		return "VK_ERROR_EXTENSION_NOT_PRESENT"
-	case vkErrFeatureNotPresent:
+	case vk.ErrorFeatureNotPresent:
 		return "VK_ERROR_FEATURE_NOT_PRESENT"
-	case vkErrIncompatibleDriver:
+	case vk.ErrorIncompatibleDriver:
 		return "VK_ERROR_INCOMPATIBLE_DRIVER"
-	case vkErrTooManyObjects:
+	case vk.ErrorTooManyObjects:
 		return "VK_ERROR_TOO_MANY_OBJECTS"
-	case vkErrFragmentedPool:
+	case vk.ErrorFragmentedPool:
 		return "VK_ERROR_FRAGMENTED_POOL"
-	case vkErrUnknown:
+	case vk.ErrorUnknown:
 		return "VK_ERROR_UNKNOWN"
-	case vkErrOutOfPoolMemory:
+	case vk.ErrorOutOfPoolMemory:
 		return "VK_ERROR_OUT_OF_POOL_MEMORY"
-	case vkErrFragmentation:
+	case vk.ErrorFragmentation:
 		return "VK_ERROR_FRAGMENTATION"
 	}
 	return "VkResult"

@@ -11,3 +11,7 @@ func SimulateDiscreteIfAsked(b *Backend) {
 		simulateDiscrete(b)
 	}
 }
+
+// Allocations is how many VkDeviceMemory objects b holds (pages, queued
+// frees and staging buffers).
+func Allocations(b *Backend) int { return b.allocations() }

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // EnvDevice names the environment variable that picks the device when
@@ -40,9 +42,9 @@ func (m MemoryType) String() string {
 	for _, f := range []struct {
 		bit  uint32
 		name string
-	}{{memoryPropertyDeviceLocal, "DEVICE_LOCAL"}, {memoryPropertyHostVisible, "HOST_VISIBLE"},
-		{memoryPropertyHostCoherent, "HOST_COHERENT"}, {memoryPropertyHostCached, "HOST_CACHED"},
-		{memoryPropertyLazily, "LAZILY_ALLOCATED"}, {memoryPropertyProtected, "PROTECTED"}} {
+	}{{vk.MemoryPropertyDeviceLocal, "DEVICE_LOCAL"}, {vk.MemoryPropertyHostVisible, "HOST_VISIBLE"},
+		{vk.MemoryPropertyHostCoherent, "HOST_COHERENT"}, {vk.MemoryPropertyHostCached, "HOST_CACHED"},
+		{vk.MemoryPropertyLazily, "LAZILY_ALLOCATED"}, {vk.MemoryPropertyProtected, "PROTECTED"}} {
 		if m.Flags&f.bit != 0 {
 			names = append(names, f.name)
 		}
@@ -157,11 +159,11 @@ func Devices(opts Options) ([]DeviceInfo, error) {
 
 // describe reads what DeviceInfo reports of pd.
 func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
-	var props vkPhysicalDeviceProperties
-	call(inst.fn.GetPhysicalDeviceProperties, pd, uintptr(unsafe.Pointer(&props)))
+	var props vk.PhysicalDeviceProperties
+	vk.Call(inst.fn.GetPhysicalDeviceProperties, pd, uintptr(unsafe.Pointer(&props)))
 	d := DeviceInfo{
 		Index:         index,
-		Name:          goString(props.DeviceName[:]),
+		Name:          vk.GoString(props.DeviceName[:]),
 		Type:          deviceTypeName(props.DeviceType),
 		APIVersion:    props.ApiVersion,
 		DriverVersion: props.DriverVersion,
@@ -179,36 +181,36 @@ func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
 		MaxComputeWorkGroupCount:        lim.MaxComputeWorkGroupCount,
 	}
 	exts, _ := inst.deviceExtensions(pd)
-	d.MemoryBudget = slices.Contains(exts, extMemoryBudget)
-	newEnough := props.ApiVersion >= apiVersion12
+	d.MemoryBudget = slices.Contains(exts, vk.ExtMemoryBudget)
+	newEnough := props.ApiVersion >= vk.APIVersion12
 
 	if newEnough {
-		m3 := &vkPhysicalDeviceMaintenance3Properties{SType: stPhysicalDeviceMaintenance3Props}
-		p2 := &vkPhysicalDeviceProperties2{SType: stPhysicalDeviceProperties2, PNext: unsafe.Pointer(m3)}
-		call(inst.fn.GetPhysicalDeviceProperties2, pd, uintptr(unsafe.Pointer(p2)))
+		m3 := &vk.PhysicalDeviceMaintenance3Properties{SType: vk.StPhysicalDeviceMaintenance3Props}
+		p2 := &vk.PhysicalDeviceProperties2{SType: vk.StPhysicalDeviceProperties2, PNext: unsafe.Pointer(m3)}
+		vk.Call(inst.fn.GetPhysicalDeviceProperties2, pd, uintptr(unsafe.Pointer(p2)))
 		d.Limits.MaxMemoryAllocationSize = m3.MaxMemoryAllocationSize
 
-		tl := &vkPhysicalDeviceTimelineSemaphoreFeatures{SType: stPhysicalDeviceTimelineSemaphoreFeat}
-		bda := &vkPhysicalDeviceBufferDeviceAddressFeatures{SType: stPhysicalDeviceBufferDeviceAddrFeat, PNext: unsafe.Pointer(tl)}
-		f2 := &vkPhysicalDeviceFeatures2{SType: stPhysicalDeviceFeatures2, PNext: unsafe.Pointer(bda)}
-		call(inst.fn.GetPhysicalDeviceFeatures2, pd, uintptr(unsafe.Pointer(f2)))
+		tl := &vk.PhysicalDeviceTimelineSemaphoreFeatures{SType: vk.StPhysicalDeviceTimelineSemaphoreFeat}
+		bda := &vk.PhysicalDeviceBufferDeviceAddressFeatures{SType: vk.StPhysicalDeviceBufferDeviceAddrFeat, PNext: unsafe.Pointer(tl)}
+		f2 := &vk.PhysicalDeviceFeatures2{SType: vk.StPhysicalDeviceFeatures2, PNext: unsafe.Pointer(bda)}
+		vk.Call(inst.fn.GetPhysicalDeviceFeatures2, pd, uintptr(unsafe.Pointer(f2)))
 		d.TimelineSemaphores = tl.TimelineSemaphore != 0
 		d.BufferDeviceAddress = bda.BufferDeviceAddress != 0
 		d.SparseBinding = f2.Features.SparseBinding != 0
 	}
 
-	var mem vkPhysicalDeviceMemoryProperties
-	var budget *vkPhysicalDeviceMemoryBudgetPropertiesEXT
+	var mem vk.PhysicalDeviceMemoryProperties
+	var budget *vk.PhysicalDeviceMemoryBudgetPropertiesEXT
 	if d.MemoryBudget && newEnough {
-		budget = &vkPhysicalDeviceMemoryBudgetPropertiesEXT{SType: stPhysicalDeviceMemoryBudgetPropsEXT}
-		m2 := &vkPhysicalDeviceMemoryProperties2{SType: stPhysicalDeviceMemoryProperties2, PNext: unsafe.Pointer(budget)}
-		call(inst.fn.GetPhysicalDeviceMemoryProperties2, pd, uintptr(unsafe.Pointer(m2)))
+		budget = &vk.PhysicalDeviceMemoryBudgetPropertiesEXT{SType: vk.StPhysicalDeviceMemoryBudgetPropsEXT}
+		m2 := &vk.PhysicalDeviceMemoryProperties2{SType: vk.StPhysicalDeviceMemoryProperties2, PNext: unsafe.Pointer(budget)}
+		vk.Call(inst.fn.GetPhysicalDeviceMemoryProperties2, pd, uintptr(unsafe.Pointer(m2)))
 		mem = m2.MemoryProperties
 	} else {
-		call(inst.fn.GetPhysicalDeviceMemoryProperties, pd, uintptr(unsafe.Pointer(&mem)))
+		vk.Call(inst.fn.GetPhysicalDeviceMemoryProperties, pd, uintptr(unsafe.Pointer(&mem)))
 	}
 	for i := range min(mem.MemoryHeapCount, uint32(len(mem.MemoryHeaps))) {
-		h := Heap{Size: mem.MemoryHeaps[i].Size, DeviceLocal: mem.MemoryHeaps[i].Flags&memoryHeapDeviceLocal != 0}
+		h := Heap{Size: mem.MemoryHeaps[i].Size, DeviceLocal: mem.MemoryHeaps[i].Flags&vk.MemoryHeapDeviceLocal != 0}
 		if budget != nil {
 			h.Budget, h.Usage = budget.HeapBudget[i], budget.HeapUsage[i]
 		}
@@ -219,10 +221,10 @@ func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
 	}
 
 	var nf uint32
-	call(inst.fn.GetPhysicalDeviceQueueFamilyProperties, pd, uintptr(unsafe.Pointer(&nf)), 0)
+	vk.Call(inst.fn.GetPhysicalDeviceQueueFamilyProperties, pd, uintptr(unsafe.Pointer(&nf)), 0)
 	if nf > 0 {
-		fams := make([]vkQueueFamilyProperties, nf)
-		call(inst.fn.GetPhysicalDeviceQueueFamilyProperties, pd, uintptr(unsafe.Pointer(&nf)), uintptr(unsafe.Pointer(&fams[0])))
+		fams := make([]vk.QueueFamilyProperties, nf)
+		vk.Call(inst.fn.GetPhysicalDeviceQueueFamilyProperties, pd, uintptr(unsafe.Pointer(&nf)), uintptr(unsafe.Pointer(&fams[0])))
 		d.ComputeFamily, d.ComputeQueues = chooseComputeFamily(fams[:nf])
 	}
 
@@ -239,7 +241,7 @@ func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
 	if newEnough && !d.BufferDeviceAddress {
 		why = append(why, "no buffer device addresses")
 	}
-	if !slices.ContainsFunc(d.MemoryTypes, func(m MemoryType) bool { return m.Flags&memoryPropertyDeviceLocal != 0 }) {
+	if !slices.ContainsFunc(d.MemoryTypes, func(m MemoryType) bool { return m.Flags&vk.MemoryPropertyDeviceLocal != 0 }) {
 		why = append(why, "no DEVICE_LOCAL memory type")
 	}
 	d.Unusable = strings.Join(why, ", ")
@@ -250,15 +252,15 @@ func (inst *instance) describe(index int, pd uintptr) DeviceInfo {
 // COMPUTE (which implies transfer), preferring a compute-only family
 // (an async-compute engine on a discrete GPU) over the graphics one, then
 // more queues. It returns (-1, 0) when there is none.
-func chooseComputeFamily(fams []vkQueueFamilyProperties) (family, queues int) {
+func chooseComputeFamily(fams []vk.QueueFamilyProperties) (family, queues int) {
 	family = -1
 	best := -1
 	for i, f := range fams {
-		if f.QueueFlags&queueCompute == 0 || f.QueueCount == 0 {
+		if f.QueueFlags&vk.QueueCompute == 0 || f.QueueCount == 0 {
 			continue
 		}
 		score := int(f.QueueCount)
-		if f.QueueFlags&queueGraphics == 0 {
+		if f.QueueFlags&vk.QueueGraphics == 0 {
 			score += 1 << 16
 		}
 		if score > best {

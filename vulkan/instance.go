@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // instancesCreated and instancesDestroyed count the VkInstances this
@@ -21,7 +23,7 @@ var instancesCreated, instancesDestroyed atomic.Int64
 type instance struct {
 	lib *library
 	h   uintptr
-	fn  instanceFuncs
+	fn  vk.InstanceFuncs
 	log *validationLog // nil without validation
 }
 
@@ -35,7 +37,7 @@ type cStrings struct {
 func newCStrings(names []string) *cStrings {
 	c := &cStrings{}
 	for _, n := range names {
-		b := cString(n)
+		b := vk.CString(n)
 		c.bytes = append(c.bytes, b)
 		c.ptrs = append(c.ptrs, unsafe.Pointer(&b[0]))
 	}
@@ -52,20 +54,20 @@ func (c *cStrings) array() unsafe.Pointer {
 // instanceLayers lists the layers the loader offers.
 func (l *library) instanceLayers() ([]string, error) {
 	var n uint32
-	if err := check("vkEnumerateInstanceLayerProperties", call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+	if err := check("vkEnumerateInstanceLayerProperties", vk.Call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	props := make([]vkLayerProperties, n)
-	r := call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
-	if r != vkSuccess && r != vkIncomplete {
+	props := make([]vk.LayerProperties, n)
+	r := vk.Call(l.global.EnumerateInstanceLayerProperties, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vk.Success && r != vk.Incomplete {
 		return nil, check("vkEnumerateInstanceLayerProperties", r)
 	}
 	names := make([]string, 0, n)
 	for _, p := range props[:n] {
-		names = append(names, goString(p.LayerName[:]))
+		names = append(names, vk.GoString(p.LayerName[:]))
 	}
 	return names, nil
 }
@@ -76,24 +78,24 @@ func (l *library) instanceExtensions(layer string) ([]string, error) {
 	var lp uintptr
 	var lb []byte
 	if layer != "" {
-		lb = cString(layer)
+		lb = vk.CString(layer)
 		lp = uintptr(unsafe.Pointer(&lb[0]))
 	}
 	var n uint32
-	if err := check("vkEnumerateInstanceExtensionProperties", call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+	if err := check("vkEnumerateInstanceExtensionProperties", vk.Call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	props := make([]vkExtensionProperties, n)
-	r := call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
-	if r != vkSuccess && r != vkIncomplete {
+	props := make([]vk.ExtensionProperties, n)
+	r := vk.Call(l.global.EnumerateInstanceExtensionProperties, lp, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vk.Success && r != vk.Incomplete {
 		return nil, check("vkEnumerateInstanceExtensionProperties", r)
 	}
 	names := make([]string, 0, n)
 	for _, p := range props[:n] {
-		names = append(names, goString(p.ExtensionName[:]))
+		names = append(names, vk.GoString(p.ExtensionName[:]))
 	}
 	return names, nil
 }
@@ -111,30 +113,30 @@ func newInstance(l *library, validation bool) (*instance, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
 		}
-		if !slices.Contains(have, ValidationLayer) {
-			return nil, fmt.Errorf("%w: validation asked for, but the loader has no %s (install vulkan-validationlayers)", ErrUnsupported, ValidationLayer)
+		if !slices.Contains(have, validationLayer) {
+			return nil, fmt.Errorf("%w: validation asked for, but the loader has no %s (install vulkan-validationlayers)", ErrUnsupported, validationLayer)
 		}
-		layerExts, err := l.instanceExtensions(ValidationLayer)
+		layerExts, err := l.instanceExtensions(validationLayer)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrNoLoader, err)
 		}
 		plain, _ := l.instanceExtensions("")
-		if !slices.Contains(layerExts, extDebugUtils) && !slices.Contains(plain, extDebugUtils) {
-			return nil, fmt.Errorf("%w: validation asked for, but neither the loader nor %s offers %s", ErrUnsupported, ValidationLayer, extDebugUtils)
+		if !slices.Contains(layerExts, vk.ExtDebugUtils) && !slices.Contains(plain, vk.ExtDebugUtils) {
+			return nil, fmt.Errorf("%w: validation asked for, but neither the loader nor %s offers %s", ErrUnsupported, validationLayer, vk.ExtDebugUtils)
 		}
-		layers = append(layers, ValidationLayer)
-		exts = append(exts, extDebugUtils)
+		layers = append(layers, validationLayer)
+		exts = append(exts, vk.ExtDebugUtils)
 	}
-	appName := cString("gpumem")
-	app := &vkApplicationInfo{
-		SType:            stApplicationInfo,
+	appName := vk.CString("gpumem")
+	app := &vk.ApplicationInfo{
+		SType:            vk.StApplicationInfo,
 		PApplicationName: unsafe.Pointer(&appName[0]),
 		PEngineName:      unsafe.Pointer(&appName[0]),
-		ApiVersion:       apiVersion13,
+		ApiVersion:       vk.APIVersion13,
 	}
 	ln, en := newCStrings(layers), newCStrings(exts)
-	ci := &vkInstanceCreateInfo{
-		SType:                   stInstanceCreateInfo,
+	ci := &vk.InstanceCreateInfo{
+		SType:                   vk.StInstanceCreateInfo,
 		PApplicationInfo:        unsafe.Pointer(app),
 		EnabledLayerCount:       uint32(len(layers)),
 		PpEnabledLayerNames:     ln.array(),
@@ -142,7 +144,7 @@ func newInstance(l *library, validation bool) (*instance, error) {
 		PpEnabledExtensionNames: en.array(),
 	}
 	var log *validationLog
-	var dbg *vkDebugUtilsMessengerCreateInfoEXT
+	var dbg *vk.DebugUtilsMessengerCreateInfoEXT
 	if validation {
 		// Chained into the create info too, so vkCreateInstance and
 		// vkDestroyInstance themselves are validated.
@@ -151,7 +153,7 @@ func newInstance(l *library, validation bool) (*instance, error) {
 		ci.PNext = unsafe.Pointer(dbg)
 	}
 	var h uintptr
-	if err := check("vkCreateInstance", call(l.global.CreateInstance, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&h)))); err != nil {
+	if err := check("vkCreateInstance", vk.Call(l.global.CreateInstance, uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&h)))); err != nil {
 		log.close()
 		return nil, fmt.Errorf("%w: %w (is a Vulkan driver installed? mesa-vulkan-drivers ships lavapipe)", ErrNoLoader, err)
 	}
@@ -163,9 +165,9 @@ func newInstance(l *library, validation bool) (*instance, error) {
 	runtime.KeepAlive(en)
 	runtime.KeepAlive(appName)
 	inst := &instance{lib: l, h: h, log: log}
-	if err := fillTable(&inst.fn, func(name string) uintptr { return l.instanceProc(h, name) }); err != nil {
+	if err := vk.FillTable(&inst.fn, func(name string) uintptr { return l.instanceProc(h, name) }); err != nil {
 		if f := l.instanceProc(h, "vkDestroyInstance"); f != 0 {
-			call(f, h, 0)
+			vk.Call(f, h, 0)
 			instancesDestroyed.Add(1)
 		}
 		log.close()
@@ -221,7 +223,7 @@ func (inst *instance) destroy() {
 	if inst.log != nil {
 		inst.log.detach(inst)
 	}
-	call(inst.fn.DestroyInstance, inst.h, 0)
+	vk.Call(inst.fn.DestroyInstance, inst.h, 0)
 	instancesDestroyed.Add(1)
 	if inst.log != nil {
 		inst.log.close()
@@ -231,15 +233,15 @@ func (inst *instance) destroy() {
 // physicalDevices enumerates the instance's devices.
 func (inst *instance) physicalDevices() ([]uintptr, error) {
 	var n uint32
-	if err := check("vkEnumeratePhysicalDevices", call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+	if err := check("vkEnumeratePhysicalDevices", vk.Call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
 	pds := make([]uintptr, n)
-	r := call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&pds[0])))
-	if r != vkSuccess && r != vkIncomplete {
+	r := vk.Call(inst.fn.EnumeratePhysicalDevices, inst.h, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&pds[0])))
+	if r != vk.Success && r != vk.Incomplete {
 		return nil, check("vkEnumeratePhysicalDevices", r)
 	}
 	return pds[:n], nil
@@ -248,20 +250,20 @@ func (inst *instance) physicalDevices() ([]uintptr, error) {
 // deviceExtensions lists the extensions a physical device offers.
 func (inst *instance) deviceExtensions(pd uintptr) ([]string, error) {
 	var n uint32
-	if err := check("vkEnumerateDeviceExtensionProperties", call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
+	if err := check("vkEnumerateDeviceExtensionProperties", vk.Call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), 0)); err != nil {
 		return nil, err
 	}
 	if n == 0 {
 		return nil, nil
 	}
-	props := make([]vkExtensionProperties, n)
-	r := call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
-	if r != vkSuccess && r != vkIncomplete {
+	props := make([]vk.ExtensionProperties, n)
+	r := vk.Call(inst.fn.EnumerateDeviceExtensionProperties, pd, 0, uintptr(unsafe.Pointer(&n)), uintptr(unsafe.Pointer(&props[0])))
+	if r != vk.Success && r != vk.Incomplete {
 		return nil, check("vkEnumerateDeviceExtensionProperties", r)
 	}
 	names := make([]string, 0, n)
 	for _, p := range props[:n] {
-		names = append(names, goString(p.ExtensionName[:]))
+		names = append(names, vk.GoString(p.ExtensionName[:]))
 	}
 	return names, nil
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"unsafe"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // KernelSpec says how a compute shader takes its arguments: storage
@@ -57,9 +59,6 @@ type Kernel struct {
 // Name returns the kernel's name.
 func (k *Kernel) Name() string { return k.name }
 
-// Spec returns how the kernel takes its arguments.
-func (k *Kernel) Spec() KernelSpec { return k.spec }
-
 const spirvMagic = 0x07230203
 
 // LoadKernel builds a compute pipeline from SPIR-V (as glslc writes it:
@@ -93,38 +92,38 @@ func (b *Backend) LoadKernel(name string, spirv []byte, spec KernelSpec) (*Kerne
 	for i := range words {
 		words[i] = binary.LittleEndian.Uint32(code[4*i:])
 	}
-	smci := &vkShaderModuleCreateInfo{SType: stShaderModuleCreateInfo, CodeSize: uintptr(len(code)), PCode: unsafe.Pointer(&words[0])}
-	if err := check("vkCreateShaderModule", call(d.fn.CreateShaderModule, d.h, uintptr(unsafe.Pointer(smci)), 0, uintptr(unsafe.Pointer(&k.module)))); err != nil {
+	smci := &vk.ShaderModuleCreateInfo{SType: vk.StShaderModuleCreateInfo, CodeSize: uintptr(len(code)), PCode: unsafe.Pointer(&words[0])}
+	if err := check("vkCreateShaderModule", vk.Call(d.fn.CreateShaderModule, d.h, uintptr(unsafe.Pointer(smci)), 0, uintptr(unsafe.Pointer(&k.module)))); err != nil {
 		return fail(err)
 	}
-	binds := make([]vkDescriptorSetLayoutBinding, spec.Buffers)
+	binds := make([]vk.DescriptorSetLayoutBinding, spec.Buffers)
 	for i := range binds {
-		binds[i] = vkDescriptorSetLayoutBinding{Binding: uint32(i), DescriptorType: descriptorTypeStorageBuffer, DescriptorCount: 1, StageFlags: shaderStageCompute}
+		binds[i] = vk.DescriptorSetLayoutBinding{Binding: uint32(i), DescriptorType: vk.DescriptorTypeStorageBuffer, DescriptorCount: 1, StageFlags: vk.ShaderStageCompute}
 	}
-	dci := &vkDescriptorSetLayoutCreateInfo{SType: stDescriptorSetLayoutCreateInfo, BindingCount: uint32(len(binds)), PBindings: ptrOrNil(binds)}
-	if err := check("vkCreateDescriptorSetLayout", call(d.fn.CreateDescriptorSetLayout, d.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&k.setLay)))); err != nil {
+	dci := &vk.DescriptorSetLayoutCreateInfo{SType: vk.StDescriptorSetLayoutCreateInfo, BindingCount: uint32(len(binds)), PBindings: ptrOrNil(binds)}
+	if err := check("vkCreateDescriptorSetLayout", vk.Call(d.fn.CreateDescriptorSetLayout, d.h, uintptr(unsafe.Pointer(dci)), 0, uintptr(unsafe.Pointer(&k.setLay)))); err != nil {
 		return fail(err)
 	}
 	lays := []uint64{k.setLay}
-	pci := &vkPipelineLayoutCreateInfo{SType: stPipelineLayoutCreateInfo, SetLayoutCount: 1, PSetLayouts: unsafe.Pointer(&lays[0])}
-	var pcr *vkPushConstantRange
+	pci := &vk.PipelineLayoutCreateInfo{SType: vk.StPipelineLayoutCreateInfo, SetLayoutCount: 1, PSetLayouts: unsafe.Pointer(&lays[0])}
+	var pcr *vk.PushConstantRange
 	if spec.PushConstants > 0 {
-		pcr = &vkPushConstantRange{StageFlags: shaderStageCompute, Size: spec.PushConstants}
+		pcr = &vk.PushConstantRange{StageFlags: vk.ShaderStageCompute, Size: spec.PushConstants}
 		pci.PushConstantRangeCount, pci.PPushConstantRanges = 1, unsafe.Pointer(pcr)
 	}
-	if err := check("vkCreatePipelineLayout", call(d.fn.CreatePipelineLayout, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&k.pipeLay)))); err != nil {
+	if err := check("vkCreatePipelineLayout", vk.Call(d.fn.CreatePipelineLayout, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&k.pipeLay)))); err != nil {
 		return fail(err)
 	}
-	entry := cString(spec.Entry)
-	cpci := &vkComputePipelineCreateInfo{
-		SType: stComputePipelineCreateInfo,
-		Stage: vkPipelineShaderStageCreateInfo{
-			SType: stPipelineShaderStageCreateInfo, Stage: shaderStageCompute, Module: k.module, PName: unsafe.Pointer(&entry[0]),
+	entry := vk.CString(spec.Entry)
+	cpci := &vk.ComputePipelineCreateInfo{
+		SType: vk.StComputePipelineCreateInfo,
+		Stage: vk.PipelineShaderStageCreateInfo{
+			SType: vk.StPipelineShaderStageCreateInfo, Stage: vk.ShaderStageCompute, Module: k.module, PName: unsafe.Pointer(&entry[0]),
 		},
 		Layout:            k.pipeLay,
 		BasePipelineIndex: -1,
 	}
-	if err := check("vkCreateComputePipelines", call(d.fn.CreateComputePipelines, d.h, 0, 1, uintptr(unsafe.Pointer(cpci)), 0, uintptr(unsafe.Pointer(&k.pipeline)))); err != nil {
+	if err := check("vkCreateComputePipelines", vk.Call(d.fn.CreateComputePipelines, d.h, 0, 1, uintptr(unsafe.Pointer(cpci)), 0, uintptr(unsafe.Pointer(&k.pipeline)))); err != nil {
 		return fail(err)
 	}
 	b.mu.Lock()
@@ -453,16 +452,16 @@ func (k *Kernel) destroy() {
 	defer k.mu.Unlock()
 	d := k.b.dev
 	if k.pipeline != 0 {
-		call(d.fn.DestroyPipeline, d.h, uintptr(k.pipeline), 0)
+		vk.Call(d.fn.DestroyPipeline, d.h, uintptr(k.pipeline), 0)
 	}
 	if k.pipeLay != 0 {
-		call(d.fn.DestroyPipelineLayout, d.h, uintptr(k.pipeLay), 0)
+		vk.Call(d.fn.DestroyPipelineLayout, d.h, uintptr(k.pipeLay), 0)
 	}
 	if k.setLay != 0 {
-		call(d.fn.DestroyDescriptorSetLayout, d.h, uintptr(k.setLay), 0)
+		vk.Call(d.fn.DestroyDescriptorSetLayout, d.h, uintptr(k.setLay), 0)
 	}
 	if k.module != 0 {
-		call(d.fn.DestroyShaderModule, d.h, uintptr(k.module), 0)
+		vk.Call(d.fn.DestroyShaderModule, d.h, uintptr(k.module), 0)
 	}
 	k.pipeline, k.pipeLay, k.setLay, k.module = 0, 0, 0, 0
 }

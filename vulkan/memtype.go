@@ -9,6 +9,8 @@ package vulkan
 import (
 	"math/bits"
 	"sort"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // memoryWants are the property flags an allocation requires, prefers and
@@ -23,10 +25,10 @@ var (
 	// without HOST_VISIBLE is preferred, while an integrated GPU or
 	// lavapipe, whose only device-local type is host-visible, still gets
 	// one (and the backend then maps it for Write and Read).
-	pageMemory = memoryWants{required: memoryPropertyDeviceLocal, unwanted: memoryPropertyHostVisible | memoryPropertyHostCached}
+	pageMemory = memoryWants{required: vk.MemoryPropertyDeviceLocal, unwanted: vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCached}
 	// stagingMemory is for host-visible staging buffers: coherent and
 	// cached (reads come back through them), not device-local.
-	stagingMemory = memoryWants{required: memoryPropertyHostVisible, preferred: memoryPropertyHostCoherent | memoryPropertyHostCached, unwanted: memoryPropertyDeviceLocal}
+	stagingMemory = memoryWants{required: vk.MemoryPropertyHostVisible, preferred: vk.MemoryPropertyHostCoherent | vk.MemoryPropertyHostCached, unwanted: vk.MemoryPropertyDeviceLocal}
 )
 
 // candidates returns the indices of the types allowed by typeBits that

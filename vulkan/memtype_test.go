@@ -3,15 +3,17 @@ package vulkan
 import (
 	"slices"
 	"testing"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // A discrete GPU's usual types: device-local, host-visible system memory,
 // the host-visible device-local BAR window, cached system memory.
 var discreteTypes = []MemoryType{
-	{Flags: memoryPropertyDeviceLocal, Heap: 0},
-	{Flags: memoryPropertyHostVisible | memoryPropertyHostCoherent, Heap: 1},
-	{Flags: memoryPropertyDeviceLocal | memoryPropertyHostVisible | memoryPropertyHostCoherent, Heap: 2},
-	{Flags: memoryPropertyHostVisible | memoryPropertyHostCoherent | memoryPropertyHostCached, Heap: 1},
+	{Flags: vk.MemoryPropertyDeviceLocal, Heap: 0},
+	{Flags: vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent, Heap: 1},
+	{Flags: vk.MemoryPropertyDeviceLocal | vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent, Heap: 2},
+	{Flags: vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent | vk.MemoryPropertyHostCached, Heap: 1},
 }
 
 func TestPagesPreferDeviceLocalMemoryTheHostCannotMap(t *testing.T) {
@@ -33,14 +35,14 @@ func TestStagingPrefersCachedCoherentHostMemory(t *testing.T) {
 }
 
 func TestLavapipesSingleTypeServesBoth(t *testing.T) {
-	one := []MemoryType{{Flags: memoryPropertyDeviceLocal | memoryPropertyHostVisible | memoryPropertyHostCoherent | memoryPropertyHostCached}}
+	one := []MemoryType{{Flags: vk.MemoryPropertyDeviceLocal | vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent | vk.MemoryPropertyHostCached}}
 	if got := pageMemory.candidates(one, 1); !slices.Equal(got, []int{0}) {
 		t.Fatalf("pages: %v", got)
 	}
 	if got := stagingMemory.candidates(one, 1); !slices.Equal(got, []int{0}) {
 		t.Fatalf("staging: %v", got)
 	}
-	if got := pageMemory.candidates([]MemoryType{{Flags: memoryPropertyHostVisible}}, 1); len(got) != 0 {
+	if got := pageMemory.candidates([]MemoryType{{Flags: vk.MemoryPropertyHostVisible}}, 1); len(got) != 0 {
 		t.Fatalf("a host-only type must not serve pages: %v", got)
 	}
 }

@@ -43,7 +43,7 @@ func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	if strings.Contains(b.Info().Name, "llvmpipe") && (!errors.As(err, &budget) || errors.As(err, &driver)) {
 		t.Fatalf("lavapipe's refusal %v: want the budget's *storage.OutOfMemoryError, not the driver's", err)
 	}
-	allocs := b.Allocations()
+	allocs := vulkan.Allocations(b)
 	if allocated := d.Stats().BytesAllocated; allocated < uint64(len(held))*chunk || allocated > heap {
 		t.Fatalf("BytesAllocated %d with %d buffers of %d held (heap %d)", allocated, len(held), chunk, heap)
 	}
@@ -55,9 +55,9 @@ func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	if err := d.Cleanup(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if st := d.Stats(); st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+	if st := d.Stats(); st.BytesAllocated != 0 || st.BytesReserved != 0 || vulkan.Allocations(b) != 0 {
 		t.Fatalf("after freeing all and a cleanup: BytesAllocated %d, BytesReserved %d, %d of %d device allocations left",
-			st.BytesAllocated, st.BytesReserved, b.Allocations(), allocs)
+			st.BytesAllocated, st.BytesReserved, vulkan.Allocations(b), allocs)
 	}
 	big := mustAlloc(t, s, b.Properties().MaxPageSize)
 	add := mustKernel(t, b, vulkan.KernelAddU32)
@@ -104,7 +104,7 @@ func TestTheAllocationLimitIsAnOutOfMemoryAnswer(t *testing.T) {
 	if _, err := st.Alloc(4096); err != nil {
 		t.Fatalf("after a flushed free: %v", err)
 	}
-	if n := b.Allocations(); n != 3 {
+	if n := vulkan.Allocations(b); n != 3 {
 		t.Fatalf("%d device allocations held, want 3", n)
 	}
 }

@@ -15,23 +15,19 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // Op is one running op on a vulkan stream, as its run function sees it
 // (see Enqueue). Call its methods only from the run function, before it
 // returns.
-type Op struct {
-	q     *Queue
-	name  string
-	res   []storage.Resource
-	ended atomic.Bool
-}
+type Op struct{ k *backendkit.Op[*queue] }
 
 // Enqueue submits an op on s, a stream of a device on the vulkan backend,
 // as gpumem's Stream.Enqueue does, with an *Op for run: Dispatch records
@@ -44,26 +40,12 @@ type Op struct {
 // Window, Stats and Report on the device and gets gpumem.ErrCalledFromOp
 // for the rest.
 func Enqueue(s *gpumem.Stream, name string, uses []gpumem.Use, run func(op *Op) error) error {
-	q, ok := s.Queue().(*Queue)
-	if !ok {
-		return fmt.Errorf("vulkan: enqueue %q: %s runs on the %s backend, not vulkan: %w",
-			name, s.Name(), s.Device().Backend().Name(), stream.ErrInvalid)
+	var k func(*backendkit.Op[*queue]) error
+	if run != nil {
+		k = func(op *backendkit.Op[*queue]) error { return run(&Op{op}) }
 	}
-	if run == nil {
-		return fmt.Errorf("vulkan: enqueue %q: nil run function: %w", name, stream.ErrInvalid)
-	}
-	return s.Enqueue(name, uses, func(res []storage.Resource) error {
-		op := &Op{q: q, name: name, res: res}
-		defer op.ended.Store(true)
-		return run(op)
-	})
+	return backendkit.Enqueue("vulkan", s, name, uses, k)
 }
-
-// Name returns the op's name.
-func (op *Op) Name() string { return op.name }
-
-// Uses returns the number of uses the op declared.
-func (op *Op) Uses() int { return len(op.res) }
 
 // DeviceAddress returns the buffer device address and size of the op's
 // i-th use (for shaders that take addresses, GL_EXT_buffer_reference).
@@ -72,18 +54,18 @@ func (op *Op) DeviceAddress(i int) (addr uint64, size uint64, err error) {
 	if err := op.live("device address"); err != nil {
 		return 0, 0, err
 	}
-	if i < 0 || i >= len(op.res) {
-		return 0, 0, fmt.Errorf("vulkan: op %q: use %d of an op with %d uses: %w", op.name, i, len(op.res), stream.ErrInvalid)
+	r, err := op.k.Use("vulkan", i)
+	if err != nil {
+		return 0, 0, err
 	}
-	r := op.res[i]
 	if r.Size > 0 {
 		// The shader may reach it through the address: a free waits for
 		// this op's step (and for the graph it is recorded into).
-		a, err := op.q.b.lookup(r, "device address")
+		a, err := op.k.Q.b.lookup(r, "device address")
 		if err != nil {
 			return 0, 0, err
 		}
-		q := op.q
+		q := op.k.Q
 		q.mu.Lock()
 		if q.op != nil {
 			q.op.use(a)
@@ -95,13 +77,7 @@ func (op *Op) DeviceAddress(i int) (addr uint64, size uint64, err error) {
 
 // live refuses a call after the op returned or from another goroutine.
 func (op *Op) live(call string) error {
-	if op.ended.Load() {
-		return fmt.Errorf("vulkan: op %q: %s: %w", op.name, call, ErrOpEnded)
-	}
-	if !op.q.RunsOpsOn(stream.CurrentGoroutine()) {
-		return fmt.Errorf("vulkan: op %q: %s from another goroutine than the op's run function: %w", op.name, call, stream.ErrInvalid)
-	}
-	return nil
+	return op.k.Live("vulkan", call, op.k.Q.RunsOpsOn(stream.CurrentGoroutine()), ErrOpEnded, "")
 }
 
 // Binding binds (a window of) one of the op's uses as a storage buffer.
@@ -202,14 +178,14 @@ func (p PushConstants) encode() ([]byte, error) {
 // covers the items of the groups not run.
 func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushConstants) error {
 	if k == nil {
-		return fmt.Errorf("vulkan: op %q: dispatch of a nil *Kernel: %w", op.name, stream.ErrInvalid)
+		return fmt.Errorf("vulkan: op %q: dispatch of a nil *Kernel: %w", op.k.Name, stream.ErrInvalid)
 	}
 	if err := op.live("dispatch " + k.name); err != nil {
 		return err
 	}
-	b := op.q.b
+	b := op.k.Q.b
 	if k.b != b {
-		return fmt.Errorf("vulkan: op %q: dispatch %s: the kernel was loaded on another backend: %w", op.name, k.name, stream.ErrInvalid)
+		return fmt.Errorf("vulkan: op %q: dispatch %s: the kernel was loaded on another backend: %w", op.k.Name, k.name, stream.ErrInvalid)
 	}
 	bad := func(format string, args ...any) error {
 		return &ArgError{Kernel: k.name, Reason: fmt.Sprintf(format, args...)}
@@ -242,13 +218,13 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 				*g, i, limit)}
 		}
 	}
-	infos := make([]vkDescriptorBufferInfo, len(buffers))
+	infos := make([]vk.DescriptorBufferInfo, len(buffers))
 	used := make([]*allocation, len(buffers))
 	for i, bd := range buffers {
-		if bd.use < 0 || bd.use >= len(op.res) {
-			return bad("binding %d: use %d of an op with %d uses", i, bd.use, len(op.res))
+		if bd.use < 0 || bd.use >= len(op.k.Res) {
+			return bad("binding %d: use %d of an op with %d uses", i, bd.use, len(op.k.Res))
 		}
-		r := op.res[bd.use]
+		r := op.k.Res[bd.use]
 		off, n := bd.off, bd.len
 		if bd.whole {
 			off, n = 0, r.Size
@@ -267,20 +243,20 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 		if err != nil {
 			return err
 		}
-		infos[i] = vkDescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
+		infos[i] = vk.DescriptorBufferInfo{Buffer: a.buf, Offset: at, Range: n}
 		used[i] = a
 	}
 
-	q := op.q
+	q := op.k.Q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.op == nil {
-		return fmt.Errorf("vulkan: op %q: dispatch %s outside an op: %w", op.name, k.name, stream.ErrInvalid)
+		return fmt.Errorf("vulkan: op %q: dispatch %s outside an op: %w", op.k.Name, k.name, stream.ErrInvalid)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.pipeline == 0 {
-		return fmt.Errorf("vulkan: op %q: dispatch %s: %w", op.name, k.name, ErrClosed)
+		return fmt.Errorf("vulkan: op %q: dispatch %s: %w", op.k.Name, k.name, ErrClosed)
 	}
 	d := b.dev
 	var sets []uint64
@@ -290,12 +266,12 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 			return err
 		}
 		q.op.sets = append(q.op.sets, set)
-		writes := make([]vkWriteDescriptorSet, len(infos))
+		writes := make([]vk.WriteDescriptorSet, len(infos))
 		for i := range infos {
-			writes[i] = vkWriteDescriptorSet{SType: stWriteDescriptorSet, DstSet: set.h, DstBinding: uint32(i),
-				DescriptorCount: 1, DescriptorType: descriptorTypeStorageBuffer, PBufferInfo: unsafe.Pointer(&infos[i])}
+			writes[i] = vk.WriteDescriptorSet{SType: vk.StWriteDescriptorSet, DstSet: set.h, DstBinding: uint32(i),
+				DescriptorCount: 1, DescriptorType: vk.DescriptorTypeStorageBuffer, PBufferInfo: unsafe.Pointer(&infos[i])}
 		}
-		call(d.fn.UpdateDescriptorSets, d.h, uintptr(len(writes)), uintptr(unsafe.Pointer(&writes[0])), 0, 0)
+		vk.Call(d.fn.UpdateDescriptorSets, d.h, uintptr(len(writes)), uintptr(unsafe.Pointer(&writes[0])), 0, 0)
 		sets = append(sets, set.h)
 	}
 	cb, err := q.commandsLocked(q.op)
@@ -305,14 +281,14 @@ func (op *Op) Dispatch(k *Kernel, groups Groups, buffers []Binding, push PushCon
 	for _, a := range used {
 		q.op.use(a)
 	}
-	call(d.fn.CmdBindPipeline, cb, pipelineBindPointCompute, uintptr(k.pipeline))
+	vk.Call(d.fn.CmdBindPipeline, cb, vk.PipelineBindPointCompute, uintptr(k.pipeline))
 	if len(sets) > 0 {
-		call(d.fn.CmdBindDescriptorSets, cb, pipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
+		vk.Call(d.fn.CmdBindDescriptorSets, cb, vk.PipelineBindPointCompute, uintptr(k.pipeLay), 0, 1, uintptr(unsafe.Pointer(&sets[0])), 0, 0)
 	}
 	if len(pc) > 0 {
-		call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), shaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
+		vk.Call(d.fn.CmdPushConstants, cb, uintptr(k.pipeLay), vk.ShaderStageCompute, 0, uintptr(len(pc)), uintptr(unsafe.Pointer(&pc[0])))
 	}
-	call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
+	vk.Call(d.fn.CmdDispatch, cb, uintptr(groups.X), uintptr(groups.Y), uintptr(groups.Z))
 	return nil
 }
 
@@ -326,19 +302,19 @@ func (op *Op) Copy(dst, src Binding) error {
 	if err := op.live("copy"); err != nil {
 		return err
 	}
-	b := op.q.b
+	b := op.k.Q.b
 	window := func(what string, bd Binding) (*allocation, uint64, uint64, error) {
-		if bd.use < 0 || bd.use >= len(op.res) {
-			return nil, 0, 0, fmt.Errorf("vulkan: op %q: copy %s: use %d of an op with %d uses: %w", op.name, what, bd.use, len(op.res), stream.ErrInvalid)
+		if bd.use < 0 || bd.use >= len(op.k.Res) {
+			return nil, 0, 0, fmt.Errorf("vulkan: op %q: copy %s: use %d of an op with %d uses: %w", op.k.Name, what, bd.use, len(op.k.Res), stream.ErrInvalid)
 		}
-		r := op.res[bd.use]
+		r := op.k.Res[bd.use]
 		off, n := bd.off, bd.len
 		if bd.whole {
 			off, n = 0, r.Size
 		}
 		if off > r.Size || n > r.Size-off {
 			return nil, 0, 0, fmt.Errorf("vulkan: op %q: copy %s: window [%d, %d) of use %d of %d bytes: %w",
-				op.name, what, off, storage.SatAdd(off, n), bd.use, r.Size, stream.ErrInvalid)
+				op.k.Name, what, off, storage.SatAdd(off, n), bd.use, r.Size, stream.ErrInvalid)
 		}
 		if n == 0 {
 			return nil, 0, 0, nil
@@ -358,20 +334,20 @@ func (op *Op) Copy(dst, src Binding) error {
 		return err
 	}
 	if dn != sn {
-		return fmt.Errorf("vulkan: op %q: copy of %d bytes into a window of %d: %w", op.name, sn, dn, stream.ErrInvalid)
+		return fmt.Errorf("vulkan: op %q: copy of %d bytes into a window of %d: %w", op.k.Name, sn, dn, stream.ErrInvalid)
 	}
 	if dn == 0 {
 		return nil
 	}
 	if da == sa && doff < soff+sn && soff < doff+dn {
 		return fmt.Errorf("vulkan: op %q: copy between overlapping windows [%d, %d) and [%d, %d) of one allocation: %w",
-			op.name, soff, soff+sn, doff, doff+dn, stream.ErrInvalid)
+			op.k.Name, soff, soff+sn, doff, doff+dn, stream.ErrInvalid)
 	}
-	q := op.q
+	q := op.k.Q
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.op == nil {
-		return fmt.Errorf("vulkan: op %q: copy outside an op: %w", op.name, stream.ErrInvalid)
+		return fmt.Errorf("vulkan: op %q: copy outside an op: %w", op.k.Name, stream.ErrInvalid)
 	}
 	cb, err := q.commandsLocked(q.op)
 	if err != nil {
@@ -379,7 +355,7 @@ func (op *Op) Copy(dst, src Binding) error {
 	}
 	q.op.use(sa)
 	q.op.use(da)
-	region := &vkBufferCopy{SrcOffset: soff, DstOffset: doff, Size: dn}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: soff, DstOffset: doff, Size: dn}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(sa.buf), uintptr(da.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }

@@ -39,3 +39,7 @@ type Options struct {
 	// gpumem.WithPageGranular(true) leaves them whole too.
 	Granular bool
 }
+
+// validationLayer is the Khronos validation layer (Debian:
+// vulkan-validationlayers), enabled by Options.Validation.
+const validationLayer = "VK_LAYER_KHRONOS_validation"

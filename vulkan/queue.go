@@ -46,8 +46,9 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpumem/gpumem/internal/drvkit"
+	"github.com/gpumem/gpumem/internal/backendkit"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // Queue is a stream.Queue on a VkQueue, made by Backend.NewQueue. Enqueue
@@ -56,7 +57,7 @@ import (
 // it on the host (vkWaitSemaphores). Captures record the ops into one
 // command buffer that Replay submits again (capture.go). Every method is
 // safe for concurrent use.
-type Queue struct {
+type queue struct {
 	b     *Backend
 	index int
 	hw    *hwQueue
@@ -86,8 +87,8 @@ type Queue struct {
 	descPool []*descriptorPool
 	failures []stream.OpFailure
 	asyncErr error
-	rec      *recording // open capture (capture.go)
-	execs    map[*CommandGraph]struct{}
+	rec      *recording // open capture (capture.go); nil: none
+	execs    map[*commandGraph]struct{}
 	closed   bool
 }
 
@@ -106,7 +107,7 @@ type batch struct {
 	// touch, needs no barrier before it (CopyOnDevice).
 	copies []copyRange
 	// reusable: the buffer is begun for resubmission (a capture's);
-	// sealed: it is ended and owned by a CommandGraph, so a submission
+	// sealed: it is ended and owned by a commandGraph, so a submission
 	// neither records into it nor reclaims it.
 	reusable, sealed bool
 }
@@ -182,30 +183,30 @@ type semWait struct {
 // queueMark is a point in a queue's order (an allocation's last use on
 // that queue; every queue's issued step for WaitOutsideStreams).
 type queueMark struct {
-	q   *Queue
+	q   *queue
 	seq uint64
 }
 
 var (
-	_ stream.Queue         = (*Queue)(nil)
-	_ stream.Executor      = (*Queue)(nil)
-	_ stream.Completer     = (*Queue)(nil)
-	_ stream.EnqueueRunner = (*Queue)(nil)
-	_ stream.Issuer        = (*Queue)(nil)
+	_ stream.Queue         = (*queue)(nil)
+	_ stream.Executor      = (*queue)(nil)
+	_ stream.Completer     = (*queue)(nil)
+	_ stream.EnqueueRunner = (*queue)(nil)
+	_ stream.Issuer        = (*queue)(nil)
 )
 
-func newQueue(b *Backend, index int, hw *hwQueue) (*Queue, error) {
+func newQueue(b *Backend, index int, hw *hwQueue) (*queue, error) {
 	d := b.dev
-	q := &Queue{b: b, index: index, hw: hw}
-	tci := &vkSemaphoreTypeCreateInfo{SType: stSemaphoreTypeCreateInfo, SemaphoreType: semaphoreTypeTimeline}
-	sci := &vkSemaphoreCreateInfo{SType: stSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
-	if err := check("vkCreateSemaphore", call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&q.sem)))); err != nil {
+	q := &queue{b: b, index: index, hw: hw}
+	tci := &vk.SemaphoreTypeCreateInfo{SType: vk.StSemaphoreTypeCreateInfo, SemaphoreType: vk.SemaphoreTypeTimeline}
+	sci := &vk.SemaphoreCreateInfo{SType: vk.StSemaphoreCreateInfo, PNext: unsafe.Pointer(tci)}
+	if err := check("vkCreateSemaphore", vk.Call(d.fn.CreateSemaphore, d.h, uintptr(unsafe.Pointer(sci)), 0, uintptr(unsafe.Pointer(&q.sem)))); err != nil {
 		b.notePoison(err)
 		return nil, fmt.Errorf("vulkan: stream %d: %w", index, err)
 	}
-	pci := &vkCommandPoolCreateInfo{SType: stCommandPoolCreateInfo, Flags: commandPoolResetCommandBuffer, QueueFamilyIndex: d.family}
-	if err := check("vkCreateCommandPool", call(d.fn.CreateCommandPool, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&q.pool)))); err != nil {
-		call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
+	pci := &vk.CommandPoolCreateInfo{SType: vk.StCommandPoolCreateInfo, Flags: vk.CommandPoolResetCommandBuffer, QueueFamilyIndex: d.family}
+	if err := check("vkCreateCommandPool", vk.Call(d.fn.CreateCommandPool, d.h, uintptr(unsafe.Pointer(pci)), 0, uintptr(unsafe.Pointer(&q.pool)))); err != nil {
+		vk.Call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
 		b.notePoison(err)
 		return nil, fmt.Errorf("vulkan: stream %d: %w", index, err)
 	}
@@ -213,28 +214,9 @@ func newQueue(b *Backend, index int, hw *hwQueue) (*Queue, error) {
 }
 
 // Index returns the index of the gpumem stream the queue serves.
-func (q *Queue) Index() int { return q.index }
+func (q *queue) Index() int { return q.index }
 
-func (q *Queue) closedErr(call string) error {
-	return fmt.Errorf("vulkan: stream %d: %s: %w", q.index, call, stream.ErrClosed)
-}
-
-// runOp runs op, turning a panic into an error wrapping
-// stream.ErrOpPanicked.
-func runOp(op stream.Op) (err error) {
-	defer func() {
-		r := recover()
-		if r == nil {
-			return
-		}
-		if e, ok := r.(error); ok {
-			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
-		} else {
-			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
-		}
-	}()
-	return op.Run()
-}
+func (q *queue) closedErr(call string) error { return backendkit.Closed("vulkan", q.index, call) }
 
 // Enqueue implements stream.Queue: op.Run runs now, on the caller's
 // goroutine, after every op enqueued before it; the commands it records
@@ -242,7 +224,7 @@ func runOp(op stream.Op) (err error) {
 // number is returned. A failed Run is reported by TakeFailures (what it
 // recorded is still submitted, so the step completes). Enqueue fails when
 // the queue is closed or the submission is refused.
-func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
+func (q *queue) Enqueue(op stream.Op) (uint64, error) {
 	if op.Run == nil {
 		return 0, fmt.Errorf("vulkan: enqueue: op %q has no Run: %w", op.Name, stream.ErrInvalid)
 	}
@@ -262,9 +244,9 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 	q.pollLocked()
 	rec := q.rec
 	if rec != nil {
-		if rec.invalid != nil {
+		if err := rec.Refuse("vulkan", fmt.Sprintf("enqueue %q", op.Name)); err != nil {
 			q.mu.Unlock()
-			return 0, fmt.Errorf("vulkan: enqueue %q on an invalidated recording: %w", op.Name, rec.invalid)
+			return 0, err
 		}
 		q.op = rec.bt // recorded into the capture's command buffer
 	} else {
@@ -273,7 +255,7 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 	q.mu.Unlock()
 
 	q.running.Store(uint64(stream.CurrentGoroutine()))
-	runErr := runOp(op)
+	runErr := backendkit.RunOp(op)
 	q.running.Store(0)
 	q.b.notePoison(runErr)
 
@@ -282,11 +264,7 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 	bt := q.op
 	q.op = nil
 	if rec != nil {
-		if runErr != nil {
-			return 0, fmt.Errorf("vulkan: recording op %q: %w", op.Name, q.invalidateLocked(fmt.Sprintf("op %q failed: %v", op.Name, runErr)))
-		}
-		rec.ops++
-		return 0, nil
+		return 0, rec.Recorded("vulkan", op.Name, runErr)
 	}
 	seq, err := q.submitLocked(bt, op.Name)
 	if err != nil {
@@ -301,7 +279,7 @@ func (q *Queue) Enqueue(op stream.Op) (uint64, error) {
 
 // commandsLocked returns bt's command buffer, begun, with a full barrier
 // recorded before the command the caller records next (see Ordering).
-func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
+func (q *queue) commandsLocked(bt *batch) (uintptr, error) {
 	d := q.b.dev
 	if bt.cb == 0 {
 		var cb uintptr
@@ -309,39 +287,39 @@ func (q *Queue) commandsLocked(bt *batch) (uintptr, error) {
 			cb = q.freeCBs[n-1]
 			q.freeCBs = q.freeCBs[:n-1]
 		} else {
-			ai := &vkCommandBufferAllocateInfo{SType: stCommandBufferAllocateInfo, CommandPool: q.pool, Level: commandBufferLevelPrimary, CommandBufferCount: 1}
-			if err := check("vkAllocateCommandBuffers", call(d.fn.AllocateCommandBuffers, d.h, uintptr(unsafe.Pointer(ai)), uintptr(unsafe.Pointer(&cb)))); err != nil {
+			ai := &vk.CommandBufferAllocateInfo{SType: vk.StCommandBufferAllocateInfo, CommandPool: q.pool, Level: vk.CommandBufferLevelPrimary, CommandBufferCount: 1}
+			if err := check("vkAllocateCommandBuffers", vk.Call(d.fn.AllocateCommandBuffers, d.h, uintptr(unsafe.Pointer(ai)), uintptr(unsafe.Pointer(&cb)))); err != nil {
 				q.b.notePoison(err)
 				return 0, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
 			}
 		}
-		flags := uint32(commandBufferOneTimeSubmit)
+		flags := uint32(vk.CommandBufferOneTimeSubmit)
 		if bt.reusable {
-			flags = commandBufferSimultaneousUse
+			flags = vk.CommandBufferSimultaneousUse
 		}
-		bi := &vkCommandBufferBeginInfo{SType: stCommandBufferBeginInfo, Flags: flags}
-		if err := check("vkBeginCommandBuffer", call(d.fn.BeginCommandBuffer, cb, uintptr(unsafe.Pointer(bi)))); err != nil {
+		bi := &vk.CommandBufferBeginInfo{SType: vk.StCommandBufferBeginInfo, Flags: flags}
+		if err := check("vkBeginCommandBuffer", vk.Call(d.fn.BeginCommandBuffer, cb, uintptr(unsafe.Pointer(bi)))); err != nil {
 			q.freeCBs = append(q.freeCBs, cb)
 			q.b.notePoison(err)
 			return 0, fmt.Errorf("vulkan: stream %d: %w", q.index, err)
 		}
 		bt.cb = cb
 	}
-	q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageAllCommands, accessMemoryRead|accessMemoryWrite)
+	q.barrier(bt.cb, vk.PipelineStageAllCommands, vk.AccessMemoryWrite, vk.PipelineStageAllCommands, vk.AccessMemoryRead|vk.AccessMemoryWrite)
 	bt.copies = bt.copies[:0]
 	return bt.cb, nil
 }
 
 // barrier records a global memory barrier.
-func (q *Queue) barrier(cb uintptr, srcStage, srcAccess, dstStage, dstAccess uint32) {
-	mb := &vkMemoryBarrier{SType: stMemoryBarrier, SrcAccessMask: srcAccess, DstAccessMask: dstAccess}
-	call(q.b.dev.fn.CmdPipelineBarrier, cb, uintptr(srcStage), uintptr(dstStage), 0, 1, uintptr(unsafe.Pointer(mb)), 0, 0, 0, 0)
+func (q *queue) barrier(cb uintptr, srcStage, srcAccess, dstStage, dstAccess uint32) {
+	mb := &vk.MemoryBarrier{SType: vk.StMemoryBarrier, SrcAccessMask: srcAccess, DstAccessMask: dstAccess}
+	vk.Call(q.b.dev.fn.CmdPipelineBarrier, cb, uintptr(srcStage), uintptr(dstStage), 0, 1, uintptr(unsafe.Pointer(mb)), 0, 0, 0, 0)
 }
 
 // submitLocked submits bt (nil or empty: a submission without commands,
 // which still waits and signals) with the pending semaphore waits, and
 // signals the semaphore to the next number, which it returns (V1).
-func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
+func (q *queue) submitLocked(bt *batch, name string) (uint64, error) {
 	d := q.b.dev
 	if err := q.b.Poisoned(); err != nil {
 		q.dropBatchLocked(bt)
@@ -353,8 +331,8 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 			cbs = []uintptr{bt.cb}
 		}
 	} else if bt != nil && bt.cb != 0 {
-		q.barrier(bt.cb, pipelineStageAllCommands, accessMemoryWrite, pipelineStageHost, accessHostRead)
-		if err := check("vkEndCommandBuffer", call(d.fn.EndCommandBuffer, bt.cb)); err != nil {
+		q.barrier(bt.cb, vk.PipelineStageAllCommands, vk.AccessMemoryWrite, vk.PipelineStageHost, vk.AccessHostRead)
+		if err := check("vkEndCommandBuffer", vk.Call(d.fn.EndCommandBuffer, bt.cb)); err != nil {
 			q.b.notePoison(err)
 			q.dropBatchLocked(bt)
 			return 0, fmt.Errorf("vulkan: stream %d: step %q: %w", q.index, name, err)
@@ -369,17 +347,17 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 	for _, w := range q.waits {
 		waitSems = append(waitSems, w.sem)
 		waitVals = append(waitVals, w.value)
-		stages = append(stages, pipelineStageAllCommands)
+		stages = append(stages, vk.PipelineStageAllCommands)
 	}
-	tsi := &vkTimelineSemaphoreSubmitInfo{
-		SType:                     stTimelineSemaphoreSubmitInfo,
+	tsi := &vk.TimelineSemaphoreSubmitInfo{
+		SType:                     vk.StTimelineSemaphoreSubmitInfo,
 		WaitSemaphoreValueCount:   uint32(len(waitVals)),
 		PWaitSemaphoreValues:      ptrOrNil(waitVals),
 		SignalSemaphoreValueCount: 1,
 		PSignalSemaphoreValues:    unsafe.Pointer(&signal[0]),
 	}
-	si := &vkSubmitInfo{
-		SType:                stSubmitInfo,
+	si := &vk.SubmitInfo{
+		SType:                vk.StSubmitInfo,
 		PNext:                unsafe.Pointer(tsi),
 		WaitSemaphoreCount:   uint32(len(waitSems)),
 		PWaitSemaphores:      ptrOrNil(waitSems),
@@ -390,7 +368,7 @@ func (q *Queue) submitLocked(bt *batch, name string) (uint64, error) {
 		PSignalSemaphores:    unsafe.Pointer(&sems[0]),
 	}
 	q.hw.mu.Lock()
-	r := call(d.fn.QueueSubmit, q.hw.h, 1, uintptr(unsafe.Pointer(si)), 0)
+	r := vk.Call(d.fn.QueueSubmit, q.hw.h, 1, uintptr(unsafe.Pointer(si)), 0)
 	q.hw.mu.Unlock()
 	if err := check("vkQueueSubmit", r); err != nil {
 		q.b.notePoison(err)
@@ -435,12 +413,12 @@ func ptrOrNil[T any](s []T) unsafe.Pointer {
 
 // dropBatchLocked gives back what a batch that will not be submitted held.
 // Its command buffer was never submitted, so it can be reset now.
-func (q *Queue) dropBatchLocked(bt *batch) {
+func (q *queue) dropBatchLocked(bt *batch) {
 	if bt == nil || bt.sealed {
 		return
 	}
 	if bt.cb != 0 {
-		call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
+		vk.Call(q.b.dev.fn.ResetCommandBuffer, bt.cb, 0)
 		q.freeCBs = append(q.freeCBs, bt.cb)
 	}
 	for _, a := range bt.staging {
@@ -460,7 +438,7 @@ func (q *Queue) dropBatchLocked(bt *batch) {
 }
 
 // submitLooseLocked submits the relocation copies recorded outside ops.
-func (q *Queue) submitLooseLocked() error {
+func (q *queue) submitLooseLocked() error {
 	if q.loose == nil {
 		return nil
 	}
@@ -472,7 +450,7 @@ func (q *Queue) submitLooseLocked() error {
 
 // poll is pollLocked under mu; nothing once the queue is closed (Close
 // reclaimed everything).
-func (q *Queue) poll() {
+func (q *queue) poll() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if !q.closed {
@@ -482,7 +460,7 @@ func (q *Queue) poll() {
 
 // pollLocked reclaims what the completed steps held (V2) and advances
 // completed.
-func (q *Queue) pollLocked() {
+func (q *queue) pollLocked() {
 	v, err := q.counter()
 	if err != nil {
 		q.noteAsyncLocked(err)
@@ -495,7 +473,7 @@ func (q *Queue) pollLocked() {
 // buffers, so those of the completed ones go back to the pool (or the
 // driver) though nothing is enqueued after them. It takes mu briefly and
 // never waits for the device.
-func (q *Queue) reclaimStaging() {
+func (q *queue) reclaimStaging() {
 	if q.stagingHeld.Load() == 0 {
 		return
 	}
@@ -506,12 +484,12 @@ func (q *Queue) reclaimStaging() {
 	}
 }
 
-func (q *Queue) reclaimLocked(v uint64) {
+func (q *queue) reclaimLocked(v uint64) {
 	n := 0
 	for n < len(q.inflight) && q.inflight[n].seq <= v {
 		st := q.inflight[n]
 		if st.cb != 0 {
-			call(q.b.dev.fn.ResetCommandBuffer, st.cb, 0)
+			vk.Call(q.b.dev.fn.ResetCommandBuffer, st.cb, 0)
 			q.freeCBs = append(q.freeCBs, st.cb)
 		}
 		for _, a := range st.staging {
@@ -527,7 +505,7 @@ func (q *Queue) reclaimLocked(v uint64) {
 }
 
 // advance raises completed to v (it only grows).
-func (q *Queue) advance(v uint64) {
+func (q *queue) advance(v uint64) {
 	for {
 		c := q.completed.Load()
 		if v <= c || q.completed.CompareAndSwap(c, v) {
@@ -538,18 +516,18 @@ func (q *Queue) advance(v uint64) {
 
 // passed reports whether step seq completed, or can no longer run: the
 // device was lost.
-func (q *Queue) passed(seq uint64) bool {
+func (q *queue) passed(seq uint64) bool {
 	return q.Completed() >= seq || q.b.Poisoned() != nil
 }
 
 // waitBrief waits at most waitPoll for step seq (the releaser's watch); the
 // caller looks at the queue again after.
-func (q *Queue) waitBrief(seq uint64) {
+func (q *queue) waitBrief(seq uint64) {
 	if q.passed(seq) {
 		return
 	}
 	switch r := q.waitPolled(seq); r {
-	case vkSuccess, vkTimeout:
+	case vk.Success, vk.Timeout:
 	default:
 		q.b.notePoison(check("vkWaitSemaphores", r))
 		time.Sleep(waitPoll) // not a loss: look again later, not at once
@@ -559,36 +537,36 @@ func (q *Queue) waitBrief(seq uint64) {
 // waitPolled waits at most waitPoll for step seq on the semaphore
 // (vkWaitSemaphores), advancing completed when it passed; a destroyed
 // semaphore's queue waited for all it issued (VK_SUCCESS).
-func (q *Queue) waitPolled(seq uint64) int32 {
+func (q *queue) waitPolled(seq uint64) int32 {
 	d := q.b.dev
 	sems, vals := []uint64{q.sem}, []uint64{seq}
-	wi := &vkSemaphoreWaitInfo{SType: stSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
+	wi := &vk.SemaphoreWaitInfo{SType: vk.StSemaphoreWaitInfo, SemaphoreCount: 1, PSemaphores: unsafe.Pointer(&sems[0]), PValues: unsafe.Pointer(&vals[0])}
 	q.semMu.RLock()
-	r := int32(vkSuccess)
+	r := int32(vk.Success)
 	if !q.gone {
-		r = call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
+		r = vk.Call(d.fn.WaitSemaphores, d.h, uintptr(unsafe.Pointer(wi)), uintptr(waitPoll.Nanoseconds()))
 	}
 	q.semMu.RUnlock()
-	if r == vkSuccess {
+	if r == vk.Success {
 		q.advance(seq)
 	}
 	return r
 }
 
 // counter reads the semaphore's value.
-func (q *Queue) counter() (uint64, error) {
+func (q *queue) counter() (uint64, error) {
 	q.semMu.RLock()
 	defer q.semMu.RUnlock()
 	if q.gone {
 		return q.completed.Load(), nil
 	}
 	var v uint64
-	err := check("vkGetSemaphoreCounterValue", call(q.b.dev.fn.GetSemaphoreCounterValue, q.b.dev.h, uintptr(q.sem), uintptr(unsafe.Pointer(&v))))
+	err := check("vkGetSemaphoreCounterValue", vk.Call(q.b.dev.fn.GetSemaphoreCounterValue, q.b.dev.h, uintptr(q.sem), uintptr(unsafe.Pointer(&v))))
 	return v, err
 }
 
 // noteAsyncLocked keeps the first error of the device's work.
-func (q *Queue) noteAsyncLocked(err error) {
+func (q *queue) noteAsyncLocked(err error) {
 	q.b.notePoison(err)
 	if q.asyncErr == nil {
 		q.asyncErr = fmt.Errorf("vulkan: stream %d: work after step %d did not complete: %w", q.index, q.completed.Load(), err)
@@ -598,7 +576,7 @@ func (q *Queue) noteAsyncLocked(err error) {
 
 // Flush implements stream.Queue: submits the relocation copies recorded
 // outside ops (ops are submitted at Enqueue).
-func (q *Queue) Flush() error {
+func (q *queue) Flush() error {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -609,7 +587,7 @@ func (q *Queue) Flush() error {
 
 // Fence implements stream.Queue: a fence covering every step so far,
 // relocation copies included (they are submitted now).
-func (q *Queue) Fence() (stream.Fence, error) {
+func (q *queue) Fence() (stream.Fence, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
@@ -622,11 +600,11 @@ func (q *Queue) Fence() (stream.Fence, error) {
 }
 
 // Issued implements stream.Issuer: the number of the last step submitted.
-func (q *Queue) Issued() uint64 { return q.issued.Load() }
+func (q *queue) Issued() uint64 { return q.issued.Load() }
 
 // Completed implements stream.Queue: the semaphore's counter (a query
 // that never blocks), or the last value seen once the device failed.
-func (q *Queue) Completed() uint64 {
+func (q *queue) Completed() uint64 {
 	if v, err := q.counter(); err == nil {
 		q.advance(v)
 	}
@@ -639,30 +617,12 @@ func (q *Queue) Completed() uint64 {
 // On a recording queue, or with a fence of a recording queue, it returns
 // at once with stream.ErrCaptureUnsupported and invalidates that
 // recording, as the host queues do.
-func (q *Queue) Wait(ctx context.Context, f stream.Fence) error {
-	if err := q.refuseWhileRecording("host wait on the recording queue"); err != nil {
-		return err
-	}
-	if f.Seq == 0 {
-		return nil
-	}
-	if drvkit.NilQueue(f.Q) {
-		return fmt.Errorf("vulkan: wait: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
-	}
-	t, ok := f.Q.(*Queue)
-	if !ok {
-		return f.Q.Wait(ctx, f)
-	}
-	if t != q {
-		if err := t.refuseWhileRecording("host wait on a fence of the recording queue"); err != nil {
-			return err
-		}
-	}
-	return t.waitSeq(ctx, f.Seq)
+func (q *queue) Wait(ctx context.Context, f stream.Fence) error {
+	return backendkit.Wait("vulkan", q, ctx, f)
 }
 
 // WaitCompleted implements stream.Completer.
-func (q *Queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.waitSeq(ctx, seq) }
+func (q *queue) WaitCompleted(ctx context.Context, seq uint64) error { return q.WaitSeq(ctx, seq) }
 
 // waitPoll is how long one vkWaitSemaphores call waits before ctx is
 // looked at again.
@@ -670,10 +630,9 @@ const waitPoll = 20 * time.Millisecond
 
 // waitSeq blocks until step seq completed, ctx is done or the device
 // failed.
-func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
-	if issued := q.issued.Load(); seq > issued {
-		return fmt.Errorf("vulkan: wait: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			seq, issued, q.index, stream.ErrInvalid)
+func (q *queue) WaitSeq(ctx context.Context, seq uint64) error {
+	if err := backendkit.Beyond("vulkan", "wait", seq, q.issued.Load(), q.index); err != nil {
+		return err
 	}
 	for {
 		if q.completed.Load() >= seq {
@@ -689,7 +648,7 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 			return fmt.Errorf("vulkan: wait for step %d of stream %d (completed %d): %w", seq, q.index, q.completed.Load(), err)
 		}
 		switch r := q.waitPolled(seq); r {
-		case vkSuccess, vkTimeout:
+		case vk.Success, vk.Timeout:
 		default:
 			q.mu.Lock()
 			q.noteAsyncLocked(check("vkWaitSemaphores", r))
@@ -704,23 +663,22 @@ func (q *Queue) waitSeq(ctx context.Context, seq uint64) error {
 // the device, for f (a semaphore wait in the next submission); the caller
 // does not block. A fence of this queue, or one already passed, adds
 // nothing; a fence of another backend's queue is waited for on the host.
-func (q *Queue) WaitFence(f stream.Fence) error {
-	if f.Seq == 0 || (!drvkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
+func (q *queue) WaitFence(f stream.Fence) error {
+	if f.Seq == 0 || (!backendkit.NilQueue(f.Q) && f.Q == stream.Queue(q)) {
 		return q.Flush()
 	}
-	if drvkit.NilQueue(f.Q) {
+	if backendkit.NilQueue(f.Q) {
 		return fmt.Errorf("vulkan: wait fence: fence %d has no queue: %w", f.Seq, stream.ErrInvalid)
 	}
-	t, ok := f.Q.(*Queue)
+	t, ok := f.Q.(*queue)
 	if !ok || t.b != q.b {
 		if f.Q.Completed() >= f.Seq {
 			return q.Flush()
 		}
 		return f.Q.Wait(context.Background(), f)
 	}
-	if issued := t.issued.Load(); f.Seq > issued {
-		return fmt.Errorf("vulkan: wait fence: fence %d is beyond the %d steps stream %d issued (it would never pass): %w",
-			f.Seq, issued, t.index, stream.ErrInvalid)
+	if err := backendkit.Beyond("vulkan", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
+		return err
 	}
 	if t.Completed() >= f.Seq {
 		return nil
@@ -731,8 +689,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 		return q.closedErr("wait fence")
 	}
 	if q.rec != nil {
-		err := q.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
-		return fmt.Errorf("vulkan: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
+		return q.rec.RefuseCrossStream("vulkan", fmt.Sprintf("wait on incomplete step %d of stream %d", f.Seq, t.index))
 	}
 	for i, w := range q.waits {
 		if w.sem == t.sem {
@@ -745,7 +702,7 @@ func (q *Queue) WaitFence(f stream.Fence) error {
 }
 
 // TakeFailures implements stream.Queue.
-func (q *Queue) TakeFailures() []stream.OpFailure {
+func (q *queue) TakeFailures() []stream.OpFailure {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	f := q.failures
@@ -755,21 +712,21 @@ func (q *Queue) TakeFailures() []stream.OpFailure {
 
 // RunsOpsOn implements stream.Executor: ops run on the goroutine that
 // enqueues them, while it is inside Enqueue.
-func (q *Queue) RunsOpsOn(g stream.Goroutine) bool {
+func (q *queue) RunsOpsOn(g stream.Goroutine) bool {
 	return g != 0 && uint64(g) == q.running.Load()
 }
 
 // RunsOpsAtEnqueue implements stream.EnqueueRunner: yes.
-func (q *Queue) RunsOpsAtEnqueue() bool { return true }
+func (q *queue) RunsOpsAtEnqueue() bool { return true }
 
 // hostSyncLocked submits what the running op recorded so far (with the
 // pending waits) and waits for it on the host, so the host may touch
 // mapped memory next in stream order. Called inside an op, with mu held;
 // it releases mu while waiting.
-func (q *Queue) hostSyncLocked(name string) error {
+func (q *queue) hostSyncLocked(name string) error {
 	if q.rec != nil {
 		return fmt.Errorf("vulkan: %s inside a capture needs a host synchronisation: %w: %w", name,
-			stream.ErrCaptureUnsupported, q.invalidateLocked(name+" waited on the host"))
+			stream.ErrCaptureUnsupported, q.rec.Invalidate(name+" waited on the host"))
 	}
 	bt := q.op
 	q.op = &batch{}
@@ -778,7 +735,7 @@ func (q *Queue) hostSyncLocked(name string) error {
 		return err
 	}
 	q.mu.Unlock()
-	err = q.waitSeq(context.Background(), seq)
+	err = q.WaitSeq(context.Background(), seq)
 	q.mu.Lock()
 	return err
 }
@@ -787,7 +744,7 @@ func (q *Queue) hostSyncLocked(name string) error {
 // the command buffers, descriptor pools, command pool and semaphore are
 // destroyed. Idempotent; later calls return errors wrapping
 // stream.ErrClosed except Completed, Wait and TakeFailures.
-func (q *Queue) Close() error {
+func (q *queue) Close() error {
 	q.opMu.Lock()
 	defer q.opMu.Unlock()
 	q.mu.Lock()
@@ -801,12 +758,12 @@ func (q *Queue) Close() error {
 		q.discardRecordingLocked()
 	}
 	issued := q.issued.Load()
-	execs := make([]*CommandGraph, 0, len(q.execs))
+	execs := make([]*commandGraph, 0, len(q.execs))
 	for x := range q.execs {
 		execs = append(execs, x)
 	}
 	q.mu.Unlock()
-	if werr := q.waitSeq(context.Background(), issued); werr != nil {
+	if werr := q.WaitSeq(context.Background(), issued); werr != nil {
 		err = errors.Join(err, werr)
 		// The device failed: wait for it to be idle before destroying
 		// what its work may use.
@@ -820,18 +777,18 @@ func (q *Queue) Close() error {
 	}
 	d := q.b.dev
 	if len(q.freeCBs) > 0 {
-		call(d.fn.FreeCommandBuffers, d.h, uintptr(q.pool), uintptr(len(q.freeCBs)), uintptr(unsafe.Pointer(&q.freeCBs[0])))
+		vk.Call(d.fn.FreeCommandBuffers, d.h, uintptr(q.pool), uintptr(len(q.freeCBs)), uintptr(unsafe.Pointer(&q.freeCBs[0])))
 		q.freeCBs = nil
 	}
 	for _, p := range q.descPool {
-		call(d.fn.DestroyDescriptorPool, d.h, uintptr(p.h), 0)
+		vk.Call(d.fn.DestroyDescriptorPool, d.h, uintptr(p.h), 0)
 	}
 	q.descPool = nil
-	call(d.fn.DestroyCommandPool, d.h, uintptr(q.pool), 0)
+	vk.Call(d.fn.DestroyCommandPool, d.h, uintptr(q.pool), 0)
 	q.mu.Unlock()
 	q.semMu.Lock()
 	q.gone = true
-	call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
+	vk.Call(d.fn.DestroySemaphore, d.h, uintptr(q.sem), 0)
 	q.semMu.Unlock()
 	q.b.forget(q)
 	if q.b.Poisoned() != nil {
@@ -844,7 +801,7 @@ func (q *Queue) Close() error {
 func waitMarks(ms []queueMark) error {
 	var errs []error
 	for _, m := range ms {
-		errs = append(errs, m.q.waitSeq(context.Background(), m.seq))
+		errs = append(errs, m.q.WaitSeq(context.Background(), m.seq))
 	}
 	return errors.Join(errs...)
 }

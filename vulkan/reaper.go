@@ -1,7 +1,7 @@
 // The releaser (reaper): frees device memory off the device's path.
 //
 // vkFreeMemory is not cheap (on lavapipe it unmaps host memory: about 5 ms
-// for a 16 MiB page in a virtual machine), and Storage.Flush runs inside
+// for a 16 MiB page in a virtual machine), and deviceStorage.Flush runs inside
 // the device's relocation and cleanup, under its lock. The allocations a
 // Flush finds idle (no device work uses them) go to one goroutine per
 // backend, which frees them and only then gives their bytes back to the

@@ -64,7 +64,7 @@ func TestCleanupGivesBackWhatNoQueuedWorkUses(t *testing.T) {
 		if made, _, _, _ := b.stagingCounts(); opts.Staging && made == 0 {
 			t.Fatal("Write and Read made no staging buffer: the test proves nothing about them")
 		}
-		qB := sB.Queue().(*Queue)
+		qB := sB.Queue().(*queue)
 		g.hold(qB)
 		if err := sB.Enqueue("held", nil, func([]storage.Resource) error { return nil }); err != nil {
 			t.Fatal(err)
@@ -77,10 +77,10 @@ func TestCleanupGivesBackWhatNoQueuedWorkUses(t *testing.T) {
 			t.Fatal(err)
 		}
 		st := d.Stats()
-		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.allocations() != 0 {
 			_, _, pooled, _ := b.stagingCounts()
 			t.Fatalf("after Free and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations (%d pooled staging buffers); want 0, 0, 0",
-				st.BytesAllocated, st.BytesReserved, b.Allocations(), pooled)
+				st.BytesAllocated, st.BytesReserved, b.allocations(), pooled)
 		}
 		if qB.Completed() >= held {
 			t.Fatal("stream B's held step completed: the test proves nothing")
@@ -126,7 +126,7 @@ func TestCleanupGivesBackWhatQueuedWorkUsedOnceItCompleted(t *testing.T) {
 			t.Fatal(err)
 		}
 		g := newGate(t, b)
-		q := s.Queue().(*Queue)
+		q := s.Queue().(*queue)
 		g.hold(q)
 		err = Enqueue(s, "add", []gpumem.Use{{Buffer: x, Access: gpumem.ReadWrite}}, func(op *Op) error {
 			return op.Dispatch(add, GroupsFor(n, 64), []Binding{Use(0)}, Push(uint32(n), uint32(1)))
@@ -151,10 +151,10 @@ func TestCleanupGivesBackWhatQueuedWorkUsedOnceItCompleted(t *testing.T) {
 			t.Fatalf("Cleanup returned before the step that used the page (completed %d of %d)", q.Completed(), held)
 		}
 		st := d.Stats()
-		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.Allocations() != 0 {
+		if st.BytesAllocated != 0 || st.BytesReserved != 0 || b.allocations() != 0 {
 			_, _, pooled, _ := b.stagingCounts()
 			t.Fatalf("after the step and Cleanup: BytesAllocated %d, BytesReserved %d, %d device allocations (%d pooled staging buffers); want 0, 0, 0",
-				st.BytesAllocated, st.BytesReserved, b.Allocations(), pooled)
+				st.BytesAllocated, st.BytesReserved, b.allocations(), pooled)
 		}
 	})
 }
@@ -264,7 +264,7 @@ func TestAFreeWaitsForTheGraphsThatRecordedTheAllocation(t *testing.T) {
 	if got := st.BytesAllocated(); got != size {
 		t.Fatalf("BytesAllocated %d with the graph alive, want %d", got, size)
 	}
-	if err := e.(*CommandGraph).Close(); err != nil {
+	if err := e.(*commandGraph).Close(); err != nil {
 		t.Fatal(err)
 	}
 	b.Release()
@@ -289,7 +289,7 @@ func TestReleaseAfterCloseIsANoOp(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Release()
-	if n := b.Allocations(); n != 0 || st.BytesAllocated() != 0 {
+	if n := b.allocations(); n != 0 || st.BytesAllocated() != 0 {
 		t.Fatalf("after Close: %d allocations, BytesAllocated %d", n, st.BytesAllocated())
 	}
 	if _, err := st.Alloc(4096); !errors.Is(err, ErrClosed) {

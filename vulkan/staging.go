@@ -40,6 +40,7 @@ import (
 	"sync"
 
 	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 const (
@@ -238,7 +239,7 @@ func (b *Backend) trimStagingFor(err error, w memoryWants) bool {
 // heap (a discrete GPU's host heap, for a page of its device heap) stays:
 // freeing it would make no room.
 func (b *Backend) stagingToTrim(err error, w memoryWants) []*allocation {
-	if errors.Is(err, ErrAllocationLimit) || hasResult(err, vkErrTooManyObjects, vkErrOutOfHostMemory) {
+	if errors.Is(err, ErrAllocationLimit) || hasResult(err, vk.ErrorTooManyObjects, vk.ErrorOutOfHostMemory) {
 		return b.stage.drainWhere(nil)
 	}
 	types := b.dev.info.MemoryTypes

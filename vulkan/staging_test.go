@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 func stagingBackend(t *testing.T, opts Options) *Backend {
@@ -84,7 +85,7 @@ func TestTheStagingPoolIsBounded(t *testing.T) {
 		t.Fatalf("the pool holds %d buffers, %d bytes; bounds %d, %d", pooled, pooledBytes, stagingPoolBuffers, be.stage.maxBytes)
 	}
 	pages := 1 // buf
-	if got := be.Allocations(); got != pages+pooled {
+	if got := be.allocations(); got != pages+pooled {
 		t.Fatalf("%d device allocations, want %d (the page and %d pooled staging buffers: the %d-byte transfer's own was freed)", got, pages+pooled, pooled, big)
 	}
 }
@@ -195,16 +196,16 @@ func TestAPageRefusedByTheAllocationLimitEmptiesTheStagingPool(t *testing.T) {
 	if _, err := q.Enqueue(stream.Op{Name: "poll", Run: func() error { return nil }}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, pooled, _ := be.stagingCounts(); pooled != 1 || be.Allocations() != 2 {
-		t.Fatalf("%d pooled staging buffers, %d device allocations after the write, want 1, 2", pooled, be.Allocations())
+	if _, _, pooled, _ := be.stagingCounts(); pooled != 1 || be.allocations() != 2 {
+		t.Fatalf("%d pooled staging buffers, %d device allocations after the write, want 1, 2", pooled, be.allocations())
 	}
 	for i := range 2 { // the second is refused by the limit, then fits
 		if _, err := st.Alloc(4096); err != nil {
 			t.Fatalf("page %d of 3 (limit 3, one pooled staging buffer to give back): %v", i+2, err)
 		}
 	}
-	if _, _, pooled, _ := be.stagingCounts(); pooled != 0 || be.Allocations() != 3 {
-		t.Fatalf("%d pooled staging buffers, %d device allocations after the refusal and retry, want 0, 3", pooled, be.Allocations())
+	if _, _, pooled, _ := be.stagingCounts(); pooled != 0 || be.allocations() != 3 {
+		t.Fatalf("%d pooled staging buffers, %d device allocations after the refusal and retry, want 0, 3", pooled, be.allocations())
 	}
 	if _, err := st.Alloc(4096); !errors.Is(err, ErrAllocationLimit) || !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("a fourth page = %v, want ErrAllocationLimit (and ErrOutOfMemory)", err)
@@ -222,12 +223,12 @@ func TestAPageRefusedByTheAllocationLimitEmptiesTheStagingPool(t *testing.T) {
 func TestARefusalFreesThePooledStagingBuffersThatMakeRoomForIt(t *testing.T) {
 	nvidia := []MemoryType{
 		{Flags: 0, Heap: 1},
-		{Flags: memoryPropertyDeviceLocal, Heap: 0},
-		{Flags: memoryPropertyHostVisible | memoryPropertyHostCoherent, Heap: 1},
-		{Flags: memoryPropertyHostVisible | memoryPropertyHostCoherent | memoryPropertyHostCached, Heap: 1},
-		{Flags: memoryPropertyDeviceLocal | memoryPropertyHostVisible | memoryPropertyHostCoherent, Heap: 0},
+		{Flags: vk.MemoryPropertyDeviceLocal, Heap: 0},
+		{Flags: vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent, Heap: 1},
+		{Flags: vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent | vk.MemoryPropertyHostCached, Heap: 1},
+		{Flags: vk.MemoryPropertyDeviceLocal | vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent, Heap: 0},
 	}
-	lavapipe := []MemoryType{{Flags: memoryPropertyDeviceLocal | memoryPropertyHostVisible | memoryPropertyHostCoherent | memoryPropertyHostCached}}
+	lavapipe := []MemoryType{{Flags: vk.MemoryPropertyDeviceLocal | vk.MemoryPropertyHostVisible | vk.MemoryPropertyHostCoherent | vk.MemoryPropertyHostCached}}
 	budget := &storage.OutOfMemoryError{}
 	for _, c := range []struct {
 		name  string
@@ -238,11 +239,11 @@ func TestARefusalFreesThePooledStagingBuffersThatMakeRoomForIt(t *testing.T) {
 		want  []int // the types of the buffers freed
 	}{
 		{"nvidia page, heap budget", nvidia, []int{3, 2, 4}, pageMemory, fmt.Errorf("heap 0 budget: %w", budget), []int{4}},
-		{"nvidia page, driver", nvidia, []int{3, 2, 4}, pageMemory, errors.Join(&Error{Code: vkErrOutOfDeviceMemory}, &Error{Code: vkErrOutOfDeviceMemory}), []int{4}},
+		{"nvidia page, driver", nvidia, []int{3, 2, 4}, pageMemory, errors.Join(&Error{Code: vk.ErrorOutOfDeviceMemory}, &Error{Code: vk.ErrorOutOfDeviceMemory}), []int{4}},
 		{"nvidia page, host types only pooled", nvidia, []int{3, 3}, pageMemory, budget, nil},
 		{"nvidia page, allocation limit", nvidia, []int{3, 2, 4}, pageMemory, fmt.Errorf("x: %w: %w", ErrAllocationLimit, storage.ErrOutOfMemory), []int{2, 3, 4}},
-		{"nvidia page, too many objects", nvidia, []int{3, 4}, pageMemory, errors.Join(&Error{Code: vkErrTooManyObjects}), []int{3, 4}},
-		{"nvidia page, host memory", nvidia, []int{3, 4}, pageMemory, errors.Join(&Error{Code: vkErrOutOfDeviceMemory}, fmt.Errorf("type 4: %w", &Error{Code: vkErrOutOfHostMemory})), []int{3, 4}},
+		{"nvidia page, too many objects", nvidia, []int{3, 4}, pageMemory, errors.Join(&Error{Code: vk.ErrorTooManyObjects}), []int{3, 4}},
+		{"nvidia page, host memory", nvidia, []int{3, 4}, pageMemory, errors.Join(&Error{Code: vk.ErrorOutOfDeviceMemory}, fmt.Errorf("type 4: %w", &Error{Code: vk.ErrorOutOfHostMemory})), []int{3, 4}},
 		{"nvidia staging, heap budget", nvidia, []int{3, 2, 4}, stagingMemory, budget, []int{2, 3, 4}},
 		{"lavapipe page, heap budget", lavapipe, []int{0, 0}, pageMemory, budget, []int{0, 0}},
 	} {

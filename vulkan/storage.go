@@ -17,7 +17,7 @@ import (
 // bytes); ops find the VkBuffer and offset through the backend.
 //
 // Dealloc queues the allocation until no device work can use it: every
-// step that recorded a command on it completed, and no CommandGraph that
+// step that recorded a command on it completed, and no commandGraph that
 // recorded one is left (vkFreeMemory does not wait for the device, unlike
 // cuMemFree). Flush hands the queued allocations that are idle to the
 // backend's releaser goroutine (reaper.go), which frees them off the
@@ -27,7 +27,7 @@ import (
 // memory first waits for the queued frees and retries once.
 // BytesAllocated counts queued allocations until they are freed. Safe for
 // concurrent use.
-type Storage struct {
+type deviceStorage struct {
 	b      *Backend
 	budget *storage.Budget
 
@@ -38,10 +38,10 @@ type Storage struct {
 	queued []*allocation // deallocated, not yet handed to the releaser
 }
 
-var _ storage.Storage = (*Storage)(nil)
+var _ storage.Storage = (*deviceStorage)(nil)
 
 // Alignment implements storage.Storage: Backend.Properties().Alignment.
-func (s *Storage) Alignment() uint64 { return s.b.props.Alignment }
+func (s *deviceStorage) Alignment() uint64 { return s.b.props.Alignment }
 
 // Alloc implements storage.Storage: size bytes from the device's budget,
 // then from the heap's, then from the driver, each refusal retried once
@@ -49,7 +49,7 @@ func (s *Storage) Alignment() uint64 { return s.b.props.Alignment }
 // refusal wraps storage.ErrOutOfMemory (VK_ERROR_OUT_OF_DEVICE_MEMORY as an
 // *Error, the allocation limit as ErrAllocationLimit); nothing changed. On
 // a poisoned backend it returns the poison.
-func (s *Storage) Alloc(size uint64) (storage.Region, error) {
+func (s *deviceStorage) Alloc(size uint64) (storage.Region, error) {
 	if err := s.b.usable("allocate"); err != nil {
 		return storage.Region{}, err
 	}
@@ -91,8 +91,8 @@ func (s *Storage) Alloc(size uint64) (storage.Region, error) {
 }
 
 // Dealloc implements storage.Storage: the allocation is queued until no
-// device work uses it (see Storage); an unknown ID is ignored.
-func (s *Storage) Dealloc(id storage.ID) {
+// device work uses it (see deviceStorage); an unknown ID is ignored.
+func (s *deviceStorage) Dealloc(id storage.ID) {
 	s.mu.Lock()
 	a, ok := s.live[id]
 	if ok {
@@ -118,7 +118,7 @@ func (s *Storage) Dealloc(id storage.ID) {
 // device work uses any more to the backend's releaser, which frees it off
 // the caller's path (reaper.go), and has the releaser watch the rest: each
 // goes back once the work that uses it completes.
-func (s *Storage) Flush() {
+func (s *deviceStorage) Flush() {
 	if more, _, _ := s.handOff(); more {
 		s.b.reap.kick()
 	}
@@ -129,7 +129,7 @@ func (s *Storage) Flush() {
 // waits only for submitted steps (the releaser's watch waits on it). Each
 // is handed over under mu, so Release, which looks at the queue and then
 // waits for the releaser, sees it in one place or the other.
-func (s *Storage) handOff() (more bool, m queueMark, waiting bool) {
+func (s *deviceStorage) handOff() (more bool, m queueMark, waiting bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	done, m, waiting := s.sweepLocked(false)
@@ -144,7 +144,7 @@ func (s *Storage) handOff() (more bool, m queueMark, waiting bool) {
 // waits for, if one waits only for submitted steps. Each allocation's
 // state is read once (allocation.use), so one whose work completes during
 // the sweep is taken or waited for, never neither. s.mu is held.
-func (s *Storage) sweepLocked(all bool) (done []*allocation, m queueMark, waiting bool) {
+func (s *deviceStorage) sweepLocked(all bool) (done []*allocation, m queueMark, waiting bool) {
 	keep := s.queued[:0]
 	for _, a := range s.queued {
 		am, w, idle := a.use()
@@ -165,7 +165,7 @@ func (s *Storage) sweepLocked(all bool) (done []*allocation, m queueMark, waitin
 
 // take removes and returns the queued allocations that are idle, or with
 // all, every queued one, and a step a kept one waits for (sweepLocked).
-func (s *Storage) take(all bool) ([]*allocation, queueMark, bool) {
+func (s *deviceStorage) take(all bool) ([]*allocation, queueMark, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sweepLocked(all)
@@ -174,7 +174,7 @@ func (s *Storage) take(all bool) ([]*allocation, queueMark, bool) {
 // releaseIdle frees, on the caller's goroutine, the queued allocations no
 // device work uses; it reports whether it freed any, and a step a kept one
 // waits for, if one waits only for submitted steps.
-func (s *Storage) releaseIdle() (freed bool, m queueMark, waiting bool) {
+func (s *deviceStorage) releaseIdle() (freed bool, m queueMark, waiting bool) {
 	done, m, waiting := s.take(false)
 	for _, a := range done {
 		s.drop(a)
@@ -184,9 +184,9 @@ func (s *Storage) releaseIdle() (freed bool, m queueMark, waiting bool) {
 
 // waitQueued waits for the work of every queued allocation that waits
 // only for submitted steps, then frees those; it reports whether it freed
-// any. An allocation a recording or a CommandGraph still holds stays
+// any. An allocation a recording or a commandGraph still holds stays
 // queued, and so does the rest when a wait fails.
-func (s *Storage) waitQueued() bool {
+func (s *deviceStorage) waitQueued() bool {
 	freed := false
 	for {
 		some, m, ok := s.releaseIdle()
@@ -194,7 +194,7 @@ func (s *Storage) waitQueued() bool {
 		if !ok {
 			return freed
 		}
-		if err := m.q.waitSeq(context.Background(), m.seq); err != nil {
+		if err := m.q.WaitSeq(context.Background(), m.seq); err != nil {
 			s.b.notePoison(err)
 			some, _, _ := s.releaseIdle()
 			return some || freed
@@ -203,7 +203,7 @@ func (s *Storage) waitQueued() bool {
 }
 
 // hasIdle reports whether a queued allocation is idle.
-func (s *Storage) hasIdle() bool {
+func (s *deviceStorage) hasIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, a := range s.queued {
@@ -215,7 +215,7 @@ func (s *Storage) hasIdle() bool {
 }
 
 // drop frees a and gives its bytes back.
-func (s *Storage) drop(a *allocation) {
+func (s *deviceStorage) drop(a *allocation) {
 	s.b.free(a)
 	s.budget.Give(a.size)
 	s.allocated.Add(^(a.size - 1))
@@ -223,7 +223,7 @@ func (s *Storage) drop(a *allocation) {
 
 // Resolve implements storage.Storage: the buffer device address of the
 // window (Ptr; 0 for a zero-size allocation), or storage.ErrUnknownRegion.
-func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
+func (s *deviceStorage) Resolve(r storage.Region) (storage.Resource, error) {
 	s.mu.Lock()
 	a, ok := s.live[r.ID]
 	s.mu.Unlock()
@@ -242,11 +242,11 @@ func (s *Storage) Resolve(r storage.Region) (storage.Resource, error) {
 }
 
 // BytesAllocated implements storage.Storage: live and queued bytes.
-func (s *Storage) BytesAllocated() uint64 { return s.allocated.Load() }
+func (s *deviceStorage) BytesAllocated() uint64 { return s.allocated.Load() }
 
 // release frees everything the storage holds, live or queued (backend
 // Close, after every queue is idle and every graph released).
-func (s *Storage) release() {
+func (s *deviceStorage) release() {
 	all, _, _ := s.take(true)
 	for _, a := range all {
 		s.drop(a)

@@ -9,7 +9,7 @@
 // the bytes: a write fills it and records vkCmdCopyBuffer into the page
 // (asynchronous; the staging buffer goes back to the pool, staging.go,
 // when the step completes, or, in a capture, which writes through staging
-// always, when its CommandGraph is released: every launch copies the same
+// always, when its commandGraph is released: every launch copies the same
 // bytes again); a read records the copy out of the page, waits for it, and
 // copies out of the staging buffer.
 
@@ -21,10 +21,11 @@ import (
 
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // opQueue returns q as this backend's queue with an op running, locked.
-func (b *Backend) opQueue(q stream.Queue, call string) (*Queue, error) {
+func (b *Backend) opQueue(q stream.Queue, call string) (*queue, error) {
 	vq, err := b.queueOf(q, call)
 	if err != nil {
 		return nil, err
@@ -77,8 +78,8 @@ func (b *Backend) CopyToDevice(q stream.Queue, dst storage.Resource, src []byte)
 		return err
 	}
 	vq.op.use(a)
-	region := &vkBufferCopy{SrcOffset: 0, DstOffset: dst.Offset, Size: n}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(st.buf), uintptr(a.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: 0, DstOffset: dst.Offset, Size: n}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(st.buf), uintptr(a.buf), 1, uintptr(unsafe.Pointer(region)))
 	return nil
 }
 
@@ -121,8 +122,8 @@ func (b *Backend) CopyToHost(q stream.Queue, dst []byte, src storage.Resource) e
 		return err
 	}
 	vq.op.use(a)
-	region := &vkBufferCopy{SrcOffset: src.Offset, DstOffset: 0, Size: n}
-	call(b.dev.fn.CmdCopyBuffer, cb, uintptr(a.buf), uintptr(st.buf), 1, uintptr(unsafe.Pointer(region)))
+	region := &vk.BufferCopy{SrcOffset: src.Offset, DstOffset: 0, Size: n}
+	vk.Call(b.dev.fn.CmdCopyBuffer, cb, uintptr(a.buf), uintptr(st.buf), 1, uintptr(unsafe.Pointer(region)))
 	err = vq.hostSyncLocked("read")
 	// Held by the batch after the synchronisation, so it lives until the
 	// op's step completes, past the copy out below.

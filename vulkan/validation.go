@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // validationLog keeps the messages of one instance's messenger.
@@ -36,13 +38,13 @@ var (
 
 func messengerCallback() uintptr {
 	callbackOnce.Do(func() {
-		callbackPtr = purego.NewCallback(func(severity uint32, types uint32, data *vkDebugUtilsMessengerCallbackDataEXT, user uintptr) uintptr {
+		callbackPtr = purego.NewCallback(func(severity uint32, types uint32, data *vk.DebugUtilsMessengerCallbackDataEXT, user uintptr) uintptr {
 			v, ok := logs.Load(user)
 			if !ok || data == nil {
 				return 0
 			}
 			l := v.(*validationLog)
-			msg := fmt.Sprintf("%s [%s] %s", severityName(severity), cStringAt(data.PMessageIdName), cStringAt(data.PMessage))
+			msg := fmt.Sprintf("%s [%s] %s", severityName(severity), vk.CStringAt(data.PMessageIdName), vk.CStringAt(data.PMessage))
 			l.mu.Lock()
 			l.msgs = append(l.msgs, msg)
 			l.mu.Unlock()
@@ -54,11 +56,11 @@ func messengerCallback() uintptr {
 
 func severityName(s uint32) string {
 	switch {
-	case s&debugSeverityError != 0:
+	case s&vk.DebugSeverityError != 0:
 		return "error"
-	case s&debugSeverityWarning != 0:
+	case s&vk.DebugSeverityWarning != 0:
 		return "warning"
-	case s&debugSeverityInfo != 0:
+	case s&vk.DebugSeverityInfo != 0:
 		return "info"
 	}
 	return "verbose"
@@ -73,11 +75,11 @@ func newValidationLog() *validationLog {
 // createInfo is the messenger's create info: warnings and errors of the
 // general, validation and performance kinds. Performance warnings count:
 // the backend should not trip them either.
-func (l *validationLog) createInfo() *vkDebugUtilsMessengerCreateInfoEXT {
-	return &vkDebugUtilsMessengerCreateInfoEXT{
-		SType:           stDebugUtilsMessengerCreateInfoEXT,
-		MessageSeverity: debugSeverityWarning | debugSeverityError,
-		MessageType:     debugTypeGeneral | debugTypeValidation | debugTypePerformance,
+func (l *validationLog) createInfo() *vk.DebugUtilsMessengerCreateInfoEXT {
+	return &vk.DebugUtilsMessengerCreateInfoEXT{
+		SType:           vk.StDebugUtilsMessengerCreateInfoEXT,
+		MessageSeverity: vk.DebugSeverityWarning | vk.DebugSeverityError,
+		MessageType:     vk.DebugTypeGeneral | vk.DebugTypeValidation | vk.DebugTypePerformance,
 		PfnUserCallback: messengerCallback(),
 		PUserData:       l.id,
 	}
@@ -89,13 +91,13 @@ func (l *validationLog) attach(inst *instance) error {
 		return fmt.Errorf("%w: the loader gives no vkCreateDebugUtilsMessengerEXT", ErrUnsupported)
 	}
 	ci := l.createInfo()
-	return check("vkCreateDebugUtilsMessengerEXT", call(inst.fn.CreateDebugUtilsMessengerEXT, inst.h,
+	return check("vkCreateDebugUtilsMessengerEXT", vk.Call(inst.fn.CreateDebugUtilsMessengerEXT, inst.h,
 		uintptr(unsafe.Pointer(ci)), 0, uintptr(unsafe.Pointer(&l.messenger))))
 }
 
 func (l *validationLog) detach(inst *instance) {
 	if l.messenger != 0 && inst.fn.DestroyDebugUtilsMessengerEXT != 0 {
-		call(inst.fn.DestroyDebugUtilsMessengerEXT, inst.h, uintptr(l.messenger), 0)
+		vk.Call(inst.fn.DestroyDebugUtilsMessengerEXT, inst.h, uintptr(l.messenger), 0)
 		l.messenger = 0
 	}
 }

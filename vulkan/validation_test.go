@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
+	"github.com/gpumem/gpumem/vulkan/internal/vk"
 )
 
 // The messenger sees what the layer reports: a buffer of size 0 breaks
@@ -27,11 +28,11 @@ func TestValidationMessagesReachTheBackend(t *testing.T) {
 		t.Fatalf("messages before any misuse: %v", m)
 	}
 	d := b.dev
-	bci := &vkBufferCreateInfo{SType: stBufferCreateInfo, Size: 0, Usage: bufferUsageStorage}
+	bci := &vk.BufferCreateInfo{SType: vk.StBufferCreateInfo, Size: 0, Usage: vk.BufferUsageStorage}
 	var buf uint64
-	call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&buf)))
+	vk.Call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&buf)))
 	if buf != 0 {
-		call(d.fn.DestroyBuffer, d.h, uintptr(buf), 0)
+		vk.Call(d.fn.DestroyBuffer, d.h, uintptr(buf), 0)
 	}
 	msgs := b.ValidationMessages()
 	if len(msgs) == 0 || !strings.Contains(strings.Join(msgs, "\n"), "00912") {
@@ -51,9 +52,9 @@ func TestALeakedObjectIsReportedAtClose(t *testing.T) {
 		t.Skipf("no validated Vulkan device: %v", err)
 	}
 	d := b.dev
-	bci := &vkBufferCreateInfo{SType: stBufferCreateInfo, Size: 4096, Usage: bufferUsageStorage}
+	bci := &vk.BufferCreateInfo{SType: vk.StBufferCreateInfo, Size: 4096, Usage: vk.BufferUsageStorage}
 	var buf uint64
-	if err := check("vkCreateBuffer", call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&buf)))); err != nil {
+	if err := check("vkCreateBuffer", vk.Call(d.fn.CreateBuffer, d.h, uintptr(unsafe.Pointer(bci)), 0, uintptr(unsafe.Pointer(&buf)))); err != nil {
 		t.Fatal(err)
 	}
 	if m := b.ValidationMessages(); len(m) != 0 {
@@ -88,9 +89,9 @@ func TestDeviceLostPoisonsTheBackend(t *testing.T) {
 	if _, err := st.Alloc(4096); err != nil {
 		t.Fatal(err)
 	}
-	lost := &Error{Op: "vkQueueSubmit", Code: vkErrDeviceLost}
+	lost := &Error{Op: "vkQueueSubmit", Code: vk.ErrorDeviceLost}
 	b.notePoison(lost)
-	b.notePoison(&Error{Op: "vkWaitSemaphores", Code: vkErrDeviceLost}) // the first is kept
+	b.notePoison(&Error{Op: "vkWaitSemaphores", Code: vk.ErrorDeviceLost}) // the first is kept
 	if got := b.Poisoned(); got != lost {
 		t.Fatalf("Poisoned = %v, want the first loss", got)
 	}

@@ -19,13 +19,13 @@ func cudaInfo() string {
 		return fmt.Sprintf("%-5s driver found, but device 0 does not open: %v", "cuda", err)
 	}
 	defer b.Close()
-	c := b.Context()
+	c := b.Info()
 	p := b.Properties()
 	pages := "whole pages"
 	if g := b.Granule(); g > 0 {
 		pages = "granular pages (" + pool.Bytes(g).String() + " granules)"
 	}
-	v := c.DriverVersion()
+	v := c.DriverVersion
 	return fmt.Sprintf("%-5s available: %s, %s memory, CUDA driver %d.%d; alignment %d B, max page %s, capacity %s, %s",
-		"cuda", c.Name(), pool.Bytes(c.TotalMem()), v/1000, v%1000/10, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory), pages)
+		"cuda", c.Name, pool.Bytes(c.TotalMem), v/1000, v%1000/10, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory), pages)
 }

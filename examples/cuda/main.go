@@ -89,9 +89,9 @@ func run(dev *gpumem.Device, w io.Writer, launches int) error {
 	if !ok {
 		return fmt.Errorf("device runs on the %s backend, not cuda", dev.Backend().Name())
 	}
-	c := be.Context()
-	fmt.Fprintf(w, "device %d: %s, CUDA driver %d.%d\n", c.Ordinal(), c.Name(), c.DriverVersion()/1000, c.DriverVersion()%1000/10)
-	m, err := c.LoadModule(kernelsPTX)
+	info := be.Info()
+	fmt.Fprintf(w, "device %d: %s, CUDA driver %d.%d\n", info.Ordinal, info.Name, info.DriverVersion/1000, info.DriverVersion%1000/10)
+	m, err := be.LoadModule(kernelsPTX)
 	if err != nil {
 		return err // a *cuda.JITError carries ptxas's log
 	}

@@ -6,11 +6,12 @@
 //     until an Alloc is refused. The refusal must be gpumem.ErrOutOfMemory;
 //     it says whether the budget (the device's capacity as gpumem counts
 //     it) or the driver refused first.
-//   - driver: the same after another holder (a raw cuMemAlloc on the same
-//     device for cuda; a second Vulkan backend's buffers, allocated after
-//     this one read its heap budget, for vulkan) took a quarter of the free
-//     memory, so the budget still has room when the memory runs out: the
-//     refusal must be the driver's own (CUDA_ERROR_OUT_OF_MEMORY,
+//   - driver: the same after another holder (a second device on the same
+//     GPU, whose buffers the first device's budget does not see, for cuda; a
+//     second Vulkan backend's buffers, allocated after this one read its
+//     heap budget, for vulkan) took a quarter of the free memory, so the
+//     budget still has room when the memory runs out: the refusal must be
+//     the driver's own (CUDA_ERROR_OUT_OF_MEMORY,
 //     VK_ERROR_OUT_OF_DEVICE_MEMORY) reaching the user as ErrOutOfMemory.
 //     Skipped on a CPU Vulkan device: lavapipe hands out past its heap
 //     (vulkan.TestLavapipeRefusesOnlyWhatTheHostCannotGive).
@@ -217,13 +218,14 @@ func checkCUDA() error {
 		return err
 	}
 	defer d.Close()
-	c := d.Backend().(*cuda.Backend).Context()
-	capacity := d.Backend().Properties().MaxMemory
-	freeMem, total, err := c.MemGetInfo()
+	b := d.Backend().(*cuda.Backend)
+	info := b.Info()
+	capacity := b.Properties().MaxMemory
+	freeMem, total, err := b.MemInfo()
 	if err != nil {
 		return err
 	}
-	fmt.Printf("device: %s, %d bytes, %d free, driver %d\n", c.Name(), total, freeMem, c.DriverVersion())
+	fmt.Printf("device: %s, %d bytes, %d free, driver %d\n", info.Name, total, freeMem, info.DriverVersion)
 	figure("device_bytes", total)
 	figure("free_bytes", freeMem)
 	chunk := chunkFor(capacity)
@@ -235,26 +237,41 @@ func checkCUDA() error {
 		return fmt.Errorf("fill: %d bytes on a device of %d without a refusal", fillLimit(capacity), capacity)
 	}
 
-	// The driver's own refusal: a raw allocation of a quarter of the free
-	// memory, which the budget does not see, so it runs out first.
-	if freeMem, _, err = c.MemGetInfo(); err != nil {
+	// The driver's own refusal: a second device on the same GPU (the same
+	// primary context) holds a quarter of the free memory in whole pages,
+	// which the first device's budget does not see, so the driver runs
+	// out first.
+	if freeMem, _, err = b.MemInfo(); err != nil {
 		return err
 	}
-	squat := freeMem / 4 >> 20 << 20
-	p, err := c.Alloc(squat)
+	d2, err := cuda.OpenDevice(cuda.Options{Device: info.Ordinal}, gpumem.WithPageGranular(false))
 	if err != nil {
-		return fmt.Errorf("driver: the raw cuMemAlloc of %d bytes beside the device: %w", squat, err)
+		return fmt.Errorf("driver: a second device on the GPU: %w", err)
+	}
+	var squat uint64
+	var held2 []*gpumem.Buffer
+	for squat+chunk <= freeMem/4 {
+		buf, err := d2.DefaultStream().Alloc(context.Background(), chunk)
+		if err != nil {
+			d2.Close()
+			return fmt.Errorf("driver: the second device's buffer after %d bytes: %w", squat, err)
+		}
+		held2 = append(held2, buf)
+		squat += chunk
 	}
 	figure("driver_squatter_bytes", squat)
 	who, err = fill(d, chunk, fillLimit(capacity), "driver", classifyCUDA)
-	if ferr := c.Free(p); ferr != nil && err == nil {
-		err = ferr
+	for _, buf := range held2 {
+		buf.Free()
+	}
+	if cerr := d2.Close(); cerr != nil && err == nil {
+		err = cerr
 	}
 	if err != nil {
 		return err
 	}
 	if who != "driver" {
-		return fmt.Errorf("driver: with %d bytes held outside the budget the refusal came from the %q, want the driver's", squat, who)
+		return fmt.Errorf("driver: with %d bytes held by a second device the refusal came from the %q, want the driver's", squat, who)
 	}
 	return nil
 }

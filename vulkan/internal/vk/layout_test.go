@@ -1,4 +1,4 @@
-package vulkan
+package vk
 
 import (
 	"bufio"
@@ -14,26 +14,26 @@ import (
 
 // mirrored lists every Go mirror of a vulkan_core.h structure (structs.go).
 var mirrored = []any{
-	vkApplicationInfo{}, vkInstanceCreateInfo{}, vkExtensionProperties{}, vkLayerProperties{},
-	vkPhysicalDeviceLimits{}, vkPhysicalDeviceSparseProperties{}, vkPhysicalDeviceProperties{},
-	vkMemoryType{}, vkMemoryHeap{}, vkPhysicalDeviceMemoryProperties{}, vkPhysicalDeviceMemoryProperties2{},
-	vkPhysicalDeviceMemoryBudgetPropertiesEXT{}, vkExtent3D{}, vkQueueFamilyProperties{},
-	vkDeviceQueueCreateInfo{}, vkDeviceCreateInfo{}, vkPhysicalDeviceFeatures{}, vkPhysicalDeviceFeatures2{},
-	vkPhysicalDeviceTimelineSemaphoreFeatures{}, vkPhysicalDeviceBufferDeviceAddressFeatures{},
-	vkBufferCreateInfo{}, vkMemoryRequirements{}, vkMemoryAllocateInfo{}, vkMemoryAllocateFlagsInfo{},
-	vkBufferDeviceAddressInfo{}, vkMappedMemoryRange{}, vkSemaphoreCreateInfo{}, vkSemaphoreTypeCreateInfo{},
-	vkTimelineSemaphoreSubmitInfo{}, vkSubmitInfo{}, vkSemaphoreWaitInfo{}, vkCommandPoolCreateInfo{},
-	vkCommandBufferAllocateInfo{}, vkCommandBufferBeginInfo{}, vkBufferCopy{}, vkMemoryBarrier{},
-	vkShaderModuleCreateInfo{}, vkDescriptorSetLayoutBinding{}, vkDescriptorSetLayoutCreateInfo{},
-	vkPushConstantRange{}, vkPipelineLayoutCreateInfo{}, vkPipelineShaderStageCreateInfo{},
-	vkComputePipelineCreateInfo{}, vkDescriptorPoolSize{}, vkDescriptorPoolCreateInfo{},
-	vkDescriptorSetAllocateInfo{}, vkDescriptorBufferInfo{}, vkWriteDescriptorSet{},
-	vkDebugUtilsMessengerCreateInfoEXT{}, vkDebugUtilsMessengerCallbackDataEXT{},
-	vkPhysicalDeviceProperties2{}, vkPhysicalDeviceMaintenance3Properties{}, vkSemaphoreSignalInfo{},
+	ApplicationInfo{}, InstanceCreateInfo{}, ExtensionProperties{}, LayerProperties{},
+	PhysicalDeviceLimits{}, PhysicalDeviceSparseProperties{}, PhysicalDeviceProperties{},
+	MemoryType{}, MemoryHeap{}, PhysicalDeviceMemoryProperties{}, PhysicalDeviceMemoryProperties2{},
+	PhysicalDeviceMemoryBudgetPropertiesEXT{}, Extent3D{}, QueueFamilyProperties{},
+	DeviceQueueCreateInfo{}, DeviceCreateInfo{}, PhysicalDeviceFeatures{}, PhysicalDeviceFeatures2{},
+	PhysicalDeviceTimelineSemaphoreFeatures{}, PhysicalDeviceBufferDeviceAddressFeatures{},
+	BufferCreateInfo{}, MemoryRequirements{}, MemoryAllocateInfo{}, MemoryAllocateFlagsInfo{},
+	BufferDeviceAddressInfo{}, MappedMemoryRange{}, SemaphoreCreateInfo{}, SemaphoreTypeCreateInfo{},
+	TimelineSemaphoreSubmitInfo{}, SubmitInfo{}, SemaphoreWaitInfo{}, CommandPoolCreateInfo{},
+	CommandBufferAllocateInfo{}, CommandBufferBeginInfo{}, BufferCopy{}, MemoryBarrier{},
+	ShaderModuleCreateInfo{}, DescriptorSetLayoutBinding{}, DescriptorSetLayoutCreateInfo{},
+	PushConstantRange{}, PipelineLayoutCreateInfo{}, PipelineShaderStageCreateInfo{},
+	ComputePipelineCreateInfo{}, DescriptorPoolSize{}, DescriptorPoolCreateInfo{},
+	DescriptorSetAllocateInfo{}, DescriptorBufferInfo{}, WriteDescriptorSet{},
+	DebugUtilsMessengerCreateInfoEXT{}, DebugUtilsMessengerCallbackDataEXT{},
+	PhysicalDeviceProperties2{}, PhysicalDeviceMaintenance3Properties{}, SemaphoreSignalInfo{},
 }
 
-// cName maps a mirror's Go name back to C: vkFoo -> VkFoo, Field -> field.
-func cName(s string) string  { return strings.ToUpper(s[:1]) + s[1:] }
+// cName maps a mirror's Go name back to C: Foo -> VkFoo, Field -> field.
+func cName(s string) string  { return "Vk" + s }
 func cField(s string) string { return strings.ToLower(s[:1]) + s[1:] }
 
 // TestStructLayoutsMatchTheHeader builds a C program from the mirrors'

@@ -1,4 +1,4 @@
-package drvkit
+package backendkit
 
 import (
 	"errors"
@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/storage"
-	"github.com/gpumem/gpumem/stream"
 )
 
 func TestPoisonKeepsTheFirstDeviceFaultOnly(t *testing.T) {
@@ -22,17 +21,5 @@ func TestPoisonKeepsTheFirstDeviceFaultOnly(t *testing.T) {
 	p.Note(fmt.Errorf("lost again: %w", storage.ErrDevicePoisoned))
 	if p.Err() != first {
 		t.Fatalf("Err = %v, want the first fault %v", p.Err(), first)
-	}
-}
-
-type fakeQueue struct{ stream.Queue }
-
-func TestNilQueueSeesTypedNils(t *testing.T) {
-	var typed *fakeQueue
-	if !NilQueue(nil) || !NilQueue(typed) {
-		t.Fatal("a nil or typed-nil queue is not nil")
-	}
-	if NilQueue(&fakeQueue{}) {
-		t.Fatal("a queue is nil")
 	}
 }

@@ -1,6 +1,6 @@
-// Go mirrors of the vulkan_core.h structures this package passes to the
-// driver. Each type is named as its C structure with a lower-case v (so
-// vkBufferCreateInfo mirrors VkBufferCreateInfo) and each field as the C
+// Go mirrors of the vulkan_core.h structures package vulkan passes to the
+// driver. Each type is named as its C structure without the Vk (so
+// BufferCreateInfo mirrors VkBufferCreateInfo) and each field as the C
 // field with its first letter upper-cased; layout_test.go builds a C
 // program from exactly these names and compares every size and offset with
 // the header's. Dispatchable handles are uintptr (pointers in C),
@@ -8,11 +8,11 @@
 // unsafe.Pointer, so the Go compiler lays the fields out as a C compiler
 // does on every 64-bit platform purego supports.
 
-package vulkan
+package vk
 
 import "unsafe"
 
-type vkApplicationInfo struct {
+type ApplicationInfo struct {
 	SType              int32
 	PNext              unsafe.Pointer
 	PApplicationName   unsafe.Pointer
@@ -22,7 +22,7 @@ type vkApplicationInfo struct {
 	ApiVersion         uint32
 }
 
-type vkInstanceCreateInfo struct {
+type InstanceCreateInfo struct {
 	SType                   int32
 	PNext                   unsafe.Pointer
 	Flags                   uint32
@@ -33,19 +33,19 @@ type vkInstanceCreateInfo struct {
 	PpEnabledExtensionNames unsafe.Pointer
 }
 
-type vkExtensionProperties struct {
+type ExtensionProperties struct {
 	ExtensionName [256]byte
 	SpecVersion   uint32
 }
 
-type vkLayerProperties struct {
+type LayerProperties struct {
 	LayerName             [256]byte
 	SpecVersion           uint32
 	ImplementationVersion uint32
 	Description           [256]byte
 }
 
-type vkPhysicalDeviceLimits struct {
+type PhysicalDeviceLimits struct {
 	MaxImageDimension1D                             uint32
 	MaxImageDimension2D                             uint32
 	MaxImageDimension3D                             uint32
@@ -154,7 +154,7 @@ type vkPhysicalDeviceLimits struct {
 	NonCoherentAtomSize                             uint64
 }
 
-type vkPhysicalDeviceSparseProperties struct {
+type PhysicalDeviceSparseProperties struct {
 	ResidencyStandard2DBlockShape            uint32
 	ResidencyStandard2DMultisampleBlockShape uint32
 	ResidencyStandard3DBlockShape            uint32
@@ -162,7 +162,7 @@ type vkPhysicalDeviceSparseProperties struct {
 	ResidencyNonResidentStrict               uint32
 }
 
-type vkPhysicalDeviceProperties struct {
+type PhysicalDeviceProperties struct {
 	ApiVersion        uint32
 	DriverVersion     uint32
 	VendorID          uint32
@@ -170,54 +170,54 @@ type vkPhysicalDeviceProperties struct {
 	DeviceType        int32
 	DeviceName        [256]byte
 	PipelineCacheUUID [16]uint8
-	Limits            vkPhysicalDeviceLimits
-	SparseProperties  vkPhysicalDeviceSparseProperties
+	Limits            PhysicalDeviceLimits
+	SparseProperties  PhysicalDeviceSparseProperties
 }
 
-type vkMemoryType struct {
+type MemoryType struct {
 	PropertyFlags uint32
 	HeapIndex     uint32
 }
 
-type vkMemoryHeap struct {
+type MemoryHeap struct {
 	Size  uint64
 	Flags uint32
 }
 
-type vkPhysicalDeviceMemoryProperties struct {
+type PhysicalDeviceMemoryProperties struct {
 	MemoryTypeCount uint32
-	MemoryTypes     [32]vkMemoryType
+	MemoryTypes     [32]MemoryType
 	MemoryHeapCount uint32
-	MemoryHeaps     [16]vkMemoryHeap
+	MemoryHeaps     [16]MemoryHeap
 }
 
-type vkPhysicalDeviceMemoryProperties2 struct {
+type PhysicalDeviceMemoryProperties2 struct {
 	SType            int32
 	PNext            unsafe.Pointer
-	MemoryProperties vkPhysicalDeviceMemoryProperties
+	MemoryProperties PhysicalDeviceMemoryProperties
 }
 
-type vkPhysicalDeviceMemoryBudgetPropertiesEXT struct {
+type PhysicalDeviceMemoryBudgetPropertiesEXT struct {
 	SType      int32
 	PNext      unsafe.Pointer
 	HeapBudget [16]uint64
 	HeapUsage  [16]uint64
 }
 
-type vkExtent3D struct {
+type Extent3D struct {
 	Width  uint32
 	Height uint32
 	Depth  uint32
 }
 
-type vkQueueFamilyProperties struct {
+type QueueFamilyProperties struct {
 	QueueFlags                  uint32
 	QueueCount                  uint32
 	TimestampValidBits          uint32
-	MinImageTransferGranularity vkExtent3D
+	MinImageTransferGranularity Extent3D
 }
 
-type vkDeviceQueueCreateInfo struct {
+type DeviceQueueCreateInfo struct {
 	SType            int32
 	PNext            unsafe.Pointer
 	Flags            uint32
@@ -226,7 +226,7 @@ type vkDeviceQueueCreateInfo struct {
 	PQueuePriorities unsafe.Pointer
 }
 
-type vkDeviceCreateInfo struct {
+type DeviceCreateInfo struct {
 	SType                   int32
 	PNext                   unsafe.Pointer
 	Flags                   uint32
@@ -239,7 +239,7 @@ type vkDeviceCreateInfo struct {
 	PEnabledFeatures        unsafe.Pointer
 }
 
-type vkPhysicalDeviceFeatures struct {
+type PhysicalDeviceFeatures struct {
 	RobustBufferAccess                      uint32
 	FullDrawIndexUint32                     uint32
 	ImageCubeArray                          uint32
@@ -297,19 +297,19 @@ type vkPhysicalDeviceFeatures struct {
 	InheritedQueries                        uint32
 }
 
-type vkPhysicalDeviceFeatures2 struct {
+type PhysicalDeviceFeatures2 struct {
 	SType    int32
 	PNext    unsafe.Pointer
-	Features vkPhysicalDeviceFeatures
+	Features PhysicalDeviceFeatures
 }
 
-type vkPhysicalDeviceTimelineSemaphoreFeatures struct {
+type PhysicalDeviceTimelineSemaphoreFeatures struct {
 	SType             int32
 	PNext             unsafe.Pointer
 	TimelineSemaphore uint32
 }
 
-type vkPhysicalDeviceBufferDeviceAddressFeatures struct {
+type PhysicalDeviceBufferDeviceAddressFeatures struct {
 	SType                            int32
 	PNext                            unsafe.Pointer
 	BufferDeviceAddress              uint32
@@ -317,7 +317,7 @@ type vkPhysicalDeviceBufferDeviceAddressFeatures struct {
 	BufferDeviceAddressMultiDevice   uint32
 }
 
-type vkBufferCreateInfo struct {
+type BufferCreateInfo struct {
 	SType                 int32
 	PNext                 unsafe.Pointer
 	Flags                 uint32
@@ -328,33 +328,33 @@ type vkBufferCreateInfo struct {
 	PQueueFamilyIndices   unsafe.Pointer
 }
 
-type vkMemoryRequirements struct {
+type MemoryRequirements struct {
 	Size           uint64
 	Alignment      uint64
 	MemoryTypeBits uint32
 }
 
-type vkMemoryAllocateInfo struct {
+type MemoryAllocateInfo struct {
 	SType           int32
 	PNext           unsafe.Pointer
 	AllocationSize  uint64
 	MemoryTypeIndex uint32
 }
 
-type vkMemoryAllocateFlagsInfo struct {
+type MemoryAllocateFlagsInfo struct {
 	SType      int32
 	PNext      unsafe.Pointer
 	Flags      uint32
 	DeviceMask uint32
 }
 
-type vkBufferDeviceAddressInfo struct {
+type BufferDeviceAddressInfo struct {
 	SType  int32
 	PNext  unsafe.Pointer
 	Buffer uint64
 }
 
-type vkMappedMemoryRange struct {
+type MappedMemoryRange struct {
 	SType  int32
 	PNext  unsafe.Pointer
 	Memory uint64
@@ -362,20 +362,20 @@ type vkMappedMemoryRange struct {
 	Size   uint64
 }
 
-type vkSemaphoreCreateInfo struct {
+type SemaphoreCreateInfo struct {
 	SType int32
 	PNext unsafe.Pointer
 	Flags uint32
 }
 
-type vkSemaphoreTypeCreateInfo struct {
+type SemaphoreTypeCreateInfo struct {
 	SType         int32
 	PNext         unsafe.Pointer
 	SemaphoreType int32
 	InitialValue  uint64
 }
 
-type vkTimelineSemaphoreSubmitInfo struct {
+type TimelineSemaphoreSubmitInfo struct {
 	SType                     int32
 	PNext                     unsafe.Pointer
 	WaitSemaphoreValueCount   uint32
@@ -384,7 +384,7 @@ type vkTimelineSemaphoreSubmitInfo struct {
 	PSignalSemaphoreValues    unsafe.Pointer
 }
 
-type vkSubmitInfo struct {
+type SubmitInfo struct {
 	SType                int32
 	PNext                unsafe.Pointer
 	WaitSemaphoreCount   uint32
@@ -396,7 +396,7 @@ type vkSubmitInfo struct {
 	PSignalSemaphores    unsafe.Pointer
 }
 
-type vkSemaphoreWaitInfo struct {
+type SemaphoreWaitInfo struct {
 	SType          int32
 	PNext          unsafe.Pointer
 	Flags          uint32
@@ -405,14 +405,14 @@ type vkSemaphoreWaitInfo struct {
 	PValues        unsafe.Pointer
 }
 
-type vkCommandPoolCreateInfo struct {
+type CommandPoolCreateInfo struct {
 	SType            int32
 	PNext            unsafe.Pointer
 	Flags            uint32
 	QueueFamilyIndex uint32
 }
 
-type vkCommandBufferAllocateInfo struct {
+type CommandBufferAllocateInfo struct {
 	SType              int32
 	PNext              unsafe.Pointer
 	CommandPool        uint64
@@ -420,27 +420,27 @@ type vkCommandBufferAllocateInfo struct {
 	CommandBufferCount uint32
 }
 
-type vkCommandBufferBeginInfo struct {
+type CommandBufferBeginInfo struct {
 	SType            int32
 	PNext            unsafe.Pointer
 	Flags            uint32
 	PInheritanceInfo unsafe.Pointer
 }
 
-type vkBufferCopy struct {
+type BufferCopy struct {
 	SrcOffset uint64
 	DstOffset uint64
 	Size      uint64
 }
 
-type vkMemoryBarrier struct {
+type MemoryBarrier struct {
 	SType         int32
 	PNext         unsafe.Pointer
 	SrcAccessMask uint32
 	DstAccessMask uint32
 }
 
-type vkShaderModuleCreateInfo struct {
+type ShaderModuleCreateInfo struct {
 	SType    int32
 	PNext    unsafe.Pointer
 	Flags    uint32
@@ -448,7 +448,7 @@ type vkShaderModuleCreateInfo struct {
 	PCode    unsafe.Pointer
 }
 
-type vkDescriptorSetLayoutBinding struct {
+type DescriptorSetLayoutBinding struct {
 	Binding            uint32
 	DescriptorType     int32
 	DescriptorCount    uint32
@@ -456,7 +456,7 @@ type vkDescriptorSetLayoutBinding struct {
 	PImmutableSamplers unsafe.Pointer
 }
 
-type vkDescriptorSetLayoutCreateInfo struct {
+type DescriptorSetLayoutCreateInfo struct {
 	SType        int32
 	PNext        unsafe.Pointer
 	Flags        uint32
@@ -464,13 +464,13 @@ type vkDescriptorSetLayoutCreateInfo struct {
 	PBindings    unsafe.Pointer
 }
 
-type vkPushConstantRange struct {
+type PushConstantRange struct {
 	StageFlags uint32
 	Offset     uint32
 	Size       uint32
 }
 
-type vkPipelineLayoutCreateInfo struct {
+type PipelineLayoutCreateInfo struct {
 	SType                  int32
 	PNext                  unsafe.Pointer
 	Flags                  uint32
@@ -480,7 +480,7 @@ type vkPipelineLayoutCreateInfo struct {
 	PPushConstantRanges    unsafe.Pointer
 }
 
-type vkPipelineShaderStageCreateInfo struct {
+type PipelineShaderStageCreateInfo struct {
 	SType               int32
 	PNext               unsafe.Pointer
 	Flags               uint32
@@ -490,22 +490,22 @@ type vkPipelineShaderStageCreateInfo struct {
 	PSpecializationInfo unsafe.Pointer
 }
 
-type vkComputePipelineCreateInfo struct {
+type ComputePipelineCreateInfo struct {
 	SType              int32
 	PNext              unsafe.Pointer
 	Flags              uint32
-	Stage              vkPipelineShaderStageCreateInfo
+	Stage              PipelineShaderStageCreateInfo
 	Layout             uint64
 	BasePipelineHandle uint64
 	BasePipelineIndex  int32
 }
 
-type vkDescriptorPoolSize struct {
+type DescriptorPoolSize struct {
 	Type            int32
 	DescriptorCount uint32
 }
 
-type vkDescriptorPoolCreateInfo struct {
+type DescriptorPoolCreateInfo struct {
 	SType         int32
 	PNext         unsafe.Pointer
 	Flags         uint32
@@ -514,7 +514,7 @@ type vkDescriptorPoolCreateInfo struct {
 	PPoolSizes    unsafe.Pointer
 }
 
-type vkDescriptorSetAllocateInfo struct {
+type DescriptorSetAllocateInfo struct {
 	SType              int32
 	PNext              unsafe.Pointer
 	DescriptorPool     uint64
@@ -522,13 +522,13 @@ type vkDescriptorSetAllocateInfo struct {
 	PSetLayouts        unsafe.Pointer
 }
 
-type vkDescriptorBufferInfo struct {
+type DescriptorBufferInfo struct {
 	Buffer uint64
 	Offset uint64
 	Range  uint64
 }
 
-type vkWriteDescriptorSet struct {
+type WriteDescriptorSet struct {
 	SType            int32
 	PNext            unsafe.Pointer
 	DstSet           uint64
@@ -541,7 +541,7 @@ type vkWriteDescriptorSet struct {
 	PTexelBufferView unsafe.Pointer
 }
 
-type vkDebugUtilsMessengerCreateInfoEXT struct {
+type DebugUtilsMessengerCreateInfoEXT struct {
 	SType           int32
 	PNext           unsafe.Pointer
 	Flags           uint32
@@ -551,7 +551,7 @@ type vkDebugUtilsMessengerCreateInfoEXT struct {
 	PUserData       uintptr // a key, not a pointer (validation.go)
 }
 
-type vkDebugUtilsMessengerCallbackDataEXT struct {
+type DebugUtilsMessengerCallbackDataEXT struct {
 	SType            int32
 	PNext            unsafe.Pointer
 	Flags            uint32
@@ -565,20 +565,20 @@ type vkDebugUtilsMessengerCallbackDataEXT struct {
 	ObjectCount      uint32
 	PObjects         unsafe.Pointer
 }
-type vkPhysicalDeviceProperties2 struct {
+type PhysicalDeviceProperties2 struct {
 	SType      int32
 	PNext      unsafe.Pointer
-	Properties vkPhysicalDeviceProperties
+	Properties PhysicalDeviceProperties
 }
 
-type vkPhysicalDeviceMaintenance3Properties struct {
+type PhysicalDeviceMaintenance3Properties struct {
 	SType                   int32
 	PNext                   unsafe.Pointer
 	MaxPerSetDescriptors    uint32
 	MaxMemoryAllocationSize uint64
 }
 
-type vkSemaphoreSignalInfo struct {
+type SemaphoreSignalInfo struct {
 	SType     int32
 	PNext     unsafe.Pointer
 	Semaphore uint64
