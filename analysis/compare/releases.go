@@ -177,3 +177,21 @@ func (p *PyTorch) writeReleases(b *strings.Builder) {
 		fmt.Fprintf(b, "  the recording ran at a capacity of %s, from %s; %s\n", pool.Bytes(c.Bytes), c.From, bounds)
 	}
 }
+
+// ReleaseLines are the lines a report writes of a snapshot's cache
+// releases and recorded capacity (writeReleases), unindented, for a
+// command that reports on a snapshot without replaying it (convert).
+func ReleaseLines(s *trace.Snapshot) []string {
+	p := &PyTorch{WrittenBy: s.WrittenBy}
+	p.Releases, p.ReleaseAssumptions = releasesOf(s)
+	p.RecordedCapacity = recordedCapacityOf(s)
+	var b strings.Builder
+	p.writeReleases(&b)
+	var out []string
+	for _, l := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
