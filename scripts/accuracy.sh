@@ -3,8 +3,9 @@
 # PyTorch snapshots. Every file is replayed (gpumem replay -json, every
 # device with data); for each device whose trace holds allocations the
 # model's peak reserve, replayed as the recording ran (its settings, its
-# addresses), is set against PyTorch's recorded peak; the table gives each
-# one's error and the median and worst. A device whose trace holds no
+# addresses, its cache releases, the capacity it shows), is set against
+# PyTorch's recorded peak; the table gives each one's error and the median
+# and worst. A device whose trace holds no
 # allocation gets no percentage, only what PyTorch held at the dump.
 #
 #   scripts/accuracy.sh ../shared/traces docs/results/accuracy.md
@@ -55,13 +56,24 @@ for i in range(1, n + 1):
             continue
         e = p["model_error"]
         errors.append(e)
-        rows.append(f"| {label} | {gib(rep.get('peak_live_bytes', 0))} | {gib(p['peak_reserved_bytes'])} | {gib(p['model_peak_reserved_bytes'])} | {100 * e:+.2f} % | |")
+        notes = []
+        runs = {r["kind"]: r["runs"] for r in p.get("releases") or []}
+        if runs.get("empty_cache"):
+            notes.append(f"{runs['empty_cache']} empty_cache replayed")
+        if p.get("model_capacity_bytes"):
+            c = p.get("recorded_capacity") or {}
+            src = "an oom entry" if str(c.get("from", "")).startswith("oom entry") else "an out-of-memory retry"
+            notes.append(f"at the recorded capacity, {gib(p['model_capacity_bytes'])} ({src})")
+        if p.get("model_failed_allocs"):
+            notes.append(f"{p['model_failed_allocs']} allocations failed there")
+        rows.append(f"| {label} | {gib(rep.get('peak_live_bytes', 0))} | {gib(p['peak_reserved_bytes'])} | {gib(p['model_peak_reserved_bytes'])} | {100 * e:+.2f} % | {'; '.join(notes)} |")
 print(f"# The torch model's accuracy on real snapshots\n")
 print(f"Generated {day} at {commit} by `scripts/accuracy.sh` (`gpumem replay -json -no-search -policies torch` on each file, every")
 print("device with data). The model replays each trace as the recording ran: the allocator settings the snapshot recorded")
-print("(PyTorch's defaults when none), its segments at the recorded addresses, unlimited capacity. Error: the model's peak")
-print("reserve against PyTorch's recorded peak from the trace's first allocation on, signed (positive: the model reserves")
-print("more).\n")
+print("(PyTorch's defaults when none), its segments at the recorded addresses, the program's cache releases (empty_cache) as")
+print("cleanups where it made them, at the capacity the trace shows (an oom entry's free bytes, an out-of-memory retry) or")
+print("else unlimited. Error: the model's peak reserve against PyTorch's recorded peak from the trace's first allocation on,")
+print("signed (positive: the model reserves more).\n")
 print("| snapshot | peak live | PyTorch's peak reserve | the model's | error | note |")
 print("|---|---|---|---|---|---|")
 for r in rows:

@@ -159,6 +159,7 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 			o := opts
 			o.Policies = []string{p}
 			o.Frames = 0 // read once, for all of them, below
+			o.noAddressDependence = true
 			if opts.Progress != nil {
 				o.Progress = func(policy, step string, done, total int) {
 					progressMu.Lock()

@@ -176,6 +176,11 @@ type Options struct {
 	// snapshot gets (FailingAllocation.Frames), read through
 	// Source.Frames after the replays; 0: none.
 	Frames int
+
+	// noAddressDependence skips the torch policies' second search under
+	// the other address convention (PolicyResult.Addresses): advise's
+	// grid, whose report does not show it, runs a search per setting.
+	noAddressDependence bool
 }
 
 // deviceOptions are the Options fields that choose how a policy's device
@@ -189,6 +194,9 @@ type deviceOptions struct {
 	torchBase torch.Settings
 	// torchRecorded is the snapshot's segment per event (Source.TorchRecorded).
 	torchRecorded []torch.RecordedSegment
+	// torchAddresses is where the torch model puts segments torchRecorded
+	// does not place (addresses.go).
+	torchAddresses torch.AddressConvention
 }
 
 func (o Options) device() deviceOptions {
@@ -253,6 +261,11 @@ type PolicyResult struct {
 	// MinCapacitySlowPath is what fitting the smallest capacity cost
 	// (slow_path.go); Verdict.SlowPath is the same at Options.Capacity.
 	MinCapacitySlowPath *SlowPath `json:"min_capacity_slow_path,omitempty"`
+	// Addresses is, for a torch policy, how much its smallest capacity
+	// depends on the addresses the model invents for segments no
+	// recording places (addresses.go); absent when it invented none there,
+	// when no smallest capacity was found, and in advise's grid.
+	Addresses *AddressDependence `json:"address_convention,omitempty"`
 }
 
 // Comparison is Run's result.
@@ -449,11 +462,14 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 	if src.PyTorch != nil && src.PyTorch.FirstAllocEvent >= 0 {
 		// The model's accuracy, as the recording ran: the torch row with
 		// the recorded settings when one ran, else one replay of the model.
+		// At the capacity the recording shows, when it shows one: its
+		// out-of-memory path released cache there, and so must the model.
 		p := *src.PyTorch
 		c.PyTorch = &p
 		model, ran := uint64(0), false
+		capacity := p.modelCapacity()
 		for _, r := range c.Policies {
-			if r.TorchConf != nil && *r.TorchConf == c.baseConf {
+			if capacity == 0 && r.TorchConf != nil && *r.TorchConf == c.baseConf {
 				model, ran = r.PeakReserved, true
 				break
 			}
@@ -463,12 +479,13 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 			if src.TorchSettings != nil {
 				settings = *src.TorchSettings
 			}
-			res, err := torch.Replay(slices.Values(src.Events), torch.Config{Settings: settings, Recorded: src.TorchRecorded})
+			res, err := torch.Replay(slices.Values(src.Events), torch.Config{Capacity: capacity, Settings: settings, Recorded: src.TorchRecorded})
 			if err != nil {
 				return nil, fmt.Errorf("the torch model as recorded: %w", err)
 			}
-			model = res.PeakReserved
+			model, p.ModelFailedAllocs = res.PeakReserved, res.FailedAllocs
 		}
+		p.ModelCapacity = capacity
 		p.modelAccuracy(model)
 	}
 	if explainFits {
@@ -634,7 +651,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(events, capacity, settings, how.torchRecorded, failFast, timeline)
+		return replayTorch(events, capacity, settings, how, failFast, timeline)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -650,9 +667,10 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, recorded []torch.RecordedSegment, failFast bool, timeline int) (*replay.Report, error) {
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int) (*replay.Report, error) {
 	start := time.Now()
-	res, err := torch.Replay(slices.Values(events), torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: recorded})
+	cfg := torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: how.torchRecorded, Addresses: how.torchAddresses}
+	res, err := torch.Replay(slices.Values(events), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -695,7 +713,8 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 		// The model's state just before the failed request, with the
 		// request refused (the model is unchanged by it but for the cache
 		// it released trying).
-		at, err := torch.Replay(slices.Values(events[:f+1]), torch.Config{Capacity: capacity, Settings: settings, Recorded: recorded})
+		cfg.FailFast = false
+		at, err := torch.Replay(slices.Values(events[:f+1]), cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -806,6 +825,11 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		res.MinCapacityCompactBytesMoved = capRes.rep.CompactBytesMoved
 		res.MinCapacityCompactPagesFreed = capRes.rep.CompactPagesFreed
 		res.MinCapacitySlowPath = slowPathOf(name, capRes.rep)
+		if isTorch(name) && !opts.noAddressDependence {
+			if res.Addresses, err = addressDependence(ctx, name, events, c, capRes.capacity, rep.PeakDevice, how, progress); err != nil {
+				return PolicyResult{}, err
+			}
+		}
 	}
 	return res, nil
 }

@@ -39,15 +39,31 @@ type PyTorch struct {
 	// Inconsistent: the trace's segment entries net more than the
 	// segments hold at the dump, so the figures before the window are 0.
 	Inconsistent bool `json:"inconsistent,omitempty"`
+	// Releases are the trace's runs of cache releases by whose they were
+	// (the program's empty_cache, the allocator's out-of-memory path, its
+	// own) and what a replay does with them; ReleaseAssumptions say what
+	// was assumed of those whose frames did not say (releases.go).
+	Releases           []ReleaseSummary `json:"releases,omitempty"`
+	ReleaseAssumptions []string         `json:"release_assumptions,omitempty"`
+	// RecordedCapacity is the memory the trace shows PyTorch's allocator
+	// could reserve (an oom entry, an out-of-memory retry), nil when it
+	// shows none.
+	RecordedCapacity *RecordedCapacity `json:"recorded_capacity,omitempty"`
 	// ModelPeakReserved is the torch model's peak reserve replayed as the
 	// recording ran: the settings the snapshot recorded (PyTorch's
 	// defaults when it recorded none), its segments at the recorded
-	// addresses, unlimited capacity. ModelError is the model's error
-	// against PeakReserved, signed, as a fraction (0.01: 1 % above). Both
-	// are absent when the trace holds no allocation (FirstAllocEvent −1):
-	// a segments-only snapshot has nothing for a model to replay, and its
-	// reserve is cache no replay explains.
+	// addresses, the program's cache releases where it made them, at the
+	// recorded capacity (ModelCapacity: RecordedCapacity's bytes), else
+	// unlimited (ModelCapacity 0). ModelFailedAllocs counts the
+	// allocations the model failed there, which PyTorch served.
+	// ModelError is the model's error against PeakReserved, signed, as a
+	// fraction (0.01: 1 % above). They are absent when the trace holds no
+	// allocation (FirstAllocEvent −1): a segments-only snapshot has
+	// nothing for a model to replay, and its reserve is cache no replay
+	// explains.
 	ModelPeakReserved uint64   `json:"model_peak_reserved_bytes,omitempty"`
+	ModelCapacity     uint64   `json:"model_capacity_bytes,omitempty"`
+	ModelFailedAllocs int      `json:"model_failed_allocs,omitempty"`
 	ModelError        *float64 `json:"model_error,omitempty"`
 }
 
@@ -59,6 +75,15 @@ func (p *PyTorch) modelAccuracy(model uint64) {
 	}
 	e := (float64(model) - float64(p.PeakReserved)) / float64(p.PeakReserved)
 	p.ModelPeakReserved, p.ModelError = model, &e
+}
+
+// modelCapacity is the capacity the model replays "as the recording ran"
+// at: the recorded one, 0 (unlimited) when the trace shows none.
+func (p *PyTorch) modelCapacity() uint64 {
+	if p.RecordedCapacity == nil {
+		return 0
+	}
+	return p.RecordedCapacity.Bytes
 }
 
 // FromSnapshot is the Source for a converted PyTorch snapshot: its events,
@@ -80,6 +105,8 @@ func FromSnapshot(name string, s *trace.Snapshot) (Source, error) {
 		UnexplainedSegments:  s.UnexplainedSegments,
 		Inconsistent:         s.ReservedInconsistent,
 	}
+	p.Releases, p.ReleaseAssumptions = releasesOf(s)
+	p.RecordedCapacity = recordedCapacityOf(s)
 	src := Source{Name: name, Events: s.Events, PyTorch: p, Warnings: map[string]int{}, EventEntries: s.EventEntries, StreamHandles: s.StreamHandles}
 	src.TorchRecorded = make([]torch.RecordedSegment, len(s.Placements))
 	for i, pl := range s.Placements {

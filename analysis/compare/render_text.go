@@ -179,11 +179,19 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 	if p.Inconsistent {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
 	}
+	p.writeReleases(b)
 	// The model replayed as the recording ran, against the recording.
 	switch {
 	case p.ModelError != nil:
-		fmt.Fprintf(b, "  the torch model (%s, the recorded addresses) reserves %s at its peak: %+.2f %% against %s's recorded peak\n",
-			confName(c.baseConf), pool.Bytes(p.ModelPeakReserved), 100**p.ModelError, p.Recorder())
+		at := ""
+		if p.ModelCapacity > 0 {
+			at = ", the recorded capacity"
+		}
+		fmt.Fprintf(b, "  the torch model (%s, the recorded addresses%s) reserves %s at its peak: %+.2f %% against %s's recorded peak\n",
+			confName(c.baseConf), at, pool.Bytes(p.ModelPeakReserved), 100**p.ModelError, p.Recorder())
+		if n := p.ModelFailedAllocs; n > 0 {
+			fmt.Fprintf(b, "  at that capacity the model fails %d allocation%s that %s served\n", n, map[bool]string{true: "", false: "s"}[n == 1], p.Recorder())
+		}
 	case p.FirstAllocEvent < 0:
 		fmt.Fprintf(b, "  the trace holds no allocation: no model accuracy; %s held %s at the dump, %s of it live, the rest cache no replay explains\n",
 			p.Recorder(), pool.Bytes(p.ReservedAtDump), pool.Bytes(c.PeakLive))
@@ -282,6 +290,7 @@ func (c *Comparison) writeTorchNote(b *strings.Builder) {
 			from = " (torch's settings with expandable segments)"
 		}
 		fmt.Fprintf(b, "%s is the model of PyTorch's caching allocator with %s%s: what PyTorch itself would need for this trace.\n", p.Name, conf, from)
+		c.writeAddressNote(b, p)
 	}
 }
 

@@ -47,6 +47,8 @@ func framesRefOf(d *pyDict) framesRef {
 	switch x := v.(type) {
 	case *framesList:
 		return framesRef{seq: x.seq, n: x.n}
+	case *keptFrames: // a release's, kept by the first read
+		return framesRef{seq: x.seq, n: int32(min(len(x.items), math.MaxInt32))}
 	case *pyList:
 		return framesRef{seq: -1, n: int32(min(len(x.items), math.MaxInt32))}
 	}

@@ -151,9 +151,33 @@ func checkFuzzedSnapshot(t *testing.T, data []byte, s *Snapshot) {
 			}
 			delete(live, e.ID)
 			cur -= sz
+		case OpCleanup:
+			if e.Stream >= s.Streams {
+				t.Fatalf("event %d: cleanup of stream %d ≥ %d", i, e.Stream, s.Streams)
+			}
 		default:
 			t.Fatalf("event %d: op %v from a snapshot", i, e.Op)
 		}
+	}
+	// Every release run that became cleanups points at its first, and
+	// the cleanups are those.
+	cleanups := 0
+	for _, r := range s.Releases {
+		if r.Cleanup < 0 {
+			continue
+		}
+		if !r.Kind.Cleanup() || r.Cleanup >= len(s.Events) || s.Events[r.Cleanup].Op != OpCleanup {
+			t.Fatalf("release run %+v: cleanup event %d is not one", r, r.Cleanup)
+		}
+		for j := r.Cleanup; j < len(s.Events) && s.Events[j].Op == OpCleanup && s.EventEntries[j] == int32(r.First); j++ {
+			cleanups++
+		}
+	}
+	if cleanups != s.Counts.Cleanups {
+		t.Fatalf("%d cleanup events of release runs, %d counted", cleanups, s.Counts.Cleanups)
+	}
+	if c := s.Capacity; c.Known() && (c.Bytes < c.Low || (c.High != 0 && c.Bytes > c.High)) {
+		t.Fatalf("recorded capacity %+v outside its bounds", c)
 	}
 	if peak != s.PeakLive || cur != s.FinalLive {
 		t.Fatalf("live peak %d final %d, reported %d %d", peak, cur, s.PeakLive, s.FinalLive)

@@ -120,10 +120,17 @@ type framesList struct {
 	n, seq int32
 }
 
-// keptFrames is a frames list a second read keeps (frames.go): to the
-// decoder an elided list in every way (depth 1, appends not checked for
-// depth), except that it keeps its items.
-type keptFrames struct{ items []any }
+// keptFrames is a frames list kept with its items: one a second read asks
+// for (frames.go), or, in every read, the frames of a trace entry that
+// releases cache (segment_free, segment_unmap), which tell whose release it
+// was (releases.go). To the decoder it is an elided list in every way
+// (depth 1, appends not checked for depth), except that it keeps its
+// items; seq is its ordinal among the input's frames lists, as an elided
+// list's.
+type keptFrames struct {
+	items []any
+	seq   int32
+}
 
 // pyTuple is a Python tuple.
 type pyTuple []any
@@ -905,19 +912,58 @@ func (u *unpickler) pushFrames(items []any) error {
 			return errFramesKept
 		}
 		if k.want[seq] {
-			u.held += listBytes + slotBytes*int64(len(items))
-			l := &keptFrames{items: make([]any, len(items))}
-			for i, it := range items {
-				l.items[i] = unwrap(it)
-			}
-			k.lists[seq] = l
-			u.push(l)
+			k.lists[seq] = u.pushKeptFrames(items, seq)
 			return nil
 		}
+	}
+	if u.atReleaseEntry() {
+		u.pushKeptFrames(items, seq)
+		return nil
 	}
 	u.held += framesListBytes
 	u.push(u.slabs.framesList(len(items), seq))
 	return nil
+}
+
+// pushKeptFrames pushes a frames list that keeps its items (a copy of
+// items, unwrapped), numbered seq, and returns it.
+func (u *unpickler) pushKeptFrames(items []any, seq int) *keptFrames {
+	u.held += listBytes + slotBytes*int64(len(items))
+	l := &keptFrames{items: make([]any, len(items)), seq: int32(seq)}
+	for i, it := range items {
+		l.items[i] = unwrap(it)
+	}
+	u.push(l)
+	return l
+}
+
+// atReleaseEntry reports whether the "frames" key on top of the stack
+// (atFramesKey) is a trace entry's whose action is a cache release: its
+// "action" key and value stand among the key-value pairs above the
+// innermost mark (SETITEMS, as Python's pickler writes a dict, action
+// first), or in the dict they go to (below the mark, or right below the
+// key with SETITEM). A release's frames are few (one entry per segment
+// released) and say whose release it was, so they are kept.
+func (u *unpickler) atReleaseEntry() bool {
+	n := len(u.stack)
+	var action any
+	dict := n - 2 // SETITEM: the dict right below the key
+	if len(u.marks) > 0 && (n-1-u.floor)%2 == 0 {
+		for i := u.floor; i+1 < n-1; i += 2 {
+			if k, ok := u.stack[i].(string); ok && k == "action" {
+				action = u.stack[i+1]
+				break
+			}
+		}
+		dict = u.floor - 1
+	}
+	if action == nil && dict >= 0 {
+		if d, ok := u.stack[dict].(*pyDict); ok {
+			action, _ = d.get("action")
+		}
+	}
+	a, _ := action.(string)
+	return a == "segment_free" || a == "segment_unmap"
 }
 
 // run executes the pickle program until STOP.
@@ -1265,6 +1311,7 @@ func (u *unpickler) appendTo(l any, items []any) error {
 		return nil
 	}
 	if kl, ok := l.(*keptFrames); ok {
+		u.framesLate = u.framesLate || int(kl.seq) != u.framesSeq-1
 		c := cap(kl.items)
 		for _, it := range items {
 			kl.items = append(kl.items, unwrap(it))

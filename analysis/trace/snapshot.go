@@ -33,8 +33,12 @@
 //     held at the dump); a free_completed of a live allocation whose free
 //     was never requested is a plain free; an alloc
 //     at the address of a held free first releases it. segment_* feed
-//     PyTorch's reserved-bytes timeline; oom and snapshot are counted; any
-//     other action is skipped and counted by name.
+//     PyTorch's reserved-bytes timeline, and a run of segment_free
+//     (segment_unmap) entries the program's empty_cache made, or a failed
+//     request's out-of-memory path, becomes cleanup events at its first
+//     entry, one per stream known then (releases.go says whose a run was
+//     and what an oom entry says of the capacity); oom and snapshot are
+//     counted; any other action is skipped and counted by name.
 //
 // Times are time_us, or the entry index when time_us is missing; a time
 // before the previous event's is raised to it (counted) so the output keeps
@@ -109,6 +113,7 @@ type SnapshotCounts struct {
 	PreludeBytes          uint64         // bytes of all prelude allocs
 	PendingAtEnd          int            // held frees not completed at the dump (no release)
 	SegmentEvents         int            // segment_alloc/free/map/unmap entries
+	Cleanups              int            // cleanup events emitted for release runs (Snapshot.Releases)
 	OOMs                  int            // oom entries
 	Snapshots             int            // snapshot entries
 	Skipped               map[string]int // other actions, by name
@@ -224,6 +229,17 @@ type Snapshot struct {
 	// value otherwise. The torch model places its segments there, so it
 	// breaks ties between equal-size free blocks by PyTorch's addresses.
 	Placements []SegmentPlacement
+
+	// Releases are the trace's runs of cache releases (segment_free or
+	// segment_unmap entries in a row), each with whose it was
+	// (releases.go): the program's (empty_cache) and those before a
+	// failed request became cleanup events, one per stream known then;
+	// the out-of-memory path's served retries and the allocator's own
+	// became none. OOMEntries are the trace's oom entries, and Capacity
+	// what they and the retries say of the memory PyTorch could reserve.
+	Releases   []ReleaseRun
+	OOMEntries []OOMEntry
+	Capacity   RecordedCapacity
 
 	// WrittenBy is the snapshot's "written_by" string: "" for PyTorch's own
 	// snapshots, which have none; "gpumem" (and what it replayed) for one
@@ -699,6 +715,9 @@ type entry struct {
 	hasSize bool
 	stream  uint64
 	t       int64
+	frames  uint8  // a release's: whose its frames say it was (releases.go)
+	hasFree bool   // an oom entry's device_free was recorded
+	free    uint64 // an oom entry's device_free
 }
 
 // sizeField reads an optional non-negative size-like integer field. where
@@ -748,6 +767,20 @@ func parseEntry(v any, idx int) (entry, error) {
 	}
 	if !hasSize && (e.kind == actAlloc || e.kind == actSegmentAdd || e.kind == actSegmentSub) {
 		return entry{}, fmt.Errorf("%w: entry %d: %s without size", ErrSnapshot, idx, action)
+	}
+	if e.kind == actOOM {
+		// PyTorch writes the driver's free bytes as device_free (it keeps
+		// them in the entry's addr field, where gpumem's writer puts them).
+		free, hasFree, err := sizeField(d, "device_free", "entry", idx)
+		if err != nil {
+			return entry{}, err
+		}
+		if !hasFree {
+			if av, ok := d.get("addr"); ok && av != nil {
+				free, hasFree = e.addr, e.addr <= MaxSize
+			}
+		}
+		e.free, e.hasFree = free, hasFree
 	}
 	if sv, ok := d.get("stream"); ok && sv != nil {
 		if e.stream, ok = asStreamKey(sv); !ok {
@@ -858,6 +891,23 @@ func (c *converter) release(t int64, addr uint64) bool {
 	return true
 }
 
+// cleanup emits an empty_cache as native cleanup events, one per stream
+// known so far (PyTorch releases every stream's cached segments), and
+// returns the index of the first; −1 before any event, when a replay
+// (which starts with nothing reserved) has nothing to release.
+func (c *converter) cleanup(t int64) int {
+	n := len(c.s.StreamHandles)
+	if n == 0 {
+		return -1
+	}
+	first := len(c.s.Events)
+	for d := 0; d < n; d++ {
+		c.s.Events = append(c.s.Events, Event{Op: OpCleanup, T: t, Stream: d})
+	}
+	c.s.Counts.Cleanups += n
+	return first
+}
+
 // convertSnapshot converts the device opts chooses (ReadSnapshot's rules)
 // of the decoded snapshot root.
 func convertSnapshot(root any, opts SnapshotOptions) (*Snapshot, error) {
@@ -908,6 +958,10 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 			return nil, err
 		}
 		s.frames[i] = framesRefOf(v.(*pyDict)) // parseEntry checked it is one
+		if e.kind == actSegmentSub {
+			fv, _ := v.(*pyDict).get("frames")
+			e.frames = releaseFramesOf(fv)
+		}
 		if e.t < 0 {
 			e.t = int64(i)
 			s.Counts.MissingTimes++
@@ -981,6 +1035,14 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 		})
 	}
 
+	// Which release runs become cleanup events (releases.go).
+	runs, runNets := releaseRuns(entries, maxSplitOf(doc.settings))
+	runAt := make(map[int]int, len(runs))
+	for k, r := range runs {
+		runAt[r.First] = k
+	}
+	var oomNets []int64
+
 	// Step 3: emit.
 	c := &converter{s: s, streams: map[uint64]int{}, live: map[uint64]*liveAlloc{}, held: map[uint64]uint64{}, nextID: 1}
 	s.Events = make([]Event, 0, len(prelude)+len(entries))
@@ -1016,6 +1078,9 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 			s.Counts.ClampedTimes++
 		}
 		lastT = t
+		if k, ok := runAt[i]; ok && runs[k].Kind.Cleanup() {
+			runs[k].Cleanup = c.cleanup(t)
+		}
 		switch e.kind {
 		case actAlloc:
 			if s.FirstAlloc < 0 {
@@ -1074,6 +1139,8 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 			s.Reserved[len(s.Reserved)-1].Bytes = uint64(net) // fixed up below
 		case actOOM:
 			s.Counts.OOMs++
+			s.OOMEntries = append(s.OOMEntries, OOMEntry{Entry: i, Size: e.size, DeviceFree: e.free, HasDeviceFree: e.hasFree})
+			oomNets = append(oomNets, net)
 		case actSnapshot:
 			s.Counts.Snapshots++
 		default:
@@ -1172,6 +1239,14 @@ func (doc *snapshotDoc) convert(dev int, opts SnapshotOptions) (*Snapshot, error
 	s.ReservedAtFirstAlloc = level(netAtWindow)
 	s.WindowPeakReserved = level(maxNetWindow)
 	s.UnexplainedSegments, s.UnexplainedReserved = unexplainedSegments(entries, startSegs, prelude, s.FirstAlloc)
+	for k := range runs {
+		runs[k].ReservedBefore = level(runNets[k])
+	}
+	for k := range s.OOMEntries {
+		s.OOMEntries[k].Reserved = level(oomNets[k])
+	}
+	s.Releases = runs
+	s.Capacity = recordedCapacity(runs, s.OOMEntries, s.PeakReserved)
 	return s, nil
 }
 

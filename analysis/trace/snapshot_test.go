@@ -68,11 +68,14 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 		{Op: OpFree, T: 107, ID: 4},                         // the prelude block from rule (b)
 		{Op: OpAlloc, T: 110, ID: 8, Size: 2048, Stream: 0}, // no time_us: index 11, raised to 110
 		{Op: OpFree, T: 112, ID: 1, Held: true},             // free_requested never completed: held at the dump
+		// A segment_free without frames, followed by nothing: the
+		// program's empty_cache, a cleanup of every stream known then.
+		{Op: OpCleanup, T: 120, Stream: 0}, {Op: OpCleanup, T: 120, Stream: 1}, {Op: OpCleanup, T: 120, Stream: 2},
 	}
 	wantCounts := SnapshotCounts{
 		Entries: 14, Allocs: 4, Frees: 2, IgnoredFrees: 1, FreeRequests: 2, HeldFrees: 1, ImpliedFrees: 1,
 		Prelude: 4, PreludeFromSegments: 2, PreludeFromFrees: 2, PreludeBytes: 1000 + 512 + 300 + 8192,
-		PendingAtEnd: 1, SegmentEvents: 2, OOMs: 1, Snapshots: 1, Skipped: map[string]int{"annotate": 1},
+		PendingAtEnd: 1, SegmentEvents: 2, Cleanups: 3, OOMs: 1, Snapshots: 1, Skipped: map[string]int{"annotate": 1},
 		SkippedTotal: 1, MissingTimes: 1, ClampedTimes: 1,
 	}
 	var first *Snapshot
@@ -97,7 +100,7 @@ func TestSnapshotReaderConvertsSyntheticSnapshot(t *testing.T) {
 			if !slices.Equal(s.StartSegments, wantStart) {
 				t.Fatalf("start segments %+v want %+v", s.StartSegments, wantStart)
 			}
-			wantPoints := []ReservedPoint{{Entry: 0, Event: 4, T: 100, Bytes: 24 * MiB}, {Entry: 13, Event: 12, T: 120, Bytes: 22 * MiB}}
+			wantPoints := []ReservedPoint{{Entry: 0, Event: 4, T: 100, Bytes: 24 * MiB}, {Entry: 13, Event: 15, T: 120, Bytes: 22 * MiB}}
 			if !slices.Equal(s.Reserved, wantPoints) {
 				t.Fatalf("reserved timeline %v want %v", s.Reserved, wantPoints)
 			}

@@ -595,8 +595,23 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(messages(*out, stdout, stderr), "wrote %d events (%d streams, %d prelude allocations, peak live %s) to %s\n",
-		len(snap.Events), snap.Streams, snap.Counts.Prelude, pool.Bytes(snap.PeakLive), outName(*out))
+	msg := messages(*out, stdout, stderr)
+	fmt.Fprintf(msg, "wrote %d events (%d streams, %d prelude allocations, %d cleanups, peak live %s) to %s\n",
+		len(snap.Events), snap.Streams, snap.Counts.Prelude, snap.Counts.Cleanups, pool.Bytes(snap.PeakLive), outName(*out))
+	for _, l := range compare.ReleaseLines(snap) {
+		fmt.Fprintln(msg, l)
+	}
+	if c := snap.Capacity; c.Known() {
+		// A native trace has no place for it, nor for the settings (its
+		// header's device is a gpumem device's): the user passes them on.
+		flags := fmt.Sprintf("-capacity %dB", c.Bytes)
+		if snap.AllocatorSettings != nil {
+			if set, err := torch.SettingsFromSnapshot(snap.AllocatorSettings); err == nil && set.String() != "" {
+				flags += " -torch-conf " + set.String()
+			}
+		}
+		fmt.Fprintf(msg, "the JSONL trace carries neither that capacity nor the allocator's settings: replay it with %s to run as the recording did\n", flags)
+	}
 	return nil
 }
 

@@ -39,7 +39,8 @@ Exit status: 0 done; 1 an error, or -fail-on-oom with a failed allocation
 Converts a PyTorch memory snapshot (.pickle or .json, gzip ok; - reads
 standard input) to gpumem's JSONL trace: allocations live before the
 snapshot's window are rebuilt first (unless -no-prelude), then every trace
-entry in order. One device is converted: the snapshot's one device with
+entry in order, the cache releases the program made (empty_cache) as
+cleanup ops. One device is converted: the snapshot's one device with
 data, or -device N's.`
 
 	synthUsage = `usage: gpumem synth -workload NAME [-seed N] [flags] -o TRACE.jsonl

@@ -32,9 +32,16 @@
 // What no snapshot says: the address the driver would give a segment
 // PyTorch never allocated (a run under another capacity or other settings
 // once its segments differ from the recorded ones, or a snapshot without
-// addresses, such as PyTorch 2.0's). Such segments rank above every
-// recorded one and among themselves in allocation order, which is a guess;
-// Stats.SyntheticSegments counts them, so a caller can say so.
+// addresses, such as PyTorch 2.0's). Two conventions bracket the guess
+// (Config.Addresses): AddressesRising, the default, puts such segments
+// above every recorded one and each above the one before, so among
+// equal-size free blocks they lose to the recorded ones and to older
+// invented ones; AddressesFalling puts them below every recorded one and
+// each below the one before, as cudaMalloc's addresses often fall over a
+// run (one snapshot: 0x7f5066… → 0x7f504c… → 0x7f5024…), so they win those
+// ties. Stats.SyntheticSegments counts such segments, so a caller can say
+// how much of a run the convention touched and run the other to say how
+// much a figure depends on it.
 
 package torch
 
@@ -56,14 +63,44 @@ func (r RecordedSegment) usable() bool {
 	return r.Addr != 0 && r.Addr < 1<<63 && r.Size != 0 && r.Size <= MaxRequest
 }
 
-// syntheticFloor is the first synthetic address of an allocator started
-// with cfg: above every recorded or cached address (2 MiB aligned, one gap
-// above the highest end), and at least baseAddress.
-func syntheticFloor(cfg Config) uint64 {
+// AddressConvention is how the model places a segment whose address no
+// recording gives (the file comment).
+type AddressConvention uint8
+
+const (
+	// AddressesRising places invented segments above every recorded one,
+	// each above the last: the default.
+	AddressesRising AddressConvention = iota
+	// AddressesFalling places them below every recorded one, each below
+	// the last.
+	AddressesFalling
+)
+
+// String names the convention: "rising" or "falling".
+func (c AddressConvention) String() string {
+	if c == AddressesFalling {
+		return "falling"
+	}
+	return "rising"
+}
+
+// fallingCeiling is where falling synthetic addresses start when nothing
+// is recorded: 2^47, the top of the 47-bit user address space in which
+// the driver's addresses lie (0x7f…).
+const fallingCeiling = 1 << 47
+
+// syntheticStart is the first synthetic address of an allocator started
+// with cfg: rising, above every recorded or cached address (2 MiB
+// aligned, one gap above the highest end), and at least baseAddress;
+// falling, the bound below which they go down: one gap below the lowest
+// recorded or cached address (2 MiB aligned), or fallingCeiling.
+func syntheticStart(cfg Config) uint64 {
 	var end uint64
+	low := uint64(math.MaxUint64)
 	note := func(r RecordedSegment) {
 		if r.usable() {
 			end = max(end, r.Addr+r.Size)
+			low = min(low, r.Addr)
 		}
 	}
 	for _, r := range cfg.Recorded {
@@ -71,6 +108,12 @@ func syntheticFloor(cfg Config) uint64 {
 	}
 	for _, c := range cfg.Cached {
 		note(RecordedSegment{Addr: c.Addr, Size: c.Size})
+	}
+	if cfg.Addresses == AddressesFalling {
+		if end == 0 {
+			return fallingCeiling
+		}
+		return low / RoundLarge * RoundLarge // the gap is taken below it
 	}
 	if end == 0 {
 		return baseAddress
@@ -86,6 +129,9 @@ func syntheticFloor(cfg Config) uint64 {
 func (a *Allocator) segmentAddress(r RecordedSegment, size uint64) (addr uint64, recorded, ok bool) {
 	if r.usable() && r.Size == size && !a.overlaps(r.Addr, size) {
 		return r.Addr, true, true
+	}
+	if a.cfg.Addresses == AddressesFalling {
+		return a.fallingAddress(size)
 	}
 	for {
 		if size > math.MaxUint64-addressGap || a.nextAddr > math.MaxUint64-(size+addressGap) {
@@ -104,6 +150,29 @@ func (a *Allocator) segmentAddress(r RecordedSegment, size uint64) (addr uint64,
 			return 0, false, false
 		}
 		a.nextAddr = max(a.nextAddr, (end+RoundLarge-1)/RoundLarge*RoundLarge+addressGap)
+	}
+}
+
+// fallingAddress is segmentAddress's synthetic address under
+// AddressesFalling: the highest 2 MiB aligned address, one gap below the
+// last synthetic one (a.nextAddr, which only falls), below which size
+// bytes end clear of every live segment (a recorded one may lie below the
+// floor only when a MallocRecorded hint put it there). ok is false when
+// the addresses would pass 0.
+func (a *Allocator) fallingAddress(size uint64) (addr uint64, recorded, ok bool) {
+	for {
+		top := a.nextAddr
+		if top < addressGap || top-addressGap < size {
+			return 0, false, false
+		}
+		addr = (top - addressGap - size) / RoundLarge * RoundLarge
+		if !a.overlaps(addr, size) {
+			a.nextAddr = addr
+			return addr, false, true
+		}
+		// Below the segment in the way.
+		i := a.firstEndingAfter(addr)
+		a.nextAddr = min(a.nextAddr, a.segs[i].addr)
 	}
 }
 

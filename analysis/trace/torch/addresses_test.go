@@ -3,6 +3,7 @@ package torch
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -387,4 +388,91 @@ func TestHintsAmongSyntheticAddressesNeverOverlap(t *testing.T) {
 	if s := a.Stats(); s.RecordedSegments != 1 || s.SyntheticSegments != 3 {
 		t.Fatalf("recorded %d, synthetic %d segments, want 1 and 3", s.RecordedSegments, s.SyntheticSegments)
 	}
+}
+
+// conventionTrace is the smallest trace whose smallest capacity depends on
+// the invented addresses (MiB): S1 (40) and S2 (20) allocated, S1 freed
+// and half of it taken (a 20 MiB block and a free 20 MiB tail), S2 freed:
+// two free 20 MiB blocks, S1's tail and the whole of S2. The next 20 MiB
+// request takes the lower: rising, S1's tail (S1 allocated first), leaving
+// S2 whole; falling, S2, leaving S1's tail, which merges with its front
+// once that is freed, so the last 40 MiB request finds S1 whole. Rising
+// needs a new 40 MiB segment there, 80 MiB in all once S2 goes back.
+func conventionTrace() []trace.Event {
+	return []trace.Event{
+		{Op: trace.OpAlloc, ID: 1, Size: 40 * MiB},
+		{Op: trace.OpAlloc, ID: 2, Size: 20 * MiB},
+		{Op: trace.OpFree, ID: 1},
+		{Op: trace.OpAlloc, ID: 3, Size: 20 * MiB},
+		{Op: trace.OpFree, ID: 2},
+		{Op: trace.OpAlloc, ID: 4, Size: 20 * MiB},
+		{Op: trace.OpFree, ID: 3},
+		{Op: trace.OpAlloc, ID: 5, Size: 40 * MiB},
+	}
+}
+
+// The two conventions pick different blocks among equal sizes, and so
+// need different capacities: falling fits the live peak, 60 MiB; rising
+// fails there and fits 80 MiB.
+func TestAddressConventionDecidesTies(t *testing.T) {
+	for _, c := range []struct {
+		conv     AddressConvention
+		fits60   bool
+		peakUnl  uint64
+		synthetc int
+	}{{AddressesRising, false, 100 * MiB, 3}, {AddressesFalling, true, 60 * MiB, 2}} {
+		res, err := Replay(slices.Values(conventionTrace()), Config{Capacity: 60 * MiB, Addresses: c.conv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if (res.FailedAllocs == 0) != c.fits60 {
+			t.Errorf("%v at 60 MiB: %d failed allocations", c.conv, res.FailedAllocs)
+		}
+		res, err = Replay(slices.Values(conventionTrace()), Config{Capacity: 80 * MiB, Addresses: c.conv})
+		if err != nil || res.FailedAllocs != 0 {
+			t.Errorf("%v at 80 MiB: %d failed (%v)", c.conv, res.FailedAllocs, err)
+		}
+		res, err = Replay(slices.Values(conventionTrace()), Config{Addresses: c.conv})
+		if err != nil || res.PeakReserved != c.peakUnl || res.Stats.SyntheticSegments != c.synthetc {
+			t.Errorf("%v unlimited: peak %d MiB, %d synthetic segments (%v)", c.conv, res.PeakReserved/MiB, res.Stats.SyntheticSegments, err)
+		}
+	}
+}
+
+// Falling addresses go below every recorded one, each below the last,
+// clear of every live segment; a recorded segment still takes its
+// address.
+func TestFallingAddressesGoBelowTheRecorded(t *testing.T) {
+	const rec = 0x7f50_6600_0000
+	a := NewWithConfig(Config{Addresses: AddressesFalling, Recorded: []RecordedSegment{{Addr: rec, Size: 20 * MiB}}})
+	r, err := a.MallocRecorded(20*MiB, 0, RecordedSegment{Addr: rec, Size: 20 * MiB})
+	if err != nil || r.Addr != rec {
+		t.Fatalf("recorded segment at %#x (%v), want %#x", r.Addr, err, uint64(rec))
+	}
+	prev := uint64(rec)
+	for i := range 5 {
+		b, err := a.Malloc(uint64(12+i)*MiB, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Addr+b.Size > prev-addressGap+RoundLarge || b.Addr >= prev || b.Addr%RoundLarge != 0 {
+			t.Fatalf("segment %d at %#x..%#x, not below %#x", i, b.Addr, b.Addr+b.Size, prev)
+		}
+		prev = b.Addr
+		checkInvariants(t, a)
+	}
+	if s := a.Stats(); s.RecordedSegments != 1 || s.SyntheticSegments != 5 {
+		t.Fatalf("stats %+v", s)
+	}
+	// Nothing recorded: they fall from the top of the user address space;
+	// past its bottom the model is out of memory, never a wrapped address.
+	b := NewWithConfig(Config{Addresses: AddressesFalling})
+	blk, err := b.Malloc(20*MiB, 0)
+	if err != nil || blk.Addr >= fallingCeiling || blk.Addr < fallingCeiling-64*MiB {
+		t.Fatalf("first falling segment at %#x (%v)", blk.Addr, err)
+	}
+	if _, err := b.Malloc(fallingCeiling, 0); !errors.Is(err, ErrOutOfMemory) {
+		t.Fatalf("a segment larger than the addresses left: %v", err)
+	}
+	checkInvariants(t, b)
 }

@@ -129,6 +129,10 @@ type Config struct {
 	// equal-size blocks by PyTorch's addresses (addresses.go). Without it
 	// addresses rise in allocation order.
 	Recorded []RecordedSegment
+	// Addresses is where a segment goes whose address Recorded does not
+	// give (addresses.go): above the recorded ones and rising (the zero
+	// value), or below them and falling.
+	Addresses AddressConvention
 }
 
 // CachedSegment is one segment of Config.Cached. Stream may be negative for
@@ -289,7 +293,7 @@ func NewWithConfig(cfg Config) *Allocator {
 		panic(fmt.Sprintf("torch: NewWithConfig: %v", err))
 	}
 	a := &Allocator{cfg: cfg, set: cfg.Settings, maxSplit: cfg.Settings.maxSplitBytes(), pools: map[poolKey]*freePool{},
-		live: map[uint64]*block{}, capturing: map[int]int{}, freeable: map[int]bool{}, nextAddr: syntheticFloor(cfg)}
+		live: map[uint64]*block{}, capturing: map[int]int{}, freeable: map[int]bool{}, nextAddr: syntheticStart(cfg)}
 	a.gc = cfg.Settings.GarbageCollectionThreshold > 0 && cfg.Capacity != 0
 	for _, c := range cfg.Cached {
 		if c.Size == 0 || c.Size > MaxRequest || a.reserved > math.MaxUint64-c.Size {

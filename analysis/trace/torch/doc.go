@@ -88,7 +88,8 @@
 // (a run under another capacity or other settings once its segments leave
 // the recorded ones, or a snapshot without addresses): such a segment ranks
 // above every recorded one among equal-size free blocks
-// (Stats.SyntheticSegments counts them). gpumem's pools, pages or
+// (Stats.SyntheticSegments counts them), or below every one under
+// Config.Addresses AddressesFalling. gpumem's pools, pages or
 // relocation, devices or real memory; CUDA events
 // and cross-stream use (a free is reusable at once), private pools shared
 // between graphs or made by torch.cuda.MemPool, captures spanning several
