@@ -379,7 +379,14 @@ func (p *pickler) traceEntry(e TorchTraceEntry) {
 	p.beginDict()
 	p.key("action")
 	p.str(e.Action)
-	p.key("addr")
+	// PyTorch keeps an oom entry's free bytes in the same field as an
+	// address but writes them as device_free, which is what memory_viz
+	// and every reader of its snapshots look up.
+	if e.Action == "oom" {
+		p.key("device_free")
+	} else {
+		p.key("addr")
+	}
 	p.uint(e.Addr)
 	p.key("size")
 	p.uint(e.Size)

@@ -80,7 +80,7 @@ func releaseTrace() []TorchTraceEntry {
 	add("segment_free", e, 50, nil) // 21
 	use(f, 60)
 	add("segment_free", f, 60, mallocFrames) // 26
-	add("oom", 80*MiB, 100, mallocFrames)    // 27: WriteTorchSnapshot puts device_free in addr
+	add("oom", 80*MiB, 100, mallocFrames)    // 27: WriteTorchSnapshot writes Addr as device_free
 	use(g, 20)
 	add("segment_free", g, 20, nil) // 32
 	add("oom", 80*MiB, 90, nil)     // 33

@@ -104,7 +104,8 @@ actions = {"alloc", "free_requested", "free_completed", "segment_alloc", "segmen
 for tr in s["device_traces"]:
     for e in tr:
         assert e["action"] in actions, e
-        for k in ("addr", "size", "stream", "time_us", "frames"):
+        where = "device_free" if e["action"] == "oom" else "addr"
+        for k in (where, "size", "stream", "time_us", "frames"):
             assert k in e, k
         for f in e["frames"]:
             assert set(f) == {"name", "filename", "line"}
