@@ -3,6 +3,7 @@ package gpumem
 import (
 	"sync"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -55,7 +56,7 @@ type Releaser interface {
 //
 // Host storage holds real bytes, so a device opened without WithCapacity
 // (an unlimited budget) gets the machine's memory as its capacity instead:
-// every stream's Host storage draws on one budget of storage.MachineMemory
+// every stream's Host storage draws on one budget of hoststorage.MachineMemory
 // bytes, made on the first NewStorage. Sim holds no bytes and stays
 // unlimited.
 type hostBackend struct {
@@ -95,13 +96,13 @@ func (h *hostBackend) Properties() memory.Properties { return h.props }
 
 func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 	if h.sim {
-		return storage.NewSim(h.props.Alignment, b), nil
+		return hoststorage.NewSim(h.props.Alignment, b), nil
 	}
 	if b.Capacity() == 0 {
-		h.machineOnce.Do(func() { h.machine = storage.NewBudget(storage.MachineMemory()) })
+		h.machineOnce.Do(func() { h.machine = storage.NewBudget(hoststorage.MachineMemory()) })
 		b = h.machine
 	}
-	return storage.NewHost(h.props.Alignment, b), nil
+	return hoststorage.NewHost(h.props.Alignment, b), nil
 }
 
 func (h *hostBackend) NewQueue(int) (stream.Queue, error) {

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
@@ -190,7 +191,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
 	s.self = streamsOf{d: d, s: s}
 	if w, ok := q.(stream.StorageWatcher); ok {
-		if o, ok := st.(storage.Observable); ok {
+		if o, ok := st.(hoststorage.Observable); ok {
 			o.SetObserver(w.ObserveStorage)
 		}
 	}
@@ -669,7 +670,7 @@ func (c *countedStorage) holdsFor(id storage.ID) bool {
 
 // CheckCopy forwards to the wrapped storage's fault injection, if any.
 func (c *countedStorage) CheckCopy() error {
-	if f, ok := c.Storage.(storage.FaultInjector); ok {
+	if f, ok := c.Storage.(hoststorage.FaultInjector); ok {
 		return f.CheckCopy()
 	}
 	return nil
@@ -677,7 +678,7 @@ func (c *countedStorage) CheckCopy() error {
 
 // CheckWait forwards to the wrapped storage's fault injection, if any.
 func (c *countedStorage) CheckWait() error {
-	if f, ok := c.Storage.(storage.FaultInjector); ok {
+	if f, ok := c.Storage.(hoststorage.FaultInjector); ok {
 		return f.CheckWait()
 	}
 	return nil

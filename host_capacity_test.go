@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -50,7 +51,7 @@ func TestHostHugeAllocReturnsErrOutOfMemory(t *testing.T) {
 		return
 	}
 	for name, c := range hugeAllocCases {
-		if m := storage.MachineMemory(); m != 0 && c.size+(64<<20) < m {
+		if m := hoststorage.MachineMemory(); m != 0 && c.size+(64<<20) < m {
 			// Not beyond this machine: the allocation would be real.
 			t.Logf("%s: skipped, %d bytes fit in this machine's %d", name, c.size, m)
 			continue
@@ -103,8 +104,8 @@ func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.machine == nil || h.machine.Capacity() != storage.MachineMemory() {
-		t.Fatalf("default host budget %v, want capacity %d", h.machine, storage.MachineMemory())
+	if h.machine == nil || h.machine.Capacity() != hoststorage.MachineMemory() {
+		t.Fatalf("default host budget %v, want capacity %d", h.machine, hoststorage.MachineMemory())
 	}
 	r1, err := s1.Alloc(1 << 20)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -429,12 +430,12 @@ func streamOutdated(d *Device, i int) uint64 {
 }
 
 // faultyDevice opens a host device whose every stream storage is wrapped in
-// a storage.Faulty; faults[i] is stream i's.
-func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*storage.Faulty) {
+// a hoststorage.Faulty; faults[i] is stream i's.
+func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*hoststorage.Faulty) {
 	t.Helper()
-	var faults []*storage.Faulty
+	var faults []*hoststorage.Faulty
 	opts = append(opts, WithStorageWrapper(func(s storage.Storage) storage.Storage {
-		f := storage.NewFaulty(s)
+		f := hoststorage.NewFaulty(s)
 		faults = append(faults, f)
 		return f
 	}))
@@ -489,7 +490,7 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 // 20.5, storage of its own 9 MiB too (21 MiB), and no cleanup frees
 // anything; only moving the 1 MiB into the current page's free MiB makes
 // room.
-func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
+func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*hoststorage.Faulty) {
 	t.Helper()
 	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
 		WithCapacity(20*mib+mib/2))

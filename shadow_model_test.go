@@ -80,6 +80,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -546,7 +547,7 @@ type smRun struct {
 	cfg     smConfig
 	d       *gpumem.Device
 	streams []*gpumem.Stream
-	faults  []*storage.Faulty
+	faults  []*hoststorage.Faulty
 	maxPage uint64
 	oomOK   bool   // an out-of-memory is explainable (capacity or injected faults)
 	sizeCap uint64 // largest ordinary allocation
@@ -779,7 +780,7 @@ func smRunConfig(t *testing.T, seed uint64, cfg smConfig, totalOps int) smTotals
 	if cfg.faulty {
 		var mu sync.Mutex
 		opts = append(opts, gpumem.WithStorageWrapper(func(s storage.Storage) storage.Storage {
-			f := storage.NewFaulty(s)
+			f := hoststorage.NewFaulty(s)
 			mu.Lock()
 			run.faults = append(run.faults, f)
 			mu.Unlock()

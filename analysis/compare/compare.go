@@ -12,6 +12,7 @@ import (
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
@@ -129,7 +130,7 @@ type Options struct {
 	// on Sim to learn the most any of them reserves, and refuses
 	// (ErrHostTooSmall) a replay whose need (that, the heap in use and
 	// the replay's own bookkeeping) passes HostShare of the host's memory
-	// (storage.MachineMemoryLimit), or a Capacity above that memory,
+	// (hoststorage.MachineMemoryLimit), or a Capacity above that memory,
 	// before any host replay: the kernel would kill the process instead.
 	// While it replays, Run lowers the process's soft memory limit
 	// (runtime/debug.SetMemoryLimit) to that need and then restores it,
@@ -385,7 +386,7 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		if err != nil {
 			return nil, err
 		}
-		if err := hostHolds(plan, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+		if err := hostHolds(plan, opts.Capacity, hoststorage.MachineMemoryLimit()); err != nil {
 			if slices.Contains(rec.from, "capacity") {
 				err = fmt.Errorf("%w (that capacity is the trace's recording device's; -capacity judges another)", err)
 			}
@@ -569,8 +570,8 @@ func recordedSettings(src Source, opts *Options, how *deviceOptions) (uint64, re
 	if d.BaseMode != "" {
 		rec.notes = append(rec.notes, "base mode "+d.BaseMode)
 	}
-	if d.Granule > 0 && d.Granule != storage.DefaultGranule {
-		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", pool.Bytes(d.Granule), pool.Bytes(storage.DefaultGranule)))
+	if d.Granule > 0 && d.Granule != hoststorage.DefaultGranule {
+		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", pool.Bytes(d.Granule), pool.Bytes(hoststorage.DefaultGranule)))
 	}
 	return d.MaxPage, rec
 }

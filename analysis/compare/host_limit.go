@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 
 	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -78,7 +79,7 @@ func planHost(ctx context.Context, names []string, events []trace.Event, maxPage
 // host's memory limit, or whose -capacity is above that limit (host
 // storage would then allocate past it). An unknown limit (0) refuses
 // nothing.
-func hostHolds(p hostPlan, capacity uint64, limit storage.MachineLimit) error {
+func hostHolds(p hostPlan, capacity uint64, limit hoststorage.MachineLimit) error {
 	if limit.Bytes == 0 {
 		return nil
 	}

@@ -17,8 +17,8 @@ import (
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
 	"github.com/gpumem/gpumem/cuda"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/storage"
 )
 
 // newFlagSet returns a command's flag set; -h prints its usage to out
@@ -680,7 +680,7 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		if !b.sim && p.MaxMemory == 0 {
 			// Without WithCapacity host storage draws on the machine's
 			// memory: say how much, and where the figure comes from.
-			if l := storage.MachineMemoryLimit(); l.Bytes != 0 {
+			if l := hoststorage.MachineMemoryLimit(); l.Bytes != 0 {
 				capacity = fmt.Sprintf("%s (the machine's memory: %s)", pool.Bytes(l.Bytes), l.From)
 			}
 		}

@@ -13,7 +13,9 @@
 // alignment does not divide the OS page, or the granule is not a multiple of
 // it, the storage reports Granule() == 0 and is a plain Host.
 
-package storage
+package hoststorage
+
+import "github.com/gpumem/gpumem/storage"
 
 // GranularHost is a Host whose Reserve makes page ranges backed granule by
 // granule. Safe for concurrent use.
@@ -26,7 +28,7 @@ type GranularHost struct {
 // (0 = 32), granule (0 = DefaultGranule) and budget (nil = unlimited). When
 // the host cannot map granules at that alignment and granule it reports
 // Granule() == 0 and behaves as NewHost.
-func NewGranularHost(alignment, granule uint64, b *Budget) *GranularHost {
+func NewGranularHost(alignment, granule uint64, b *storage.Budget) *GranularHost {
 	h := &GranularHost{Host: NewHost(alignment, b)}
 	if granule == 0 {
 		granule = DefaultGranule
@@ -43,17 +45,19 @@ func NewGranularHost(alignment, granule uint64, b *Budget) *GranularHost {
 func (h *GranularHost) Granule() uint64 { return h.g.granule }
 
 // Reserve implements Granular: one untouched anonymous mapping.
-func (h *GranularHost) Reserve(size uint64) (Region, error) { return h.g.reserve(size) }
+func (h *GranularHost) Reserve(size uint64) (storage.Region, error) { return h.g.reserve(size) }
 
 // Map implements Granular.
-func (h *GranularHost) Map(id ID, first, n uint64) error { return h.g.mapGranules(id, first, n) }
+func (h *GranularHost) Map(id storage.ID, first, n uint64) error {
+	return h.g.mapGranules(id, first, n)
+}
 
 // Unmap implements Granular: the granules are madvised away.
-func (h *GranularHost) Unmap(id ID, first, n uint64) { h.g.unmapGranules(id, first, n) }
+func (h *GranularHost) Unmap(id storage.ID, first, n uint64) { h.g.unmapGranules(id, first, n) }
 
 // Dealloc implements Storage: a reservation is unmapped whole, a plain
 // allocation goes back as on Host.
-func (h *GranularHost) Dealloc(id ID) {
+func (h *GranularHost) Dealloc(id storage.ID) {
 	if !h.g.release(id) {
 		h.Host.Dealloc(id)
 	}
@@ -61,18 +65,18 @@ func (h *GranularHost) Dealloc(id ID) {
 
 // Resolve implements Storage; a window of a reservation must touch only
 // mapped granules (G3).
-func (h *GranularHost) Resolve(r Region) (Resource, error) {
+func (h *GranularHost) Resolve(r storage.Region) (storage.Resource, error) {
 	rg, ok, err := h.g.lookup(r)
 	if !ok {
 		return h.Host.Resolve(r)
 	}
 	if err != nil {
-		return Resource{}, err
+		return storage.Resource{}, err
 	}
 	if r.Size == 0 {
-		return Resource{Region: r, Bytes: make([]byte, 0)}, nil
+		return storage.Resource{Region: r, Bytes: make([]byte, 0)}, nil
 	}
-	return Resource{Region: r, Bytes: rg.bytes[r.Offset : r.Offset+r.Size : r.Offset+r.Size]}, nil
+	return storage.Resource{Region: r, Bytes: rg.bytes[r.Offset : r.Offset+r.Size : r.Offset+r.Size]}, nil
 }
 
 // BytesAllocated implements Storage: plain allocations plus mapped granules
@@ -84,7 +88,7 @@ func (h *GranularHost) BytesReserved() uint64 { return h.Host.BytesAllocated() +
 
 // MappedGranules reports which granules of reservation id are mapped; nil
 // when id is not a live reservation.
-func (h *GranularHost) MappedGranules(id ID) []bool { return h.g.mappedGranules(id) }
+func (h *GranularHost) MappedGranules(id storage.ID) []bool { return h.g.mappedGranules(id) }
 
 // GranularSim is a Sim whose Reserve makes page ranges accounted granule by
 // granule: the same bookkeeping as GranularHost, no bytes. Safe for
@@ -97,7 +101,7 @@ type GranularSim struct {
 // NewGranularSim returns a granular simulated storage with the given
 // alignment (0 = 32), granule (0 = DefaultGranule) and budget (nil =
 // unlimited).
-func NewGranularSim(alignment, granule uint64, b *Budget) *GranularSim {
+func NewGranularSim(alignment, granule uint64, b *storage.Budget) *GranularSim {
 	s := &GranularSim{Sim: NewSim(alignment, b)}
 	if granule == 0 {
 		granule = DefaultGranule
@@ -110,16 +114,16 @@ func NewGranularSim(alignment, granule uint64, b *Budget) *GranularSim {
 func (s *GranularSim) Granule() uint64 { return s.g.granule }
 
 // Reserve implements Granular.
-func (s *GranularSim) Reserve(size uint64) (Region, error) { return s.g.reserve(size) }
+func (s *GranularSim) Reserve(size uint64) (storage.Region, error) { return s.g.reserve(size) }
 
 // Map implements Granular.
-func (s *GranularSim) Map(id ID, first, n uint64) error { return s.g.mapGranules(id, first, n) }
+func (s *GranularSim) Map(id storage.ID, first, n uint64) error { return s.g.mapGranules(id, first, n) }
 
 // Unmap implements Granular.
-func (s *GranularSim) Unmap(id ID, first, n uint64) { s.g.unmapGranules(id, first, n) }
+func (s *GranularSim) Unmap(id storage.ID, first, n uint64) { s.g.unmapGranules(id, first, n) }
 
 // Dealloc implements Storage.
-func (s *GranularSim) Dealloc(id ID) {
+func (s *GranularSim) Dealloc(id storage.ID) {
 	if !s.g.release(id) {
 		s.Sim.Dealloc(id)
 	}
@@ -127,15 +131,15 @@ func (s *GranularSim) Dealloc(id ID) {
 
 // Resolve implements Storage: the window is checked (G3), no bytes come
 // back.
-func (s *GranularSim) Resolve(r Region) (Resource, error) {
+func (s *GranularSim) Resolve(r storage.Region) (storage.Resource, error) {
 	_, ok, err := s.g.lookup(r)
 	if !ok {
 		return s.Sim.Resolve(r)
 	}
 	if err != nil {
-		return Resource{}, err
+		return storage.Resource{}, err
 	}
-	return Resource{Region: r}, nil
+	return storage.Resource{Region: r}, nil
 }
 
 // BytesAllocated implements Storage (G1).
@@ -146,4 +150,4 @@ func (s *GranularSim) BytesReserved() uint64 { return s.Sim.BytesAllocated() + s
 
 // MappedGranules reports which granules of reservation id are mapped; nil
 // when id is not a live reservation.
-func (s *GranularSim) MappedGranules(id ID) []bool { return s.g.mappedGranules(id) }
+func (s *GranularSim) MappedGranules(id storage.ID) []bool { return s.g.mappedGranules(id) }

@@ -1,9 +1,10 @@
-package storage_test
+package hoststorage_test
 
 import (
 	"errors"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -12,8 +13,8 @@ import (
 // changed nothing in the inner storage.
 func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 	t.Run("forwards when no cue is set", func(t *testing.T) {
-		inner := storage.NewHost(256, nil)
-		f := storage.NewFaulty(inner)
+		inner := hoststorage.NewHost(256, nil)
+		f := hoststorage.NewFaulty(inner)
 		if f.Inner() != inner || f.Alignment() != 256 {
 			t.Fatal("Faulty does not forward to its inner storage")
 		}
@@ -37,8 +38,8 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("RefuseAllocAbove", func(t *testing.T) {
-		inner := storage.NewSim(32, nil)
-		f := storage.NewFaulty(inner)
+		inner := hoststorage.NewSim(32, nil)
+		f := hoststorage.NewFaulty(inner)
 		f.RefuseAllocAbove(1000)
 		if _, err := f.Alloc(600); err != nil {
 			t.Fatal(err)
@@ -63,8 +64,8 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("RefuseNextAllocs", func(t *testing.T) {
-		inner := storage.NewSim(32, nil)
-		f := storage.NewFaulty(inner)
+		inner := hoststorage.NewSim(32, nil)
+		f := hoststorage.NewFaulty(inner)
 		f.RefuseNextAllocs(2)
 		for i := range 2 {
 			if _, err := f.Alloc(10); !errors.Is(err, storage.ErrOutOfMemory) {
@@ -79,8 +80,8 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("RefuseAllocIf", func(t *testing.T) {
-		inner := storage.NewSim(32, nil)
-		f := storage.NewFaulty(inner)
+		inner := hoststorage.NewSim(32, nil)
+		f := hoststorage.NewFaulty(inner)
 		f.RefuseAllocIf(func(size uint64) bool { return size%2 == 1 })
 		if _, err := f.Alloc(3); !errors.Is(err, storage.ErrOutOfMemory) {
 			t.Fatalf("odd size: %v", err)
@@ -97,7 +98,7 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("RefuseResolve", func(t *testing.T) {
-		f := storage.NewFaulty(storage.NewHost(32, nil))
+		f := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 		r, _ := f.Alloc(64)
 		f.RefuseResolve(true)
 		if _, err := f.Resolve(r); !errors.Is(err, storage.ErrUnknownRegion) {
@@ -112,8 +113,8 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("RefuseCopies and RefuseWaits count from the call", func(t *testing.T) {
-		f := storage.NewFaulty(storage.NewSim(32, nil))
-		var inj storage.FaultInjector = f
+		f := hoststorage.NewFaulty(hoststorage.NewSim(32, nil))
+		var inj hoststorage.FaultInjector = f
 		_ = inj.CheckCopy() // counted before the cue: must not shift it
 		f.RefuseCopies(func(n int) bool { return n == 2 })
 		got := []bool{inj.CheckCopy() != nil, inj.CheckCopy() != nil, inj.CheckCopy() != nil}
@@ -137,8 +138,8 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("FailWith sets the error refusals return", func(t *testing.T) {
-		inner := storage.NewSim(32, nil)
-		f := storage.NewFaulty(inner)
+		inner := hoststorage.NewSim(32, nil)
+		f := hoststorage.NewFaulty(inner)
 		lost := errors.Join(errors.New("device lost"), storage.ErrDevicePoisoned)
 		f.FailWith(lost)
 		f.RefuseNextAllocs(1)
@@ -166,7 +167,7 @@ func TestFaultyRefusesExactlyOnCueAndForwardsOtherwise(t *testing.T) {
 		}
 	})
 	t.Run("SetObserver reaches the inner storage", func(t *testing.T) {
-		f := storage.NewFaulty(storage.NewHost(32, nil))
+		f := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 		var ops []string
 		f.SetObserver(func(op string) { ops = append(ops, op) })
 		r, _ := f.Alloc(1)

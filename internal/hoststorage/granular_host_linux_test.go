@@ -1,6 +1,6 @@
 //go:build linux
 
-package storage_test
+package hoststorage_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -28,7 +29,7 @@ func residentBytes(t *testing.T) uint64 {
 
 func TestHostUnmapGivesResidentMemoryBackAndRemappedGranulesReadZero(t *testing.T) {
 	const size = 64 * mib
-	h := storage.NewGranularHost(32, granule, nil)
+	h := hoststorage.NewGranularHost(32, granule, nil)
 	if h.Granule() != granule {
 		t.Fatalf("granule %d on linux, want %d", h.Granule(), granule)
 	}
@@ -75,7 +76,7 @@ func TestHostUnmapGivesResidentMemoryBackAndRemappedGranulesReadZero(t *testing.
 }
 
 func TestHostWithAlignmentTheMappingCannotHonourIsPlain(t *testing.T) {
-	h := storage.NewGranularHost(50, granule, nil)
+	h := hoststorage.NewGranularHost(50, granule, nil)
 	if h.Granule() != 0 || storage.GranuleOf(h) != 0 {
 		t.Fatalf("alignment 50: granule %d, want 0 (plain)", h.Granule())
 	}

@@ -1,6 +1,6 @@
 //go:build !linux && !darwin
 
-package storage
+package hoststorage
 
 // readMachineLimit: this system's memory is not read; a Host then bounds
 // one allocation only by what make can give.

@@ -1,24 +1,26 @@
-package storage
+package hoststorage
 
 import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/gpumem/gpumem/storage"
 )
 
 // Reliability 2026-12 §8: the single-allocation bound on a known machine is
 // its memory less the runtime headroom, alignment padding included.
 func TestHostLimitIsTheMachinesMemoryLessHeadroom(t *testing.T) {
 	const machine = hostHeadroom + 4096
-	b := NewBudget(0)
+	b := storage.NewBudget(0)
 	h := newHostOn(32, b, machine)
 	r, err := h.Alloc(4096 - 32)
 	if err != nil {
 		t.Fatalf("Alloc(4064) on a 4 KiB limit: %v", err)
 	}
 	_, err = h.Alloc(4096 - 31)
-	var oom *OutOfMemoryError
-	if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || oom.Limit != 4096-32 || oom.Machine != machine {
+	var oom *storage.OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, storage.ErrOutOfMemory) || oom.Limit != 4096-32 || oom.Machine != machine {
 		t.Fatalf("Alloc(4065) on a 4 KiB limit: %v (%+v), want OutOfMemoryError{Limit 4064, Machine %d}", err, oom, machine)
 	}
 	if !strings.Contains(err.Error(), "machine") || !strings.Contains(err.Error(), "WithCapacity") {
@@ -33,7 +35,7 @@ func TestHostLimitIsTheMachinesMemoryLessHeadroom(t *testing.T) {
 		t.Fatalf("hostLimit below the headroom = %d, want 0", got)
 	}
 	tiny := newHostOn(32, nil, hostHeadroom/2)
-	if _, err := tiny.Alloc(1); !errors.Is(err, ErrOutOfMemory) {
+	if _, err := tiny.Alloc(1); !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("Alloc(1) on a machine smaller than the headroom: %v, want ErrOutOfMemory", err)
 	}
 	if _, err := tiny.Alloc(0); err != nil {
@@ -48,8 +50,8 @@ func TestHostOnAnUnknownMachineRefusesWhatMakeCannotGive(t *testing.T) {
 	h := newHostOn(32, nil, 0)
 	for _, size := range []uint64{1 << 48, 1 << 50, maxMake, maxMake - 31, ^uint64(0)} {
 		_, err := h.Alloc(size)
-		var oom *OutOfMemoryError
-		if !errors.As(err, &oom) || !errors.Is(err, ErrOutOfMemory) || oom.Machine != 0 || oom.Limit != maxMake-32 {
+		var oom *storage.OutOfMemoryError
+		if !errors.As(err, &oom) || !errors.Is(err, storage.ErrOutOfMemory) || oom.Machine != 0 || oom.Limit != maxMake-32 {
 			t.Fatalf("Alloc(%d) on an unknown machine: %v (%+v), want OutOfMemoryError{Limit %d, Machine 0}", size, err, oom, maxMake-32)
 		}
 		if !strings.Contains(err.Error(), "Go runtime") {

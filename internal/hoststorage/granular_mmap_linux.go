@@ -4,7 +4,7 @@
 // private mapping per reservation, MADV_DONTNEED to give granules back
 // (design in granular_host.go).
 
-package storage
+package hoststorage
 
 import (
 	"os"

@@ -8,9 +8,13 @@
 // RefuseNextMaps refuses the next n mappings outright. A refusal changes
 // nothing in the inner storage (G2).
 
-package storage
+package hoststorage
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/storage"
+)
 
 // RefuseNextMaps refuses the next n Map calls.
 func (f *Faulty) RefuseNextMaps(n int) {
@@ -21,13 +25,13 @@ func (f *Faulty) RefuseNextMaps(n int) {
 
 // Granule implements Granular: the inner storage's granule, 0 when it maps
 // none.
-func (f *Faulty) Granule() uint64 { return GranuleOf(f.inner) }
+func (f *Faulty) Granule() uint64 { return storage.GranuleOf(f.inner) }
 
 // Reserve implements Granular, refusing on the allocation cues.
-func (f *Faulty) Reserve(size uint64) (Region, error) {
-	g, ok := f.inner.(Granular)
+func (f *Faulty) Reserve(size uint64) (storage.Region, error) {
+	g, ok := f.inner.(storage.Granular)
 	if !ok || g.Granule() == 0 {
-		return Region{}, fmt.Errorf("%w: reserving %d bytes", ErrNotGranular, size)
+		return storage.Region{}, fmt.Errorf("%w: reserving %d bytes", storage.ErrNotGranular, size)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -40,16 +44,16 @@ func (f *Faulty) Reserve(size uint64) (Region, error) {
 		refuse = true
 	}
 	if refuse {
-		return Region{}, f.refuseLocked(&OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
+		return storage.Region{}, f.refuseLocked(&storage.OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
 	}
 	return g.Reserve(size)
 }
 
 // Map implements Granular, refusing on RefuseNextMaps and RefuseAllocAbove.
-func (f *Faulty) Map(id ID, first, n uint64) error {
-	g, ok := f.inner.(Granular)
+func (f *Faulty) Map(id storage.ID, first, n uint64) error {
+	g, ok := f.inner.(storage.Granular)
 	if !ok || g.Granule() == 0 {
-		return fmt.Errorf("%w: mapping granules of allocation %d", ErrNotGranular, id)
+		return fmt.Errorf("%w: mapping granules of allocation %d", storage.ErrNotGranular, id)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -59,18 +63,18 @@ func (f *Faulty) Map(id ID, first, n uint64) error {
 	case f.nextMaps > 0:
 		f.nextMaps--
 		refuse = true
-	case f.allocAbove != 0 && SatAdd(f.inner.BytesAllocated(), bytes) > f.allocAbove:
+	case f.allocAbove != 0 && storage.SatAdd(f.inner.BytesAllocated(), bytes) > f.allocAbove:
 		refuse = true
 	}
 	if refuse {
-		return f.refuseLocked(&OutOfMemoryError{Requested: bytes, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
+		return f.refuseLocked(&storage.OutOfMemoryError{Requested: bytes, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
 	}
 	return g.Map(id, first, n)
 }
 
 // Unmap implements Granular.
-func (f *Faulty) Unmap(id ID, first, n uint64) {
-	if g, ok := f.inner.(Granular); ok {
+func (f *Faulty) Unmap(id storage.ID, first, n uint64) {
+	if g, ok := f.inner.(storage.Granular); ok {
 		g.Unmap(id, first, n)
 	}
 }
@@ -78,7 +82,7 @@ func (f *Faulty) Unmap(id ID, first, n uint64) {
 // BytesReserved implements Granular: the inner storage's address space, or
 // its allocated bytes when it maps no granules.
 func (f *Faulty) BytesReserved() uint64 {
-	if g, ok := f.inner.(Granular); ok {
+	if g, ok := f.inner.(storage.Granular); ok {
 		return g.BytesReserved()
 	}
 	return f.inner.BytesAllocated()

@@ -1,10 +1,12 @@
 //go:build linux
 
-package storage
+package hoststorage
 
 import (
 	"os"
 	"syscall"
+
+	"github.com/gpumem/gpumem/storage"
 )
 
 // readMachineLimit is total RAM plus total swap (what the kernel's
@@ -22,7 +24,7 @@ func readMachineLimit() MachineLimit {
 		}
 		ram, swap := uint64(si.Totalram), uint64(si.Totalswap)
 		if ram <= ^uint64(0)/unit && swap <= ^uint64(0)/unit {
-			m = MachineLimit{Bytes: SatAdd(ram*unit, swap*unit), From: "RAM+swap"}
+			m = MachineLimit{Bytes: storage.SatAdd(ram*unit, swap*unit), From: "RAM+swap"}
 		}
 	}
 	cgroup, err := os.ReadFile("/proc/self/cgroup")

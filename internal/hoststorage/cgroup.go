@@ -1,4 +1,4 @@
-package storage
+package hoststorage
 
 import (
 	"io/fs"

@@ -1,4 +1,4 @@
-package storage_test
+package hoststorage_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -27,7 +28,7 @@ func base(t *testing.T, s storage.Storage, r storage.Region) uintptr {
 
 // design §12.1 scenario 1: alloc then dealloc.
 func TestHostDeallocReturnsBytesAndForgetsTheID(t *testing.T) {
-	h := storage.NewHost(0, nil)
+	h := hoststorage.NewHost(0, nil)
 	if h.Alignment() != storage.DefaultAlignment || storage.DefaultAlignment != 32 {
 		t.Fatalf("default alignment %d, want 32", h.Alignment())
 	}
@@ -68,7 +69,7 @@ func TestHostDeallocReturnsBytesAndForgetsTheID(t *testing.T) {
 // design §12.1 scenario 1: placement of live allocations.
 func TestHostLiveAllocationsNeverOverlapAndBasesAreAligned(t *testing.T) {
 	for _, align := range []uint64{32, 256, 50} {
-		h := storage.NewHost(align, nil)
+		h := hoststorage.NewHost(align, nil)
 		type span struct{ lo, hi uintptr }
 		var live []span
 		var regions []storage.Region
@@ -104,7 +105,7 @@ func TestHostLiveAllocationsNeverOverlapAndBasesAreAligned(t *testing.T) {
 
 // design §12.1 scenario 2.
 func TestHostWindowAtOffset24Size8ReadsExactlyBytes24To31(t *testing.T) {
-	h := storage.NewHost(32, nil)
+	h := hoststorage.NewHost(32, nil)
 	r, err := h.Alloc(64)
 	if err != nil {
 		t.Fatal(err)
@@ -139,7 +140,7 @@ func TestHostWindowAtOffset24Size8ReadsExactlyBytes24To31(t *testing.T) {
 // design §12.1 scenario 2: zero-size allocations.
 func TestHostZeroSizeAllocationTakesNoBudgetAndResolvesToEmptySlice(t *testing.T) {
 	b := storage.NewBudget(1024)
-	h := storage.NewHost(32, b)
+	h := hoststorage.NewHost(32, b)
 	r, err := h.Alloc(0)
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestHostZeroSizeAllocationTakesNoBudgetAndResolvesToEmptySlice(t *testing.T
 // design §12.1 scenario 3: the budget refuses and changes nothing.
 func TestBudgetRefusesA9MiBAllocationOn8MiBChangingNothing(t *testing.T) {
 	b := storage.NewBudget(8 * mib)
-	h := storage.NewHost(32, b)
+	h := hoststorage.NewHost(32, b)
 	small, err := h.Alloc(mib)
 	if err != nil {
 		t.Fatal(err)
@@ -190,8 +191,8 @@ func TestBudgetRefusesA9MiBAllocationOn8MiBChangingNothing(t *testing.T) {
 // design §12.1 scenario 3: storages on one budget share it.
 func TestStoragesOnOneBudgetShareIt(t *testing.T) {
 	b := storage.NewBudget(8 * mib)
-	h := storage.NewHost(32, b)
-	s := storage.NewSim(32, b)
+	h := hoststorage.NewHost(32, b)
+	s := hoststorage.NewSim(32, b)
 	if _, err := h.Alloc(5 * mib); err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +214,7 @@ func TestStoragesOnOneBudgetShareIt(t *testing.T) {
 
 // design §12.1 scenario 3: Sim is accounting only.
 func TestSimHolds100000AllocationsOf1MiBWithNoBytes(t *testing.T) {
-	s := storage.NewSim(0, nil)
+	s := hoststorage.NewSim(0, nil)
 	regions := make([]storage.Region, 100_000)
 	for i := range regions {
 		r, err := s.Alloc(mib)
@@ -242,7 +243,7 @@ func TestSimHolds100000AllocationsOf1MiBWithNoBytes(t *testing.T) {
 
 func TestHostRefusesAnAllocationTooBigToAddressWithoutPanicking(t *testing.T) {
 	b := storage.NewBudget(0)
-	h := storage.NewHost(32, b)
+	h := hoststorage.NewHost(32, b)
 	for _, size := range []uint64{math.MaxUint64, math.MaxUint64 - 31, 1 << 63} {
 		if _, err := h.Alloc(size); !errors.Is(err, storage.ErrOutOfMemory) {
 			t.Fatalf("Alloc(%d): %v, want ErrOutOfMemory", size, err)
@@ -256,8 +257,8 @@ func TestHostRefusesAnAllocationTooBigToAddressWithoutPanicking(t *testing.T) {
 func TestObserverIsToldOfEveryAllocAndDealloc(t *testing.T) {
 	for _, s := range []interface {
 		storage.Storage
-		storage.Observable
-	}{storage.NewHost(32, nil), storage.NewSim(32, nil)} {
+		hoststorage.Observable
+	}{hoststorage.NewHost(32, nil), hoststorage.NewSim(32, nil)} {
 		var ops []string
 		s.SetObserver(func(op string) { ops = append(ops, op) })
 		r, _ := s.Alloc(64)
@@ -283,9 +284,9 @@ func TestDevicePoisonedIsRecognisedThroughWrapping(t *testing.T) {
 // panics at 2^48; a mapping beyond the machine's memory is a fatal runtime
 // error) is refused with ErrOutOfMemory before make is tried.
 func TestHostRefusesAllocationsBeyondTheMachineWithErrOutOfMemory(t *testing.T) {
-	machine := storage.MachineMemory()
+	machine := hoststorage.MachineMemory()
 	b := storage.NewBudget(0)
-	h := storage.NewHost(32, b)
+	h := hoststorage.NewHost(32, b)
 	sizes := []uint64{1 << 62, 1 << 50, 1 << 48, 1<<48 - 1, 1 << 47, 1 << 46}
 	if machine != 0 {
 		sizes = append(sizes, machine, machine+1, 2*machine, storage.SatSub(machine, 32))
@@ -331,7 +332,7 @@ func TestMachineMemoryIsPhysicalPlusSwapOnLinux(t *testing.T) {
 		}
 	}
 	// A cgroup limit below RAM+swap is the figure instead (cgroup_test.go).
-	if l := storage.MachineMemoryLimit(); l.From == "RAM+swap" && l.Bytes != want || l.Bytes > want {
+	if l := hoststorage.MachineMemoryLimit(); l.From == "RAM+swap" && l.Bytes != want || l.Bytes > want {
 		t.Fatalf("MachineMemoryLimit = %+v, /proc/meminfo MemTotal+SwapTotal = %d", l, want)
 	}
 }

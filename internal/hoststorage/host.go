@@ -1,15 +1,13 @@
-package storage
+package hoststorage
 
 import (
 	"fmt"
 	"sync"
 	"sync/atomic"
 	"unsafe"
-)
 
-// DefaultAlignment is the base alignment of Host and Sim allocations when the
-// caller passes 0.
-const DefaultAlignment = 32
+	"github.com/gpumem/gpumem/storage"
+)
 
 // Observer is told of every Alloc and Dealloc a storage performs ("alloc",
 // "dealloc"). The host software graph uses it to imitate the driver: a storage
@@ -27,22 +25,22 @@ type Observable interface {
 // total, the budget and the observer.
 type table[E any] struct {
 	mu        sync.RWMutex
-	live      map[ID]E
-	sizes     map[ID]uint64
+	live      map[storage.ID]E
+	sizes     map[storage.ID]uint64
 	allocated atomic.Uint64
-	budget    *Budget
+	budget    *storage.Budget
 	align     uint64
 	observer  atomic.Pointer[Observer]
 }
 
-func (t *table[E]) init(align uint64, b *Budget) {
+func (t *table[E]) init(align uint64, b *storage.Budget) {
 	if align == 0 {
-		align = DefaultAlignment
+		align = storage.DefaultAlignment
 	}
 	t.align = align
 	t.budget = b
-	t.live = make(map[ID]E)
-	t.sizes = make(map[ID]uint64)
+	t.live = make(map[storage.ID]E)
+	t.sizes = make(map[storage.ID]uint64)
 }
 
 func (t *table[E]) notify(op string) {
@@ -67,7 +65,7 @@ func (t *table[E]) take(size uint64) error {
 	return t.budget.Take(size)
 }
 
-func (t *table[E]) add(id ID, size uint64, e E) {
+func (t *table[E]) add(id storage.ID, size uint64, e E) {
 	t.mu.Lock()
 	t.live[id] = e
 	t.sizes[id] = size
@@ -76,7 +74,7 @@ func (t *table[E]) add(id ID, size uint64, e E) {
 	t.notify("alloc")
 }
 
-func (t *table[E]) remove(id ID) {
+func (t *table[E]) remove(id storage.ID) {
 	t.mu.Lock()
 	size, ok := t.sizes[id]
 	if ok {
@@ -94,19 +92,19 @@ func (t *table[E]) remove(id ID) {
 	t.notify("dealloc")
 }
 
-func (t *table[E]) lookup(r Region) (E, error) {
+func (t *table[E]) lookup(r storage.Region) (E, error) {
 	t.mu.RLock()
 	e, ok := t.live[r.ID]
 	size := t.sizes[r.ID]
 	t.mu.RUnlock()
 	if !ok {
 		var zero E
-		return zero, fmt.Errorf("%w: allocation %d is not live", ErrUnknownRegion, r.ID)
+		return zero, fmt.Errorf("%w: allocation %d is not live", storage.ErrUnknownRegion, r.ID)
 	}
 	if r.Offset > size || r.Size > size-r.Offset {
 		var zero E
 		return zero, fmt.Errorf("%w: window [%d, %d) lies outside allocation %d of %d bytes",
-			ErrUnknownRegion, r.Offset, SatAdd(r.Offset, r.Size), r.ID, size)
+			storage.ErrUnknownRegion, r.Offset, storage.SatAdd(r.Offset, r.Size), r.ID, size)
 	}
 	return e, nil
 }
@@ -126,12 +124,12 @@ type Host struct {
 
 // NewHost returns a host storage with the given base alignment (0 = 32) that
 // takes its bytes from budget (nil = unlimited).
-func NewHost(alignment uint64, budget *Budget) *Host {
+func NewHost(alignment uint64, budget *storage.Budget) *Host {
 	return newHostOn(alignment, budget, MachineMemory())
 }
 
 // newHostOn is NewHost on a machine of the given memory (0 = unknown).
-func newHostOn(alignment uint64, budget *Budget, machine uint64) *Host {
+func newHostOn(alignment uint64, budget *storage.Budget, machine uint64) *Host {
 	h := &Host{machine: machine, limit: hostLimit(machine)}
 	h.t.init(alignment, budget)
 	return h
@@ -153,7 +151,7 @@ func hostLimit(machine uint64) uint64 {
 	if machine == 0 {
 		return maxMake
 	}
-	return min(maxMake, SatSub(machine, hostHeadroom))
+	return min(maxMake, storage.SatSub(machine, hostHeadroom))
 }
 
 // Alignment implements Storage.
@@ -164,13 +162,13 @@ func (h *Host) SetObserver(fn Observer) { h.t.setObserver(fn) }
 
 // Alloc implements Storage: size zeroed bytes, base aligned (S4). A zero-size
 // allocation takes no budget and resolves to an empty non-nil slice.
-func (h *Host) Alloc(size uint64) (Region, error) {
-	if size > SatSub(h.limit, h.t.align) {
-		return Region{}, &OutOfMemoryError{Requested: size, Allocated: h.t.budget.Used(), Capacity: h.t.budget.Capacity(),
-			Limit: SatSub(h.limit, h.t.align), Machine: h.machine}
+func (h *Host) Alloc(size uint64) (storage.Region, error) {
+	if size > storage.SatSub(h.limit, h.t.align) {
+		return storage.Region{}, &storage.OutOfMemoryError{Requested: size, Allocated: h.t.budget.Used(), Capacity: h.t.budget.Capacity(),
+			Limit: storage.SatSub(h.limit, h.t.align), Machine: h.machine}
 	}
 	if err := h.t.take(size); err != nil {
-		return Region{}, err
+		return storage.Region{}, err
 	}
 	var buf []byte
 	if size == 0 {
@@ -180,12 +178,12 @@ func (h *Host) Alloc(size uint64) (Region, error) {
 		// the slice keeps the whole backing array alive.
 		raw := make([]byte, size+h.t.align)
 		base := uintptr(unsafe.Pointer(unsafe.SliceData(raw)))
-		skip := Padding(uint64(base), h.t.align)
+		skip := storage.Padding(uint64(base), h.t.align)
 		buf = raw[skip : skip+size : skip+size]
 	}
-	id := newID()
+	id := storage.NewID()
 	h.t.add(id, size, buf)
-	return Region{ID: id, Size: size}, nil
+	return storage.Region{ID: id, Size: size}, nil
 }
 
 // maxHostAlloc bounds a granular host reservation so that its size cannot
@@ -193,18 +191,18 @@ func (h *Host) Alloc(size uint64) (Region, error) {
 const maxHostAlloc = int(^uint(0) >> 2)
 
 // Dealloc implements Storage; it is immediate.
-func (h *Host) Dealloc(id ID) { h.t.remove(id) }
+func (h *Host) Dealloc(id storage.ID) { h.t.remove(id) }
 
 // Flush implements Storage; Host queues nothing.
 func (h *Host) Flush() {}
 
 // Resolve implements Storage: Bytes is exactly the window.
-func (h *Host) Resolve(r Region) (Resource, error) {
+func (h *Host) Resolve(r storage.Region) (storage.Resource, error) {
 	buf, err := h.t.lookup(r)
 	if err != nil {
-		return Resource{}, err
+		return storage.Resource{}, err
 	}
-	return Resource{Region: r, Bytes: buf[r.Offset : r.Offset+r.Size : r.Offset+r.Size]}, nil
+	return storage.Resource{Region: r, Bytes: buf[r.Offset : r.Offset+r.Size : r.Offset+r.Size]}, nil
 }
 
 // BytesAllocated implements Storage.
@@ -219,7 +217,7 @@ type Sim struct {
 
 // NewSim returns a simulated storage with the given alignment (0 = 32) that
 // takes its bytes from budget (nil = unlimited).
-func NewSim(alignment uint64, budget *Budget) *Sim {
+func NewSim(alignment uint64, budget *storage.Budget) *Sim {
 	s := &Sim{}
 	s.t.init(alignment, budget)
 	return s
@@ -232,27 +230,27 @@ func (s *Sim) Alignment() uint64 { return s.t.align }
 func (s *Sim) SetObserver(fn Observer) { s.t.setObserver(fn) }
 
 // Alloc implements Storage.
-func (s *Sim) Alloc(size uint64) (Region, error) {
+func (s *Sim) Alloc(size uint64) (storage.Region, error) {
 	if err := s.t.take(size); err != nil {
-		return Region{}, err
+		return storage.Region{}, err
 	}
-	id := newID()
+	id := storage.NewID()
 	s.t.add(id, size, struct{}{})
-	return Region{ID: id, Size: size}, nil
+	return storage.Region{ID: id, Size: size}, nil
 }
 
 // Dealloc implements Storage; it is immediate.
-func (s *Sim) Dealloc(id ID) { s.t.remove(id) }
+func (s *Sim) Dealloc(id storage.ID) { s.t.remove(id) }
 
 // Flush implements Storage; Sim queues nothing.
 func (s *Sim) Flush() {}
 
 // Resolve implements Storage: the region is checked, no bytes come back.
-func (s *Sim) Resolve(r Region) (Resource, error) {
+func (s *Sim) Resolve(r storage.Region) (storage.Resource, error) {
 	if _, err := s.t.lookup(r); err != nil {
-		return Resource{}, err
+		return storage.Resource{}, err
 	}
-	return Resource{Region: r}, nil
+	return storage.Resource{Region: r}, nil
 }
 
 // BytesAllocated implements Storage.

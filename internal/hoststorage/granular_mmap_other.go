@@ -4,7 +4,7 @@
 // GranularHost there reports Granule() == 0 and is a plain Host (design in
 // granular_host.go).
 
-package storage
+package hoststorage
 
 import "os"
 

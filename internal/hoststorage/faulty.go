@@ -1,7 +1,9 @@
-package storage
+package hoststorage
 
 import (
 	"sync"
+
+	"github.com/gpumem/gpumem/storage"
 )
 
 // Faulty wraps a Storage and refuses on cue, so tests reach every failure
@@ -13,7 +15,7 @@ import (
 // queues consult a storage that implements [FaultInjector]). Every refusal is
 // counted.
 type Faulty struct {
-	inner Storage
+	inner storage.Storage
 
 	mu         sync.Mutex
 	allocAbove uint64 // 0 = off
@@ -38,10 +40,10 @@ type FaultInjector interface {
 }
 
 // NewFaulty wraps inner.
-func NewFaulty(inner Storage) *Faulty { return &Faulty{inner: inner} }
+func NewFaulty(inner storage.Storage) *Faulty { return &Faulty{inner: inner} }
 
 // Inner returns the wrapped storage.
-func (f *Faulty) Inner() Storage { return f.inner }
+func (f *Faulty) Inner() storage.Storage { return f.inner }
 
 // RefuseAllocAbove refuses an allocation that would take BytesAllocated above
 // total (0 turns it off).
@@ -116,21 +118,21 @@ func (f *Faulty) refuseLocked(def error) error {
 func (f *Faulty) Alignment() uint64 { return f.inner.Alignment() }
 
 // Alloc implements Storage, refusing on cue.
-func (f *Faulty) Alloc(size uint64) (Region, error) {
+func (f *Faulty) Alloc(size uint64) (storage.Region, error) {
 	f.mu.Lock()
 	refuse := false
 	switch {
 	case f.nextAllocs > 0:
 		f.nextAllocs--
 		refuse = true
-	case f.allocAbove != 0 && SatAdd(f.inner.BytesAllocated(), size) > f.allocAbove:
+	case f.allocAbove != 0 && storage.SatAdd(f.inner.BytesAllocated(), size) > f.allocAbove:
 		refuse = true
 	case f.allocIf != nil && f.allocIf(size):
 		refuse = true
 	}
 	defer f.mu.Unlock()
 	if refuse {
-		return Region{}, f.refuseLocked(&OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
+		return storage.Region{}, f.refuseLocked(&storage.OutOfMemoryError{Requested: size, Allocated: f.inner.BytesAllocated(), Capacity: f.allocAbove})
 	}
 	// Held across the inner call so concurrent allocations cannot pass
 	// RefuseAllocAbove's total together.
@@ -138,18 +140,18 @@ func (f *Faulty) Alloc(size uint64) (Region, error) {
 }
 
 // Dealloc implements Storage.
-func (f *Faulty) Dealloc(id ID) { f.inner.Dealloc(id) }
+func (f *Faulty) Dealloc(id storage.ID) { f.inner.Dealloc(id) }
 
 // Flush implements Storage.
 func (f *Faulty) Flush() { f.inner.Flush() }
 
 // Resolve implements Storage, refusing while RefuseResolve is on.
-func (f *Faulty) Resolve(r Region) (Resource, error) {
+func (f *Faulty) Resolve(r storage.Region) (storage.Resource, error) {
 	f.mu.Lock()
 	if f.resolve {
-		err := f.refuseLocked(ErrUnknownRegion)
+		err := f.refuseLocked(storage.ErrUnknownRegion)
 		f.mu.Unlock()
-		return Resource{}, err
+		return storage.Resource{}, err
 	}
 	f.mu.Unlock()
 	return f.inner.Resolve(r)
@@ -164,7 +166,7 @@ func (f *Faulty) CheckCopy() error {
 	defer f.mu.Unlock()
 	f.copyCalls++
 	if f.copies != nil && f.copies(f.copyCalls) {
-		return f.refuseLocked(ErrOutOfMemory)
+		return f.refuseLocked(storage.ErrOutOfMemory)
 	}
 	return nil
 }
@@ -175,7 +177,7 @@ func (f *Faulty) CheckWait() error {
 	defer f.mu.Unlock()
 	f.waitCalls++
 	if f.waits != nil && f.waits(f.waitCalls) {
-		return f.refuseLocked(ErrOutOfMemory)
+		return f.refuseLocked(storage.ErrOutOfMemory)
 	}
 	return nil
 }

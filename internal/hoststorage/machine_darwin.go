@@ -1,6 +1,6 @@
 //go:build darwin
 
-package storage
+package hoststorage
 
 import (
 	"encoding/binary"
