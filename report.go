@@ -8,6 +8,7 @@ import (
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // Report describes every stream's pools.
@@ -54,16 +55,16 @@ func (r Report) String() string {
 			page, outdated := "-", "-"
 			switch k := p.Kind.(type) {
 			case pool.SlicedKind:
-				page = pool.Bytes(k.PageSize).String()
+				page = units.Bytes(k.PageSize).String()
 			case pool.AdaptiveKind:
-				page = pool.Bytes(k.PageSize).String()
+				page = units.Bytes(k.PageSize).String()
 				outdated = fmt.Sprint(k.OutdatedPages)
 			case pool.ExclusiveKind:
-				page = "≤" + pool.Bytes(k.MaxAlloc).String()
+				page = "≤" + units.Bytes(k.MaxAlloc).String()
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", s.Name, pool.KindName(p.Kind), page, p.Pages, p.PagesPeak, outdated,
-				pool.Bytes(p.Usage.BytesReserved), pool.Bytes(p.Usage.BytesInUse), pool.Bytes(p.Usage.BytesPadding), pool.Bytes(p.Usage.BytesPendingFree),
-				p.Usage.Allocations, pool.Bytes(p.LargestAlloc))
+				units.Bytes(p.Usage.BytesReserved), units.Bytes(p.Usage.BytesInUse), units.Bytes(p.Usage.BytesPadding), units.Bytes(p.Usage.BytesPendingFree),
+				p.Usage.Allocations, units.Bytes(p.LargestAlloc))
 		}
 	}
 	w.Flush()

@@ -14,7 +14,7 @@ import (
 	"github.com/gpumem/gpumem/analysis/trace/torch"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -375,7 +375,7 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 	}
 	maxPage, rec := recordedSettings(src, &opts, &how)
 	if opts.Capacity > 0 && opts.Overhead >= opts.Capacity {
-		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, pool.Bytes(opts.Overhead), pool.Bytes(opts.Capacity))
+		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, units.Bytes(opts.Overhead), units.Bytes(opts.Capacity))
 	}
 	peak, err := peakLive(src.Events)
 	if err != nil {
@@ -571,7 +571,7 @@ func recordedSettings(src Source, opts *Options, how *deviceOptions) (uint64, re
 		rec.notes = append(rec.notes, "base mode "+d.BaseMode)
 	}
 	if d.Granule > 0 && d.Granule != hoststorage.DefaultGranule {
-		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", pool.Bytes(d.Granule), pool.Bytes(hoststorage.DefaultGranule)))
+		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", units.Bytes(d.Granule), units.Bytes(hoststorage.DefaultGranule)))
 	}
 	return d.MaxPage, rec
 }
@@ -705,7 +705,7 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 			FreeInPages: at.FinalReserved - min(at.FinalReserved, at.FinalAllocated), LargestFree: at.FinalLargestFree,
 			Held: at.FinalHeld,
 		}
-		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", pool.Bytes(events[f].Size))
+		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", units.Bytes(events[f].Size))
 	}
 	return rep, nil
 }
