@@ -3,6 +3,7 @@ package gpumem
 import (
 	"sync"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
@@ -68,7 +69,7 @@ type hostBackend struct {
 
 	// runners is shared by the sim backend's held inline queues.
 	runnersOnce sync.Once
-	runners     *stream.RunnerGroup
+	runners     *hostqueue.RunnerGroup
 }
 
 // HostProperties returns the host and sim backends' default properties for
@@ -107,10 +108,10 @@ func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 
 func (h *hostBackend) NewQueue(int) (stream.Queue, error) {
 	if h.sim {
-		h.runnersOnce.Do(func() { h.runners = stream.NewRunnerGroup() })
-		return stream.NewInlineHeld(h.runners), nil
+		h.runnersOnce.Do(func() { h.runners = hostqueue.NewRunnerGroup() })
+		return hostqueue.NewInlineHeld(h.runners), nil
 	}
-	return stream.NewHost(), nil
+	return hostqueue.NewHost(), nil
 }
 
 // CopyOnDevice copies at once: the relocation calls it only after every

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumem/gpumem/internal/capture"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
@@ -227,7 +229,7 @@ func TestRecordingThatRepeatsItsWarmupNeedsNoPageAndReusesItsRoom(t *testing.T) 
 				return err
 			}
 		}
-		if s.capture.Phase() == stream.Prepared {
+		if s.capture.Phase() == capture.Prepared {
 			warmBytes = d.BytesAllocated()
 		}
 		return nil
@@ -583,7 +585,7 @@ func TestCaptureWhoseFunctionFailsCleansUpEverything(t *testing.T) {
 		if g != nil || !errors.Is(err, boom) {
 			t.Fatalf("fail at call %d: graph %v err %v", failAt, g, err)
 		}
-		if s.capture.Phase() != stream.NoCapture || s.cap != nil {
+		if s.capture.Phase() != capture.NoCapture || s.cap != nil {
 			t.Fatalf("fail at call %d: window left open (%v)", failAt, s.capture.Phase())
 		}
 		if st := d.Stats(); st.GuardedPages != 0 {
@@ -1037,7 +1039,7 @@ func TestPanicInCaptureFunctionClosesTheWindow(t *testing.T) {
 type nonRecordingBackend struct{ hostBackend }
 
 func (b *nonRecordingBackend) NewQueue(int) (stream.Queue, error) {
-	return struct{ stream.Queue }{stream.NewHost()}, nil
+	return struct{ stream.Queue }{hostqueue.NewHost()}, nil
 }
 
 // A backend whose queues are no stream.Recorder runs everything but
@@ -1120,7 +1122,7 @@ func TestRecordingThatDivergesFromItsWarmupFailsNamingTheRemedy(t *testing.T) {
 				return err
 			}
 			bufs = append(bufs, b)
-			if s.capture.Phase() == stream.Prepared {
+			if s.capture.Phase() == capture.Prepared {
 				if err := b.Free(); err != nil { // the warmup frees as it goes
 					return err
 				}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -190,7 +191,7 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	counted.issuer, _ = q.(stream.Issuer)
 	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
 	s.self = streamsOf{d: d, s: s}
-	if w, ok := q.(stream.StorageWatcher); ok {
+	if w, ok := q.(hostqueue.StorageWatcher); ok {
 		if o, ok := st.(hoststorage.Observable); ok {
 			o.SetObserver(w.ObserveStorage)
 		}

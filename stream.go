@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/capture"
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -28,7 +29,7 @@ type Stream struct {
 	self relocation.Streams
 
 	// Guarded by d.mu:
-	capture  stream.Capture
+	capture  capture.State
 	deferred []deferredUse  // bindings of foreign buffers, in seq order
 	pending  []*writeRecord // ops that write, not yet known complete, in seq order (writes.go)
 	cap      *captureState  // the open capture window's records, nil outside one

@@ -23,7 +23,7 @@
 // fence is accepted only if its queue has already issued its sequence number,
 // so a wait step only ever waits on steps issued before it in real time.
 
-package stream
+package hostqueue
 
 import (
 	"context"
@@ -32,13 +32,15 @@ import (
 	"reflect"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpumem/gpumem/stream"
 )
 
 // step is one place in a queue's order.
 type step struct {
 	seq  uint64
-	op   Op    // op.Run == nil marks a fence wait
-	wait Fence // the fence a wait step waits for
+	op   stream.Op    // op.Run == nil marks a fence wait
+	wait stream.Fence // the fence a wait step waits for
 }
 
 // waitStepName names fence-wait steps in OpFailures.
@@ -46,13 +48,13 @@ const waitStepName = "WaitFence"
 
 // recording is an open capture of a host queue.
 type recording struct {
-	owner   Owner
-	ops     []Op
+	owner   stream.Owner
+	ops     []stream.Op
 	invalid error // nil until invalidated; then wraps ErrCaptureInvalidated and names the cause
 }
 
 type tracker struct {
-	self Queue // the Host or Inline owning this tracker, for its fences
+	self stream.Queue // the Host or Inline owning this tracker, for its fences
 
 	// completed is the sequence number of the last finished step. It is
 	// written only under mu (so waiters miss no broadcast) and read anywhere,
@@ -63,17 +65,17 @@ type tracker struct {
 	// taking this mu, so two queues' locks are never held together).
 	issued atomic.Uint64
 
-	mu        sync.Mutex    // guards every field below
-	progress  chan struct{} // closed and cleared when completed advances; nil while nobody waits
-	failures  []OpFailure   // in sequence order
-	rec       *recording    // nil when not recording
-	failBegin error         // test cue: the next BeginCapture returns it
+	mu        sync.Mutex         // guards every field below
+	progress  chan struct{}      // closed and cleared when completed advances; nil while nobody waits
+	failures  []stream.OpFailure // in sequence order
+	rec       *recording         // nil when not recording
+	failBegin error              // test cue: the next BeginCapture returns it
 	closed    bool
 }
 
 // trackerOf returns the tracker of a queue of this package, or nil for any
 // other implementation of Queue.
-func trackerOf(q Queue) *tracker {
+func trackerOf(q stream.Queue) *tracker {
 	switch q := q.(type) {
 	case *Host:
 		if q != nil {
@@ -98,14 +100,14 @@ func (t *tracker) issueLocked(n int) uint64 {
 // acceptLocked decides what happens to ops about to be enqueued: refused
 // (err), appended to the recording (recorded), or to be issued. t.mu must be
 // held.
-func (t *tracker) acceptLocked(call string, ops []Op) (recorded bool, err error) {
+func (t *tracker) acceptLocked(call string, ops []stream.Op) (recorded bool, err error) {
 	for _, op := range ops {
 		if op.Run == nil {
-			return false, fmt.Errorf("stream: %s: op %q has no Run: %w", call, op.Name, ErrInvalid)
+			return false, fmt.Errorf("stream: %s: op %q has no Run: %w", call, op.Name, stream.ErrInvalid)
 		}
 	}
 	if t.closed {
-		return false, fmt.Errorf("stream: %s: %w", call, ErrClosed)
+		return false, fmt.Errorf("stream: %s: %w", call, stream.ErrClosed)
 	}
 	if t.rec == nil {
 		return false, nil
@@ -125,7 +127,7 @@ func (t *tracker) invalidateLocked(cause string) error {
 		panic("stream: invalidating a queue that does not record")
 	}
 	if t.rec.invalid == nil {
-		t.rec.invalid = fmt.Errorf("%w (CUDA 901): %s", ErrCaptureInvalidated, cause)
+		t.rec.invalid = fmt.Errorf("%w (CUDA 901): %s", stream.ErrCaptureInvalidated, cause)
 	}
 	return t.rec.invalid
 }
@@ -138,7 +140,7 @@ func (t *tracker) complete(seq uint64, name string, err error) {
 		panic(fmt.Sprintf("stream: step %d completed after step %d: steps must finish in sequence order", seq, prev))
 	}
 	if err != nil {
-		t.failures = append(t.failures, OpFailure{Seq: seq, Name: name, Err: err})
+		t.failures = append(t.failures, stream.OpFailure{Seq: seq, Name: name, Err: err})
 	}
 	t.completed.Store(seq)
 	t.wakeLocked()
@@ -172,16 +174,16 @@ func runStep(s step) error {
 
 // runOp runs op, turning a panic into an error wrapping ErrOpPanicked so one
 // faulty op cannot take the executor, and every op after it, down.
-func runOp(op Op) (err error) {
+func runOp(op stream.Op) (err error) {
 	defer func() {
 		r := recover()
 		if r == nil {
 			return
 		}
 		if e, ok := r.(error); ok {
-			err = fmt.Errorf("%w: op %q: %w", ErrOpPanicked, op.Name, e)
+			err = fmt.Errorf("%w: op %q: %w", stream.ErrOpPanicked, op.Name, e)
 		} else {
-			err = fmt.Errorf("%w: op %q: %v", ErrOpPanicked, op.Name, r)
+			err = fmt.Errorf("%w: op %q: %v", stream.ErrOpPanicked, op.Name, r)
 		}
 	}()
 	return op.Run()
@@ -191,7 +193,7 @@ func runOp(op Op) (err error) {
 // queue of this package is waited on through its tracker, which is not a
 // host sync and so does not disturb a capture that began on it after the
 // fence was taken.
-func waitPassed(f Fence) error {
+func waitPassed(f stream.Fence) error {
 	if in, ok := f.Q.(*Inline); ok && in.held {
 		// Its steps run only when someone runs them: here, up to f.Seq.
 		if err := in.runHeld(context.Background(), f.Seq); err != nil {
@@ -232,17 +234,17 @@ func (t *tracker) waitSeq(ctx context.Context, seq uint64) error {
 
 // checkFence validates f as seen from t and reports whether it has passed.
 // It holds no lock: it reads another queue's atomics only.
-func (t *tracker) checkFence(call string, f Fence) (passed bool, err error) {
+func (t *tracker) checkFence(call string, f stream.Fence) (passed bool, err error) {
 	if f.Seq == 0 {
 		return true, nil
 	}
 	if isNilQueue(f.Q) {
-		return false, fmt.Errorf("stream: %s: fence %d has no queue: %w", call, f.Seq, ErrInvalid)
+		return false, fmt.Errorf("stream: %s: fence %d has no queue: %w", call, f.Seq, stream.ErrInvalid)
 	}
 	if target := trackerOf(f.Q); target != nil {
 		if issued := target.issued.Load(); f.Seq > issued {
 			return false, fmt.Errorf("stream: %s: fence %d is beyond the %d steps its queue issued (it would never pass): %w",
-				call, f.Seq, issued, ErrInvalid)
+				call, f.Seq, issued, stream.ErrInvalid)
 		}
 	}
 	return f.Q.Completed() >= f.Seq, nil
@@ -250,7 +252,7 @@ func (t *tracker) checkFence(call string, f Fence) (passed bool, err error) {
 
 // isNilQueue reports whether q is nil or holds a nil pointer (a typed nil
 // such as (*Host)(nil)), which has no queue behind it to ask.
-func isNilQueue(q Queue) bool {
+func isNilQueue(q stream.Queue) bool {
 	if q == nil {
 		return true
 	}
@@ -259,12 +261,12 @@ func isNilQueue(q Queue) bool {
 }
 
 // wait is Queue.Wait for both host queues.
-func (t *tracker) wait(ctx context.Context, f Fence) error {
+func (t *tracker) wait(ctx context.Context, f stream.Fence) error {
 	t.mu.Lock()
 	if t.rec != nil {
 		err := t.invalidateLocked("host wait on the recording queue")
 		t.mu.Unlock()
-		return fmt.Errorf("stream: wait: %w: %w", ErrCaptureUnsupported, err)
+		return fmt.Errorf("stream: wait: %w: %w", stream.ErrCaptureUnsupported, err)
 	}
 	t.mu.Unlock()
 	passed, err := t.checkFence("wait", f)
@@ -280,7 +282,7 @@ func (t *tracker) wait(ctx context.Context, f Fence) error {
 		if target.rec != nil {
 			err := target.invalidateLocked("host wait on a fence of the recording queue")
 			target.mu.Unlock()
-			return fmt.Errorf("stream: wait: %w: %w", ErrCaptureUnsupported, err)
+			return fmt.Errorf("stream: wait: %w: %w", stream.ErrCaptureUnsupported, err)
 		}
 		target.mu.Unlock()
 	}
@@ -304,9 +306,9 @@ func (t *tracker) wait(ctx context.Context, f Fence) error {
 // waitStepLocked decides what WaitFence does with a fence already checked by
 // checkFence: nothing (ok == false, nil), refuse (err), or issue a wait step.
 // t.mu must be held.
-func (t *tracker) waitStepLocked(f Fence, passed bool) (s step, ok bool, err error) {
+func (t *tracker) waitStepLocked(f stream.Fence, passed bool) (s step, ok bool, err error) {
 	if t.closed {
-		return step{}, false, fmt.Errorf("stream: wait fence: %w", ErrClosed)
+		return step{}, false, fmt.Errorf("stream: wait fence: %w", stream.ErrClosed)
 	}
 	if t.rec != nil {
 		if t.rec.invalid != nil {
@@ -316,7 +318,7 @@ func (t *tracker) waitStepLocked(f Fence, passed bool) (s step, ok bool, err err
 			return step{}, false, nil // nothing for the graph to depend on
 		}
 		err := t.invalidateLocked(fmt.Sprintf("wait on incomplete step %d of another queue", f.Seq))
-		return step{}, false, fmt.Errorf("stream: wait fence: %w: %w", ErrCaptureCrossStream, err)
+		return step{}, false, fmt.Errorf("stream: wait fence: %w: %w", stream.ErrCaptureCrossStream, err)
 	}
 	if passed {
 		return step{}, false, nil
@@ -325,13 +327,13 @@ func (t *tracker) waitStepLocked(f Fence, passed bool) (s step, ok bool, err err
 }
 
 // fence is Queue.Fence for both host queues.
-func (t *tracker) fence() (Fence, error) {
+func (t *tracker) fence() (stream.Fence, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return Fence{}, fmt.Errorf("stream: fence: %w", ErrClosed)
+		return stream.Fence{}, fmt.Errorf("stream: fence: %w", stream.ErrClosed)
 	}
-	return Fence{Q: t.self, Seq: t.issued.Load()}, nil
+	return stream.Fence{Q: t.self, Seq: t.issued.Load()}, nil
 }
 
 // flush is Queue.Flush for both host queues: they submit at Enqueue.
@@ -339,12 +341,12 @@ func (t *tracker) flush() error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("stream: flush: %w", ErrClosed)
+		return fmt.Errorf("stream: flush: %w", stream.ErrClosed)
 	}
 	return nil
 }
 
-func (t *tracker) takeFailures() []OpFailure {
+func (t *tracker) takeFailures() []stream.OpFailure {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.failures
@@ -358,18 +360,18 @@ func (t *tracker) recording() bool {
 	return t.rec != nil
 }
 
-func (t *tracker) beginCapture(o Owner) error {
+func (t *tracker) beginCapture(o stream.Owner) error {
 	if o == 0 {
-		return fmt.Errorf("stream: begin capture: owner 0: %w", ErrInvalid)
+		return fmt.Errorf("stream: begin capture: owner 0: %w", stream.ErrInvalid)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
-		return fmt.Errorf("stream: begin capture: %w", ErrClosed)
+		return fmt.Errorf("stream: begin capture: %w", stream.ErrClosed)
 	}
 	if t.rec != nil {
 		return fmt.Errorf("stream: begin capture for owner %d: the queue already records for owner %d: %w",
-			o, t.rec.owner, ErrCaptureState)
+			o, t.rec.owner, stream.ErrCaptureState)
 	}
 	if err := t.failBegin; err != nil {
 		t.failBegin = nil
@@ -379,19 +381,19 @@ func (t *tracker) beginCapture(o Owner) error {
 	return nil
 }
 
-func (t *tracker) endCapture(o Owner, doomed error) (Exec, error) {
+func (t *tracker) endCapture(o stream.Owner, doomed error) (stream.Exec, error) {
 	t.mu.Lock()
 	rec := t.rec
 	t.rec = nil
 	t.mu.Unlock()
 	if rec == nil {
-		err := fmt.Errorf("stream: end capture by owner %d: the queue does not record: %w", o, ErrCaptureState)
+		err := fmt.Errorf("stream: end capture by owner %d: the queue does not record: %w", o, stream.ErrCaptureState)
 		return nil, errors.Join(err, doomed)
 	}
 	var errs []error
 	if o != rec.owner {
 		errs = append(errs, fmt.Errorf("stream: end capture: caller %d, capture owned by %d (torn down, no graph): %w",
-			o, rec.owner, ErrWrongOwner))
+			o, rec.owner, stream.ErrWrongOwner))
 	}
 	if rec.invalid != nil {
 		errs = append(errs, fmt.Errorf("stream: end capture: %w", rec.invalid))
@@ -406,10 +408,10 @@ func (t *tracker) endCapture(o Owner, doomed error) (Exec, error) {
 }
 
 // opsOf returns the ops of an Exec the host queues can replay.
-func opsOf(e Exec) ([]Op, error) {
+func opsOf(e stream.Exec) ([]stream.Op, error) {
 	l, ok := e.(*OpList)
 	if !ok || l == nil {
-		return nil, fmt.Errorf("stream: replay: %T is not an executable recorded by a host queue: %w", e, ErrInvalid)
+		return nil, fmt.Errorf("stream: replay: %T is not an executable recorded by a host queue: %w", e, stream.ErrInvalid)
 	}
 	return l.ops, nil
 }

@@ -1,9 +1,10 @@
-package stream_test
+package hostqueue_test
 
 import (
 	"context"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -11,7 +12,7 @@ import (
 // the host with it. A capture records ops instead of running them, and the
 // sealed executable replays them.
 func ExampleHost() {
-	q := stream.NewHost()
+	q := hostqueue.NewHost()
 	defer q.Close()
 	ctx := context.Background()
 

@@ -1,9 +1,11 @@
-package stream
+package hostqueue
 
 import (
 	"context"
 	"fmt"
 	"sync"
+
+	"github.com/gpumem/gpumem/stream"
 )
 
 // Inline is a Queue that runs each op inside the Enqueue that submits it, on
@@ -36,7 +38,7 @@ type Inline struct {
 	// order; whether a goroutine is running them, and which one.
 	pending []step
 	running bool
-	runner  Goroutine
+	runner  stream.Goroutine
 	// group is shared by the held queues of one device: it knows which
 	// goroutines are running ops of any of them (RunnerGroup).
 	group *RunnerGroup
@@ -49,19 +51,19 @@ type Inline struct {
 // runner's flush leaves the steps held, for the next flush or wait.
 type RunnerGroup struct {
 	mu      sync.Mutex
-	running map[Goroutine]int // runners, with how many queues each runs (nested)
+	running map[stream.Goroutine]int // runners, with how many queues each runs (nested)
 }
 
 // NewRunnerGroup returns an empty group.
-func NewRunnerGroup() *RunnerGroup { return &RunnerGroup{running: make(map[Goroutine]int)} }
+func NewRunnerGroup() *RunnerGroup { return &RunnerGroup{running: make(map[stream.Goroutine]int)} }
 
-func (r *RunnerGroup) enter(g Goroutine) {
+func (r *RunnerGroup) enter(g stream.Goroutine) {
 	r.mu.Lock()
 	r.running[g]++
 	r.mu.Unlock()
 }
 
-func (r *RunnerGroup) leave(g Goroutine) {
+func (r *RunnerGroup) leave(g stream.Goroutine) {
 	r.mu.Lock()
 	if r.running[g]--; r.running[g] <= 0 {
 		delete(r.running, g)
@@ -70,7 +72,7 @@ func (r *RunnerGroup) leave(g Goroutine) {
 }
 
 // runs reports whether g runs ops of a queue of the group now.
-func (r *RunnerGroup) runs(g Goroutine) bool {
+func (r *RunnerGroup) runs(g stream.Goroutine) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.running[g] > 0
@@ -127,7 +129,7 @@ func (q *Inline) runHeld(ctx context.Context, need uint64) error {
 	issued := q.t.issued.Load()
 	if need > issued {
 		q.t.mu.Unlock()
-		return fmt.Errorf("stream: wait for step %d: the queue issued only %d (it would never run): %w", need, issued, ErrInvalid)
+		return fmt.Errorf("stream: wait for step %d: the queue issued only %d (it would never run): %w", need, issued, stream.ErrInvalid)
 	}
 	target := need
 	if target == 0 {
@@ -138,7 +140,7 @@ func (q *Inline) runHeld(ctx context.Context, need uint64) error {
 		return nil
 	}
 	q.t.mu.Unlock()
-	me := CurrentGoroutine()
+	me := stream.CurrentGoroutine()
 	if need == 0 && q.group.runs(me) {
 		return nil
 	}
@@ -154,7 +156,7 @@ func (q *Inline) runHeld(ctx context.Context, need uint64) error {
 			if need == 0 {
 				return nil // the steps run after the running op
 			}
-			return fmt.Errorf("stream: wait for step %d (completed %d): %w", need, completed, ErrWaitsOnItself)
+			return fmt.Errorf("stream: wait for step %d (completed %d): %w", need, completed, stream.ErrWaitsOnItself)
 		}
 		ch := q.t.progressLocked() // closed when a step completes or the runner stops
 		q.t.mu.Unlock()
@@ -202,7 +204,7 @@ func (q *Inline) runHeld(ctx context.Context, need uint64) error {
 }
 
 // RunsOpsOn reports whether g is running this queue's ops now.
-func (q *Inline) RunsOpsOn(g Goroutine) bool {
+func (q *Inline) RunsOpsOn(g stream.Goroutine) bool {
 	q.t.mu.Lock()
 	defer q.t.mu.Unlock()
 	return q.running && q.runner == g
@@ -211,11 +213,11 @@ func (q *Inline) RunsOpsOn(g Goroutine) bool {
 // Enqueue runs op now, after any op another goroutine is running on this
 // queue, and returns its sequence number; a failure is reported by
 // TakeFailures. While the queue records, op is recorded instead and seq is 0.
-func (q *Inline) Enqueue(op Op) (seq uint64, err error) {
+func (q *Inline) Enqueue(op stream.Op) (seq uint64, err error) {
 	if q.held {
 		q.t.mu.Lock()
 		defer q.t.mu.Unlock()
-		recorded, err := q.t.acceptLocked("enqueue", []Op{op})
+		recorded, err := q.t.acceptLocked("enqueue", []stream.Op{op})
 		if err != nil || recorded {
 			return 0, err
 		}
@@ -226,7 +228,7 @@ func (q *Inline) Enqueue(op Op) (seq uint64, err error) {
 	q.run.Lock()
 	defer q.run.Unlock()
 	q.t.mu.Lock()
-	recorded, err := q.t.acceptLocked("enqueue", []Op{op})
+	recorded, err := q.t.acceptLocked("enqueue", []stream.Op{op})
 	if err != nil || recorded {
 		q.t.mu.Unlock()
 		return 0, err
@@ -240,7 +242,7 @@ func (q *Inline) Enqueue(op Op) (seq uint64, err error) {
 // Replay runs the ops of e (an [*OpList]) now, in recorded order, with
 // consecutive sequence numbers. While the queue records, the ops are
 // appended to the recording.
-func (q *Inline) Replay(e Exec) error {
+func (q *Inline) Replay(e stream.Exec) error {
 	ops, err := opsOf(e)
 	if err != nil {
 		return err
@@ -278,8 +280,8 @@ func (q *Inline) Replay(e Exec) error {
 // after it run on the caller's goroutine too. A fence of this queue, or one
 // already passed, adds nothing. On a recording queue a fence not yet passed
 // returns ErrCaptureCrossStream and invalidates the capture.
-func (q *Inline) WaitFence(f Fence) error {
-	if f.Q == Queue(q) {
+func (q *Inline) WaitFence(f stream.Fence) error {
+	if f.Q == stream.Queue(q) {
 		return q.t.flush() // in order already; only ErrClosed to report
 	}
 	passed, err := q.t.checkFence("wait fence", f)
@@ -335,7 +337,7 @@ func (q *Inline) Flush() error {
 }
 
 // Fence returns a fence covering every op enqueued so far.
-func (q *Inline) Fence() (Fence, error) { return q.t.fence() }
+func (q *Inline) Fence() (stream.Fence, error) { return q.t.fence() }
 
 // Completed returns the sequence number of the last finished step, without
 // blocking.
@@ -351,21 +353,23 @@ func (q *Inline) Issued() uint64 { return q.t.issued.Load() }
 // fence of a recording queue of this package, it returns at once with
 // ErrCaptureUnsupported and ErrCaptureInvalidated and invalidates that
 // capture.
-func (q *Inline) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f) }
+func (q *Inline) Wait(ctx context.Context, f stream.Fence) error { return q.t.wait(ctx, f) }
 
 // TakeFailures returns the failures since the last call, in sequence order,
 // and forgets them.
-func (q *Inline) TakeFailures() []OpFailure { return q.t.takeFailures() }
+func (q *Inline) TakeFailures() []stream.OpFailure { return q.t.takeFailures() }
 
 // BeginCapture starts recording for owner o (not 0). On a recording queue it
 // returns ErrCaptureState.
-func (q *Inline) BeginCapture(o Owner) error { return q.t.beginCapture(o) }
+func (q *Inline) BeginCapture(o stream.Owner) error { return q.t.beginCapture(o) }
 
 // EndCapture stops recording and returns the recorded [*OpList]. The capture
 // is closed in every case; there is no Exec when o is not its owner
 // (ErrWrongOwner), when it was invalidated (ErrCaptureInvalidated) or when
 // doomed is not nil (the error wraps doomed); the errors are joined.
-func (q *Inline) EndCapture(o Owner, doomed error) (Exec, error) { return q.t.endCapture(o, doomed) }
+func (q *Inline) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+	return q.t.endCapture(o, doomed)
+}
 
 // Recording reports whether a capture is open.
 func (q *Inline) Recording() bool { return q.t.recording() }
@@ -374,3 +378,15 @@ func (q *Inline) Recording() bool { return q.t.recording() }
 // Dealloc. While recording it invalidates the capture: the driver cannot
 // capture an allocation, so the graph would not represent the run.
 func (q *Inline) ObserveStorage(op string) { q.t.observeStorage(op) }
+
+// WaitCompleted implements Completer; a held queue first runs its steps up
+// to seq on the calling goroutine (ErrWaitsOnItself when that goroutine is
+// running an earlier step of this queue, which could never let seq run).
+func (q *Inline) WaitCompleted(ctx context.Context, seq uint64) error {
+	if q.held {
+		if err := q.runHeld(ctx, seq); err != nil {
+			return err
+		}
+	}
+	return q.t.waitSeq(ctx, seq)
+}

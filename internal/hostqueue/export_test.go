@@ -1,4 +1,4 @@
-package stream
+package hostqueue
 
 // Test hooks, compiled into this package's tests only.
 

@@ -1,4 +1,4 @@
-package stream_test
+package hostqueue_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/stream"
 )
 
 // testQueue is what both host queues offer.
 type testQueue interface {
 	stream.Recorder
-	stream.StorageWatcher
+	hostqueue.StorageWatcher
 	FailNextBeginCapture(err error)
 }
 
@@ -25,8 +26,8 @@ var kinds = []struct {
 	name string
 	new  func() testQueue
 }{
-	{"Host", func() testQueue { return stream.NewHost() }},
-	{"Inline", func() testQueue { return stream.NewInline() }},
+	{"Host", func() testQueue { return hostqueue.NewHost() }},
+	{"Inline", func() testQueue { return hostqueue.NewInline() }},
 }
 
 func forEachKind(t *testing.T, f func(t *testing.T, newQueue func() testQueue)) {
@@ -105,7 +106,7 @@ func TestOpsRunInOrderAndFencePassesAfterEveryEarlierOp(t *testing.T) {
 
 func TestHostFenceDoesNotPassWhileAnEarlierOpRuns(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := stream.NewHost()
+		q := hostqueue.NewHost()
 		defer closeQueue(t, q)
 		gate := make(chan struct{})
 		var log []string
@@ -136,7 +137,7 @@ func TestHostFenceDoesNotPassWhileAnEarlierOpRuns(t *testing.T) {
 // design §12.6 #48: WaitFence orders a second queue after the first.
 func TestWaitFenceOrdersSecondHostQueueAfterFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		a, b := stream.NewHost(), stream.NewHost()
+		a, b := hostqueue.NewHost(), hostqueue.NewHost()
 		defer closeQueue(t, a)
 		defer closeQueue(t, b)
 		gate := make(chan struct{})
@@ -165,7 +166,7 @@ func TestWaitFenceOrdersSecondHostQueueAfterFirst(t *testing.T) {
 
 func TestWaitFenceOnInlineQueueBlocksUntilHostFencePasses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h, in := stream.NewHost(), stream.NewInline()
+		h, in := hostqueue.NewHost(), hostqueue.NewInline()
 		defer closeQueue(t, h)
 		defer closeQueue(t, in)
 		gate := make(chan struct{})
@@ -289,7 +290,7 @@ func TestTakeFailuresDrainsFailuresInSequenceOrder(t *testing.T) {
 
 func TestWaitReturnsContextErrorWhenCancelled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := stream.NewHost()
+		q := hostqueue.NewHost()
 		defer closeQueue(t, q)
 		gate := make(chan struct{})
 		mustEnqueue(t, q, "gated", func() error { <-gate; return nil })
@@ -326,7 +327,7 @@ func TestWaitOnPassedFenceSucceedsEvenWithDoneContext(t *testing.T) {
 
 func TestHostCloseRunsEnqueuedOpsThenRefusesWork(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		q := stream.NewHost()
+		q := hostqueue.NewHost()
 		gate := make(chan struct{})
 		var log []string
 		mustEnqueue(t, q, "gated", func() error { <-gate; log = append(log, "gated"); return nil })
@@ -367,7 +368,7 @@ func TestClosedQueueRefusesSubmissionsButStillAnswersWaits(t *testing.T) {
 		if _, err := q.Enqueue(noop); !errors.Is(err, stream.ErrClosed) {
 			t.Errorf("Enqueue = %v, want ErrClosed", err)
 		}
-		if err := q.Replay(&stream.OpList{}); !errors.Is(err, stream.ErrClosed) {
+		if err := q.Replay(&hostqueue.OpList{}); !errors.Is(err, stream.ErrClosed) {
 			t.Errorf("Replay = %v, want ErrClosed", err)
 		}
 		if _, err := q.Fence(); !errors.Is(err, stream.ErrClosed) {
@@ -392,7 +393,7 @@ func TestClosedQueueRefusesSubmissionsButStillAnswersWaits(t *testing.T) {
 }
 
 func TestInlineRunsEachOpInsideEnqueue(t *testing.T) {
-	q := stream.NewInline()
+	q := hostqueue.NewInline()
 	defer closeQueue(t, q)
 	ran := 0
 	for i := range 3 {

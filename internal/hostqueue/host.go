@@ -1,9 +1,11 @@
-package stream
+package hostqueue
 
 import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/gpumem/gpumem/stream"
 )
 
 // Host is a Queue whose ops run on one worker goroutine, in sequence order:
@@ -37,7 +39,7 @@ func NewHost() *Host {
 // once the queue is closed and nothing is pending.
 func (q *Host) work() {
 	defer close(q.done)
-	q.worker.Store(uint64(CurrentGoroutine()))
+	q.worker.Store(uint64(stream.CurrentGoroutine()))
 	var batch []step
 	for {
 		q.t.mu.Lock()
@@ -71,10 +73,10 @@ func (q *Host) submitLocked(steps ...step) {
 
 // Enqueue submits op to run after every op enqueued before it. While the
 // queue records, op is recorded instead and seq is 0.
-func (q *Host) Enqueue(op Op) (seq uint64, err error) {
+func (q *Host) Enqueue(op stream.Op) (seq uint64, err error) {
 	q.t.mu.Lock()
 	defer q.t.mu.Unlock()
-	recorded, err := q.t.acceptLocked("enqueue", []Op{op})
+	recorded, err := q.t.acceptLocked("enqueue", []stream.Op{op})
 	if err != nil || recorded {
 		return 0, err
 	}
@@ -86,7 +88,7 @@ func (q *Host) Enqueue(op Op) (seq uint64, err error) {
 // Replay enqueues the ops of e (an [*OpList]) in recorded order, with
 // consecutive sequence numbers: no other op interleaves. While the queue
 // records, the ops are appended to the recording.
-func (q *Host) Replay(e Exec) error {
+func (q *Host) Replay(e stream.Exec) error {
 	ops, err := opsOf(e)
 	if err != nil {
 		return err
@@ -111,8 +113,8 @@ func (q *Host) Replay(e Exec) error {
 // fence of this queue, or one already passed, adds nothing. On a recording
 // queue a fence not yet passed returns ErrCaptureCrossStream and invalidates
 // the capture.
-func (q *Host) WaitFence(f Fence) error {
-	if f.Q == Queue(q) {
+func (q *Host) WaitFence(f stream.Fence) error {
+	if f.Q == stream.Queue(q) {
 		return q.t.flush() // in order already; only ErrClosed to report
 	}
 	passed, err := q.t.checkFence("wait fence", f)
@@ -148,7 +150,7 @@ func (q *Host) Close() error {
 func (q *Host) Flush() error { return q.t.flush() }
 
 // Fence returns a fence covering every op enqueued so far.
-func (q *Host) Fence() (Fence, error) { return q.t.fence() }
+func (q *Host) Fence() (stream.Fence, error) { return q.t.fence() }
 
 // Completed returns the sequence number of the last finished step, without
 // blocking.
@@ -161,21 +163,23 @@ func (q *Host) Issued() uint64 { return q.t.issued.Load() }
 // with a fence of a recording queue of this package, it returns at once with
 // ErrCaptureUnsupported and ErrCaptureInvalidated and invalidates that
 // capture: a host sync inside a capture is what the driver refuses.
-func (q *Host) Wait(ctx context.Context, f Fence) error { return q.t.wait(ctx, f) }
+func (q *Host) Wait(ctx context.Context, f stream.Fence) error { return q.t.wait(ctx, f) }
 
 // TakeFailures returns the failures since the last call, in sequence order,
 // and forgets them.
-func (q *Host) TakeFailures() []OpFailure { return q.t.takeFailures() }
+func (q *Host) TakeFailures() []stream.OpFailure { return q.t.takeFailures() }
 
 // BeginCapture starts recording for owner o (not 0). On a recording queue it
 // returns ErrCaptureState.
-func (q *Host) BeginCapture(o Owner) error { return q.t.beginCapture(o) }
+func (q *Host) BeginCapture(o stream.Owner) error { return q.t.beginCapture(o) }
 
 // EndCapture stops recording and returns the recorded [*OpList]. The capture
 // is closed in every case; there is no Exec when o is not its owner
 // (ErrWrongOwner), when it was invalidated (ErrCaptureInvalidated) or when
 // doomed is not nil (the error wraps doomed); the errors are joined.
-func (q *Host) EndCapture(o Owner, doomed error) (Exec, error) { return q.t.endCapture(o, doomed) }
+func (q *Host) EndCapture(o stream.Owner, doomed error) (stream.Exec, error) {
+	return q.t.endCapture(o, doomed)
+}
 
 // Recording reports whether a capture is open.
 func (q *Host) Recording() bool { return q.t.recording() }
@@ -186,4 +190,7 @@ func (q *Host) Recording() bool { return q.t.recording() }
 func (q *Host) ObserveStorage(op string) { q.t.observeStorage(op) }
 
 // RunsOpsOn reports whether g is the worker goroutine.
-func (q *Host) RunsOpsOn(g Goroutine) bool { return g != 0 && uint64(g) == q.worker.Load() }
+func (q *Host) RunsOpsOn(g stream.Goroutine) bool { return g != 0 && uint64(g) == q.worker.Load() }
+
+// WaitCompleted implements Completer.
+func (q *Host) WaitCompleted(ctx context.Context, seq uint64) error { return q.t.waitSeq(ctx, seq) }

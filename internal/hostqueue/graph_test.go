@@ -1,4 +1,4 @@
-package stream_test
+package hostqueue_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -129,7 +130,7 @@ func assertInvalidated(t *testing.T, q stream.Recorder, owner stream.Owner, log 
 	if seq, err := q.Enqueue(stream.Op{Name: "later", Run: appendOp(log, "later")}); !errors.Is(err, stream.ErrCaptureInvalidated) || seq != 0 {
 		t.Fatalf("Enqueue after invalidation = %d, %v; want 0, ErrCaptureInvalidated", seq, err)
 	}
-	replayed := &stream.OpList{}
+	replayed := &hostqueue.OpList{}
 	if err := q.Replay(replayed); !errors.Is(err, stream.ErrCaptureInvalidated) {
 		t.Fatalf("Replay after invalidation = %v, want ErrCaptureInvalidated", err)
 	}
@@ -158,7 +159,7 @@ func TestStorageAllocOutsideCaptureChangesNothing(t *testing.T) {
 }
 
 func TestHostWaitOnFenceOfAnotherRecordingQueueInvalidatesIt(t *testing.T) {
-	rec, other := stream.NewHost(), stream.NewHost()
+	rec, other := hostqueue.NewHost(), hostqueue.NewHost()
 	defer closeQueue(t, rec)
 	defer closeQueue(t, other)
 	mustEnqueue(t, rec, "op", func() error { return nil })
@@ -273,7 +274,7 @@ func TestCaptureCallsOutOfOrderOnAQueue(t *testing.T) {
 
 func TestCrossStreamWaitOnIncompleteWorkInvalidatesRecording(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		other := stream.NewHost()
+		other := hostqueue.NewHost()
 		defer closeQueue(t, other)
 		gate := make(chan struct{})
 		defer close(gate)
@@ -354,7 +355,7 @@ func TestReplayRefusesAnExecutableOfAnotherBackend(t *testing.T) {
 	forEachKind(t, func(t *testing.T, newQueue func() testQueue) {
 		q := newQueue()
 		defer closeQueue(t, q)
-		for _, e := range []stream.Exec{foreignExec{}, nil, (*stream.OpList)(nil)} {
+		for _, e := range []stream.Exec{foreignExec{}, nil, (*hostqueue.OpList)(nil)} {
 			if err := q.Replay(e); !errors.Is(err, stream.ErrInvalid) {
 				t.Fatalf("Replay(%T) = %v, want ErrInvalid", e, err)
 			}
@@ -363,7 +364,7 @@ func TestReplayRefusesAnExecutableOfAnotherBackend(t *testing.T) {
 }
 
 func TestRecordedOpsAreReplayableOnAnotherKindOfHostQueue(t *testing.T) {
-	h, in := stream.NewHost(), stream.NewInline()
+	h, in := hostqueue.NewHost(), hostqueue.NewInline()
 	defer closeQueue(t, h)
 	defer closeQueue(t, in)
 	var log []string
@@ -379,9 +380,9 @@ func TestRecordedOpsAreReplayableOnAnotherKindOfHostQueue(t *testing.T) {
 	if !slices.Equal(log, []string{"a", "b"}) {
 		t.Fatalf("ran %v", log)
 	}
-	ops := e.(*stream.OpList).Ops()
+	ops := e.(*hostqueue.OpList).Ops()
 	ops[0] = stream.Op{}
-	if e.Len() != 2 || e.(*stream.OpList).Ops()[0].Name != "a" {
+	if e.Len() != 2 || e.(*hostqueue.OpList).Ops()[0].Name != "a" {
 		t.Fatal("Ops returned the executable's own slice: changing the copy changed the graph")
 	}
 }

@@ -1,4 +1,4 @@
-package stream_test
+package hostqueue_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/stream"
 )
 
@@ -83,8 +84,8 @@ func noFailures(t *testing.T, qs ...stream.Queue) {
 // itself. The run stops at the step it needs and leaves A's wait for A's own
 // flush.
 func TestHeldInlineWaitRunsOnlyTheStepsItNeeds(t *testing.T) {
-	g := stream.NewRunnerGroup()
-	a, b := stream.NewInlineHeld(g), stream.NewInlineHeld(g)
+	g := hostqueue.NewRunnerGroup()
+	a, b := hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g)
 	var mu sync.Mutex
 	var log []string
 	mustOp(t, a, logged(&mu, &log, "a1")) // A 1
@@ -126,9 +127,9 @@ func TestHeldInlineChainsOfThreeQueuesReturnInEveryFlushOrder(t *testing.T) {
 	orders := [][]int{{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0}}
 	for _, order := range orders {
 		t.Run(fmt.Sprint(order), func(t *testing.T) {
-			g := stream.NewRunnerGroup()
-			a, b, c := stream.NewInlineHeld(g), stream.NewInlineHeld(g), stream.NewInlineHeld(g)
-			qs := []*stream.Inline{a, b, c}
+			g := hostqueue.NewRunnerGroup()
+			a, b, c := hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g)
+			qs := []*hostqueue.Inline{a, b, c}
 			var mu sync.Mutex
 			var log []string
 			mustOp(t, a, logged(&mu, &log, "a1"))
@@ -169,8 +170,8 @@ func TestHeldInlineChainsOfThreeQueuesReturnInEveryFlushOrder(t *testing.T) {
 // run it, so every flush returns.
 func TestHeldInlineConcurrentFlushesOfAChainAllReturn(t *testing.T) {
 	for round := range 200 {
-		g := stream.NewRunnerGroup()
-		qs := []*stream.Inline{stream.NewInlineHeld(g), stream.NewInlineHeld(g), stream.NewInlineHeld(g)}
+		g := hostqueue.NewRunnerGroup()
+		qs := []*hostqueue.Inline{hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g)}
 		for i := range 12 {
 			q, prev := qs[i%3], qs[(i+2)%3]
 			mustWaitFence(t, q, mustFence(t, prev))
@@ -199,8 +200,8 @@ func TestHeldInlineConcurrentFlushesOfAChainAllReturn(t *testing.T) {
 // never end: the step runs only after the op returns. It is refused, and a
 // fence wait step that would wait so fails instead of blocking.
 func TestHeldInlineWaitFromItsOwnOpIsRefusedNotHung(t *testing.T) {
-	g := stream.NewRunnerGroup()
-	a, b := stream.NewInlineHeld(g), stream.NewInlineHeld(g)
+	g := hostqueue.NewRunnerGroup()
+	a, b := hostqueue.NewInlineHeld(g), hostqueue.NewInlineHeld(g)
 	var waitErr, completedErr, waitBErr error
 	var fb stream.Fence
 	mustOp(t, a, stream.Op{Name: "waits on itself", Run: func() error { // A 1
@@ -232,7 +233,7 @@ func TestHeldInlineWaitFromItsOwnOpIsRefusedNotHung(t *testing.T) {
 	if f := b.TakeFailures(); len(f) != 1 || !errors.Is(f[0].Err, stream.ErrWaitsOnItself) {
 		t.Errorf("B's failures %v, want its wait step's ErrWaitsOnItself", f)
 	}
-	for i, q := range []*stream.Inline{a, b} {
+	for i, q := range []*hostqueue.Inline{a, b} {
 		if got, want := q.Completed(), q.Issued(); got != want {
 			t.Errorf("queue %d completed %d of %d steps", i, got, want)
 		}
@@ -245,7 +246,7 @@ func TestHeldInlineWaitFromItsOwnOpIsRefusedNotHung(t *testing.T) {
 func TestWaitOnAFenceOfAnotherHeldQueueRunsItsSteps(t *testing.T) {
 	for _, k := range kinds {
 		t.Run(k.name, func(t *testing.T) {
-			a := stream.NewInlineHeld(nil)
+			a := hostqueue.NewInlineHeld(nil)
 			q := k.new()
 			defer closeQueue(t, q)
 			ran := false
@@ -267,7 +268,7 @@ func TestWaitOnAFenceOfAnotherHeldQueueRunsItsSteps(t *testing.T) {
 // runs it once that runner stops, and a cancelled context ends the wait for
 // the runner.
 func TestHeldInlineWaitTakesOverFromARunnerThatStopsShort(t *testing.T) {
-	a := stream.NewInlineHeld(nil)
+	a := hostqueue.NewInlineHeld(nil)
 	gate, started := make(chan struct{}), make(chan struct{})
 	mustOp(t, a, stream.Op{Name: "gated", Run: func() error { close(started); <-gate; return nil }})
 	mustOp(t, a, nop("a2"))
@@ -312,7 +313,7 @@ func TestHeldInlineRandomCrossWaitsAlwaysReturnInOrder(t *testing.T) {
 
 // heldQueue is one queue of the randomized test with what its ops check.
 type heldQueue struct {
-	q *stream.Inline
+	q *hostqueue.Inline
 
 	mu     sync.Mutex     // guards the fields below
 	waits  []stream.Fence // fences waited on so far: later ops check them
@@ -323,10 +324,10 @@ type heldQueue struct {
 
 func heldRandomRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	g := stream.NewRunnerGroup()
+	g := hostqueue.NewRunnerGroup()
 	hq := make([]*heldQueue, 2+rng.IntN(4))
 	for i := range hq {
-		hq[i] = &heldQueue{q: stream.NewInlineHeld(g)}
+		hq[i] = &heldQueue{q: hostqueue.NewInlineHeld(g)}
 	}
 
 	// enqueue issues an op on h that checks, when it runs, that it runs
