@@ -5,7 +5,6 @@ import (
 
 	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/internal/hoststorage"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -17,7 +16,7 @@ type Backend interface {
 	// Name names the backend ("host", "sim", "cuda").
 	Name() string
 	// Properties are the memory properties the device starts from.
-	Properties() memory.Properties
+	Properties() Properties
 	// NewStorage returns a storage for one stream's memory, drawing on the
 	// device's shared budget.
 	NewStorage(b *storage.Budget) (storage.Storage, error)
@@ -62,7 +61,7 @@ type Releaser interface {
 // unlimited.
 type hostBackend struct {
 	sim   bool
-	props memory.Properties
+	props Properties
 
 	machineOnce sync.Once
 	machine     *storage.Budget
@@ -72,20 +71,6 @@ type hostBackend struct {
 	runners     *hostqueue.RunnerGroup
 }
 
-// HostProperties returns the host and sim backends' default properties for
-// a capacity (0 = unknown): alignment 32, MaxMemory = capacity, max page =
-// capacity/4 rounded down to the alignment, or 1 GiB without a capacity.
-// A buffer larger than the max page is still served, as a dedicated
-// allocation, whenever the capacity holds it.
-func HostProperties(capacity uint64) memory.Properties {
-	const align = storage.DefaultAlignment
-	maxPage := uint64(1 << 30)
-	if capacity != 0 {
-		maxPage = max(align, capacity/4/align*align)
-	}
-	return memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
-}
-
 func (h *hostBackend) Name() string {
 	if h.sim {
 		return "sim"
@@ -93,7 +78,7 @@ func (h *hostBackend) Name() string {
 	return "host"
 }
 
-func (h *hostBackend) Properties() memory.Properties { return h.props }
+func (h *hostBackend) Properties() Properties { return h.props }
 
 func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 	if h.sim {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/gpumem/gpumem/internal/capture"
 	"github.com/gpumem/gpumem/internal/hostqueue"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -282,7 +281,7 @@ func TestCleanupWhileAnotherStreamRecordsIsRefusedWithoutWaiting(t *testing.T) {
 
 func TestPrepareCaptureRelocatesEveryStream(t *testing.T) {
 	ctx := context.Background()
-	d := openHost(t, WithMemoryConfig(memory.Config{}))
+	d := openHost(t, WithMemoryConfig(MemoryConfig{}))
 	a := d.DefaultStream()
 	b, _ := d.NewStream()
 	keep := mustAlloc(t, b, 1<<20)
@@ -842,14 +841,14 @@ func TestLaunchDuringGraphCloseWritesIntoAReusedSlice(t *testing.T) {
 func TestAllocOnRecordingStreamInvalidatesTheCapture(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
-	done := s.Window(memory.Dedicated)
+	done := s.Window(Dedicated)
 	x := mustAlloc(t, s, 1<<20)
 	done()
 	mustFree(t, x)
 	gate := make(chan struct{})
 	_ = s.Enqueue("gate", nil, func([]storage.Resource) error { <-gate; return nil })
 	gateSeq, _ := s.Queue().Fence()
-	done = s.Window(memory.Dedicated)
+	done = s.Window(Dedicated)
 	y := mustAlloc(t, s, 2<<20) // gives x's slot back while "gate" is queued: held
 	done()
 	defer y.Free()
@@ -1045,7 +1044,7 @@ func (b *nonRecordingBackend) NewQueue(int) (stream.Queue, error) {
 // A backend whose queues are no stream.Recorder runs everything but
 // captures, which it refuses with ErrNotSupported before anything changes.
 func TestCaptureOnQueuesThatCannotRecordIsNotSupported(t *testing.T) {
-	d, err := OpenBackend(&nonRecordingBackend{hostBackend{props: HostProperties(0)}})
+	d, err := OpenBackend(&nonRecordingBackend{hostBackend{props: hostProperties(0)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,7 +83,7 @@ func Open(opts ...Option) (*Device, error) {
 			opt.apply(&o)
 		}
 	}
-	b := &hostBackend{sim: o.sim, props: HostProperties(o.capacity)}
+	b := &hostBackend{sim: o.sim, props: hostProperties(o.capacity)}
 	return openWith(b, o)
 }
 
@@ -102,14 +102,15 @@ func OpenBackend(b Backend, opts ...Option) (*Device, error) {
 }
 
 func openWith(b Backend, o options) (*Device, error) {
-	props := b.Properties()
+	props := b.Properties().internal()
 	if o.capacity != 0 && (props.MaxMemory == 0 || o.capacity < props.MaxMemory) {
 		props.MaxMemory = o.capacity
 	}
 	if o.props != nil {
 		props = *o.props
 	}
-	if err := o.cfg.Validate(props); err != nil {
+	cfg := o.cfg.internal()
+	if err := cfg.Validate(props); err != nil {
 		return nil, err
 	}
 	log := o.log
@@ -120,7 +121,7 @@ func openWith(b Backend, o options) (*Device, error) {
 		backend:    b,
 		budget:     storage.NewBudget(o.capacity),
 		props:      props,
-		cfg:        o.cfg,
+		cfg:        cfg,
 		log:        log,
 		wrap:       o.wrapStorage,
 		noRelocate: o.noRelocate,
@@ -150,7 +151,7 @@ func openWith(b Backend, o options) (*Device, error) {
 func (d *Device) Backend() Backend { return d.backend }
 
 // Properties returns the memory properties every stream uses.
-func (d *Device) Properties() memory.Properties { return d.props }
+func (d *Device) Properties() Properties { return Properties(d.props) }
 
 // NewStream adds a stream with its own queue and memory.
 func (d *Device) NewStream() (*Stream, error) {

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/hoststorage"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -37,7 +36,7 @@ var hugeAllocCases = map[string]struct {
 }
 
 func hugeMaxPage() []Option {
-	return []Option{WithProperties(memory.Properties{MaxPageSize: 1 << 62, Alignment: 32})}
+	return []Option{WithProperties(Properties{MaxPageSize: 1 << 62, Alignment: 32})}
 }
 
 func hugeCapacityAndMaxPage() []Option { return append(hugeMaxPage(), WithCapacity(1<<62)) }
@@ -95,7 +94,7 @@ func runHugeAllocCase(t *testing.T, name string) {
 // machine's memory, one budget for every stream; a set capacity is used as
 // given; Sim stays unlimited.
 func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
-	h := &hostBackend{props: HostProperties(0)}
+	h := &hostBackend{props: hostProperties(0)}
 	s1, err := h.NewStorage(storage.NewBudget(0))
 	if err != nil {
 		t.Fatal(err)
@@ -131,7 +130,7 @@ func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
 		t.Fatalf("Alloc(2 MiB) on a set 1 MiB capacity: %v, want the set budget's refusal", err)
 	}
 
-	sim := &hostBackend{sim: true, props: HostProperties(0)}
+	sim := &hostBackend{sim: true, props: hostProperties(0)}
 	st, err := sim.NewStorage(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -421,9 +421,9 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 // streamOutdated returns the outdated pages of stream i.
 func streamOutdated(d *Device, i int) uint64 {
-	for _, p := range d.Report().Streams[i].Pools.Dynamic {
-		if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-			return k.OutdatedPages
+	for _, p := range d.Report().Streams[i].Dynamic {
+		if p.Kind == "adaptive" {
+			return p.OutdatedPages
 		}
 	}
 	return 0
@@ -492,7 +492,7 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 // room.
 func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*hoststorage.Faulty) {
 	t.Helper()
-	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
+	opts = append(opts, WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
 		WithCapacity(20*mib+mib/2))
 	d, faults = faultyDevice(t, opts...)
 	s := d.DefaultStream()
@@ -552,7 +552,7 @@ func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.
 // allocations land unless it is what makes room.
 func TestRelocatingDeviceDoesNotRelocateWhileACleanupMakesRoom(t *testing.T) {
 	d := openHost(t, WithCapacity(24*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
 	s := d.DefaultStream()
 	small := mustAlloc(t, s, 1*mib)
 	mustWrite(t, small, pattern(1*mib, 5))

@@ -81,7 +81,6 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/internal/hoststorage"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -368,7 +367,7 @@ type smConfig struct {
 	faulty   bool
 	exclPage bool   // exclusive-pages dynamic memory
 	capacity uint64 // WithCapacity; 0 = unlimited
-	props    *memory.Properties
+	props    *gpumem.Properties
 	streams  int
 	workers  int
 	// open opens the device (nil: gpumem.Open). A backend whose memory the
@@ -425,7 +424,7 @@ func smConfigFor(seed uint64) smConfig {
 		// no relocation (memory pressure is answered only after a failed
 		// reservation, design §8.1): it must not change what the model sees.
 		c.name = "host unlimited, 8 MiB pages, MaxMemory 48 MiB"
-		c.props = &memory.Properties{MaxPageSize: 8 << 20, Alignment: 32, MaxMemory: 48 << 20}
+		c.props = &gpumem.Properties{MaxPageSize: 8 << 20, Alignment: 32, MaxMemory: 48 << 20}
 	case 6:
 		c.name, c.exclPage, c.capacity = "host exclusive pages, 64 MiB", true, 64<<20
 	}
@@ -775,7 +774,7 @@ func smRunConfig(t *testing.T, seed uint64, cfg smConfig, totalOps int) smTotals
 		opts = append(opts, gpumem.WithPageGranular(true))
 	}
 	if cfg.exclPage {
-		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages, Persistent: memory.SizeMatch}))
+		opts = append(opts, gpumem.WithMemoryConfig(gpumem.MemoryConfig{Dynamic: gpumem.ExclusivePages, Persistent: gpumem.PersistentSizeMatch}))
 	}
 	if cfg.faulty {
 		var mu sync.Mutex
@@ -969,7 +968,7 @@ func (r *smRun) checkMonotonic(a, b gpumem.Stats) {
 
 func (r *smRun) checkReport(rep gpumem.Report) {
 	for _, s := range rep.Streams {
-		u := s.Pools.Usage()
+		u := s.Usage()
 		if u.BytesInUse > u.BytesReserved || u.BytesUnmapped > u.BytesReserved {
 			r.violate(-1, "Report: %s usage %+v: in use or unmapped above reserved", s.Name, u)
 		}
@@ -1056,14 +1055,14 @@ func (w *smWorker) do(k smOpKind) {
 			w.free(w.pickAlloc(nil))
 			return
 		}
-		w.alloc(w.r.IntN(len(run.streams)), w.pickSize(), memory.Auto, w.r.IntN(100) < 85)
+		w.alloc(w.r.IntN(len(run.streams)), w.pickSize(), gpumem.Auto, w.r.IntN(100) < 85)
 	case smAllocWindowOp:
 		if w.liveBytes > run.budget || len(w.allocs) >= smMaxAllocs {
 			return
 		}
-		mode := memory.Persistent
+		mode := gpumem.Persistent
 		if w.r.IntN(2) == 0 {
-			mode = memory.Dedicated
+			mode = gpumem.Dedicated
 		}
 		w.alloc(w.r.IntN(len(run.streams)), w.pickSize(), mode, true)
 	case smFreeOp:
@@ -1196,13 +1195,13 @@ func (w *smWorker) allocErr(what string, size uint64, err error) {
 
 // alloc allocates on stream s, in mode m, and optionally writes a whole
 // pattern so the bytes are known.
-func (w *smWorker) alloc(s int, size uint64, m memory.Mode, init bool) *smAlloc {
+func (w *smWorker) alloc(s int, size uint64, m gpumem.Mode, init bool) *smAlloc {
 	run := w.run
 	w.logf("Alloc(%d) on stream %d mode %v init %v", size, s, m, init)
 	unlock := w.lock(s)
 	st := run.streams[s]
 	var closeWindow func()
-	if m != memory.Auto {
+	if m != gpumem.Auto {
 		run.windows[s].Add(1)
 		run.windowEpoch[s].Add(1)
 		closeWindow = st.Window(m)
@@ -2020,13 +2019,13 @@ func (w *smWorker) capture() {
 		// which cannot fail on some launches only (smConfig.graphRotate).
 		gr.fixed, gr.failEvery = true, 0
 	}
-	if gr.a = w.alloc(o, n, memory.Auto, true); gr.a == nil {
+	if gr.a = w.alloc(o, n, gpumem.Auto, true); gr.a == nil {
 		return
 	}
-	if gr.b = w.alloc(o, n, memory.Auto, true); gr.b == nil {
+	if gr.b = w.alloc(o, n, gpumem.Auto, true); gr.b == nil {
 		return
 	}
-	if gr.c = w.alloc(o, 1+w.r.Uint64N(64<<10), memory.Auto, true); gr.c == nil {
+	if gr.c = w.alloc(o, 1+w.r.Uint64N(64<<10), gpumem.Auto, true); gr.c == nil {
 		return
 	}
 	if o != s {
@@ -2347,7 +2346,7 @@ func (w *smWorker) racyClose(i int) {
 	}
 	if freed {
 		for _, a := range []*smAlloc{gr.a, gr.b, gr.c} {
-			w.alloc(a.owner, a.size, memory.Auto, true)
+			w.alloc(a.owner, a.size, gpumem.Auto, true)
 		}
 	}
 }

@@ -278,7 +278,8 @@ func (s *Stream) exactAllowedLocked() bool {
 
 // Window opens a mode window (Persistent or Dedicated) for the stream's next
 // allocations; calling the returned function closes it. Windows nest.
-func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
+func (s *Stream) Window(mode Mode) (closeWindow func()) {
+	m := mode.internal()
 	borrowed := s.d.lockOrBorrow()
 	s.mem.SetMode(m)
 	if h := s.d.hist; h != nil {

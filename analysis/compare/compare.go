@@ -601,7 +601,7 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	if align == 0 {
 		align = storage.DefaultAlignment
 	}
-	props := memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	props := gpumem.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
 	opts := []gpumem.Option{gpumem.WithProperties(props), gpumem.WithCapacity(capacity)}
 	if !dev.host && dev.open == nil {
 		opts = append(opts, gpumem.WithSim())
@@ -616,7 +616,7 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	case AdaptivePagesNoRelocate:
 		opts = append(opts, gpumem.WithPageGranular(false), gpumem.WithoutRelocation())
 	case Exclusive:
-		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
+		opts = append(opts, gpumem.WithMemoryConfig(gpumem.MemoryConfig{Dynamic: gpumem.ExclusivePages}))
 	}
 	if dev.noCompact {
 		opts = append(opts, gpumem.WithoutCompaction())

@@ -72,7 +72,7 @@ func (p Phase) String() string {
 type State struct {
 	phase   Phase
 	owner   stream.Owner // 0 exactly when phase == NoCapture
-	failure error // first failure of the current or last window
+	failure error        // first failure of the current or last window
 }
 
 // Phase returns the current phase.

@@ -175,7 +175,7 @@ func TestPhaseStringNamesEachPhase(t *testing.T) {
 		capture.NoCapture: "NoCapture",
 		capture.Prepared:  "Prepared",
 		capture.Recording: "Recording",
-		7:                "Phase(7)",
+		7:                 "Phase(7)",
 	} {
 		if got := p.String(); got != want {
 			t.Errorf("Phase(%d).String() = %q, want %q", uint8(p), got, want)
