@@ -59,8 +59,10 @@ func WithMemoryConfig(c MemoryConfig) Option { return optionFunc(func(o *options
 // WithLogger sends the device's logs to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.log = l }) }
 
-// WithStorageWrapper wraps every stream's storage (for example in a
-// storage.Faulty, to test failure paths).
+// WithStorageWrapper wraps every stream's storage (for example in one that
+// refuses allocations on cue, to test a runtime's failure paths). The
+// wrapper should forward storage.Granular when what it wraps has it:
+// granular pages are used only through it.
 func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
 	return optionFunc(func(o *options) { o.userWrap = wrap; o.rewrap() })
 }
