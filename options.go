@@ -60,9 +60,9 @@ func WithMemoryConfig(c MemoryConfig) Option { return optionFunc(func(o *options
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.log = l }) }
 
 // WithStorageWrapper wraps every stream's storage (for example in one that
-// refuses allocations on cue, to test a runtime's failure paths). The
-// wrapper should forward storage.Granular when what it wraps has it:
-// granular pages are used only through it.
+// refuses allocations on cue, to test a runtime's failure paths). A
+// wrapper that does not implement storage.Granular leaves pages backed
+// whole.
 func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
 	return optionFunc(func(o *options) { o.userWrap = wrap; o.rewrap() })
 }
