@@ -3,7 +3,8 @@ package gpumem
 import (
 	"sync"
 
-	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/hostqueue"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -15,7 +16,7 @@ type Backend interface {
 	// Name names the backend ("host", "sim", "cuda").
 	Name() string
 	// Properties are the memory properties the device starts from.
-	Properties() memory.Properties
+	Properties() Properties
 	// NewStorage returns a storage for one stream's memory, drawing on the
 	// device's shared budget.
 	NewStorage(b *storage.Budget) (storage.Storage, error)
@@ -55,33 +56,19 @@ type Releaser interface {
 //
 // Host storage holds real bytes, so a device opened without WithCapacity
 // (an unlimited budget) gets the machine's memory as its capacity instead:
-// every stream's Host storage draws on one budget of storage.MachineMemory
+// every stream's Host storage draws on one budget of hoststorage.MachineMemory
 // bytes, made on the first NewStorage. Sim holds no bytes and stays
 // unlimited.
 type hostBackend struct {
 	sim   bool
-	props memory.Properties
+	props Properties
 
 	machineOnce sync.Once
 	machine     *storage.Budget
 
 	// runners is shared by the sim backend's held inline queues.
 	runnersOnce sync.Once
-	runners     *stream.RunnerGroup
-}
-
-// HostProperties returns the host and sim backends' default properties for
-// a capacity (0 = unknown): alignment 32, MaxMemory = capacity, max page =
-// capacity/4 rounded down to the alignment, or 1 GiB without a capacity.
-// A buffer larger than the max page is still served, as a dedicated
-// allocation, whenever the capacity holds it.
-func HostProperties(capacity uint64) memory.Properties {
-	const align = storage.DefaultAlignment
-	maxPage := uint64(1 << 30)
-	if capacity != 0 {
-		maxPage = max(align, capacity/4/align*align)
-	}
-	return memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	runners     *hostqueue.RunnerGroup
 }
 
 func (h *hostBackend) Name() string {
@@ -91,25 +78,25 @@ func (h *hostBackend) Name() string {
 	return "host"
 }
 
-func (h *hostBackend) Properties() memory.Properties { return h.props }
+func (h *hostBackend) Properties() Properties { return h.props }
 
 func (h *hostBackend) NewStorage(b *storage.Budget) (storage.Storage, error) {
 	if h.sim {
-		return storage.NewSim(h.props.Alignment, b), nil
+		return hoststorage.NewSim(h.props.Alignment, b), nil
 	}
 	if b.Capacity() == 0 {
-		h.machineOnce.Do(func() { h.machine = storage.NewBudget(storage.MachineMemory()) })
+		h.machineOnce.Do(func() { h.machine = storage.NewBudget(hoststorage.MachineMemory()) })
 		b = h.machine
 	}
-	return storage.NewHost(h.props.Alignment, b), nil
+	return hoststorage.NewHost(h.props.Alignment, b), nil
 }
 
 func (h *hostBackend) NewQueue(int) (stream.Queue, error) {
 	if h.sim {
-		h.runnersOnce.Do(func() { h.runners = stream.NewRunnerGroup() })
-		return stream.NewInlineHeld(h.runners), nil
+		h.runnersOnce.Do(func() { h.runners = hostqueue.NewRunnerGroup() })
+		return hostqueue.NewInlineHeld(h.runners), nil
 	}
-	return stream.NewHost(), nil
+	return hostqueue.NewHost(), nil
 }
 
 // CopyOnDevice copies at once: the relocation calls it only after every

@@ -388,7 +388,7 @@ func BenchmarkHistoryRecording(b *testing.B) {
 			}
 			so, sn := off.DefaultStream(), on.DefaultStream()
 			pairs(so, round)
-			pairs(sn, DefaultHistoryEntries+round) // warm, and wrap the ring: the steady state overwrites
+			pairs(sn, defaultHistoryEntries+round) // warm, and wrap the ring: the steady state overwrites
 			var onT, offT time.Duration
 			n := 0
 			b.ReportAllocs()

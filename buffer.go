@@ -19,15 +19,17 @@ type Buffer struct {
 }
 
 // BufferID identifies an allocation for its whole life: relocation moves its
-// bytes, never its identity.
-type BufferID = handle.ID
+// bytes, never its identity. IDs start at 1, grow and are never reused in a
+// process, so a history entry or a trace names one allocation however often
+// its room is reused; clones of a buffer share its ID.
+type BufferID uint64
 
 // ID returns the allocation's identity (0 for a nil or zero Buffer).
 func (b *Buffer) ID() BufferID {
 	if b.valid() != nil {
 		return 0
 	}
-	return b.h.ID()
+	return BufferID(b.h.ID())
 }
 
 // Size returns the requested size in bytes (0 for a nil Buffer).

@@ -48,7 +48,9 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/gpumem/gpumem/internal/capture"
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -159,11 +161,11 @@ type writtenRange struct {
 // warmup as a rehearsal step, while recording as the recording's own.
 func (c *captureState) allocatedLocked(b *Buffer) {
 	switch c.s.capture.Phase() {
-	case stream.Prepared:
+	case capture.Prepared:
 		c.warm[b.h.Descriptor()] = c.allocs
 		c.allocs++
 		c.rehearsal = append(c.rehearsal, rehearsalStep{size: b.size, free: -1})
-	case stream.Recording:
+	case capture.Recording:
 		c.recorded[b.h.Descriptor()] = &recordedBuffer{size: b.size}
 	}
 }
@@ -185,13 +187,13 @@ func (c *captureState) freedLocked(b *Buffer) {
 		return // another user reference (a Clone) keeps the buffer
 	}
 	switch c.s.capture.Phase() {
-	case stream.Prepared:
+	case capture.Prepared:
 		if i, ok := c.warm[desc]; ok {
 			keep := desc.Refs() != 2 || !c.s.mem.GuardsWholePage(desc.Location())
 			c.rehearsal = append(c.rehearsal, rehearsalStep{free: i, keep: keep})
 			delete(c.warm, desc)
 		}
-	case stream.Recording:
+	case capture.Recording:
 		r, ok := c.recorded[desc]
 		if !ok {
 			return
@@ -356,7 +358,7 @@ func (s *Stream) BeginCapture(tok *CaptureToken) error {
 	}
 	// Checked first: a fenced wait on a stream already recording would
 	// invalidate that recording.
-	if len(s.deferred) > 0 && s.capture.Phase() == stream.Prepared {
+	if len(s.deferred) > 0 && s.capture.Phase() == capture.Prepared {
 		// Drained below, before the queue records: wait for them with the
 		// lock released first (settle.go).
 		if err := d.settleLocked(nil); err != nil {
@@ -524,7 +526,7 @@ func (d *Device) otherRecordsLocked(s *Stream) bool {
 // open (prepared for warmup, or recording).
 func (d *Device) captureWindowOpenLocked() bool {
 	for _, t := range d.streams {
-		if t.capture.Phase() != stream.NoCapture {
+		if t.capture.Phase() != capture.NoCapture {
 			return true
 		}
 	}
@@ -655,7 +657,7 @@ func (s *Stream) EndCapture(tok *CaptureToken) (*Graph, error) {
 	}
 	d.counters.captures.Sealed++
 	g := &Graph{s: s, id: uint64(tok.owner), exec: exec, guards: guards, uses: uses, retained: c.retained, written: c.written, scratch: scratch, held: held}
-	if _, replaysOps := exec.(*stream.OpList); replaysOps && len(c.opWritten) == exec.Len() {
+	if _, replaysOps := exec.(*hostqueue.OpList); replaysOps && len(c.opWritten) == exec.Len() {
 		// Replays run the recorded closures: per-op records (graph_writes.go).
 		g.opWritten, g.opReads, g.slots = c.opWritten, c.opReads, c.slots
 	}

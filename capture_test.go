@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/capture"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -227,7 +228,7 @@ func TestRecordingThatRepeatsItsWarmupNeedsNoPageAndReusesItsRoom(t *testing.T) 
 				return err
 			}
 		}
-		if s.capture.Phase() == stream.Prepared {
+		if s.capture.Phase() == capture.Prepared {
 			warmBytes = d.BytesAllocated()
 		}
 		return nil
@@ -280,7 +281,7 @@ func TestCleanupWhileAnotherStreamRecordsIsRefusedWithoutWaiting(t *testing.T) {
 
 func TestPrepareCaptureRelocatesEveryStream(t *testing.T) {
 	ctx := context.Background()
-	d := openHost(t, WithMemoryConfig(memory.Config{}))
+	d := openHost(t, WithMemoryConfig(MemoryConfig{}))
 	a := d.DefaultStream()
 	b, _ := d.NewStream()
 	keep := mustAlloc(t, b, 1<<20)
@@ -583,7 +584,7 @@ func TestCaptureWhoseFunctionFailsCleansUpEverything(t *testing.T) {
 		if g != nil || !errors.Is(err, boom) {
 			t.Fatalf("fail at call %d: graph %v err %v", failAt, g, err)
 		}
-		if s.capture.Phase() != stream.NoCapture || s.cap != nil {
+		if s.capture.Phase() != capture.NoCapture || s.cap != nil {
 			t.Fatalf("fail at call %d: window left open (%v)", failAt, s.capture.Phase())
 		}
 		if st := d.Stats(); st.GuardedPages != 0 {
@@ -840,14 +841,14 @@ func TestLaunchDuringGraphCloseWritesIntoAReusedSlice(t *testing.T) {
 func TestAllocOnRecordingStreamInvalidatesTheCapture(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
-	done := s.Window(memory.Dedicated)
+	done := s.Window(Dedicated)
 	x := mustAlloc(t, s, 1<<20)
 	done()
 	mustFree(t, x)
 	gate := make(chan struct{})
 	_ = s.Enqueue("gate", nil, func([]storage.Resource) error { <-gate; return nil })
 	gateSeq, _ := s.Queue().Fence()
-	done = s.Window(memory.Dedicated)
+	done = s.Window(Dedicated)
 	y := mustAlloc(t, s, 2<<20) // gives x's slot back while "gate" is queued: held
 	done()
 	defer y.Free()
@@ -1037,13 +1038,13 @@ func TestPanicInCaptureFunctionClosesTheWindow(t *testing.T) {
 type nonRecordingBackend struct{ hostBackend }
 
 func (b *nonRecordingBackend) NewQueue(int) (stream.Queue, error) {
-	return struct{ stream.Queue }{stream.NewHost()}, nil
+	return struct{ stream.Queue }{hostqueue.NewHost()}, nil
 }
 
 // A backend whose queues are no stream.Recorder runs everything but
 // captures, which it refuses with ErrNotSupported before anything changes.
 func TestCaptureOnQueuesThatCannotRecordIsNotSupported(t *testing.T) {
-	d, err := OpenBackend(&nonRecordingBackend{hostBackend{props: HostProperties(0)}})
+	d, err := OpenBackend(&nonRecordingBackend{hostBackend{props: hostProperties(0)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1120,7 +1121,7 @@ func TestRecordingThatDivergesFromItsWarmupFailsNamingTheRemedy(t *testing.T) {
 				return err
 			}
 			bufs = append(bufs, b)
-			if s.capture.Phase() == stream.Prepared {
+			if s.capture.Phase() == capture.Prepared {
 				if err := b.Free(); err != nil { // the warmup frees as it goes
 					return err
 				}

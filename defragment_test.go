@@ -5,7 +5,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -47,7 +46,7 @@ func compactDevice(t *testing.T, opts ...Option) *Device {
 // and 32-byte alignment: the relocation trigger's capacity too.
 func capacityOptions(capacity uint64, more ...Option) []Option {
 	return append([]Option{WithCapacity(capacity),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: capacity})}, more...)
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: capacity})}, more...)
 }
 
 // design §7.7: a reservation that neither a cleanup nor a relocation off

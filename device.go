@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hostqueue"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
@@ -81,7 +83,7 @@ func Open(opts ...Option) (*Device, error) {
 			opt.apply(&o)
 		}
 	}
-	b := &hostBackend{sim: o.sim, props: HostProperties(o.capacity)}
+	b := &hostBackend{sim: o.sim, props: hostProperties(o.capacity)}
 	return openWith(b, o)
 }
 
@@ -100,14 +102,15 @@ func OpenBackend(b Backend, opts ...Option) (*Device, error) {
 }
 
 func openWith(b Backend, o options) (*Device, error) {
-	props := b.Properties()
+	props := b.Properties().internal()
 	if o.capacity != 0 && (props.MaxMemory == 0 || o.capacity < props.MaxMemory) {
 		props.MaxMemory = o.capacity
 	}
 	if o.props != nil {
 		props = *o.props
 	}
-	if err := o.cfg.Validate(props); err != nil {
+	cfg := o.cfg.internal()
+	if err := cfg.Validate(props); err != nil {
 		return nil, err
 	}
 	log := o.log
@@ -118,7 +121,7 @@ func openWith(b Backend, o options) (*Device, error) {
 		backend:    b,
 		budget:     storage.NewBudget(o.capacity),
 		props:      props,
-		cfg:        o.cfg,
+		cfg:        cfg,
 		log:        log,
 		wrap:       o.wrapStorage,
 		noRelocate: o.noRelocate,
@@ -148,7 +151,7 @@ func openWith(b Backend, o options) (*Device, error) {
 func (d *Device) Backend() Backend { return d.backend }
 
 // Properties returns the memory properties every stream uses.
-func (d *Device) Properties() memory.Properties { return d.props }
+func (d *Device) Properties() Properties { return Properties(d.props) }
 
 // NewStream adds a stream with its own queue and memory.
 func (d *Device) NewStream() (*Stream, error) {
@@ -189,8 +192,8 @@ func (d *Device) newStreamLocked() (*Stream, error) {
 	counted.issuer, _ = q.(stream.Issuer)
 	s := &Stream{d: d, index: index, name: name, q: q, rec: rec, mem: mem, st: counted}
 	s.self = streamsOf{d: d, s: s}
-	if w, ok := q.(stream.StorageWatcher); ok {
-		if o, ok := st.(storage.Observable); ok {
+	if w, ok := q.(hostqueue.StorageWatcher); ok {
+		if o, ok := st.(hoststorage.Observable); ok {
 			o.SetObserver(w.ObserveStorage)
 		}
 	}
@@ -669,7 +672,7 @@ func (c *countedStorage) holdsFor(id storage.ID) bool {
 
 // CheckCopy forwards to the wrapped storage's fault injection, if any.
 func (c *countedStorage) CheckCopy() error {
-	if f, ok := c.Storage.(storage.FaultInjector); ok {
+	if f, ok := c.Storage.(hoststorage.FaultInjector); ok {
 		return f.CheckCopy()
 	}
 	return nil
@@ -677,7 +680,7 @@ func (c *countedStorage) CheckCopy() error {
 
 // CheckWait forwards to the wrapped storage's fault injection, if any.
 func (c *countedStorage) CheckWait() error {
-	if f, ok := c.Storage.(storage.FaultInjector); ok {
+	if f, ok := c.Storage.(hoststorage.FaultInjector); ok {
 		return f.CheckWait()
 	}
 	return nil

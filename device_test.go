@@ -11,7 +11,6 @@ import (
 	"testing"
 	"unsafe"
 
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -49,7 +48,7 @@ func (h *logRecords) count(level slog.Level, sub string) int {
 func TestGrowthRefusedByCapacitySucceedsAfterCleanupReleasesCachedPage(t *testing.T) {
 	logs := &logRecords{}
 	d := openHost(t,
-		WithProperties(memory.Properties{MaxPageSize: 8 * mib, Alignment: 32, MaxMemory: 8 * mib}),
+		WithProperties(Properties{MaxPageSize: 8 * mib, Alignment: 32, MaxMemory: 8 * mib}),
 		WithCapacity(8*mib), WithLogger(slog.New(logs)))
 	s := d.DefaultStream()
 	// 4 MiB grows the arena to a 4 MiB page, which stays cached once freed;
@@ -81,7 +80,7 @@ func TestGrowthRefusedByCapacitySucceedsAfterCleanupReleasesCachedPage(t *testin
 func TestAllocationAboveCapacityFailsOutOfMemoryAfterOneRetry(t *testing.T) {
 	logs := &logRecords{}
 	d := openHost(t,
-		WithProperties(memory.Properties{MaxPageSize: 8 * mib, Alignment: 32, MaxMemory: 4 * mib}),
+		WithProperties(Properties{MaxPageSize: 8 * mib, Alignment: 32, MaxMemory: 4 * mib}),
 		WithCapacity(4*mib), WithLogger(slog.New(logs)))
 	s := d.DefaultStream()
 	// 5 MiB needs a 6 MiB page (the 2 MiB multiple holding it); refused,
@@ -402,7 +401,7 @@ func TestInvalidUsesAreRefusedBeforeAnythingRuns(t *testing.T) {
 }
 
 func TestAlignmentPropertyIsHonoured(t *testing.T) {
-	d := openHost(t, WithProperties(memory.Properties{MaxPageSize: 64 * mib, Alignment: 4096}))
+	d := openHost(t, WithProperties(Properties{MaxPageSize: 64 * mib, Alignment: 4096}))
 	s := d.DefaultStream()
 	for i := 0; i < 8; i++ {
 		b := mustAlloc(t, s, 100)
@@ -477,7 +476,7 @@ func TestImpossibleDedicatedSizesFailWithAnErrorNotAPanic(t *testing.T) {
 	}
 	d := openHost(t)
 	s := d.DefaultStream()
-	for _, m := range []memory.Mode{memory.Dedicated, memory.Persistent} {
+	for _, m := range []Mode{Dedicated, Persistent} {
 		for _, sz := range []uint64{0, 1, math.MaxUint64, math.MaxUint64 - 31, 1 << 62} {
 			try(m.String(), func() {
 				done := s.Window(m)
@@ -491,7 +490,7 @@ func TestImpossibleDedicatedSizesFailWithAnErrorNotAPanic(t *testing.T) {
 			})
 		}
 	}
-	try("Window(99)", func() { done := s.Window(memory.Mode(99)); done() })
+	try("Window(99)", func() { done := s.Window(Mode(99)); done() })
 	try("capacity 1", func() {
 		d, err := Open(WithCapacity(1))
 		t.Logf("Open cap 1: %v", err)
@@ -502,7 +501,7 @@ func TestImpossibleDedicatedSizesFailWithAnErrorNotAPanic(t *testing.T) {
 		}
 	})
 	try("zero props", func() {
-		d, err := Open(WithProperties(memory.Properties{}))
+		d, err := Open(WithProperties(Properties{}))
 		t.Logf("Open zero props: %v", err)
 		if d != nil {
 			d.Close()

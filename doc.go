@@ -9,9 +9,14 @@
 // # Owns
 //
 // [Device], [Stream], [Buffer], [Mapping], [Backend], the options, [Stats],
-// [Report] and the re-exported errors. The Device implements the relocation
-// package's Streams interface internally, holds the device lock, and drives
-// reserve, relocate and cleanup.
+// [Report] and the re-exported errors; and every type a user of those
+// reads or writes: [Properties], [Mode], [MemoryConfig], the relocation's
+// reasons, outcomes and counts ([RelocationStats]), the pools' reports
+// ([PoolReport], [Usage]) and [BufferID]. The per-stream memory managers,
+// the pools and the relocation protocol are internal: the root converts
+// their figures to these types at its boundary. The Device implements the
+// relocation's Streams interface internally, holds the device lock, and
+// drives reserve, relocate and cleanup.
 //
 // # Your duties
 //

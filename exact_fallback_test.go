@@ -4,7 +4,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
 )
 
@@ -16,7 +15,7 @@ import (
 // back to a dedicated allocation of the buffer's size after the cleanup.
 func TestReservationWhosePageDoesNotFitIsServedAtItsOwnSize(t *testing.T) {
 	d := openHost(t, WithCapacity(16*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 16 * mib}))
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 16 * mib}))
 	s := d.DefaultStream()
 	big := mustAlloc(t, s, 9*mib) // a 10 MiB page, 1 MiB free
 	mustWrite(t, big, pattern(9*mib, 1))
@@ -65,7 +64,7 @@ func TestReservationWhosePageDoesNotFitIsServedAtItsOwnSize(t *testing.T) {
 // it is taken there as anywhere.
 func TestNoExactFallbackWhileACaptureWindowIsOpen(t *testing.T) {
 	d := openHost(t, WithCapacity(16*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 16 * mib}))
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 16 * mib}))
 	s := d.DefaultStream()
 	_ = mustAlloc(t, s, 9*mib)
 	_ = mustAlloc(t, s, 5*mib) // an own-size page: 15 MiB held

@@ -23,7 +23,7 @@ import (
 //     stream's state forbids, such as during capture
 //     (ErrPageUpdateForbidden);
 //   - "index_overflow": a page or slice index would not fit a location
-//     (handle.ErrIndexOverflow);
+//     (the pools' numbering ran out; the error says which index);
 //   - "cancelled": the context ended (context.Canceled or
 //     context.DeadlineExceeded);
 //   - "other": anything else.

@@ -10,7 +10,7 @@
 //
 // Both the option and WithStorageWrapper act through the device's storage
 // wrapper: the granular choice is applied first (innermost), the user's
-// wrapper around it, whatever the order of the options, so a storage.Faulty
+// wrapper around it, whatever the order of the options, so a hoststorage.Faulty
 // wrapper refuses mappings of the granular storage it wraps.
 //
 // The device wraps every stream's storage in a countedStorage (device.go);
@@ -22,6 +22,7 @@ package gpumem
 import (
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -47,9 +48,9 @@ func (o *options) rewrap() {
 	on := *granular
 	o.wrapStorage = func(st storage.Storage) storage.Storage {
 		if on {
-			st, _ = storage.Granulate(st, storage.DefaultGranule)
+			st, _ = hoststorage.Granulate(st, hoststorage.DefaultGranule)
 		} else {
-			st = storage.Plain(st)
+			st = hoststorage.Plain(st)
 		}
 		if user != nil {
 			st = user(st)

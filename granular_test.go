@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -63,9 +64,9 @@ func TestWithPageGranularMapsOnlyWhatBuffersCover(t *testing.T) {
 func TestStorageWrapperWrapsTheGranularStorageInEitherOrder(t *testing.T) {
 	ctx := context.Background()
 	for _, first := range []bool{true, false} {
-		var faulty *storage.Faulty
+		var faulty *hoststorage.Faulty
 		wrap := gpumem.WithStorageWrapper(func(st storage.Storage) storage.Storage {
-			faulty = storage.NewFaulty(st)
+			faulty = hoststorage.NewFaulty(st)
 			return faulty
 		})
 		opts := []gpumem.Option{gpumem.WithSim(), wrap, gpumem.WithPageGranular(true)}
@@ -76,7 +77,7 @@ func TestStorageWrapperWrapsTheGranularStorageInEitherOrder(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if faulty.Granule() != storage.DefaultGranule {
+		if faulty.Granule() != hoststorage.DefaultGranule {
 			t.Fatalf("granular option first=%v: the wrapper sees granule %d", first, faulty.Granule())
 		}
 		faulty.RefuseNextMaps(1 << 10)

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"testing"
-
-	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // Shared fixtures of the root package's tests.
@@ -94,9 +92,9 @@ func firstDiff(a, b []byte) int {
 func outdatedPages(d *Device) uint64 {
 	var n uint64
 	for _, s := range d.Report().Streams {
-		for _, p := range s.Pools.Dynamic {
-			if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-				n += k.OutdatedPages
+		for _, p := range s.Dynamic {
+			if p.Kind == "adaptive" {
+				n += p.OutdatedPages
 			}
 		}
 	}
@@ -105,9 +103,9 @@ func outdatedPages(d *Device) uint64 {
 
 // arenaPageSize returns the current arena page size of stream i.
 func arenaPageSize(d *Device, i int) uint64 {
-	for _, p := range d.Report().Streams[i].Pools.Dynamic {
-		if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-			return k.PageSize
+	for _, p := range d.Report().Streams[i].Dynamic {
+		if p.Kind == "adaptive" {
+			return p.PageSize
 		}
 	}
 	return 0

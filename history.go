@@ -71,22 +71,23 @@ import (
 	"github.com/gpumem/gpumem/storage"
 )
 
-// DefaultHistoryEntries is the ring's size when HistoryOptions.MaxEntries
+// defaultHistoryEntries is the ring's size when HistoryOptions.MaxEntries
 // is 0: 2^16 entries of 64 bytes (4 MiB), about a training step of a large
 // model's allocations and frees.
-const DefaultHistoryEntries = 1 << 16
+const defaultHistoryEntries = 1 << 16
 
-// HistoryStackDepth is the most frames recorded per stack.
-const HistoryStackDepth = 16
+// historyStackDepth is the most frames recorded per stack.
+const historyStackDepth = 16
 
 // HistoryOptions configures a recording.
 type HistoryOptions struct {
 	// MaxEntries bounds the ring: the oldest entries are dropped once it
-	// holds that many (History.Dropped counts them). 0 means
-	// DefaultHistoryEntries; negative is refused.
+	// holds that many (History.Dropped counts them). 0 means 65536
+	// entries of 64 bytes (4 MiB), about a training step of a large
+	// model's allocations and frees; negative is refused.
 	MaxEntries int
-	// Stacks records the allocating caller's stack (up to
-	// HistoryStackDepth frames, from the caller of Stream.Alloc outwards)
+	// Stacks records the allocating caller's stack (up to 16 frames,
+	// from the caller of Stream.Alloc outwards)
 	// with every Alloc. Off by default: it costs a stack walk per Alloc.
 	Stacks bool
 }
@@ -94,10 +95,10 @@ type HistoryOptions struct {
 // validate refuses options that cannot be honoured.
 func (o HistoryOptions) validate() (HistoryOptions, error) {
 	if o.MaxEntries < 0 {
-		return o, fmt.Errorf("%w: HistoryOptions.MaxEntries is %d; use 0 for the default (%d) or a positive bound", ErrInvalidUse, o.MaxEntries, DefaultHistoryEntries)
+		return o, fmt.Errorf("%w: HistoryOptions.MaxEntries is %d; use 0 for the default (%d) or a positive bound", ErrInvalidUse, o.MaxEntries, defaultHistoryEntries)
 	}
 	if o.MaxEntries == 0 {
-		o.MaxEntries = DefaultHistoryEntries
+		o.MaxEntries = defaultHistoryEntries
 	}
 	return o, nil
 }
@@ -167,7 +168,7 @@ const (
 	HistoryAlloc       HistoryKind = iota + 1 // a buffer allocated
 	HistoryAllocFailed                        // an Alloc that returned an error
 	HistoryFree                               // a buffer's last reference dropped
-	HistoryWindow                             // a window opened (Mode) or closed (memory.Auto)
+	HistoryWindow                             // a window opened (Mode) or closed (Auto)
 	HistoryCapture                            // a capture phase
 	HistoryCleanup                            // a cleanup of a stream's memory
 	HistoryGrowth                             // the arena grew
@@ -221,8 +222,8 @@ type history struct {
 	next    uint64      // entries recorded so far
 	pos     int         // once the ring is full: the oldest entry's slot, the next written
 	now     int64       // the latest clock reading (add)
-	pcs     []uintptr   // HistoryStackDepth per ring slot, with Stacks
-	pcsTmp  [HistoryStackDepth]uintptr
+	pcs     []uintptr   // historyStackDepth per ring slot, with Stacks
+	pcsTmp  [historyStackDepth]uintptr
 	bases   map[storage.ID]uint64 // live storage allocations' addresses
 	growths []uint64              // per stream, its arena's growth counter when last read
 	nextAdr uint64
@@ -239,7 +240,7 @@ func newHistory(o HistoryOptions, since func() time.Time) *history {
 	h := &history{opts: o, start: since(), bases: make(map[storage.ID]uint64), nextAdr: firstAddress}
 	h.ring = make([]histEntry, 0, min(o.MaxEntries, 1<<12))
 	if o.Stacks {
-		h.pcs = make([]uintptr, 0, cap(h.ring)*HistoryStackDepth)
+		h.pcs = make([]uintptr, 0, cap(h.ring)*historyStackDepth)
 	}
 	return h
 }
@@ -260,7 +261,7 @@ func (h *history) add(e histEntry) int {
 	if len(h.ring) < h.opts.MaxEntries {
 		h.ring = append(h.ring, e)
 		if h.opts.Stacks {
-			h.pcs = append(h.pcs, make([]uintptr, HistoryStackDepth)...)
+			h.pcs = append(h.pcs, make([]uintptr, historyStackDepth)...)
 		}
 		return len(h.ring) - 1
 	}
@@ -299,7 +300,7 @@ func (h *history) entries() ([]histEntry, [][]uintptr) {
 			if stacks == nil {
 				stacks = make([][]uintptr, 0, len(h.ring))
 			}
-			stacks = append(stacks, append([]uintptr(nil), h.pcs[i*HistoryStackDepth:i*HistoryStackDepth+int(e.npc)]...))
+			stacks = append(stacks, append([]uintptr(nil), h.pcs[i*historyStackDepth:i*historyStackDepth+int(e.npc)]...))
 		}
 	}
 	return out, stacks
@@ -323,18 +324,18 @@ func (h *history) base(id storage.ID, size, granule uint64) uint64 {
 // allocLocked records a buffer placed at offset off of storage allocation
 // page, with the caller's stack when asked (skip: frames between
 // runtime.Callers and the user's call).
-func (h *history) allocLocked(s *Stream, id BufferID, size uint64, page storage.ID, off uint64, skip int) {
+func (h *history) allocLocked(s *Stream, id handle.ID, size uint64, page storage.ID, off uint64, skip int) {
 	i := h.add(histEntry{kind: HistoryAlloc, stream: int32(s.index), id: uint64(id), size: size, a: uint64(page), b: off})
 	if h.opts.Stacks {
 		n := runtime.Callers(skip, h.pcsTmp[:])
-		copy(h.pcs[i*HistoryStackDepth:], h.pcsTmp[:n])
+		copy(h.pcs[i*historyStackDepth:], h.pcsTmp[:n])
 		h.ring[i].npc = uint8(n)
 	}
 }
 
 // allocFailedLocked records a failed Alloc with the device's bytes then:
 // a = bytes held from storage, b = bytes in use, c = capacity (0: none).
-func (h *history) allocFailedLocked(d *Device, s *Stream, id BufferID, size uint64, oom bool) {
+func (h *history) allocFailedLocked(d *Device, s *Stream, id handle.ID, size uint64, oom bool) {
 	var held, inUse uint64
 	for _, t := range d.streams {
 		held = storage.SatAdd(held, t.mem.BytesAllocated())
@@ -351,7 +352,7 @@ func (h *history) allocFailedLocked(d *Device, s *Stream, id BufferID, size uint
 // about to go: held when something else (a binding) still holds its
 // memory, whose release is then recorded the moment the last binding goes
 // (WatchRelease), if this recording is still the device's running one.
-func (h *history) freeLocked(s *Stream, id BufferID, size uint64, desc *handle.Descriptor) {
+func (h *history) freeLocked(s *Stream, id handle.ID, size uint64, desc *handle.Descriptor) {
 	e := histEntry{kind: HistoryFree, stream: int32(s.index), id: uint64(id), size: size}
 	held := desc.IsBound()
 	if held {

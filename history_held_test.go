@@ -9,7 +9,6 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -234,7 +233,7 @@ func TestHistoryRecordsHeldFreesAndReleasesInOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	done := s0.Window(memory.Dedicated)
+	done := s0.Window(gpumem.Dedicated)
 	c, err := s0.Alloc(t.Context(), 4*histMiB)
 	done()
 	if err != nil {

@@ -8,8 +8,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/gpumem/gpumem/internal/memory"
-	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -37,7 +35,7 @@ type History struct {
 //	                    OutOfMemory, DeviceBytes, InUseBytes, Capacity
 //	HistoryFree         Stream, Buffer, Size, Held (its memory stays bound until its HistoryRelease)
 //	HistoryRelease      Stream, Buffer, Size: a held free's memory left its last binding
-//	HistoryWindow       Stream, Mode (memory.Auto: the innermost window closed)
+//	HistoryWindow       Stream, Mode (Auto: the innermost window closed)
 //	HistoryCapture      Stream, Phase (prepare, begin, end, abort, launch, close), Graph
 //	HistoryCleanup      Stream, Explicit (false: the reclaim a failed reservation ran)
 //	HistoryGrowth       Stream, Size (the new page size), Request (the allocation that grew it)
@@ -62,12 +60,12 @@ type HistoryEntry struct {
 	Address     uint64
 	To          uint64
 	Request     uint64
-	Mode        memory.Mode
+	Mode        Mode
 	Phase       string
 	Graph       int
 	Explicit    bool
-	Reason      relocation.Reason
-	Outcome     relocation.OutcomeKind
+	Reason      RelocationReason
+	Outcome     RelocationOutcome
 	Moves       int
 	Granular    bool
 	Granules    uint64
@@ -168,7 +166,7 @@ func (v *histView) public() History {
 		case HistoryHeld:
 			p.Address, p.Size, p.Granular = e.a, e.size, e.aux == 1
 		case HistoryWindow:
-			p.Mode = memory.Mode(e.aux)
+			p.Mode = Mode(e.aux)
 		case HistoryCapture:
 			p.Phase, p.Graph = capturePhase(e.aux).String(), int(e.id)
 		case HistoryCleanup:
@@ -176,7 +174,7 @@ func (v *histView) public() History {
 		case HistoryGrowth:
 			p.Size, p.Request = e.size, e.a
 		case HistoryRelocation:
-			p.Reason, p.Outcome, p.Moves, p.Size = relocation.Reason(e.aux), relocation.OutcomeKind(e.aux2), int(e.a), e.size
+			p.Reason, p.Outcome, p.Moves, p.Size = RelocationReason(e.aux), RelocationOutcome(e.aux2), int(e.a), e.size
 		case HistoryMove:
 			p.Size, p.Address, p.To = e.size, addr(storage.ID(e.a), e.b), addr(storage.ID(e.c), e.id)
 		case HistoryPageAlloc:

@@ -113,7 +113,7 @@ func (d *Device) snapshotPagesLocked() []snapPage {
 				case sl.Desc.Refs() > 1:
 					st = statePending
 				}
-				p.slices = append(p.slices, snapSlice{off: sl.Offset, size: sl.Size, eff: sl.Size + sl.Padding, id: sl.Desc.ID(), state: st})
+				p.slices = append(p.slices, snapSlice{off: sl.Offset, size: sl.Size, eff: sl.Size + sl.Padding, id: BufferID(sl.Desc.ID()), state: st})
 			}
 			out = append(out, p)
 		})

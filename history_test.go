@@ -10,7 +10,6 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -78,7 +77,7 @@ func historyWorkload(t testing.TB, d *gpumem.Device) *peaks {
 	}
 	keep := p.alloc(s0, 4*histMiB+3) // 6 MiB pages
 	p.write(keep)
-	closeWindow := s0.Window(memory.Persistent)
+	closeWindow := s0.Window(gpumem.Persistent)
 	weights := p.alloc(s0, histMiB)
 	closeWindow()
 	p.sample()

@@ -91,7 +91,7 @@ func (d *Device) liveBuffersLocked() []liveBuffer {
 		s.mem.Layout(func(l pool.PageLayout) {
 			for _, sl := range l.Slices {
 				if sl.Desc.Handles() >= 2 {
-					out = append(out, liveBuffer{id: sl.Desc.ID(), size: sl.Size, stream: s.index})
+					out = append(out, liveBuffer{id: BufferID(sl.Desc.ID()), size: sl.Size, stream: s.index})
 				}
 			}
 		})

@@ -3,8 +3,6 @@ package gpumem
 import (
 	"errors"
 	"testing"
-
-	"github.com/gpumem/gpumem/internal/memory"
 )
 
 // A held buffer's Free ends it (BytesInUse) but keeps its memory taken
@@ -44,7 +42,7 @@ func TestHoldReleasesHoldsDeallocationsUntilItsHoldsPassInOrder(t *testing.T) {
 	d := openHost(t, WithSim())
 	s := d.DefaultStream()
 	dedicated := func() *Buffer {
-		done := s.Window(memory.Dedicated)
+		done := s.Window(Dedicated)
 		defer done()
 		return mustAlloc(t, s, 4*mib)
 	}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -36,7 +36,7 @@ var hugeAllocCases = map[string]struct {
 }
 
 func hugeMaxPage() []Option {
-	return []Option{WithProperties(memory.Properties{MaxPageSize: 1 << 62, Alignment: 32})}
+	return []Option{WithProperties(Properties{MaxPageSize: 1 << 62, Alignment: 32})}
 }
 
 func hugeCapacityAndMaxPage() []Option { return append(hugeMaxPage(), WithCapacity(1<<62)) }
@@ -50,7 +50,7 @@ func TestHostHugeAllocReturnsErrOutOfMemory(t *testing.T) {
 		return
 	}
 	for name, c := range hugeAllocCases {
-		if m := storage.MachineMemory(); m != 0 && c.size+(64<<20) < m {
+		if m := hoststorage.MachineMemory(); m != 0 && c.size+(64<<20) < m {
 			// Not beyond this machine: the allocation would be real.
 			t.Logf("%s: skipped, %d bytes fit in this machine's %d", name, c.size, m)
 			continue
@@ -94,7 +94,7 @@ func runHugeAllocCase(t *testing.T, name string) {
 // machine's memory, one budget for every stream; a set capacity is used as
 // given; Sim stays unlimited.
 func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
-	h := &hostBackend{props: HostProperties(0)}
+	h := &hostBackend{props: hostProperties(0)}
 	s1, err := h.NewStorage(storage.NewBudget(0))
 	if err != nil {
 		t.Fatal(err)
@@ -103,8 +103,8 @@ func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.machine == nil || h.machine.Capacity() != storage.MachineMemory() {
-		t.Fatalf("default host budget %v, want capacity %d", h.machine, storage.MachineMemory())
+	if h.machine == nil || h.machine.Capacity() != hoststorage.MachineMemory() {
+		t.Fatalf("default host budget %v, want capacity %d", h.machine, hoststorage.MachineMemory())
 	}
 	r1, err := s1.Alloc(1 << 20)
 	if err != nil {
@@ -130,7 +130,7 @@ func TestHostBackendDefaultCapacityIsTheMachinesMemory(t *testing.T) {
 		t.Fatalf("Alloc(2 MiB) on a set 1 MiB capacity: %v, want the set budget's refusal", err)
 	}
 
-	sim := &hostBackend{sim: true, props: HostProperties(0)}
+	sim := &hostBackend{sim: true, props: hostProperties(0)}
 	st, err := sim.NewStorage(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -19,8 +19,8 @@ import (
 // is the order, lowest first. A package missing from the table fails the
 // test, so a new one is placed on purpose.
 var libraryLayers = [][]string{
-	{"storage", "stream", "history", "internal/dl", "internal/fakecuda"},
-	{"internal/handle", "cuda/internal/driver", "vulkan/internal/vk"},
+	{"storage", "stream", "history", "internal/dl", "internal/fakecuda", "internal/units"},
+	{"internal/handle", "cuda/internal/driver", "vulkan/internal/vk", "internal/hoststorage", "internal/hostqueue", "internal/capture"},
 	{"internal/relocation"},
 	{"internal/pool"},
 	{"internal/memory"},

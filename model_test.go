@@ -6,9 +6,10 @@ import (
 	"errors"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
-	"pgregory.net/rapid"
 )
 
 // A rapid state machine against a reference model: random allocations,
@@ -98,7 +99,7 @@ func TestModelEveryReadReturnsTheLastWriteAcrossGrowthAndRelocation(t *testing.T
 		align := rapid.SampledFrom([]uint64{32, 50, 256}).Draw(t, "alignment")
 		m := &deviceModel{capacity: 24 * mib, maxPage: 4 * mib}
 		d, err := Open(
-			WithProperties(memory.Properties{MaxPageSize: m.maxPage, Alignment: align, MaxMemory: m.capacity}),
+			WithProperties(Properties{MaxPageSize: m.maxPage, Alignment: align, MaxMemory: m.capacity}),
 			WithCapacity(m.capacity))
 		if err != nil {
 			t.Fatalf("Open: %v", err)

@@ -19,7 +19,7 @@ type options struct {
 	capacity    uint64
 	sim         bool
 	props       *memory.Properties
-	cfg         memory.Config
+	cfg         MemoryConfig
 	log         *slog.Logger
 	wrapStorage func(storage.Storage) storage.Storage
 	noRelocate  bool
@@ -45,20 +45,24 @@ func WithSim() Option { return optionFunc(func(o *options) { o.sim = true }) }
 
 // WithProperties overrides the backend's memory properties (max page size,
 // alignment, the memory figure a periodic cleanup judges granule pressure
-// against).
-func WithProperties(p memory.Properties) Option {
-	return optionFunc(func(o *options) { o.props = &p })
+// against). Open refuses properties that cannot work with an error
+// wrapping ErrInvalidConfig.
+func WithProperties(p Properties) Option {
+	return optionFunc(func(o *options) { ip := p.internal(); o.props = &ip })
 }
 
 // WithMemoryConfig chooses the memory policies of every stream (default:
-// adaptive with relocation, persistent memory enabled).
-func WithMemoryConfig(c memory.Config) Option { return optionFunc(func(o *options) { o.cfg = c }) }
+// adaptive with relocation, persistent memory enabled). A later
+// WithMemoryConfig replaces an earlier one.
+func WithMemoryConfig(c MemoryConfig) Option { return optionFunc(func(o *options) { o.cfg = c }) }
 
 // WithLogger sends the device's logs to l (default: discarded).
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(o *options) { o.log = l }) }
 
-// WithStorageWrapper wraps every stream's storage (for example in a
-// storage.Faulty, to test failure paths).
+// WithStorageWrapper wraps every stream's storage (for example in one that
+// refuses allocations on cue, to test a runtime's failure paths). A
+// wrapper that does not implement storage.Granular leaves pages backed
+// whole.
 func WithStorageWrapper(wrap func(storage.Storage) storage.Storage) Option {
 	return optionFunc(func(o *options) { o.userWrap = wrap; o.rewrap() })
 }

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -35,7 +34,7 @@ func TestPageOfAFreedBufferIsNotGivenBackUnderItsQueuedOps(t *testing.T) {
 			s := d.DefaultStream()
 			var b *Buffer
 			if path == "periodic dedicated release" {
-				done := s.Window(memory.Dedicated)
+				done := s.Window(Dedicated)
 				b = mustAlloc(t, s, 4*mib)
 				done()
 			} else {
@@ -140,7 +139,7 @@ func (b *releasingBackend) Release() {
 // called with the device lock released (design §9.7); a refused one does
 // not call it.
 func TestCleanupEndsWithTheBackendsReleaseWithoutTheLock(t *testing.T) {
-	be := &releasingBackend{hostBackend: hostBackend{props: HostProperties(0)}}
+	be := &releasingBackend{hostBackend: hostBackend{props: hostProperties(0)}}
 	d, err := OpenBackend(be)
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -420,21 +421,21 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 // streamOutdated returns the outdated pages of stream i.
 func streamOutdated(d *Device, i int) uint64 {
-	for _, p := range d.Report().Streams[i].Pools.Dynamic {
-		if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-			return k.OutdatedPages
+	for _, p := range d.Report().Streams[i].Dynamic {
+		if p.Kind == "adaptive" {
+			return p.OutdatedPages
 		}
 	}
 	return 0
 }
 
 // faultyDevice opens a host device whose every stream storage is wrapped in
-// a storage.Faulty; faults[i] is stream i's.
-func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*storage.Faulty) {
+// a hoststorage.Faulty; faults[i] is stream i's.
+func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*hoststorage.Faulty) {
 	t.Helper()
-	var faults []*storage.Faulty
+	var faults []*hoststorage.Faulty
 	opts = append(opts, WithStorageWrapper(func(s storage.Storage) storage.Storage {
-		f := storage.NewFaulty(s)
+		f := hoststorage.NewFaulty(s)
 		faults = append(faults, f)
 		return f
 	}))
@@ -489,9 +490,9 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 // 20.5, storage of its own 9 MiB too (21 MiB), and no cleanup frees
 // anything; only moving the 1 MiB into the current page's free MiB makes
 // room.
-func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
+func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*hoststorage.Faulty) {
 	t.Helper()
-	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
+	opts = append(opts, WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
 		WithCapacity(20*mib+mib/2))
 	d, faults = faultyDevice(t, opts...)
 	s := d.DefaultStream()
@@ -551,7 +552,7 @@ func TestMemoryPressureRelocationRunsOnlyAfterACleanupDidNotMakeRoom(t *testing.
 // allocations land unless it is what makes room.
 func TestRelocatingDeviceDoesNotRelocateWhileACleanupMakesRoom(t *testing.T) {
 	d := openHost(t, WithCapacity(24*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
 	s := d.DefaultStream()
 	small := mustAlloc(t, s, 1*mib)
 	mustWrite(t, small, pattern(1*mib, 5))

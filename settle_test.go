@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -222,7 +221,7 @@ func TestRelocationFromInsideAnOpIsRefused(t *testing.T) {
 // the wait.
 func TestCleanupAndAllocHonourTheirContextWhileStreamsAreBusy(t *testing.T) {
 	d := openHost(t, WithCapacity(24*mib),
-		WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
+		WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 24 * mib}))
 	s := d.DefaultStream()
 	busy, _ := d.NewStream()
 	small := mustAlloc(t, s, mib)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/capture"
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -28,7 +29,7 @@ type Stream struct {
 	self relocation.Streams
 
 	// Guarded by d.mu:
-	capture  stream.Capture
+	capture  capture.State
 	deferred []deferredUse  // bindings of foreign buffers, in seq order
 	pending  []*writeRecord // ops that write, not yet known complete, in seq order (writes.go)
 	cap      *captureState  // the open capture window's records, nil outside one
@@ -277,7 +278,8 @@ func (s *Stream) exactAllowedLocked() bool {
 
 // Window opens a mode window (Persistent or Dedicated) for the stream's next
 // allocations; calling the returned function closes it. Windows nest.
-func (s *Stream) Window(m memory.Mode) (closeWindow func()) {
+func (s *Stream) Window(mode Mode) (closeWindow func()) {
+	m := mode.internal()
 	borrowed := s.d.lockOrBorrow()
 	s.mem.SetMode(m)
 	if h := s.d.hist; h != nil {

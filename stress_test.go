@@ -258,7 +258,7 @@ func TestStressKernelsKeepTheirBytesWhileArenasGrowAndRelocate(t *testing.T) {
 		rounds = 4
 	}
 	d := openHost(t,
-		WithProperties(memory.Properties{MaxPageSize: stressMaxPage, Alignment: 32, MaxMemory: 160 * mib}),
+		WithProperties(Properties{MaxPageSize: stressMaxPage, Alignment: 32, MaxMemory: 160 * mib}),
 		WithCapacity(160*mib))
 	streams := []*Stream{d.DefaultStream()}
 	for len(streams) < stressStreams {

@@ -228,9 +228,6 @@ func (s *Stream) WouldFit(size uint64) Fit {
 	return s.wouldFitLocked(size)
 }
 
-// WouldFit is WouldFit on the device's default stream.
-func (d *Device) WouldFit(size uint64) Fit { return d.DefaultStream().WouldFit(size) }
-
 // wouldFitLocked follows Stream.Alloc: the relocation the trigger wants
 // before the reservation (a moving step: Maybe), a recording's held room,
 // then reserveWithRetry with a dry reservation, a dry make-room and a dry

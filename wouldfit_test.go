@@ -166,12 +166,12 @@ func runWouldFitSeed(t *testing.T, seed uint64, c *wouldFitCounts) {
 	case 1:
 		opts = append(opts, WithoutCompaction())
 	}
-	var cfg memory.Config
+	var cfg MemoryConfig
 	switch rng.IntN(6) {
 	case 0:
-		cfg.Dynamic = memory.ExclusivePages
+		cfg.Dynamic = ExclusivePages
 	case 1:
-		cfg.Persistent = memory.SizeMatch
+		cfg.Persistent = PersistentSizeMatch
 	}
 	opts = append(opts, WithMemoryConfig(cfg))
 	if rng.IntN(3) == 0 {
@@ -374,9 +374,9 @@ func (w *wouldFitWorld) window() {
 		w.windows[s] = open[:len(open)-1]
 		return
 	}
-	mode := memory.Persistent
+	mode := Persistent
 	if w.rng.IntN(2) == 0 {
-		mode = memory.Dedicated
+		mode = Dedicated
 	}
 	w.windows[s] = append(w.windows[s], s.Window(mode))
 }
@@ -520,8 +520,8 @@ func TestWouldFitOnAClosedDevice(t *testing.T) {
 	if _, err := s.Alloc(bg, mib); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Alloc on a closed device: %v", err)
 	}
-	if f := d.WouldFit(mib); !errors.Is(f.Err, ErrClosed) {
-		t.Fatalf("Device.WouldFit on a closed device = %+v", f)
+	if f := d.DefaultStream().WouldFit(mib); !errors.Is(f.Err, ErrClosed) {
+		t.Fatalf("WouldFit on a closed device = %+v", f)
 	}
 }
 

@@ -165,7 +165,7 @@ func (b *Backend) Name() string { return "cuda" }
 // Properties implements gpumem.Backend: alignment 256, MaxMemory the
 // device's total memory, MaxPageSize a quarter of it rounded down to the
 // alignment.
-func (b *Backend) Properties() memory.Properties { return b.props }
+func (b *Backend) Properties() gpumem.Properties { return gpumem.Properties(b.props) }
 
 // Granule returns the mapping granule of the storages NewStorage makes: the
 // driver's recommended granularity where it manages virtual memory (and

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -826,7 +827,7 @@ func TestCopyOnDeviceIsCoveredByTheNextFence(t *testing.T) {
 	if err := b.CopyOnDevice(q, src, storage.Resource{Region: storage.Region{Size: 1}}); !errors.Is(err, stream.ErrInvalid) {
 		t.Fatalf("CopyOnDevice of unequal sizes = %v, want ErrInvalid", err)
 	}
-	if err := b.CopyOnDevice(stream.NewInline(), src, dst); !errors.Is(err, stream.ErrInvalid) {
+	if err := b.CopyOnDevice(hostqueue.NewInline(), src, dst); !errors.Is(err, stream.ErrInvalid) {
 		t.Fatalf("CopyOnDevice on a host queue = %v, want ErrInvalid", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/storage"
 	"github.com/gpumem/gpumem/stream"
 )
@@ -496,14 +497,14 @@ func TestTypedNilFencesAreRefused(t *testing.T) {
 	f := buildFake(t)
 	b := newTestBackend(t, f)
 	q := newTestQueue(t, b)
-	host := stream.NewHost()
+	host := hostqueue.NewHost()
 	defer host.Close()
-	inline := stream.NewInline()
+	inline := hostqueue.NewInline()
 	defer inline.Close()
 	fences := []stream.Fence{
 		{Q: (*queue)(nil), Seq: 1},
-		{Q: (*stream.Host)(nil), Seq: 1},
-		{Q: (*stream.Inline)(nil), Seq: 1},
+		{Q: (*hostqueue.Host)(nil), Seq: 1},
+		{Q: (*hostqueue.Inline)(nil), Seq: 1},
 	}
 	for _, w := range []stream.Queue{q, host, inline} {
 		for _, fe := range fences {

@@ -182,7 +182,7 @@ func (e Event) Validate() error {
 // Header is the optional first line of a JSONL trace.
 type Header struct {
 	Format  string // always [Format]
-	Version int    // [MinVersion] … [Version]
+	Version int    // [Version] when the Encoder writes it; a reader may accept older ones
 	Source  string // free text: where the trace came from
 	Streams int    // number of streams the trace uses
 	// Device, when set, is how the device that recorded the trace ran
@@ -198,16 +198,17 @@ type Header struct {
 type Device struct {
 	Backend   string // where it ran: "host", "sim", "cuda", "vulkan"
 	Capacity  uint64 // its capacity (gpumem.WithCapacity); 0: none
-	MaxPage   uint64 // the largest page its pools made (memory.Properties.MaxPageSize)
+	MaxPage   uint64 // the largest page its pools made (gpumem.Properties.MaxPageSize)
 	Alignment uint64 // the base alignment of every allocation
 	// MaxMemory is the memory figure its granule unmap under pressure
-	// judged against (memory.Properties.MaxMemory; 0: none).
+	// judged against (gpumem.Properties.MaxMemory; 0: none).
 	MaxMemory uint64
 	// Granule is the granule its pages mapped by; 0: pages backed whole.
 	Granule uint64
-	// Dynamic, Persistent and BaseMode are its memory.Config, as
-	// memory.DynamicKind, memory.PersistentMemory and memory.Mode spell
-	// them ("" for BaseMode: the default).
+	// Dynamic, Persistent and BaseMode are its gpumem.MemoryConfig, as
+	// the dynamic memory, the persistent memory's use and gpumem.Mode are
+	// spelled ("adaptive", "size-match", "persistent"; "" for BaseMode:
+	// the default).
 	Dynamic    string
 	Persistent string
 	BaseMode   string
@@ -239,14 +240,14 @@ func (d *Device) Validate() error {
 	return nil
 }
 
-// Format and Version identify the native trace format in its header line.
-// Version 2 added OpAllocFailed, OpDefragment and Header.Device; Decode
-// reads MinVersion to Version and refuses a newer one by name (a reader of
-// version 1 refuses a version-2 header the same way).
+// Format and Version identify the native trace format in its header line:
+// the Encoder writes Version. Version 2 added OpAllocFailed, OpDefragment
+// and Header.Device. Which versions a reader accepts is the reader's
+// choice (the tool's Decode reads 1 to Version and refuses a newer one by
+// name; a reader of version 1 refuses a version-2 header the same way).
 const (
-	Format     = "gpumem-trace"
-	Version    = 2
-	MinVersion = 1
+	Format  = "gpumem-trace"
+	Version = 2
 )
 
 // Sentinel errors. Every error this package returns wraps one of them with

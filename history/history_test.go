@@ -75,12 +75,3 @@ func TestWriteTorchSnapshotRefusesAnUnwritableSetting(t *testing.T) {
 		t.Fatalf("no %q key in the pickle", WrittenByKey)
 	}
 }
-
-func TestUnreadableFrameIsOnlyTheMarkedOne(t *testing.T) {
-	if !(TorchFrame{Name: NotAFrame + "bytes of 4)"}).Unreadable() {
-		t.Fatal("a not-a-frame item reads as a frame")
-	}
-	if (TorchFrame{Name: NotAFrame + "x)", Filename: "a.py"}).Unreadable() {
-		t.Fatal("a frame with a file reads as unreadable")
-	}
-}

@@ -18,7 +18,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 )
 
 // WrittenByKey is the top-level key naming a snapshot's writer (gpumem
@@ -68,18 +67,6 @@ type TorchBlock struct {
 	RequestedSize uint64
 	State         string
 	Frames        []TorchFrame
-}
-
-// NotAFrame opens the Name of a frame that stands for an item of a
-// recorded stack that is not a frame dict: "(not a frame: bytes of 4)".
-const NotAFrame = "(not a frame: "
-
-// Unreadable reports whether f stands for an item of a recorded stack that
-// is not a frame (the tool's ReadFrames keeps such an item in its place):
-// its Name says what the item is, "(not a frame: bytes of 4)", and its
-// Filename and Line are empty.
-func (f TorchFrame) Unreadable() bool {
-	return f.Filename == "" && f.Line == 0 && strings.HasPrefix(f.Name, NotAFrame)
 }
 
 // TorchTraceEntry is one entry of a device trace. Action is one of alloc,

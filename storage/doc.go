@@ -1,16 +1,21 @@
-// Package storage owns device allocations: whole regions of device (or host)
-// memory handed out by a backend, and the capacity budget they share.
+// Package storage is what a backend implements for device memory: whole
+// allocations handed out by a driver (or the host), the windows resolved
+// in them, and the capacity budget the storages of one device share.
 //
 // # Owns
 //
-// The [Storage] interface, [Region], [Resource], the shared capacity [Budget],
-// the [Host] backend (real aligned bytes: the embedded default), the [Sim]
-// backend (accounting only, for replaying huge traces), the [Faulty] wrapper
-// that refuses on cue for tests, the sentinels [ErrOutOfMemory],
-// [ErrUnknownRegion] and [ErrDevicePoisoned], and the [RoundUp] / [Padding]
-// arithmetic every layer above uses; and the optional [Granular] interface
-// (reserve a page's address range, map and unmap its granules) with its host
-// ([GranularHost]) and sim ([GranularSim]) implementations (granular.go).
+// The [Storage] interface, [Region], [Resource], [ID] and [NewID], the
+// shared capacity [Budget], the sentinels [ErrOutOfMemory] (with the typed
+// [OutOfMemoryError]), [ErrUnknownRegion], [ErrDevicePoisoned] and
+// [ErrNotGranular]; the optional [Granular] interface (reserve a page's
+// address range, map and unmap its granules, granular.go); and the size
+// arithmetic a storage and the layers above share ([RoundUp], [Padding],
+// [SatAdd], [SatSub], [Granules]), which never overflows.
+//
+// The storages the library makes itself (the host's real bytes, the
+// simulation's accounting, their granular forms, the Faulty test wrapper)
+// are not here: a user reaches them through gpumem.Open and its options,
+// and a backend brings its own (package cuda, package vulkan).
 //
 // # Invariants
 //
@@ -18,7 +23,7 @@
 //   - (S2) BytesAllocated equals the sum of live allocations' sizes plus
 //     queued deallocations; a Budget's use equals the sum over its storages.
 //   - (S3) A refused Alloc changes nothing.
-//   - (S4) Every non-empty Host allocation's base is a multiple of the
+//   - (S4) Every non-empty allocation's base is a multiple of the
 //     alignment; allocations never overlap.
 //
 // # Does not know
@@ -28,7 +33,7 @@
 //
 // # Concurrency
 //
-// Every implementation here is safe for concurrent use. The device calls
+// Every implementation must be safe for concurrent use. The device calls
 // Alloc, Dealloc and Flush under its lock; Resolve may also be called by
-// stream workers, so each storage guards its map with its own small lock.
+// stream workers, so a storage guards its map with its own small lock.
 package storage

@@ -33,8 +33,9 @@ type OutOfMemoryError struct {
 	Capacity  uint64 // the budget's capacity
 	// Limit, when nonzero, says the host refused on its own, whatever the
 	// budget: one host allocation may be at most Limit bytes on this
-	// machine. Machine is the machine's memory (MachineMemory; 0 when
-	// unknown, and Limit is then what make can give).
+	// machine. Machine is the machine's memory (physical plus swap, or its
+	// control group's limit where lower; 0 when unknown, and Limit is then
+	// what make can give).
 	Limit   uint64
 	Machine uint64
 }

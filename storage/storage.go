@@ -14,11 +14,13 @@ type ID uint64
 // resolve instead of aliasing another allocation.
 var nextID atomic.Uint64
 
-func newID() ID { return ID(nextID.Add(1)) }
+// NewID returns a process-unique allocation ID, for every storage (S1).
+func NewID() ID { return ID(nextID.Add(1)) }
 
-// NewID returns a process-unique allocation ID, for backends outside this
-// package (S1).
-func NewID() ID { return newID() }
+// DefaultAlignment is the base alignment an allocation gets when a caller
+// passes 0: the host's and the simulation's storages, and a pool built
+// without one, use it.
+const DefaultAlignment = 32
 
 // Region is a window of one allocation: Offset and Size are in bytes from the
 // allocation's base. Alloc returns a region with Offset 0 spanning the whole

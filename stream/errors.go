@@ -7,11 +7,12 @@ import "errors"
 // that is wrong about capture rules sees the same error on a laptop as on a
 // GPU, and tests written against the host queues keep their meaning.
 var (
-	// ErrCaptureState is returned by a capture call made out of order:
-	// Capture.Prepare or Begin while a window is open, Begin without Prepare,
-	// End or Abort with no window, Queue.BeginCapture on a queue that already
-	// records, Queue.EndCapture on one that does not. Nothing changed (except
-	// that End aborts a window still Prepared); fix the call order.
+	// ErrCaptureState is returned by a capture call made out of order: the
+	// device's PrepareCapture or BeginCapture while a window is open,
+	// BeginCapture without PrepareCapture, EndCapture or AbortCapture with
+	// no window; Queue.BeginCapture on a queue that already records,
+	// Queue.EndCapture on one that does not. Nothing changed (except that
+	// EndCapture aborts a window still prepared); fix the call order.
 	ErrCaptureState = errors.New("stream: capture call out of order")
 
 	// ErrCaptureInvalidated (CUDA 901, cudaErrorStreamCaptureInvalidated) is
@@ -31,8 +32,9 @@ var (
 
 	// ErrWrongOwner (CUDA 908, cudaErrorStreamCaptureWrongThread) is
 	// returned when a capture is ended, begun or aborted by someone other
-	// than its owner. Capture.End and Queue.EndCapture tear the window down
-	// anyway and give no executable; Capture.Begin and Abort change nothing.
+	// than its owner. The device's EndCapture and Queue.EndCapture tear the
+	// window down anyway and give no executable; BeginCapture and
+	// AbortCapture change nothing.
 	ErrWrongOwner = errors.New("stream: capture owned by another caller")
 
 	// ErrCaptureCrossStream is returned when an op on a recording queue would
@@ -52,9 +54,9 @@ var (
 	// executable recorded by another kind of queue. Nothing changed.
 	ErrInvalid = errors.New("stream: invalid argument")
 
-	// ErrWaitsOnItself is returned by a wait on a held Inline queue
-	// (NewInlineHeld) from a goroutine that is running an earlier step of that
-	// queue, so the step waited for could only run after the wait returned:
+	// ErrWaitsOnItself is returned by a wait on a queue that holds its steps
+	// until a flush or wait (the simulation's, gpumem.WithSim) from a
+	// goroutine that is running an earlier step of that queue, so the step waited for could only run after the wait returned:
 	// an op that waits for a later step of its own queue, or for another
 	// queue whose steps wait on it. A fence wait step that meets it fails
 	// with it (an OpFailure) instead of blocking. Fence waits alone never

@@ -41,11 +41,6 @@ type Executor interface {
 	RunsOpsOn(g Goroutine) bool
 }
 
-var (
-	_ Executor = (*Host)(nil)
-	_ Executor = (*Inline)(nil)
-)
-
 // Completer is implemented by queues that can wait for a step to complete
 // without the wait counting as a host synchronisation, which would
 // invalidate a recording: a device that waits only for steps issued before
@@ -55,26 +50,6 @@ type Completer interface {
 	// WaitCompleted blocks until step seq (already issued) has completed,
 	// or ctx is done.
 	WaitCompleted(ctx context.Context, seq uint64) error
-}
-
-var (
-	_ Completer = (*Host)(nil)
-	_ Completer = (*Inline)(nil)
-)
-
-// WaitCompleted implements Completer.
-func (q *Host) WaitCompleted(ctx context.Context, seq uint64) error { return q.t.waitSeq(ctx, seq) }
-
-// WaitCompleted implements Completer; a held queue first runs its steps up
-// to seq on the calling goroutine (ErrWaitsOnItself when that goroutine is
-// running an earlier step of this queue, which could never let seq run).
-func (q *Inline) WaitCompleted(ctx context.Context, seq uint64) error {
-	if q.held {
-		if err := q.runHeld(ctx, seq); err != nil {
-			return err
-		}
-	}
-	return q.t.waitSeq(ctx, seq)
 }
 
 // EnqueueRunner is implemented by queues whose Enqueue runs the op before it

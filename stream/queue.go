@@ -109,31 +109,7 @@ type Recorder interface {
 	Recording() bool
 }
 
-// StorageWatcher is implemented by queues that want to hear about storage
-// allocations and deallocations of their stream's storage: a driver cannot
-// capture them, so the host queues invalidate a recording that sees one, as
-// the driver would. The host storage calls ObserveStorage with the name of
-// the operation ("Alloc", "Dealloc").
-type StorageWatcher interface {
-	ObserveStorage(op string)
-}
-
-// OpList is the Exec sealed by the host queues: the recorded ops in order.
-// It is immutable and may be replayed any number of times, on any host queue.
-type OpList struct {
-	ops []Op
-}
-
-// Len returns the number of recorded ops.
-func (l *OpList) Len() int { return len(l.ops) }
-
-// Ops returns a copy of the recorded ops, in recorded order.
-func (l *OpList) Ops() []Op { return append([]Op(nil), l.ops...) }
-
-var (
-	_ Recorder       = (*Host)(nil)
-	_ Recorder       = (*Inline)(nil)
-	_ StorageWatcher = (*Host)(nil)
-	_ StorageWatcher = (*Inline)(nil)
-	_ Exec           = (*OpList)(nil)
-)
+// Owner identifies who holds a capture window: the device mints one per
+// capture token and passes it to Recorder.BeginCapture and EndCapture. It
+// is opaque; 0 is never an owner.
+type Owner uint64

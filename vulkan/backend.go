@@ -185,7 +185,7 @@ func (b *Backend) Name() string { return "vulkan" }
 // the page heap's budget (VK_EXT_memory_budget, else its size, or
 // Options.Capacity); MaxPageSize a quarter of that, at most
 // maxMemoryAllocationSize.
-func (b *Backend) Properties() memory.Properties { return b.props }
+func (b *Backend) Properties() gpumem.Properties { return gpumem.Properties(b.props) }
 
 // ValidationMessages returns what the validation layer reported so far
 // (Options.Validation; nil without it).

@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // AddressDependence is how much a torch policy's smallest capacity depends
@@ -87,13 +87,13 @@ func (c *Comparison) writeAddressNote(b *strings.Builder, p PolicyResult) {
 	}
 	if !d.Depends() {
 		fmt.Fprintf(b, "  its smallest capacity does not depend on the addresses it invents for %s no recording places: %s with them rising (the convention) or falling\n",
-			segs, pool.Bytes(d.Rising))
+			segs, units.Bytes(d.Rising))
 		return
 	}
 	falling := "no capacity found"
 	if d.Falling > 0 {
-		falling = fmt.Sprintf("%s falling (%+.1f %%)", pool.Bytes(d.Falling), 100*d.Change)
+		falling = fmt.Sprintf("%s falling (%+.1f %%)", units.Bytes(d.Falling), 100*d.Change)
 	}
 	fmt.Fprintf(b, "  its smallest capacity depends on the addresses it invents for %s no recording places (PyTorch takes the lowest of equal-size free blocks): %s with them rising (the convention), %s\n",
-		segs, pool.Bytes(d.Rising), falling)
+		segs, units.Bytes(d.Rising), falling)
 }

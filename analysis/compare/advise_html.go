@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // WriteHTML writes the comparison's HTML page as advise's: titled "gpumem
@@ -49,7 +49,7 @@ func (a *Advice) adviceTable() adviceTable {
 	t.Columns = []string{"setting (PYTORCH_CUDA_ALLOC_CONF)"}
 	slow := []string{"retries", "cudaMalloc", "cudaFree", "relocations", "bytes moved"}
 	if c.Capacity > 0 {
-		t.Groups = append(t.Groups, htmlGroup{"at " + pool.Bytes(c.Capacity).String(), 3 + len(slow)}, htmlGroup{"smallest", 1})
+		t.Groups = append(t.Groups, htmlGroup{"at " + units.Bytes(c.Capacity).String(), 3 + len(slow)}, htmlGroup{"smallest", 1})
 		t.Columns = append(t.Columns, append([]string{"verdict", "margin", "headroom at peak"}, slow...)...)
 		t.Columns = append(t.Columns, "device")
 	} else {
@@ -66,14 +66,14 @@ func (a *Advice) adviceTable() adviceTable {
 		if p.Name == a.BestPolicy {
 			r.Class, r.Marks = strings.TrimSpace(r.Class+" smallest"), append(r.Marks, "* smallest device")
 		}
-		device := orDash(p.MinDevice > 0, pool.Bytes(p.MinDevice).String())
+		device := orDash(p.MinDevice > 0, units.Bytes(p.MinDevice).String())
 		if c.Capacity > 0 {
 			v := p.Verdict
 			verdict, headroom, s := "-", "-", (*SlowPath)(nil)
 			if v != nil {
 				verdict, s = verdictWord(v), v.SlowPath
 				if v.Fits {
-					headroom = pool.Bytes(v.Headroom).String()
+					headroom = units.Bytes(v.Headroom).String()
 				}
 			}
 			r.Cells = append([]string{verdict, marginText(v), headroom}, slowPathCells(s)...)
@@ -81,7 +81,7 @@ func (a *Advice) adviceTable() adviceTable {
 		} else {
 			r.Cells = append([]string{device}, slowPathCells(p.MinCapacitySlowPath)...)
 		}
-		r.Cells = append(r.Cells, pool.Bytes(p.PeakReserved).String())
+		r.Cells = append(r.Cells, units.Bytes(p.PeakReserved).String())
 		t.Rows = append(t.Rows, r)
 	}
 	// The same two lines as the text's, the recommendation first.
@@ -92,9 +92,9 @@ func (a *Advice) adviceTable() adviceTable {
 	if smallest != "" {
 		t.Notes = append(t.Notes, smallest)
 	}
-	threshold := pool.Bytes(max(a.ChangeThreshold, ChangeThreshold(c.Capacity))).String() + " more margin than " + short + " (the larger of 1 GiB and 1% of the capacity)"
+	threshold := units.Bytes(max(a.ChangeThreshold, ChangeThreshold(c.Capacity))).String() + " more margin than " + short + " (the larger of 1 GiB and 1% of the capacity)"
 	if c.Capacity == 0 {
-		threshold = pool.Bytes(max(a.ChangeThreshold, ChangeThreshold(0))).String() + " less than " + short + " need (the larger of 1 GiB and 1% of their smallest device)"
+		threshold = units.Bytes(max(a.ChangeThreshold, ChangeThreshold(0))).String() + " less than " + short + " need (the larger of 1 GiB and 1% of their smallest device)"
 	}
 	t.Notes = append(t.Notes,
 		"margin: the capacity less the smallest device, the room the workload could still grow into; headroom: what was left at the peak of the run at the capacity; a change is recommended only for at least "+threshold+".",

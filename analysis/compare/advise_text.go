@@ -6,7 +6,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // Marks of the advice's rows: the recommendation at the capacity and the
@@ -31,7 +31,7 @@ func (a *Advice) WriteText(w io.Writer) error {
 func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 	c := a.Comparison
 	var b strings.Builder
-	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, pool.Bytes(c.PeakLive))
+	fmt.Fprintf(&b, "trace %s: %d events, peak live %s\n", c.Trace, c.Events, units.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
 	if lines, verdict := a.answerLines(); len(lines) > 0 {
 		b.WriteString("\n")
@@ -61,12 +61,12 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 		t.groups[2].Columns = append(t.groups[2].Columns, "margin")
 	}
 	for _, p := range c.Policies {
-		row := []string{a.mark(p), a.rowName(p), pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
+		row := []string{a.mark(p), a.rowName(p), units.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), "-", "-"}
 		if p.MinCapacity > 0 {
-			row[4], row[5] = pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver)
+			row[4], row[5] = units.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver)
 		}
 		if c.Overhead > 0 {
-			row = append(row, orDash(p.MinDevice > 0, pool.Bytes(p.MinDevice).String()))
+			row = append(row, orDash(p.MinDevice > 0, units.Bytes(p.MinDevice).String()))
 		}
 		if c.Capacity > 0 {
 			row = append(row, marginText(p.Verdict))
@@ -83,7 +83,7 @@ func (a *Advice) WriteTextWidth(w io.Writer, width int) error {
 		}
 	}
 	if c.Capacity > 0 && a.UseLine == "" {
-		fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", pool.Bytes(c.Capacity))
+		fmt.Fprintf(&b, "no PyTorch setting of the grid fits %s\n", units.Bytes(c.Capacity))
 	}
 	writeWrapped(&b, "garbage_collection_threshold acts only under a capacity (its smallest capacity is the figure to read); settings are modelled from PyTorch's source, the defaults checked against recorded snapshots.", proseWidth)
 	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
@@ -104,7 +104,7 @@ func (a *Advice) answerLines() (lines []string, verdict int) {
 	if c.Capacity == 0 {
 		return lines, verdict
 	}
-	capacity := pool.Bytes(c.Capacity).String()
+	capacity := units.Bytes(c.Capacity).String()
 	var defaults *PolicyResult
 	for i := range c.Policies {
 		if c.Policies[i].Name == a.Baseline {
@@ -118,13 +118,13 @@ func (a *Advice) answerLines() (lines []string, verdict int) {
 			l := fmt.Sprintf("at %s %s fit", capacity, now)
 			if d.Margin != nil {
 				l += fmt.Sprintf(", with %s of margin (%s less their smallest device, %s: the room the workload could still grow into",
-					signedBytes(*d.Margin), capacity, pool.Bytes(defaults.MinDevice))
+					signedBytes(*d.Margin), capacity, units.Bytes(defaults.MinDevice))
 				if t := c.tightWords(*d.Margin, a.ChangeThreshold); t != "" {
 					l += "; " + t
 				}
 				l += ")"
 			}
-			lines = append(lines, l+fmt.Sprintf(" and %s of headroom at their peak (%s reserved).", pool.Bytes(d.Headroom), pool.Bytes(d.PeakReserved)))
+			lines = append(lines, l+fmt.Sprintf(" and %s of headroom at their peak (%s reserved).", units.Bytes(d.Headroom), units.Bytes(d.PeakReserved)))
 		} else {
 			where := fmt.Sprintf("event %d", d.OutOfMemory.Event)
 			if d.Allocation != nil {
@@ -132,18 +132,18 @@ func (a *Advice) answerLines() (lines []string, verdict int) {
 			}
 			l := fmt.Sprintf("at %s %s do not fit: out of memory at %s", capacity, now, where)
 			if defaults.MinDevice > 0 {
-				l += fmt.Sprintf(" (their smallest device is %s)", pool.Bytes(defaults.MinDevice))
+				l += fmt.Sprintf(" (their smallest device is %s)", units.Bytes(defaults.MinDevice))
 			}
 			lines = append(lines, l+".")
 		}
 	}
-	threshold := fmt.Sprintf("(%s: the larger of 1 GiB and 1%% of the capacity)", pool.Bytes(a.ChangeThreshold))
+	threshold := fmt.Sprintf("(%s: the larger of 1 GiB and 1%% of the capacity)", units.Bytes(a.ChangeThreshold))
 	rec := a.recommended()
 	switch a.Decision {
 	case DecisionDefaultsFit:
 		l := short + " already fit: no setting of the grid gains a change's worth of margin over them " + threshold
 		if g, name := a.largestGain(); g > 0 {
-			l += fmt.Sprintf("; the most, %s, gains %s", name, pool.Bytes(g))
+			l += fmt.Sprintf("; the most, %s, gains %s", name, units.Bytes(g))
 		}
 		lines = append(lines, l+".")
 	case DecisionWorthAChange:
@@ -157,7 +157,7 @@ func (a *Advice) answerLines() (lines []string, verdict int) {
 			}
 		}
 		lines = append(lines, fmt.Sprintf("recommended: %s fits, with %s and %s of headroom at its peak%s.",
-			*rec.TorchConf, margin, pool.Bytes(rec.Verdict.Headroom), fitCost(rec)))
+			*rec.TorchConf, margin, units.Bytes(rec.Verdict.Headroom), fitCost(rec)))
 	case DecisionNoneFits:
 		l := fmt.Sprintf("no PyTorch setting of the grid fits %s", capacity)
 		if a.LiveOverCapacity > 0 {
@@ -237,19 +237,19 @@ func (a *Advice) summaryLines() (smallest, recommended string) {
 	}
 	if best != nil {
 		var l strings.Builder
-		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s (%s", markSmallest, settingWords(*best), pool.Bytes(best.MinCapacity))
+		fmt.Fprintf(&l, "%s the PyTorch setting that needs the smallest device: %s (%s", markSmallest, settingWords(*best), units.Bytes(best.MinCapacity))
 		if adaptive != nil && adaptive.MinCapacity > 0 {
-			fmt.Fprintf(&l, "; gpumem adaptive needs %s", pool.Bytes(adaptive.MinCapacity))
+			fmt.Fprintf(&l, "; gpumem adaptive needs %s", units.Bytes(adaptive.MinCapacity))
 		}
 		l.WriteString(")")
 		switch {
 		case rec == nil || rec == best:
 		case c.Capacity > 0 && best.Verdict != nil && !best.Verdict.Fits:
-			fmt.Fprintf(&l, "; it runs out of memory at %s (out of memory is not monotonic in the capacity), so it is not the recommendation", pool.Bytes(c.Capacity))
+			fmt.Fprintf(&l, "; it runs out of memory at %s (out of memory is not monotonic in the capacity), so it is not the recommendation", units.Bytes(c.Capacity))
 		case best.MinDevice >= rec.MinDevice:
 			fmt.Fprintf(&l, "; %s needs as small a device with fewer retries or cudaMalloc calls, so it is the recommendation", settingWords(*rec))
 		default:
-			fmt.Fprintf(&l, "; it needs %s less than %s, under a change's worth (%s), so it is not the recommendation", pool.Bytes(rec.MinDevice-best.MinDevice), settingWords(*rec), pool.Bytes(a.ChangeThreshold))
+			fmt.Fprintf(&l, "; it needs %s less than %s, under a change's worth (%s), so it is not the recommendation", units.Bytes(rec.MinDevice-best.MinDevice), settingWords(*rec), units.Bytes(a.ChangeThreshold))
 		}
 		smallest = l.String() + "."
 	}
@@ -257,12 +257,12 @@ func (a *Advice) summaryLines() (smallest, recommended string) {
 		return smallest, ""
 	}
 	if c.Capacity > 0 {
-		return smallest, fmt.Sprintf("%s to run on %s: %s", markRecommended, pool.Bytes(c.Capacity), a.UseLine)
+		return smallest, fmt.Sprintf("%s to run on %s: %s", markRecommended, units.Bytes(c.Capacity), a.UseLine)
 	}
 	l := fmt.Sprintf("%s recommended: %s", markRecommended, a.UseLine)
 	if rec != nil && a.Recommended != a.Baseline && a.Gain != nil {
 		_, short := a.baselineWords()
-		l += fmt.Sprintf(": its smallest device is %s below %s', at least a change's worth (%s: the larger of 1 GiB and 1%% of their smallest device)", pool.Bytes(uint64(*a.Gain)), short, pool.Bytes(a.ChangeThreshold))
+		l += fmt.Sprintf(": its smallest device is %s below %s', at least a change's worth (%s: the larger of 1 GiB and 1%% of their smallest device)", units.Bytes(uint64(*a.Gain)), short, units.Bytes(a.ChangeThreshold))
 	}
 	return smallest, l + "; -capacity SIZE answers for your card."
 }
@@ -337,7 +337,7 @@ func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
 	title := "at the smallest capacity"
 	var cols []string
 	if c.Capacity > 0 {
-		title = "at " + pool.Bytes(c.Capacity).String()
+		title = "at " + units.Bytes(c.Capacity).String()
 		cols = []string{"verdict", "headroom"}
 	}
 	t := table{left: 2, width: width, groups: []tableGroup{
@@ -353,7 +353,7 @@ func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
 				continue
 			}
 			s = p.Verdict.SlowPath
-			row = append(row, verdictWord(p.Verdict), orDash(p.Verdict.Fits, pool.Bytes(p.Verdict.Headroom).String()))
+			row = append(row, verdictWord(p.Verdict), orDash(p.Verdict.Fits, units.Bytes(p.Verdict.Headroom).String()))
 		}
 		row = append(row, slowPathCells(s)[:3]...)
 		t.add(row...)
@@ -362,7 +362,7 @@ func (a *Advice) writeSlowPath(b *strings.Builder, width int) {
 			if c.Capacity > 0 {
 				at = title
 			}
-			relocated = append(relocated, fmt.Sprintf("gpumem %s %s: %d relocations moved %s", p.Name, at, *s.Relocations, pool.Bytes(*s.BytesMoved)))
+			relocated = append(relocated, fmt.Sprintf("gpumem %s %s: %d relocations moved %s", p.Name, at, *s.Relocations, units.Bytes(*s.BytesMoved)))
 		}
 	}
 	t.write(b)
@@ -390,7 +390,7 @@ func slowPathCells(s *SlowPath) []string {
 	}
 	moved := "-"
 	if s.BytesMoved != nil {
-		moved = pool.Bytes(*s.BytesMoved).String()
+		moved = units.Bytes(*s.BytesMoved).String()
 	}
 	return []string{retries, n(s.DeviceAllocs), n(s.DeviceFrees), n(s.Relocations), moved}
 }
@@ -447,9 +447,9 @@ func marginText(v *Verdict) string {
 // signedBytes formats a byte difference.
 func signedBytes(n int64) string {
 	if n < 0 {
-		return "-" + pool.Bytes(uint64(-n)).String()
+		return "-" + units.Bytes(uint64(-n)).String()
 	}
-	return pool.Bytes(uint64(n)).String()
+	return units.Bytes(uint64(n)).String()
 }
 
 func orDash(ok bool, s string) string {

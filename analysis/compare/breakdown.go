@@ -4,10 +4,10 @@ import (
 	"context"
 	"slices"
 
+	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
-	"github.com/gpumem/gpumem/internal/pool"
 )
 
 // Breakdown is where a policy's reserved bytes sat at its peak: Live plus
@@ -95,7 +95,7 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 	b := &Breakdown{Event: at, Reserved: dev.BytesAllocated(), Live: rep.FinalLive}
 	granular := name == Adaptive || name == AdaptiveNoRelocate
 	for _, s := range dev.Report().Streams {
-		add := func(p pool.Report, outdated bool) {
+		add := func(p gpumem.PoolReport, outdated bool) {
 			u := p.Usage
 			b.Rounding += u.BytesPadding
 			free := u.BytesMapped() - min(u.BytesMapped(), u.BytesOccupied())
@@ -108,12 +108,12 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 				b.FreeInCurrentPages += free
 			}
 		}
-		add(s.Pools.Persistent, false)
-		add(s.Pools.Dedicated, false)
-		for i, p := range s.Pools.Dynamic {
+		add(s.Persistent, false)
+		add(s.Dedicated, false)
+		for i, p := range s.Dynamic {
 			// An arena reports its current pool first, then its outdated
 			// ones.
-			_, arena := s.Pools.Dynamic[0].Kind.(pool.AdaptiveKind)
+			arena := s.Dynamic[0].Kind == "adaptive"
 			add(p, arena && i > 0)
 		}
 	}

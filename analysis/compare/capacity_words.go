@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // capacityLines are the sentences replay and advise write about the
@@ -32,12 +32,12 @@ func (c *Comparison) capacityLines(what string, withOverhead bool) []string {
 // tensors alone pass it, how much live memory must go, and how users
 // shed it.
 func (c *Comparison) liveOverLine(what string) string {
-	has := pool.Bytes(c.Capacity - c.Overhead).String()
+	has := units.Bytes(c.Capacity - c.Overhead).String()
 	if c.Overhead > 0 {
 		has = "the " + has + " the allocator has (-capacity less -overhead)"
 	}
 	return fmt.Sprintf("%s can fit %s: the live tensors alone peak at %s, %s more. That much live memory must go at the peak, whatever the allocator does: a smaller batch or sequence length, activation checkpointing, or offloading weights, optimizer state or activations to the CPU.",
-		what, has, pool.Bytes(c.PeakLive), pool.Bytes(c.LiveOverCapacity))
+		what, has, units.Bytes(c.PeakLive), units.Bytes(c.LiveOverCapacity))
 }
 
 // overheadLine says what the capacity counts: without -overhead only what
@@ -47,10 +47,10 @@ func (c *Comparison) liveOverLine(what string) string {
 func (c *Comparison) overheadLine() string {
 	if c.Overhead > 0 {
 		return fmt.Sprintf("of %s, -overhead sets %s aside for the CUDA context and memory outside the allocator: the allocator has %s.",
-			pool.Bytes(c.Capacity), pool.Bytes(c.Overhead), pool.Bytes(c.Capacity-c.Overhead))
+			units.Bytes(c.Capacity), units.Bytes(c.Overhead), units.Bytes(c.Capacity-c.Overhead))
 	}
 	return fmt.Sprintf("%s counts only what PyTorch's caching allocator reserves: the CUDA context (a few hundred MiB) and the framework's memory outside the allocator (NCCL buffers, library workspaces, other processes) are not counted; -overhead SIZE sets them aside (nvidia-smi's used memory less torch.cuda.memory_reserved() while the program runs).",
-		pool.Bytes(c.Capacity))
+		units.Bytes(c.Capacity))
 }
 
 // tightWords is what a margin below the worth-a-change threshold is
@@ -61,7 +61,7 @@ func (c *Comparison) tightWords(margin int64, threshold uint64) string {
 	if threshold == 0 || margin >= int64(threshold) {
 		return ""
 	}
-	w := fmt.Sprintf("tight: under %s, a change's worth", pool.Bytes(threshold))
+	w := fmt.Sprintf("tight: under %s, a change's worth", units.Bytes(threshold))
 	if c.Overhead == 0 {
 		w += ", and the CUDA context, not counted, takes a few hundred MiB of it"
 	}

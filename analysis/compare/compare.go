@@ -12,8 +12,9 @@ import (
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -129,7 +130,7 @@ type Options struct {
 	// on Sim to learn the most any of them reserves, and refuses
 	// (ErrHostTooSmall) a replay whose need (that, the heap in use and
 	// the replay's own bookkeeping) passes HostShare of the host's memory
-	// (storage.MachineMemoryLimit), or a Capacity above that memory,
+	// (hoststorage.MachineMemoryLimit), or a Capacity above that memory,
 	// before any host replay: the kernel would kill the process instead.
 	// While it replays, Run lowers the process's soft memory limit
 	// (runtime/debug.SetMemoryLimit) to that need and then restores it,
@@ -387,7 +388,7 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 	}
 	maxPage, rec := recordedSettings(src, &opts, &how)
 	if opts.Capacity > 0 && opts.Overhead >= opts.Capacity {
-		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, pool.Bytes(opts.Overhead), pool.Bytes(opts.Capacity))
+		return nil, fmt.Errorf("%w: overhead %s leaves nothing of capacity %s", ErrCapacity, units.Bytes(opts.Overhead), units.Bytes(opts.Capacity))
 	}
 	peak, err := peakLive(src.Events)
 	if err != nil {
@@ -398,7 +399,7 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		if err != nil {
 			return nil, err
 		}
-		if err := hostHolds(plan, opts.Capacity, storage.MachineMemoryLimit()); err != nil {
+		if err := hostHolds(plan, opts.Capacity, hoststorage.MachineMemoryLimit()); err != nil {
 			if slices.Contains(rec.from, "capacity") {
 				err = fmt.Errorf("%w (that capacity is the trace's recording device's; -capacity judges another)", err)
 			}
@@ -586,8 +587,8 @@ func recordedSettings(src Source, opts *Options, how *deviceOptions) (uint64, re
 	if d.BaseMode != "" {
 		rec.notes = append(rec.notes, "base mode "+d.BaseMode)
 	}
-	if d.Granule > 0 && d.Granule != storage.DefaultGranule {
-		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", pool.Bytes(d.Granule), pool.Bytes(storage.DefaultGranule)))
+	if d.Granule > 0 && d.Granule != hoststorage.DefaultGranule {
+		rec.notes = append(rec.notes, fmt.Sprintf("granules of %s (the policies map %s)", units.Bytes(d.Granule), units.Bytes(hoststorage.DefaultGranule)))
 	}
 	return d.MaxPage, rec
 }
@@ -617,7 +618,7 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	if align == 0 {
 		align = storage.DefaultAlignment
 	}
-	props := memory.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
+	props := gpumem.Properties{MaxPageSize: maxPage, Alignment: align, MaxMemory: capacity}
 	opts := []gpumem.Option{gpumem.WithProperties(props), gpumem.WithCapacity(capacity)}
 	if !dev.host && dev.open == nil {
 		opts = append(opts, gpumem.WithSim())
@@ -632,7 +633,7 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	case AdaptivePagesNoRelocate:
 		opts = append(opts, gpumem.WithPageGranular(false), gpumem.WithoutRelocation())
 	case Exclusive:
-		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages}))
+		opts = append(opts, gpumem.WithMemoryConfig(gpumem.MemoryConfig{Dynamic: gpumem.ExclusivePages}))
 	}
 	if dev.noCompact {
 		opts = append(opts, gpumem.WithoutCompaction())
@@ -723,7 +724,7 @@ func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings,
 			FreeInPages: at.FinalReserved - min(at.FinalReserved, at.FinalAllocated), LargestFree: at.FinalLargestFree,
 			Held: at.FinalHeld,
 		}
-		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", pool.Bytes(events[f].Size))
+		rep.FirstFailureError = fmt.Sprintf("torch model: out of memory allocating %s", units.Bytes(events[f].Size))
 	}
 	return rep, nil
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // Diff answers "why does run B need more memory than run A": both runs
@@ -443,7 +443,7 @@ func (s Site) Name() string {
 // the units round ("1.95 KiB (2000 B)"): sites without frames are grouped
 // by exact size, and two must not read the same.
 func exactBytes(n uint64) string {
-	s := pool.Bytes(n).String()
+	s := units.Bytes(n).String()
 	if n >= 1024 && n%1024 != 0 {
 		s += fmt.Sprintf(" (%d B)", n)
 	}

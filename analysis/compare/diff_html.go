@@ -6,7 +6,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // WriteHTML writes the difference as one standalone page (no scripts,
@@ -41,12 +41,12 @@ func (d *Difference) WriteHTML(w io.Writer, sites int) error {
 	}{D: d, Text: text.String(),
 		A:    fmt.Sprintf("%s (%d events; torch policy with %s, %s)", d.A.Trace, d.A.Events, confName(d.A.TorchConf), d.A.TorchSettingsFrom),
 		B:    fmt.Sprintf("%s (%d events; torch policy with %s, %s)", d.B.Trace, d.B.Events, confName(d.B.TorchConf), d.B.TorchSettingsFrom),
-		Peak: []string{pool.Bytes(d.A.PeakLive).String(), pool.Bytes(d.B.PeakLive).String(), signedBytesText(d.PeakLiveDelta)},
+		Peak: []string{units.Bytes(d.A.PeakLive).String(), units.Bytes(d.B.PeakLive).String(), signedBytesText(d.PeakLiveDelta)},
 		How:  d.siteHow()}
 	add := func(name string, r ReserveDiff, minA, minB uint64, minD *int64) {
-		row := reserveRow{Name: name, A: pool.Bytes(r.A.Reserved).String(), B: pool.Bytes(r.B.Reserved).String(), Delta: signedBytesText(r.Delta),
+		row := reserveRow{Name: name, A: units.Bytes(r.A.Reserved).String(), B: units.Bytes(r.B.Reserved).String(), Delta: signedBytesText(r.Delta),
 			Live: signedBytesText(r.LiveDelta), Cached: signedBytesText(r.CachedFreeDelta),
-			MinA: orDash(minA > 0, pool.Bytes(minA).String()), MinB: orDash(minB > 0, pool.Bytes(minB).String()), MinD: "-"}
+			MinA: orDash(minA > 0, units.Bytes(minA).String()), MinB: orDash(minB > 0, units.Bytes(minB).String()), MinD: "-"}
 		if minD != nil {
 			row.MinD = signedBytesText(*minD)
 		}
@@ -63,7 +63,7 @@ func (d *Difference) WriteHTML(w io.Writer, sites int) error {
 		shown = shown[:sites]
 	}
 	for _, s := range shown {
-		row := siteRow{A: pool.Bytes(s.ABytes).String(), B: pool.Bytes(s.BBytes).String(), Delta: signedBytesText(s.Delta), Count: fmt.Sprintf("%d → %d", s.ACount, s.BCount)}
+		row := siteRow{A: units.Bytes(s.ABytes).String(), B: units.Bytes(s.BBytes).String(), Delta: signedBytesText(s.Delta), Count: fmt.Sprintf("%d → %d", s.ACount, s.BCount)}
 		for _, f := range s.Frames {
 			row.Frames = append(row.Frames, f.String())
 		}
@@ -79,7 +79,7 @@ func (d *Difference) WriteHTML(w io.Writer, sites int) error {
 		for _, s := range rest {
 			ra, rb, rd, ca, cb = ra+s.ABytes, rb+s.BBytes, rd+s.Delta, ca+s.ACount, cb+s.BCount
 		}
-		data.Sites = append(data.Sites, siteRow{A: pool.Bytes(ra).String(), B: pool.Bytes(rb).String(), Delta: signedBytesText(rd),
+		data.Sites = append(data.Sites, siteRow{A: units.Bytes(ra).String(), B: units.Bytes(rb).String(), Delta: signedBytesText(rd),
 			Count: fmt.Sprintf("%d → %d", ca, cb), Name: fmt.Sprintf("the other %d sites", len(rest)), Rest: true})
 	}
 	data.Sites = append(data.Sites, siteRow{A: data.Peak[0], B: data.Peak[1], Delta: data.Peak[2],

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // DefaultDiffSites is how many sites the text and HTML reports list before
@@ -18,9 +18,9 @@ const DefaultDiffSites = 10
 func signedBytesText(n int64) string {
 	switch {
 	case n > 0:
-		return "+" + pool.Bytes(uint64(n)).String()
+		return "+" + units.Bytes(uint64(n)).String()
 	case n < 0:
-		return "-" + pool.Bytes(uint64(-n)).String()
+		return "-" + units.Bytes(uint64(-n)).String()
 	}
 	return "0 B"
 }
@@ -47,7 +47,7 @@ func (d *Difference) WriteTextWidth(w io.Writer, width, sites int) error {
 		conf := confName(s.side.TorchConf)
 		fmt.Fprintf(&b, "%s: %s, %d events; torch policy with %s (%s)\n", s.name, s.side.Trace, s.side.Events, conf, s.side.TorchSettingsFrom)
 	}
-	fmt.Fprintf(&b, "peak live: A %s, B %s, B − A %s (A at %s, B at %s)\n", pool.Bytes(d.A.PeakLive), pool.Bytes(d.B.PeakLive),
+	fmt.Fprintf(&b, "peak live: A %s, B %s, B − A %s (A at %s, B at %s)\n", units.Bytes(d.A.PeakLive), units.Bytes(d.B.PeakLive),
 		signedBytesText(d.PeakLiveDelta), d.A.peakPlace(), d.B.peakPlace())
 	b.WriteString("\n")
 	t := table{width: width, groups: []tableGroup{
@@ -57,9 +57,9 @@ func (d *Difference) WriteTextWidth(w io.Writer, width, sites int) error {
 		{"smallest capacity", []string{"A", "B", "B − A"}},
 	}}
 	row := func(name string, r ReserveDiff, minA, minB uint64, minD *int64) {
-		cells := []string{name, pool.Bytes(r.A.Reserved).String(), pool.Bytes(r.B.Reserved).String(), signedBytesText(r.Delta),
+		cells := []string{name, units.Bytes(r.A.Reserved).String(), units.Bytes(r.B.Reserved).String(), signedBytesText(r.Delta),
 			signedBytesText(r.LiveDelta), signedBytesText(r.CachedFreeDelta)}
-		cells = append(cells, orDash(minA > 0, pool.Bytes(minA).String()), orDash(minB > 0, pool.Bytes(minB).String()))
+		cells = append(cells, orDash(minA > 0, units.Bytes(minA).String()), orDash(minB > 0, units.Bytes(minB).String()))
 		if minD != nil {
 			cells = append(cells, signedBytesText(*minD))
 		} else {
@@ -110,7 +110,7 @@ func (d *Difference) writeSites(b *strings.Builder, width, n int) {
 	type line struct{ a, b, d, count, name string }
 	lines := []line{{"A", "B", "B − A", "allocations", "site"}}
 	for _, s := range shown {
-		lines = append(lines, line{pool.Bytes(s.ABytes).String(), pool.Bytes(s.BBytes).String(), signedBytesText(s.Delta),
+		lines = append(lines, line{units.Bytes(s.ABytes).String(), units.Bytes(s.BBytes).String(), signedBytesText(s.Delta),
 			fmt.Sprintf("%d → %d", s.ACount, s.BCount), s.Name()})
 	}
 	if rest := d.Sites[len(shown):]; len(rest) > 0 {
@@ -120,10 +120,10 @@ func (d *Difference) writeSites(b *strings.Builder, width, n int) {
 		for _, s := range rest {
 			ra, rb, rd, ca, cb = ra+s.ABytes, rb+s.BBytes, rd+s.Delta, ca+s.ACount, cb+s.BCount
 		}
-		lines = append(lines, line{pool.Bytes(ra).String(), pool.Bytes(rb).String(), signedBytesText(rd),
+		lines = append(lines, line{units.Bytes(ra).String(), units.Bytes(rb).String(), signedBytesText(rd),
 			fmt.Sprintf("%d → %d", ca, cb), fmt.Sprintf("the other %d sites", len(rest))})
 	}
-	lines = append(lines, line{pool.Bytes(d.A.PeakLive).String(), pool.Bytes(d.B.PeakLive).String(), signedBytesText(d.PeakLiveDelta),
+	lines = append(lines, line{units.Bytes(d.A.PeakLive).String(), units.Bytes(d.B.PeakLive).String(), signedBytesText(d.PeakLiveDelta),
 		fmt.Sprintf("%d → %d", d.A.LiveAllocations, d.B.LiveAllocations), fmt.Sprintf("all %d sites: the peak live bytes", len(d.Sites))})
 	var wa, wb, wd, wc int
 	for _, l := range lines {

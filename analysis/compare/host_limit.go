@@ -7,7 +7,8 @@ import (
 	"runtime/debug"
 
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/hoststorage"
+	"github.com/gpumem/gpumem/internal/units"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -78,17 +79,17 @@ func planHost(ctx context.Context, names []string, events []trace.Event, maxPage
 // host's memory limit, or whose -capacity is above that limit (host
 // storage would then allocate past it). An unknown limit (0) refuses
 // nothing.
-func hostHolds(p hostPlan, capacity uint64, limit storage.MachineLimit) error {
+func hostHolds(p hostPlan, capacity uint64, limit hoststorage.MachineLimit) error {
 	if limit.Bytes == 0 {
 		return nil
 	}
 	if capacity > limit.Bytes {
 		return fmt.Errorf("%w: capacity %s is above the host's %s (%s): give a smaller -capacity, or -backend sim (accounting only, any size)",
-			ErrHostTooSmall, pool.Bytes(capacity), pool.Bytes(limit.Bytes), limit.From)
+			ErrHostTooSmall, units.Bytes(capacity), units.Bytes(limit.Bytes), limit.From)
 	}
 	if need := p.need(); float64(need) > HostShare*float64(limit.Bytes) {
 		return fmt.Errorf("%w: a host replay holds every byte a policy reserves, and %s reserves %s at its peak (%s with the replay's own memory), above %.0f%% of the host's %s (%s): use -backend sim (accounting only, any size), or fewer -policies",
-			ErrHostTooSmall, p.policy, pool.Bytes(p.reserved), pool.Bytes(need), HostShare*100, pool.Bytes(limit.Bytes), limit.From)
+			ErrHostTooSmall, p.policy, units.Bytes(p.reserved), units.Bytes(need), HostShare*100, units.Bytes(limit.Bytes), limit.From)
 	}
 	return nil
 }

@@ -8,14 +8,14 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 )
 
 // A host replay the machine cannot hold is refused before it starts,
 // naming the limit's source, the policy and the way out; within the limit
 // it passes. The plan counts what the policies reserve, not what is live.
 func TestHostReplayBeyondTheMachineIsRefusedBeforeItStarts(t *testing.T) {
-	limit := storage.MachineLimit{Bytes: 20 << 30, From: "cgroup v2 memory.max (/sys/fs/cgroup/memory.max)"}
+	limit := hoststorage.MachineLimit{Bytes: 20 << 30, From: "cgroup v2 memory.max (/sys/fs/cgroup/memory.max)"}
 	for _, c := range []struct {
 		reserved, heap, capacity uint64
 		ok                       bool
@@ -39,12 +39,12 @@ func TestHostReplayBeyondTheMachineIsRefusedBeforeItStarts(t *testing.T) {
 			t.Errorf("reserved %d: %q does not name the policy that reserves it", c.reserved, err)
 		}
 	}
-	if err := hostHolds(hostPlan{reserved: 1 << 62}, 0, storage.MachineLimit{}); err != nil {
+	if err := hostHolds(hostPlan{reserved: 1 << 62}, 0, hoststorage.MachineLimit{}); err != nil {
 		t.Fatalf("an unknown limit refused: %v", err)
 	}
 	// Through Run, on this machine: a trace whose peak passes the real
 	// limit is refused before any replay (Sim storage would accept it).
-	m := storage.MachineMemory()
+	m := hoststorage.MachineMemory()
 	if m == 0 || m > trace.MaxSize {
 		t.Skip("this machine's memory is unknown or beyond one allocation's size")
 	}
@@ -61,7 +61,7 @@ func TestHostReplayBeyondTheMachineIsRefusedBeforeItStarts(t *testing.T) {
 // process's soft memory limit is the plan's need, and afterwards it is
 // what it was.
 func TestHostReplayIsPlannedByWhatItReservesAndBoundsTheHeap(t *testing.T) {
-	if storage.MachineMemory() != 0 && storage.MachineMemory() < 2<<30 {
+	if hoststorage.MachineMemory() != 0 && hoststorage.MachineMemory() < 2<<30 {
 		t.Skip("this machine has under 2 GiB")
 	}
 	// Small allocations in a page each freed in turn around a long-lived

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // marksScript measures, in the browser, what the report marks: every
@@ -138,7 +138,7 @@ func TestHTMLReportMarksStepsVerdictsZoomAndHover(t *testing.T) {
 			if pm.RecordedPoints < 2*len(src.RecordedTimeline)-1 || pm.Sloped != 0 {
 				t.Errorf("%s (%s): the recorded reserve has %d points, %d sloped segments; want steps", p.Name, set.name, pm.RecordedPoints, pm.Sloped)
 			}
-			peak := "reserved up to " + pool.Bytes(p.PeakReserved).String() + " (" + strconv.FormatUint(p.PeakReserved, 10) + " B)"
+			peak := "reserved up to " + units.Bytes(p.PeakReserved).String() + " (" + strconv.FormatUint(p.PeakReserved, 10) + " B)"
 			if !strings.Contains(pm.Hover, peak) {
 				t.Errorf("%s (%s): the pointer over the peak reads %q, want the peak's exact %q", p.Name, set.name, pm.Hover, peak)
 			}

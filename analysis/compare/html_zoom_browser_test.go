@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // panelPolicy is c's result for the named policy.
@@ -398,7 +398,7 @@ func checkZoomPage(t *testing.T, c *Comparison, m zoomMeasure, window float64) {
 			t.Errorf("row %d: %d B (visible %v), want %d B, largest first", i, r.Bytes, r.Visible, a.Size)
 		}
 		text := strings.Join(r.Cells, " | ")
-		if !strings.Contains(text, pool.Bytes(a.Size).String()) || !strings.Contains(text, fmt.Sprintf("device_traces entry %d", *a.Entry)) ||
+		if !strings.Contains(text, units.Bytes(a.Size).String()) || !strings.Contains(text, fmt.Sprintf("device_traces entry %d", *a.Entry)) ||
 			!strings.Contains(text, "/model.py:") {
 			t.Errorf("row %d: %q; want its size, entry %d and its frame", i, text, *a.Entry)
 		}

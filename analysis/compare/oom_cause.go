@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // The causes of an out-of-memory (OutOfMemory.Cause). A user asks first
@@ -184,36 +184,36 @@ func (o *OutOfMemory) writeCause(b *strings.Builder, capacity uint64, policy str
 		return
 	}
 	var l strings.Builder
-	here := fmt.Sprintf("%s live and %s requested", pool.Bytes(o.Live), pool.Bytes(o.Request))
+	here := fmt.Sprintf("%s live and %s requested", units.Bytes(o.Live), units.Bytes(o.Request))
 	switch o.Cause {
 	case CauseExhaustion:
 		switch {
 		case o.Live+o.Request <= capacity:
 			fmt.Fprintf(&l, "cause: exhaustion. The run's peak live bytes, %s, pass the %s the allocator has: no allocator fits this run; shed at least %s. (Here %s fit, but the peak is still to come.)",
-				pool.Bytes(o.peakLive), pool.Bytes(capacity), pool.Bytes(o.Shed), here)
+				units.Bytes(o.peakLive), units.Bytes(capacity), units.Bytes(o.Shed), here)
 		case o.peakLive > o.Live+o.Request:
 			fmt.Fprintf(&l, "cause: exhaustion. %s pass the %s the allocator has, and the run's peak, %s, is still to come: no allocator fits this run; shed at least %s.",
-				here, pool.Bytes(capacity), pool.Bytes(o.peakLive), pool.Bytes(o.Shed))
+				here, units.Bytes(capacity), units.Bytes(o.peakLive), units.Bytes(o.Shed))
 		default:
 			fmt.Fprintf(&l, "cause: exhaustion. %s pass the %s the allocator has: no allocator fits this run; shed at least %s.",
-				here, pool.Bytes(capacity), pool.Bytes(o.Shed))
+				here, units.Bytes(capacity), units.Bytes(o.Shed))
 		}
 	case CauseCache:
 		fmt.Fprintf(&l, "cause: cache. %s fit in %s, and the request would fit in the %s free on the device once the %s the allocator holds for other streams or pools (a CUDA graph's private pool, a capture underway, frees awaiting other streams' work) went back; its out-of-memory path does not release them. Release them first: close the graphs no longer needed (PyTorch then needs torch.cuda.empty_cache()), or let the other streams' work finish.",
-			here, pool.Bytes(capacity), pool.Bytes(o.FreeOnDevice), pool.Bytes(o.Held))
+			here, units.Bytes(capacity), units.Bytes(o.FreeOnDevice), units.Bytes(o.Held))
 	default:
 		fmt.Fprintf(&l, "cause: fragmentation. %s fit in %s (so does the run's peak, %s), but no free block is large enough: %s free on the device, %s free in reserved memory",
-			here, pool.Bytes(capacity), pool.Bytes(o.peakLive), pool.Bytes(o.FreeOnDevice), pool.Bytes(o.FreeInPages))
+			here, units.Bytes(capacity), units.Bytes(o.peakLive), units.Bytes(o.FreeOnDevice), units.Bytes(o.FreeInPages))
 		if o.LargestFree > 0 {
-			fmt.Fprintf(&l, " (largest free block %s)", pool.Bytes(o.LargestFree))
+			fmt.Fprintf(&l, " (largest free block %s)", units.Bytes(o.LargestFree))
 		}
 		l.WriteString(".")
 	}
 	if o.Cause != CauseExhaustion {
 		if len(o.FitsInstead) > 0 {
-			fmt.Fprintf(&l, " Fits instead at %s (each replayed there): %s.", pool.Bytes(capacity), strings.Join(o.FitsInstead, ", "))
+			fmt.Fprintf(&l, " Fits instead at %s (each replayed there): %s.", units.Bytes(capacity), strings.Join(o.FitsInstead, ", "))
 		} else {
-			fmt.Fprintf(&l, " No policy or setting replayed fits %s.", pool.Bytes(capacity))
+			fmt.Fprintf(&l, " No policy or setting replayed fits %s.", units.Bytes(capacity))
 		}
 	}
 	if o.Refusal != "" {
@@ -235,7 +235,7 @@ func (o *OutOfMemory) writeCause(b *strings.Builder, capacity uint64, policy str
 		key += fmt.Sprint(" ", a.Event)
 		sum += a.Size
 	}
-	fmt.Fprintf(b, "  the %d largest of the %d allocations live then (%s of the %s live)", len(o.LargestLive), o.LiveAllocations, pool.Bytes(sum), pool.Bytes(o.Live))
+	fmt.Fprintf(b, "  the %d largest of the %d allocations live then (%s of the %s live)", len(o.LargestLive), o.LiveAllocations, units.Bytes(sum), units.Bytes(o.Live))
 	if first, ok := shown[key]; ok {
 		fmt.Fprintf(b, ": the same as for %s above\n", first)
 		return
@@ -245,7 +245,7 @@ func (o *OutOfMemory) writeCause(b *strings.Builder, capacity uint64, policy str
 	rows := make([][2]string, len(o.LargestLive))
 	w := 0
 	for i, a := range o.LargestLive {
-		rows[i][0] = pool.Bytes(a.Size).String()
+		rows[i][0] = units.Bytes(a.Size).String()
 		w = max(w, len(rows[i][0]))
 		rows[i][1] = a.place()
 		if len(a.Frames) > 0 {

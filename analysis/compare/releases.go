@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // ReleaseSummary is one kind of the trace's cache-release runs
@@ -119,7 +119,7 @@ func recordedCapacityOf(s *trace.Snapshot) *RecordedCapacity {
 			if o.Entry != c.FromEntry {
 				continue
 			}
-			rc.From = fmt.Sprintf("oom entry %d: %s reserved and %s free on the device when a %s request failed", o.Entry, pool.Bytes(o.Reserved), pool.Bytes(o.DeviceFree), pool.Bytes(o.Size))
+			rc.From = fmt.Sprintf("oom entry %d: %s reserved and %s free on the device when a %s request failed", o.Entry, units.Bytes(o.Reserved), units.Bytes(o.DeviceFree), units.Bytes(o.Size))
 			if o.Reserved+o.DeviceFree < c.Bytes {
 				rc.From += ", raised to PyTorch's peak"
 			}
@@ -128,12 +128,12 @@ func recordedCapacityOf(s *trace.Snapshot) *RecordedCapacity {
 	}
 	for _, r := range s.Releases {
 		if r.First == c.FromEntry {
-			rc.From = fmt.Sprintf("the out-of-memory retry at entries %d–%d: a %s segment refused at %s reserved", r.First, r.Last, pool.Bytes(r.Next), pool.Bytes(r.ReservedBefore))
+			rc.From = fmt.Sprintf("the out-of-memory retry at entries %d–%d: a %s segment refused at %s reserved", r.First, r.Last, units.Bytes(r.Next), units.Bytes(r.ReservedBefore))
 		}
 	}
 	for _, o := range s.OOMEntries {
 		if o.Entry == c.FromEntry {
-			rc.From = fmt.Sprintf("oom entry %d: a %s request refused at %s reserved", o.Entry, pool.Bytes(o.Size), pool.Bytes(o.Reserved))
+			rc.From = fmt.Sprintf("oom entry %d: a %s request refused at %s reserved", o.Entry, units.Bytes(o.Size), units.Bytes(o.Reserved))
 		}
 	}
 	return rc
@@ -162,7 +162,7 @@ func (p *PyTorch) writeReleases(b *strings.Builder) {
 			case trace.ReleaseAllocator.String():
 				what = "the model's own to make"
 			}
-			parts = append(parts, fmt.Sprintf("%d %s (%s, %s): %s", r.Runs, r.Kind, by, pool.Bytes(r.Bytes), what))
+			parts = append(parts, fmt.Sprintf("%d %s (%s, %s): %s", r.Runs, r.Kind, by, units.Bytes(r.Bytes), what))
 		}
 		fmt.Fprintf(b, "  cache releases: %s\n", strings.Join(parts, "; "))
 	}
@@ -170,11 +170,11 @@ func (p *PyTorch) writeReleases(b *strings.Builder) {
 		fmt.Fprintf(b, "  assumed: %s\n", a)
 	}
 	if c := p.RecordedCapacity; c != nil {
-		bounds := fmt.Sprintf("at least %s (%s's peak)", pool.Bytes(c.AtLeast), p.Recorder())
+		bounds := fmt.Sprintf("at least %s (%s's peak)", units.Bytes(c.AtLeast), p.Recorder())
 		if c.Below != 0 {
-			bounds += fmt.Sprintf(", below %s", pool.Bytes(c.Below))
+			bounds += fmt.Sprintf(", below %s", units.Bytes(c.Below))
 		}
-		fmt.Fprintf(b, "  the recording ran at a capacity of %s, from %s; %s\n", pool.Bytes(c.Bytes), c.From, bounds)
+		fmt.Fprintf(b, "  the recording ran at a capacity of %s, from %s; %s\n", units.Bytes(c.Bytes), c.From, bounds)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // WriteHTML writes one standalone page (no fonts, styles, scripts or data
@@ -132,12 +132,12 @@ func (c *Comparison) panelShell(p PolicyResult) panelShell {
 	ps := panelShell{Name: p.Name}
 	if v := p.Verdict; v != nil {
 		if v.Fits {
-			ps.Verdict = "fits " + pool.Bytes(c.Capacity).String() + ", " + pool.Bytes(v.Headroom).String() + " headroom at its peak"
+			ps.Verdict = "fits " + units.Bytes(c.Capacity).String() + ", " + units.Bytes(v.Headroom).String() + " headroom at its peak"
 		} else if o := v.OutOfMemory; o != nil {
 			ps.NoFit = true
-			ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s (%s requested)", pool.Bytes(c.Capacity), v.oomPlace(), pool.Bytes(o.Request))
+			ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s (%s requested)", units.Bytes(c.Capacity), v.oomPlace(), units.Bytes(o.Request))
 			if a := v.Allocation; a != nil {
-				ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", pool.Bytes(c.Capacity), a)
+				ps.Verdict = fmt.Sprintf("does not fit %s: out of memory at %s", units.Bytes(c.Capacity), a)
 				if len(a.Frames) > 0 {
 					ps.FramesNote = a.framesNote()
 					for _, f := range a.Frames {
@@ -276,7 +276,7 @@ func binaryLabel(b uint64) string {
 			return fmt.Sprintf("%d %s", b/u.div, u.name)
 		}
 	}
-	return pool.Bytes(b).String()
+	return units.Bytes(b).String()
 }
 
 // htmlTable is a table with a grouped header row.
@@ -295,21 +295,21 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 	figures.Groups = []htmlGroup{{"", 1}, {"unlimited capacity", 4}, {"smallest capacity", 5}}
 	figures.Columns = []string{"policy", "peak reserved", "÷ peak live", "relocations", "bytes moved", "capacity", "÷ peak live", "relocations", "compactions", "bytes moved"}
 	if c.Capacity > 0 {
-		figures.Groups = append(figures.Groups, htmlGroup{"at " + pool.Bytes(c.Capacity).String(), 1})
+		figures.Groups = append(figures.Groups, htmlGroup{"at " + units.Bytes(c.Capacity).String(), 1})
 		figures.Columns = append(figures.Columns, "verdict")
 	}
 	for _, p := range c.Policies {
-		row := []string{p.Name, pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), fmt.Sprint(p.Relocations), pool.Bytes(p.BytesMoved).String()}
+		row := []string{p.Name, units.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive), fmt.Sprint(p.Relocations), units.Bytes(p.BytesMoved).String()}
 		if p.MinCapacity > 0 {
-			row = append(row, pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver), fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), pool.Bytes(p.MinCapacityBytesMoved).String())
+			row = append(row, units.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver), fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), units.Bytes(p.MinCapacityBytesMoved).String())
 		} else {
 			row = append(row, "-", "-", "-", "-", "-")
 		}
 		if v := p.Verdict; v != nil {
 			if v.Fits {
-				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
+				row = append(row, "fits, "+units.Bytes(v.Headroom).String()+" headroom")
 			} else {
-				row = append(row, fmt.Sprintf("out of memory at %s (%s requested)", v.oomPlace(), pool.Bytes(v.OutOfMemory.Request)))
+				row = append(row, fmt.Sprintf("out of memory at %s (%s requested)", v.oomPlace(), units.Bytes(v.OutOfMemory.Request)))
 			}
 		}
 		figures.Rows = append(figures.Rows, row)
@@ -324,9 +324,9 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 		if p.Breakdown == nil {
 			continue
 		}
-		row := []string{p.Name, pool.Bytes(p.Breakdown.Reserved).String(), pool.Bytes(p.Breakdown.Live).String()}
+		row := []string{p.Name, units.Bytes(p.Breakdown.Reserved).String(), units.Bytes(p.Breakdown.Live).String()}
 		for _, part := range p.Breakdown.Parts() {
-			row = append(row, pool.Bytes(part.Bytes).String())
+			row = append(row, units.Bytes(part.Bytes).String())
 		}
 		parts.Rows = append(parts.Rows, row)
 	}
@@ -336,10 +336,10 @@ func (c *Comparison) htmlTables() (figures, parts htmlTable) {
 // summaryLines are the report's first lines (trace, PyTorch, capacity).
 func (c *Comparison) summaryLines() []string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d events over %s of trace time, peak live %s\n", c.Events, traceSpan(c), pool.Bytes(c.PeakLive))
+	fmt.Fprintf(&b, "%d events over %s of trace time, peak live %s\n", c.Events, traceSpan(c), units.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
 	if c.Capacity > 0 {
-		fmt.Fprintf(&b, "capacity %s, %s overhead outside the allocator\n", pool.Bytes(c.Capacity), pool.Bytes(c.Overhead))
+		fmt.Fprintf(&b, "capacity %s, %s overhead outside the allocator\n", units.Bytes(c.Capacity), units.Bytes(c.Overhead))
 	}
 	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }

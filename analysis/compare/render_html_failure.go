@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // The page's view of an out-of-memory: for each policy that does not fit
@@ -49,7 +49,7 @@ type liveRow struct {
 }
 
 func newLiveRow(a *FailingAllocation, live uint64) liveRow {
-	r := liveRow{Bytes: a.Size, Size: pool.Bytes(a.Size).String(), Where: a.place()}
+	r := liveRow{Bytes: a.Size, Size: units.Bytes(a.Size).String(), Where: a.place()}
 	r.Share, r.Bar = share(a.Size, live)
 	if len(a.Frames) > 0 {
 		r.Frame = a.Frames[0].short()
@@ -103,8 +103,8 @@ func (c *Comparison) failureViews() []failureView {
 
 func (c *Comparison) failureView(policy string, v *Verdict) failureView {
 	o := v.OutOfMemory
-	f := failureView{Policies: []string{policy}, Cause: o.Cause, LiveCount: o.LiveAllocations, LiveBytes: o.Live, Live: pool.Bytes(o.Live).String()}
-	f.Heading = fmt.Sprintf("out of memory at %s, a request of %s", v.oomPlace(), pool.Bytes(o.Request))
+	f := failureView{Policies: []string{policy}, Cause: o.Cause, LiveCount: o.LiveAllocations, LiveBytes: o.Live, Live: units.Bytes(o.Live).String()}
+	f.Heading = fmt.Sprintf("out of memory at %s, a request of %s", v.oomPlace(), units.Bytes(o.Request))
 	req := &FailingAllocation{Event: o.Event, Size: o.Request}
 	if a := v.Allocation; a != nil {
 		f.Heading = "out of memory at " + a.String()
@@ -120,18 +120,18 @@ func (c *Comparison) failureView(policy string, v *Verdict) failureView {
 	oc.writeCause(&b, v.Capacity, policy, map[string]string{})
 	f.CauseText = strings.Join(strings.Fields(b.String()), " ")
 	figures := []string{
-		fmt.Sprintf("%s live in %d allocations", pool.Bytes(o.Live), o.LiveAllocations),
-		fmt.Sprintf("%s requested", pool.Bytes(o.Request)),
-		fmt.Sprintf("%s for the allocator", pool.Bytes(v.Capacity)),
-		fmt.Sprintf("%s reserved", pool.Bytes(o.Device)),
-		fmt.Sprintf("%s free on the device", pool.Bytes(o.FreeOnDevice)),
-		fmt.Sprintf("%s free in reserved memory", pool.Bytes(o.FreeInPages)),
+		fmt.Sprintf("%s live in %d allocations", units.Bytes(o.Live), o.LiveAllocations),
+		fmt.Sprintf("%s requested", units.Bytes(o.Request)),
+		fmt.Sprintf("%s for the allocator", units.Bytes(v.Capacity)),
+		fmt.Sprintf("%s reserved", units.Bytes(o.Device)),
+		fmt.Sprintf("%s free on the device", units.Bytes(o.FreeOnDevice)),
+		fmt.Sprintf("%s free in reserved memory", units.Bytes(o.FreeInPages)),
 	}
 	if o.LargestFree > 0 {
-		figures = append(figures, fmt.Sprintf("largest free block %s", pool.Bytes(o.LargestFree)))
+		figures = append(figures, fmt.Sprintf("largest free block %s", units.Bytes(o.LargestFree)))
 	}
 	if o.Held > 0 {
-		figures = append(figures, fmt.Sprintf("%s held for other streams or pools", pool.Bytes(o.Held)))
+		figures = append(figures, fmt.Sprintf("%s held for other streams or pools", units.Bytes(o.Held)))
 	}
 	f.Figures = strings.Join(figures, "; ")
 	var sum uint64
@@ -143,7 +143,7 @@ func (c *Comparison) failureView(policy string, v *Verdict) failureView {
 	}
 	if n := o.LiveAllocations - len(o.LargestLive); n > 0 {
 		rest := o.Live - min(o.Live, sum)
-		r := liveRow{Bytes: rest, Size: pool.Bytes(rest).String(), Where: fmt.Sprintf("the other %d allocations", n)}
+		r := liveRow{Bytes: rest, Size: units.Bytes(rest).String(), Where: fmt.Sprintf("the other %d allocations", n)}
 		r.Share, r.Bar = share(rest, o.Live)
 		f.Rest = &r
 	}

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // fromTraceLine says which settings came from the trace's recording
@@ -43,18 +43,18 @@ const DefaultTextWidth = 120
 // limit, every table on one row of groups: the CLI's -wide).
 func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "trace %s: %d events over %s of trace time, peak live %s\n", c.Trace, c.Events, traceSpan(c), pool.Bytes(c.PeakLive))
+	fmt.Fprintf(&b, "trace %s: %d events over %s of trace time, peak live %s\n", c.Trace, c.Events, traceSpan(c), units.Bytes(c.PeakLive))
 	c.writePyTorch(&b)
 	if c.Capacity > 0 {
-		fmt.Fprintf(&b, "capacity %s", pool.Bytes(c.Capacity))
+		fmt.Fprintf(&b, "capacity %s", units.Bytes(c.Capacity))
 		if c.Overhead > 0 {
-			fmt.Fprintf(&b, " less %s overhead outside the allocator: %s for the allocator", pool.Bytes(c.Overhead), pool.Bytes(c.Capacity-c.Overhead))
+			fmt.Fprintf(&b, " less %s overhead outside the allocator: %s for the allocator", units.Bytes(c.Overhead), units.Bytes(c.Capacity-c.Overhead))
 		}
 		b.WriteString("; ")
 	} else {
 		b.WriteString("no -capacity given (no verdict); ")
 	}
-	fmt.Fprintf(&b, "max page %s; copy time at %s\n", pool.Bytes(c.MaxPage), rate(c.Bandwidth))
+	fmt.Fprintf(&b, "max page %s; copy time at %s\n", units.Bytes(c.MaxPage), rate(c.Bandwidth))
 	for _, l := range c.capacityLines("no policy and no allocator setting", false) {
 		b.WriteString(l + "\n")
 	}
@@ -72,16 +72,16 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 		t.groups[2].Columns = append(t.groups[2].Columns, "device")
 	}
 	if c.Capacity > 0 {
-		t.groups = append(t.groups, tableGroup{"at " + pool.Bytes(c.Capacity).String(), []string{"verdict"}})
+		t.groups = append(t.groups, tableGroup{"at " + units.Bytes(c.Capacity).String(), []string{"verdict"}})
 	}
 	for _, p := range c.Policies {
-		row := []string{p.Name, pool.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive),
-			fmt.Sprint(p.Relocations), pool.Bytes(p.BytesMoved).String(), seconds(p.CopySeconds)}
+		row := []string{p.Name, units.Bytes(p.PeakReserved).String(), fmt.Sprintf("%.3f", p.ReservedOverLive),
+			fmt.Sprint(p.Relocations), units.Bytes(p.BytesMoved).String(), seconds(p.CopySeconds)}
 		if p.MinCapacity > 0 {
-			row = append(row, pool.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver),
-				fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), pool.Bytes(p.MinCapacityBytesMoved).String(), seconds(p.MinCapacityCopySeconds))
+			row = append(row, units.Bytes(p.MinCapacity).String(), fmt.Sprintf("%.3f", p.MinCapacityOver),
+				fmt.Sprint(p.MinCapacityRelocations), fmt.Sprint(p.MinCapacityCompactions), units.Bytes(p.MinCapacityBytesMoved).String(), seconds(p.MinCapacityCopySeconds))
 			if c.Overhead > 0 {
-				row = append(row, pool.Bytes(p.MinDevice).String())
+				row = append(row, units.Bytes(p.MinDevice).String())
 			}
 		} else {
 			row = append(row, "-", "-", "-", "-", "-", "-")
@@ -91,7 +91,7 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 		}
 		if v := p.Verdict; v != nil {
 			if v.Fits {
-				row = append(row, "fits, "+pool.Bytes(v.Headroom).String()+" headroom")
+				row = append(row, "fits, "+units.Bytes(v.Headroom).String()+" headroom")
 			} else {
 				row = append(row, "out of memory at "+v.oomPlace())
 			}
@@ -111,10 +111,10 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 				where = a.String()
 			}
 			fmt.Fprintf(&b, "%s: out of memory at %s (t = %s): %s requested with %s live and %s reserved; %s free on the device, %s free in reserved memory",
-				p.Name, where, traceTime(c, o.T), pool.Bytes(o.Request), pool.Bytes(o.Live), pool.Bytes(o.Device),
-				pool.Bytes(p.Verdict.Capacity-min(p.Verdict.Capacity, o.Device)), pool.Bytes(o.FreeInPages))
+				p.Name, where, traceTime(c, o.T), units.Bytes(o.Request), units.Bytes(o.Live), units.Bytes(o.Device),
+				units.Bytes(p.Verdict.Capacity-min(p.Verdict.Capacity, o.Device)), units.Bytes(o.FreeInPages))
 			if o.LargestFree > 0 {
-				fmt.Fprintf(&b, " (largest free block %s)", pool.Bytes(o.LargestFree))
+				fmt.Fprintf(&b, " (largest free block %s)", units.Bytes(o.LargestFree))
 			}
 			b.WriteString("\n")
 			writeFrames(&b, p.Verdict.Allocation, p.Name, stackShown)
@@ -149,8 +149,8 @@ func (c *Comparison) WriteTextWidth(w io.Writer, width int) error {
 	if len(c.Policies) > 0 && c.Policies[0].Report != nil {
 		r := c.Policies[0].Report
 		fmt.Fprintf(&b, "\n%s at unlimited capacity: %d allocs, %d frees, %d ignored frees, %d growths (final page %s), %d storage allocations and %d deallocations; outdated pages gave back %s, relocation moved %s (%.3f bytes moved per byte given back)\n",
-			c.Policies[0].Name, r.Allocs, r.Frees, r.IgnoredFrees, r.Growths, pool.Bytes(r.FinalPageSize), r.StorageAllocs, r.StorageDeallocs,
-			pool.Bytes(r.BytesReleased), pool.Bytes(r.BytesMoved), r.MovedPerReleased)
+			c.Policies[0].Name, r.Allocs, r.Frees, r.IgnoredFrees, r.Growths, units.Bytes(r.FinalPageSize), r.StorageAllocs, r.StorageDeallocs,
+			units.Bytes(r.BytesReleased), units.Bytes(r.BytesMoved), r.MovedPerReleased)
 	}
 	_, err := io.WriteString(w, wrapLongLines(b.String(), width))
 	return err
@@ -167,14 +167,14 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 		fmt.Fprintf(b, "this snapshot was written by %s, not PyTorch: the recorded reserve below is its device's\n", p.WrittenBy)
 	}
 	fmt.Fprintf(b, "%s reserved %s at its peak from the trace's first allocation on (%.3f× peak live); %s when the trace began, %s at its first allocation, %s at the dump\n",
-		p.Recorder(), pool.Bytes(p.PeakReserved), ratio(p.PeakReserved, c.PeakLive), pool.Bytes(p.ReservedAtTraceStart), pool.Bytes(p.ReservedAtFirstAlloc), pool.Bytes(p.ReservedAtDump))
+		p.Recorder(), units.Bytes(p.PeakReserved), ratio(p.PeakReserved, c.PeakLive), units.Bytes(p.ReservedAtTraceStart), units.Bytes(p.ReservedAtFirstAlloc), units.Bytes(p.ReservedAtDump))
 	if p.TracePeakReserved > p.PeakReserved {
 		fmt.Fprintf(b, "  the trace opens by releasing cache before its first allocation (an empty_cache): its peak over the whole trace, %s, belongs to an earlier experiment and is not compared\n",
-			pool.Bytes(p.TracePeakReserved))
+			units.Bytes(p.TracePeakReserved))
 	}
 	if p.UnexplainedReserved > 0 {
 		fmt.Fprintf(b, "  when the window began %s held %s in %d segments that no live block and no trace entry uses: cache from before the window, which no replay reproduces\n",
-			p.Recorder(), pool.Bytes(p.UnexplainedReserved), p.UnexplainedSegments)
+			p.Recorder(), units.Bytes(p.UnexplainedReserved), p.UnexplainedSegments)
 	}
 	if p.Inconsistent {
 		b.WriteString("  the trace's segment entries add up to more than the segments hold at the dump: the figures before the window are unknown (shown as 0)\n")
@@ -188,13 +188,13 @@ func (c *Comparison) writePyTorch(b *strings.Builder) {
 			at = ", the recorded capacity"
 		}
 		fmt.Fprintf(b, "  the torch model (%s, the recorded addresses%s) reserves %s at its peak: %+.2f %% against %s's recorded peak\n",
-			confName(c.baseConf), at, pool.Bytes(p.ModelPeakReserved), 100**p.ModelError, p.Recorder())
+			confName(c.baseConf), at, units.Bytes(p.ModelPeakReserved), 100**p.ModelError, p.Recorder())
 		if n := p.ModelFailedAllocs; n > 0 {
 			fmt.Fprintf(b, "  at that capacity the model fails %d allocation%s that %s served\n", n, map[bool]string{true: "", false: "s"}[n == 1], p.Recorder())
 		}
 	case p.FirstAllocEvent < 0:
 		fmt.Fprintf(b, "  the trace holds no allocation: no model accuracy; %s held %s at the dump, %s of it live, the rest cache no replay explains\n",
-			p.Recorder(), pool.Bytes(p.ReservedAtDump), pool.Bytes(c.PeakLive))
+			p.Recorder(), units.Bytes(p.ReservedAtDump), units.Bytes(c.PeakLive))
 	}
 }
 
@@ -228,10 +228,10 @@ func (c *Comparison) writeBreakdowns(b *strings.Builder, width int) {
 		if p.Breakdown == nil {
 			continue
 		}
-		row := []string{p.Name, pool.Bytes(p.Breakdown.Reserved).String(), pool.Bytes(p.Breakdown.Live).String()}
+		row := []string{p.Name, units.Bytes(p.Breakdown.Reserved).String(), units.Bytes(p.Breakdown.Live).String()}
 		all := p.Breakdown.Parts()
 		for _, i := range parts {
-			row = append(row, pool.Bytes(all[i].Bytes).String())
+			row = append(row, units.Bytes(all[i].Bytes).String())
 		}
 		t.add(row...)
 	}

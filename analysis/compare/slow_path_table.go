@@ -3,7 +3,7 @@ package compare
 import (
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // slowPathGroups are the slow-path table's column groups: at each
@@ -15,7 +15,7 @@ func (c *Comparison) slowPathGroups() []tableGroup {
 		{"smallest capacity", []string{"retries", "cudaMalloc", "cudaFree"}},
 	}
 	if c.Capacity > 0 {
-		groups = append(groups, tableGroup{"at " + pool.Bytes(c.Capacity).String(), []string{"retries", "cudaMalloc", "cudaFree", "relocations", "moved"}})
+		groups = append(groups, tableGroup{"at " + units.Bytes(c.Capacity).String(), []string{"retries", "cudaMalloc", "cudaFree", "relocations", "moved"}})
 	}
 	return groups
 }

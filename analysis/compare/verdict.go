@@ -8,7 +8,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/replay"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // Verdict says whether a policy fits the capacity asked about
@@ -241,7 +241,7 @@ func (a *FailingAllocation) String() string {
 	default:
 		fmt.Fprintf(&b, "event %d", a.Event)
 	}
-	fmt.Fprintf(&b, ": an allocation of %s on stream %d", pool.Bytes(a.Size), a.Stream)
+	fmt.Fprintf(&b, ": an allocation of %s on stream %d", units.Bytes(a.Size), a.Stream)
 	if a.PyTorchStream != nil {
 		fmt.Fprintf(&b, " (PyTorch stream %#x)", *a.PyTorchStream)
 	}

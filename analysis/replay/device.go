@@ -24,33 +24,40 @@ import (
 // gpumem.WithSim for accounting only); options appended after these
 // override them. A device whose figures are impossible or whose config
 // names are unknown is refused with an error wrapping trace.ErrBadHeader
-// or memory.ErrInvalidConfig.
+// or gpumem.ErrInvalidConfig.
 func DeviceOptions(d trace.Device) ([]gpumem.Option, error) {
 	if err := d.Validate(); err != nil {
 		return nil, err
 	}
-	var cfg memory.Config
-	var err error
+	// The names are the memory manager's (the header spells them as it
+	// does), and gpumem's public values are its values
+	// (gpumem.TestPublicEnumsMatchTheInternalOnes).
+	var cfg gpumem.MemoryConfig
 	if d.Dynamic != "" {
-		if cfg.Dynamic, err = memory.ParseDynamicKind(d.Dynamic); err != nil {
+		k, err := memory.ParseDynamicKind(d.Dynamic)
+		if err != nil {
 			return nil, fmt.Errorf("the trace header's device: %w", err)
 		}
+		cfg.Dynamic = gpumem.DynamicMemory(k)
 	}
 	if d.Persistent != "" {
-		if cfg.Persistent, err = memory.ParsePersistentMemory(d.Persistent); err != nil {
+		p, err := memory.ParsePersistentMemory(d.Persistent)
+		if err != nil {
 			return nil, fmt.Errorf("the trace header's device: %w", err)
 		}
+		cfg.Persistent = gpumem.PersistentMemory(p)
 	}
 	if d.BaseMode != "" {
 		m, err := memory.ParseMode(d.BaseMode)
 		if err != nil {
 			return nil, fmt.Errorf("the trace header's device: base mode: %w", err)
 		}
-		cfg.BaseMode = &m
+		base := gpumem.Mode(m)
+		cfg.BaseMode = &base
 	}
 	opts := []gpumem.Option{
 		gpumem.WithCapacity(d.Capacity),
-		gpumem.WithProperties(memory.Properties{MaxPageSize: d.MaxPage, Alignment: d.Alignment, MaxMemory: d.MaxMemory}),
+		gpumem.WithProperties(gpumem.Properties{MaxPageSize: d.MaxPage, Alignment: d.Alignment, MaxMemory: d.MaxMemory}),
 		gpumem.WithMemoryConfig(cfg),
 		gpumem.WithPageGranular(d.Granule > 0),
 	}

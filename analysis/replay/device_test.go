@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/memory"
 )
 
 // A failed allocation the recording device saw is tried and never counted
@@ -57,7 +56,7 @@ func TestDeviceOptionsOpenTheRecordingDevice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dev.Close()
-	if p := dev.Properties(); p != (memory.Properties{MaxPageSize: 512 << 20, Alignment: 512, MaxMemory: 2 << 30}) {
+	if p := dev.Properties(); p != (gpumem.Properties{MaxPageSize: 512 << 20, Alignment: 512, MaxMemory: 2 << 30}) {
 		t.Fatalf("properties %+v", p)
 	}
 	for _, bad := range []trace.Device{
@@ -67,8 +66,8 @@ func TestDeviceOptionsOpenTheRecordingDevice(t *testing.T) {
 		{MaxPage: 1 << 20, Persistent: "sometimes"},
 		{MaxPage: 1 << 20, BaseMode: "eager"},
 	} {
-		if _, err := DeviceOptions(bad); !errors.Is(err, trace.ErrBadHeader) && !errors.Is(err, memory.ErrInvalidConfig) {
-			t.Errorf("%+v: %v, want ErrBadHeader or memory.ErrInvalidConfig", bad, err)
+		if _, err := DeviceOptions(bad); !errors.Is(err, trace.ErrBadHeader) && !errors.Is(err, gpumem.ErrInvalidConfig) {
+			t.Errorf("%+v: %v, want ErrBadHeader or gpumem.ErrInvalidConfig", bad, err)
 		}
 	}
 }

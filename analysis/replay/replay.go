@@ -41,7 +41,6 @@ import (
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/internal/memory"
-	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -433,7 +432,7 @@ func (r *replayer) apply(ctx context.Context, i int, e trace.Event) error {
 		if err != nil {
 			return err
 		}
-		r.windows[e.Stream] = append(r.windows[e.Stream], s.Window(mode))
+		r.windows[e.Stream] = append(r.windows[e.Stream], s.Window(gpumem.Mode(mode)))
 	case trace.OpCapture:
 		return r.capture(ctx, e)
 	default:
@@ -592,9 +591,9 @@ func (r *replayer) finish(start time.Time) {
 func finalPageSize(dev *gpumem.Device) uint64 {
 	var ps uint64
 	for _, s := range dev.Report().Streams {
-		for _, p := range s.Pools.Dynamic {
-			if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-				ps = max(ps, k.PageSize)
+		for _, p := range s.Dynamic {
+			if p.Kind == "adaptive" {
+				ps = max(ps, p.PageSize)
 			}
 		}
 	}

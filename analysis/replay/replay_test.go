@@ -9,7 +9,6 @@ import (
 
 	"github.com/gpumem/gpumem"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -69,7 +68,7 @@ func TestReplayRefusesLiveBytesBeyond2To63(t *testing.T) {
 		events = append(events, trace.Event{Op: trace.OpAlloc, T: int64(i), ID: uint64(i + 1), Size: trace.MaxSize - 2*MiB})
 	}
 	// Pages large enough that Sim grants every one of them.
-	dev, err := gpumem.Open(gpumem.WithSim(), gpumem.WithProperties(memory.Properties{MaxPageSize: 1 << 63, Alignment: storage.DefaultAlignment}))
+	dev, err := gpumem.Open(gpumem.WithSim(), gpumem.WithProperties(gpumem.Properties{MaxPageSize: 1 << 63, Alignment: storage.DefaultAlignment}))
 	if err != nil {
 		t.Fatal(err)
 	}

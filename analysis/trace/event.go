@@ -53,7 +53,9 @@ const (
 	MaxStreams = history.MaxStreams
 	Format     = history.Format
 	Version    = history.Version
-	MinVersion = history.MinVersion
+	// MinVersion is the oldest version Decode reads (version 1: before
+	// alloc_failed, defragment and the header's device).
+	MinVersion = 1
 )
 
 // Event, Header and Device are the format's records; see [history.Event].

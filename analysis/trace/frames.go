@@ -29,8 +29,6 @@ import (
 	"math"
 	"slices"
 	"strings"
-
-	"github.com/gpumem/gpumem/history"
 )
 
 // framesRef locates one trace entry's frames in the input, as the elided
@@ -81,7 +79,7 @@ var errFramesKept = errors.New("every wanted frames list was read")
 // the file comment), a pickle's stopping right after the last wanted
 // entry's frames. Each entry's frames come as PyTorch recorded them,
 // innermost first ([UserFrames] picks the ones to show), an item that is
-// not a frame dict kept in its place as an [TorchFrame.Unreadable] frame
+// not a frame dict kept in its place as an unreadable frame
 // that says what it is; an entry without
 // frames (none recorded, or an empty list), or out of range, is absent
 // from the map. Input that no longer
@@ -174,7 +172,15 @@ func jsonEntryFrames(root any, device, i int) ([]any, error) {
 
 // notAFrame opens the Name of a frame that stands for an item of a
 // recorded stack that is not a frame dict: "(not a frame: bytes of 4)".
-const notAFrame = history.NotAFrame
+const notAFrame = "(not a frame: "
+
+// unreadable reports whether f stands for an item of a recorded stack that
+// is not a frame (framesOf keeps such an item in its place): its Name says
+// what the item is, "(not a frame: bytes of 4)", and its Filename and Line
+// are empty.
+func unreadable(f TorchFrame) bool {
+	return f.Filename == "" && f.Line == 0 && strings.HasPrefix(f.Name, notAFrame)
+}
 
 // framesOf converts one entry's decoded frames: dicts of name, filename
 // and line, a missing or mistyped field left zero. An item that is not a
@@ -237,7 +243,7 @@ func UserFrames(stack []TorchFrame, n int) []TorchFrame {
 	var python, user, native []TorchFrame
 	for _, f := range stack {
 		switch {
-		case f.Unreadable():
+		case unreadable(f):
 			// Not a frame: shown only by rule 3, when nothing else is.
 		case strings.HasSuffix(f.Filename, ".py"):
 			python = append(python, f)

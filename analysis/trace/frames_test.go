@@ -374,8 +374,8 @@ func TestReadFramesKeepsAnItemThatIsNotAFrameInItsPlace(t *testing.T) {
 		if want := []TorchFrame{c.bad, user}; !reflect.DeepEqual(got[0], want) {
 			t.Fatalf("%s: frames %+v, want %+v", name, got[0], want)
 		}
-		if !got[0][0].Unreadable() || got[0][1].Unreadable() {
-			t.Fatalf("%s: Unreadable: %v, %v; want true, false", name, got[0][0].Unreadable(), got[0][1].Unreadable())
+		if !unreadable(got[0][0]) || unreadable(got[0][1]) {
+			t.Fatalf("%s: unreadable: %v, %v; want true, false", name, unreadable(got[0][0]), unreadable(got[0][1]))
 		}
 		if u := UserFrames(got[0], 3); !reflect.DeepEqual(u, []TorchFrame{user}) {
 			t.Fatalf("%s: UserFrames %+v, want the one frame", name, u)

@@ -17,8 +17,8 @@ import (
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/analysis/trace/torch"
 	"github.com/gpumem/gpumem/cuda"
-	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // newFlagSet returns a command's flag set; -h prints its usage to out
@@ -189,7 +189,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return fmt.Errorf("%w: -overhead needs -capacity (the device it is part of)", errUsage)
 	}
 	if capacity.set && overhead.v >= capacity.v {
-		return fmt.Errorf("%w: -overhead %s leaves nothing of -capacity %s", errUsage, pool.Bytes(overhead.v), pool.Bytes(capacity.v))
+		return fmt.Errorf("%w: -overhead %s leaves nothing of -capacity %s", errUsage, units.Bytes(overhead.v), units.Bytes(capacity.v))
 	}
 	if *requireFit != "" {
 		if !capacity.set {
@@ -367,7 +367,7 @@ func requireFitErr(c *compare.Comparison, policy string, capacity sizeFlag, on s
 			if a := p.Verdict.Allocation; a != nil {
 				where = a.String()
 			}
-			return fmt.Errorf("%w: policy %s runs out of memory%s at %s with -capacity %s", errNoFit, p.Name, on, where, pool.Bytes(capacity.v))
+			return fmt.Errorf("%w: policy %s runs out of memory%s at %s with -capacity %s", errNoFit, p.Name, on, where, units.Bytes(capacity.v))
 		}
 	}
 	return nil
@@ -397,14 +397,14 @@ func outOfMemoryAtCapacity(c *compare.Comparison, capacity sizeFlag) error {
 	if a := first.Verdict.Allocation; a != nil {
 		where = a.String()
 	}
-	at := "-capacity " + pool.Bytes(c.Capacity).String()
+	at := "-capacity " + units.Bytes(c.Capacity).String()
 	if !capacity.set {
-		at = pool.Bytes(c.Capacity).String() + ", the trace's recording device's capacity (-capacity judges another)"
+		at = units.Bytes(c.Capacity).String() + ", the trace's recording device's capacity (-capacity judges another)"
 	}
 	msg := fmt.Sprintf("-fail-on-oom: at %s, %d of %d policies run out of memory (%s); %s first at %s",
 		at, len(names), len(c.Policies), strings.Join(names, ", "), first.Name, where)
 	if c.LiveOverCapacity > 0 {
-		msg += fmt.Sprintf("; peak live %s passes the allocator's %s: no policy can fit, %s of live memory must go", pool.Bytes(c.PeakLive), pool.Bytes(c.Capacity-c.Overhead), pool.Bytes(c.LiveOverCapacity))
+		msg += fmt.Sprintf("; peak live %s passes the allocator's %s: no policy can fit, %s of live memory must go", units.Bytes(c.PeakLive), units.Bytes(c.Capacity-c.Overhead), units.Bytes(c.LiveOverCapacity))
 	}
 	return errors.New(msg)
 }
@@ -597,7 +597,7 @@ func convertCmd(args []string, stdout, stderr io.Writer) error {
 	}
 	msg := messages(*out, stdout, stderr)
 	fmt.Fprintf(msg, "wrote %d events (%d streams, %d prelude allocations, %d cleanups, peak live %s) to %s\n",
-		len(snap.Events), snap.Streams, snap.Counts.Prelude, snap.Counts.Cleanups, pool.Bytes(snap.PeakLive), outName(*out))
+		len(snap.Events), snap.Streams, snap.Counts.Prelude, snap.Counts.Cleanups, units.Bytes(snap.PeakLive), outName(*out))
 	for _, l := range compare.ReleaseLines(snap) {
 		fmt.Fprintln(msg, l)
 	}
@@ -695,11 +695,11 @@ func infoCmd(args []string, stdout, stderr io.Writer) error {
 		if !b.sim && p.MaxMemory == 0 {
 			// Without WithCapacity host storage draws on the machine's
 			// memory: say how much, and where the figure comes from.
-			if l := storage.MachineMemoryLimit(); l.Bytes != 0 {
-				capacity = fmt.Sprintf("%s (the machine's memory: %s)", pool.Bytes(l.Bytes), l.From)
+			if l := hoststorage.MachineMemoryLimit(); l.Bytes != 0 {
+				capacity = fmt.Sprintf("%s (the machine's memory: %s)", units.Bytes(l.Bytes), l.From)
 			}
 		}
-		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, pool.Bytes(p.MaxPageSize), capacity)
+		fmt.Fprintf(stdout, "%-5s available: alignment %d B, max page %s, capacity %s\n", b.name, p.Alignment, units.Bytes(p.MaxPageSize), capacity)
 		dev.Close()
 	}
 	fmt.Fprintln(stdout, cudaInfo())
@@ -711,7 +711,7 @@ func capacityString(n uint64) string {
 	if n == 0 {
 		return "unlimited"
 	}
-	return pool.Bytes(n).String()
+	return units.Bytes(n).String()
 }
 
 func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -809,7 +809,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return err
 		}
 		if *requireFit && len(noFit) > 0 {
-			return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s on device %s", errNoFit, pool.Bytes(capacity.v), strings.Join(noFit, ", "))
+			return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s on device %s", errNoFit, units.Bytes(capacity.v), strings.Join(noFit, ", "))
 		}
 		return nil
 	}
@@ -830,7 +830,7 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 	}
 	if *requireFit && a.NoneFits() {
-		return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s", errNoFit, pool.Bytes(capacity.v))
+		return fmt.Errorf("%w: no PyTorch setting of the grid fits -capacity %s", errNoFit, units.Bytes(capacity.v))
 	}
 	return nil
 }

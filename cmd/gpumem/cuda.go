@@ -4,7 +4,7 @@ import (
 	"fmt"
 
 	"github.com/gpumem/gpumem/cuda"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // cudaInfo says whether the cuda backend can run here: the driver's
@@ -23,9 +23,9 @@ func cudaInfo() string {
 	p := b.Properties()
 	pages := "whole pages"
 	if g := b.Granule(); g > 0 {
-		pages = "granular pages (" + pool.Bytes(g).String() + " granules)"
+		pages = "granular pages (" + units.Bytes(g).String() + " granules)"
 	}
 	v := c.DriverVersion
 	return fmt.Sprintf("%-5s available: %s, %s memory, CUDA driver %d.%d; alignment %d B, max page %s, capacity %s, %s",
-		"cuda", c.Name, pool.Bytes(c.TotalMem), v/1000, v%1000/10, p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory), pages)
+		"cuda", c.Name, units.Bytes(c.TotalMem), v/1000, v%1000/10, p.Alignment, units.Bytes(p.MaxPageSize), capacityString(p.MaxMemory), pages)
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpumem/gpumem/analysis/compare"
 	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // loadSource is readInput for the commands that replay FILE's events
@@ -228,7 +228,7 @@ func nothingToReplay(s *trace.Snapshot) string {
 	}
 	msg += " and no live block at the dump: nothing to replay"
 	if d.Segments > 0 {
-		msg += fmt.Sprintf("; PyTorch held %s in %d segment%s at the dump, all of it cached and free", pool.Bytes(d.Reserved), d.Segments, pluralS(d.Segments))
+		msg += fmt.Sprintf("; PyTorch held %s in %d segment%s at the dump, all of it cached and free", units.Bytes(d.Reserved), d.Segments, pluralS(d.Segments))
 	}
 	return msg
 }

@@ -18,8 +18,8 @@ import (
 	"github.com/gpumem/gpumem/analysis/trace"
 	"github.com/gpumem/gpumem/cuda"
 	"github.com/gpumem/gpumem/internal/fakecuda"
-	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // sharedTraces holds the PyTorch snapshots shared between checkouts.
@@ -304,7 +304,7 @@ func TestInfoListsTheBackends(t *testing.T) {
 	}
 	// The host's capacity is the machine's memory it draws on, with its
 	// source, not "unlimited".
-	if l := storage.MachineMemoryLimit(); l.Bytes != 0 && !strings.Contains(out, "capacity "+pool.Bytes(l.Bytes).String()+" (the machine's memory: "+l.From+")") {
+	if l := hoststorage.MachineMemoryLimit(); l.Bytes != 0 && !strings.Contains(out, "capacity "+units.Bytes(l.Bytes).String()+" (the machine's memory: "+l.From+")") {
 		t.Errorf("info does not print the host's memory limit %+v:\n%s", l, out)
 	}
 }

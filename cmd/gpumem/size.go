@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 )
 
 // sizeUnits are the units a size may carry, matched without regard to
@@ -130,7 +130,7 @@ func decimalNote(name string, s sizeFlag) string {
 	if binary == "" {
 		return ""
 	}
-	note := fmt.Sprintf("%s %s = %s", name, s.text, pool.Bytes(s.v))
+	note := fmt.Sprintf("%s %s = %s", name, s.text, units.Bytes(s.v))
 	if name != "-capacity" || (binary != "GiB" && binary != "TiB") {
 		return note + fmt.Sprintf(" (decimal units; %s%s is the binary size)", num, binary)
 	}

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/pool"
+	"github.com/gpumem/gpumem/internal/units"
 	"github.com/gpumem/gpumem/vulkan"
 )
 
@@ -39,7 +39,7 @@ func vulkanBackendLine() string {
 	defer be.Close()
 	p, info := be.Properties(), be.Info()
 	return fmt.Sprintf("%-6s available: %s (device %d, Vulkan %s); alignment %d B, max page %s, capacity %s, whole pages (no sparse binding used)",
-		"vulkan", info.Name, info.Index, info.APIVersionString(), p.Alignment, pool.Bytes(p.MaxPageSize), capacityString(p.MaxMemory))
+		"vulkan", info.Name, info.Index, info.APIVersionString(), p.Alignment, units.Bytes(p.MaxPageSize), capacityString(p.MaxMemory))
 }
 
 // vulkanOpen returns how replay opens devices on the vulkan backend and

@@ -54,7 +54,6 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -332,9 +331,9 @@ func pattern(n uint64, seed uint32) []byte {
 func outdatedPages(d *gpumem.Device) uint64 {
 	var n uint64
 	for _, s := range d.Report().Streams {
-		for _, p := range s.Pools.Dynamic {
-			if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-				n += k.OutdatedPages
+		for _, p := range s.Dynamic {
+			if p.Kind == "adaptive" {
+				n += p.OutdatedPages
 			}
 		}
 	}
@@ -375,9 +374,9 @@ func (c *checker) roomOnCurrentPage(s *gpumem.Stream) {
 		if st.Name != s.Name() {
 			continue
 		}
-		for _, p := range st.Pools.Dynamic {
-			if k, ok := p.Kind.(pool.AdaptiveKind); ok {
-				page = k.PageSize
+		for _, p := range st.Dynamic {
+			if p.Kind == "adaptive" {
+				page = p.PageSize
 			}
 		}
 	}

@@ -28,7 +28,7 @@ func checkOutOfMemory(c *checker) {
 		}
 		c.fatalf("Alloc of %d bytes on a device of %d = %v, want ErrOutOfMemory", oomCapacity+1, oomCapacity, err)
 	}
-	if fit := d.WouldFit(oomCapacity + 1); fit.OK || !isErr(fit.Err, gpumem.ErrOutOfMemory) {
+	if fit := d.DefaultStream().WouldFit(oomCapacity + 1); fit.OK || !isErr(fit.Err, gpumem.ErrOutOfMemory) {
 		c.fatalf("WouldFit(%d) on a device of %d = %v, want a refusal matching ErrOutOfMemory", oomCapacity+1, oomCapacity, fit)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
@@ -246,7 +247,7 @@ func TestHundredBytesTakeSmallPageWithPaddingAndReuseIt(t *testing.T) {
 // Scenario 41 (adaptive).
 func TestAlignmentFiftyPadsFortyBytesByTen(t *testing.T) {
 	p := memory.Properties{MaxPageSize: 128 * mib, Alignment: 50}
-	m := newManagerOn(t, storage.NewHost(50, nil), p, memory.Config{})
+	m := newManagerOn(t, hoststorage.NewHost(50, nil), p, memory.Config{})
 	h := alloc(t, m, 40, memory.Allow)
 	defer h.Release()
 	s, err := m.Find(h)

@@ -202,19 +202,19 @@ func (c Config) Validate(p Properties) error {
 	case p.MaxPageSize < p.Alignment:
 		return fmt.Errorf("%w: Properties.MaxPageSize %d is below Properties.Alignment %d; raise the max page size", ErrInvalidConfig, p.MaxPageSize, p.Alignment)
 	case int(c.Dynamic) >= len(dynamicNames):
-		return fmt.Errorf("%w: Config.Dynamic %d is unknown; want one of %s", ErrInvalidConfig, c.Dynamic, strings.Join(dynamicNames, ", "))
+		return fmt.Errorf("%w: MemoryConfig.Dynamic %d is unknown; want one of %s", ErrInvalidConfig, c.Dynamic, strings.Join(dynamicNames, ", "))
 	case int(c.Persistent) >= len(persistentNames):
-		return fmt.Errorf("%w: Config.Persistent %d is unknown; want one of %s", ErrInvalidConfig, c.Persistent, strings.Join(persistentNames, ", "))
+		return fmt.Errorf("%w: MemoryConfig.Persistent %d is unknown; want one of %s", ErrInvalidConfig, c.Persistent, strings.Join(persistentNames, ", "))
 	case c.LogLevel > LogFull:
 		return fmt.Errorf("%w: Config.LogLevel %d is unknown; want LogDisabled, LogBasic or LogFull", ErrInvalidConfig, c.LogLevel)
 	case int(c.PageGranular) >= len(granularityNames):
 		return fmt.Errorf("%w: Config.PageGranular %d is unknown; want one of %s", ErrInvalidConfig, c.PageGranular, strings.Join(granularityNames, ", "))
 	case c.BaseMode != nil && *c.BaseMode > Dedicated:
-		return fmt.Errorf("%w: Config.BaseMode %d is unknown; want auto, persistent or dedicated", ErrInvalidConfig, *c.BaseMode)
+		return fmt.Errorf("%w: MemoryConfig.BaseMode %d is unknown; want auto, persistent or dedicated", ErrInvalidConfig, *c.BaseMode)
 	}
 	if c.Dynamic == ExclusivePages {
 		if max := p.MaxPageSize / p.Alignment * p.Alignment; max < minExclusivePage {
-			return fmt.Errorf("%w: Config.Dynamic exclusive-pages needs Properties.MaxPageSize of at least %d bytes (rounded: %d); raise it or use adaptive",
+			return fmt.Errorf("%w: MemoryConfig.Dynamic exclusive-pages needs Properties.MaxPageSize of at least %d bytes (rounded: %d); raise it or use adaptive",
 				ErrInvalidConfig, minExclusivePage, max)
 		}
 	}

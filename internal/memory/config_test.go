@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
@@ -34,7 +35,7 @@ func TestInvalidConfigIsRejectedNamingTheField(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.field) {
 				t.Fatalf("error %q does not name %s", err, tc.field)
 			}
-			m, err := memory.New(storage.NewSim(32, nil), tc.p, tc.c, nil, "s0", nil)
+			m, err := memory.New(hoststorage.NewSim(32, nil), tc.p, tc.c, nil, "s0", nil)
 			if m != nil || !errors.Is(err, memory.ErrInvalidConfig) {
 				t.Fatalf("New = %v, %v; want ErrInvalidConfig", m, err)
 			}
@@ -119,7 +120,7 @@ func TestMaySucceedAfterReclaimOnlyForOutOfMemoryAndExhaustedPageSizes(t *testin
 // A storage refusal surfaces as a retryable ErrOutOfMemory and changes
 // nothing (design §5.5, M2).
 func TestRefusedPageIsRetryableOutOfMemoryAndChangesNothing(t *testing.T) {
-	m := newManagerOn(t, storage.NewSim(32, storage.NewBudget(8*mib)), memory.Properties{MaxPageSize: 16 * mib, Alignment: 32}, memory.Config{})
+	m := newManagerOn(t, hoststorage.NewSim(32, storage.NewBudget(8*mib)), memory.Properties{MaxPageSize: 16 * mib, Alignment: 32}, memory.Config{})
 	first := alloc(t, m, 1*mib, memory.Allow)
 	defer first.Release()
 	before := m.Report()

@@ -5,10 +5,10 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
-	"github.com/gpumem/gpumem/storage"
 )
 
 var exclusivePages = memory.Config{Dynamic: memory.ExclusivePages}
@@ -138,7 +138,7 @@ func TestGuardedExclusivePageIsNotReusedOrReleasedUntilGuardGoes(t *testing.T) {
 // Scenario 41 (exclusive pages).
 func TestAlignmentFiftyPadsFortyBytesByTenOnExclusivePages(t *testing.T) {
 	p := memory.Properties{MaxPageSize: 128 * mib, Alignment: 50}
-	m := newManagerOn(t, storage.NewHost(50, nil), p, exclusivePages)
+	m := newManagerOn(t, hoststorage.NewHost(50, nil), p, exclusivePages)
 	h := alloc(t, m, 40, memory.Allow)
 	defer h.Release()
 	s, err := m.Find(h)

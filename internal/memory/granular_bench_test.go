@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -47,9 +48,9 @@ func BenchmarkAllocFreeGranular(b *testing.B) {
 		}
 		return time.Since(start)
 	}
-	floor := run(storage.NewSim(32, nil), b.N)
+	floor := run(hoststorage.NewSim(32, nil), b.N)
 	b.ResetTimer()
-	granular := run(storage.NewGranularSim(32, 2*mib, nil), b.N)
+	granular := run(hoststorage.NewGranularSim(32, 2*mib, nil), b.N)
 	b.StopTimer()
 	b.ReportMetric(float64(granular)/float64(floor), "x-pages")
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
@@ -28,7 +29,7 @@ func granularManagerMax(t *testing.T, st storage.Storage, maxMemory, maxPage uin
 }
 
 func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	m := granularManagerMax(t, st, 0, 20*mib, memory.Config{})
 	if m.Granule() != 2*mib {
 		t.Fatalf("manager granule %d", m.Granule())
@@ -61,7 +62,7 @@ func TestManagerCountsMappedBytesAndUnmapsOnExplicitCleanup(t *testing.T) {
 }
 
 func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	// Capacity 64 MiB, current page 20 MiB (20 MiB grows it to the largest
 	// page): High ⇔ mapped + 20 > 64 − 20.
 	m := granularManagerMax(t, st, 64*mib, 20*mib, memory.Config{})
@@ -103,7 +104,7 @@ func TestPeriodicCleanupUnmapsOnlyUnderPressureAndNeverWithoutAllow(t *testing.T
 }
 
 func TestGuardedPageKeepsItsGranulesThroughCleanups(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	m := granularManager(t, st, 0, memory.Config{})
 	big := alloc(t, m, 19*mib, memory.Allow)  // a 20 MiB page
 	small := alloc(t, m, 1*mib, memory.Allow) // its last MiB: the page big leaves guarded
@@ -128,8 +129,8 @@ func TestGuardedPageKeepsItsGranulesThroughCleanups(t *testing.T) {
 }
 
 func TestRefusedMappingFailsTheReservationWithOutOfMemoryAndChangesNothing(t *testing.T) {
-	inner := storage.NewGranularSim(32, 2*mib, nil)
-	st := storage.NewFaulty(inner)
+	inner := hoststorage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewFaulty(inner)
 	m := granularManager(t, st, 0, memory.Config{})
 	big := alloc(t, m, 20*mib, memory.Allow)
 	big.Release()
@@ -151,7 +152,7 @@ func TestRefusedMappingFailsTheReservationWithOutOfMemoryAndChangesNothing(t *te
 }
 
 func TestPageGranularOffBacksPagesWhole(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	m := granularManager(t, st, 0, memory.Config{PageGranular: memory.GranulesOff})
 	if m.Granule() != 0 {
 		t.Fatalf("granule %d with PageGranular off", m.Granule())
@@ -192,7 +193,7 @@ func TestPageGranularityIsValidatedAndParsed(t *testing.T) {
 // device, a page-sized margin would unmap every free granule once half the
 // device is mapped, on every reservation, and nothing would stay cached.
 func TestPressureKeepsRoomForTheLargestReservationNotAPage(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	m := granularManagerMax(t, st, 256*mib, 64*mib, memory.Config{})
 	var held []*handle.Handle
 	for range 18 { // 144 MiB mapped on 64 MiB pages: over half the device

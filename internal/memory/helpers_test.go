@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -32,7 +33,7 @@ func props128() memory.Properties {
 // capacity bytes (0: unlimited).
 func newHostManager(t *testing.T, p memory.Properties, c memory.Config, capacity uint64) *memory.Manager {
 	t.Helper()
-	return newManagerOn(t, storage.NewHost(p.Alignment, storage.NewBudget(capacity)), p, c)
+	return newManagerOn(t, hoststorage.NewHost(p.Alignment, storage.NewBudget(capacity)), p, c)
 }
 
 func newManagerOn(t *testing.T, st storage.Storage, p memory.Properties, c memory.Config) *memory.Manager {

@@ -6,15 +6,15 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/storage"
 )
 
 // The invariants build checks every mutation of a small memory, and one
 // routine mutation in 1 + n/invariantSampleSlices once it holds n live
 // allocations; a cleanup that is not periodic is checked every time.
 func TestInvariantChecksAreSampledOnlyOnALargeMemory(t *testing.T) {
-	m, err := New(storage.NewSim(32, nil), Properties{MaxPageSize: 1 << 30, Alignment: 32}, Config{}, nil, "s0", nil)
+	m, err := New(hoststorage.NewSim(32, nil), Properties{MaxPageSize: 1 << 30, Alignment: 32}, Config{}, nil, "s0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,7 @@ import (
 	"log/slog"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
@@ -165,7 +166,7 @@ func newWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 		g = handle.NewErrorGraph()
 	}
 	if c.PageGranular == GranulesOff && storage.GranuleOf(st) > 0 {
-		st = storage.Plain(st)
+		st = hoststorage.Plain(st)
 	}
 	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st)}
 	m.persistent = pool.NewPersistent(p.MaxPageSize/p.Alignment*p.Alignment, p.Alignment, lim)

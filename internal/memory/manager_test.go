@@ -4,14 +4,14 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
-	"github.com/gpumem/gpumem/storage"
 )
 
 // Scenario 34, first sentence.
 func TestPersistentAndDedicatedAllocationsLeaveArenaPageSizeAtFloor(t *testing.T) {
-	m := newManagerOn(t, storage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
+	m := newManagerOn(t, hoststorage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
 	m.SetMode(memory.Persistent)
 	weights := alloc(t, m, 100*mib, memory.Allow)
 	defer weights.Release()
@@ -40,7 +40,7 @@ func TestPersistentAndDedicatedAllocationsLeaveArenaPageSizeAtFloor(t *testing.T
 
 // Scenario 34, second and third sentences.
 func TestDedicatedWindowInsidePersistentWindowRestoresPersistent(t *testing.T) {
-	m := newManagerOn(t, storage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
+	m := newManagerOn(t, hoststorage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
 	m.SetMode(memory.Persistent)
 	weight := alloc(t, m, 1*mib, memory.Allow)
 	defer weight.Release()

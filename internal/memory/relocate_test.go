@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/internal/relocation"
@@ -155,7 +156,7 @@ func releaseAll(hs ...*handle.Handle) {
 // wants an ArenaFull relocation (§8.4 example 6).
 func fullArena(t *testing.T) (*memory.Manager, []*handle.Handle) {
 	t.Helper()
-	m := newManagerOn(t, storage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
+	m := newManagerOn(t, hoststorage.NewSim(32, nil), adaptivePreset(0), memory.Config{})
 	a := arena(t, m)
 	hs := []*handle.Handle{alloc(t, m, 2*mib, memory.Allow)}
 	for k := range uint64(63) {
@@ -296,7 +297,7 @@ func TestRelocatedAllocationKeepsItsBytes(t *testing.T) {
 
 // Scenario 32, second half.
 func TestRefusedCopiesLeaveAllocationWhereItWasWithItsBytes(t *testing.T) {
-	st := storage.NewFaulty(storage.NewHost(32, storage.NewBudget(24*mib)))
+	st := hoststorage.NewFaulty(hoststorage.NewHost(32, storage.NewBudget(24*mib)))
 	m := newManagerOn(t, st, adaptivePreset(24*mib), memory.Config{})
 	small := alloc(t, m, 1*mib, memory.Allow)
 	defer small.Release()
@@ -367,7 +368,7 @@ func (r *recorder) has(level slog.Level, substr string) bool {
 // disabled, while Info lines stay silent.
 func TestAbandonedRelocationWarnsEvenWithLoggingDisabled(t *testing.T) {
 	rec := &recorder{}
-	st := storage.NewFaulty(storage.NewHost(32, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 	m, err := memory.New(st, adaptivePreset(24*mib), memory.Config{}, slog.New(rec), "s0", nil)
 	if err != nil {
 		t.Fatal(err)
@@ -391,7 +392,7 @@ func TestAbandonedRelocationWarnsEvenWithLoggingDisabled(t *testing.T) {
 // design §7.5: a failed non-poison wait leaks source and target; neither is
 // reused.
 func TestFailedCopyWaitLeaksSourceAndTarget(t *testing.T) {
-	st := storage.NewFaulty(storage.NewHost(32, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 	m := newManagerOn(t, st, adaptivePreset(24*mib), memory.Config{})
 	live, large := growWithLive(t, m, 1*mib)
 	defer releaseAll(large)

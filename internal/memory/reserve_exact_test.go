@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
@@ -45,7 +46,7 @@ func TestReserveExactSkipsOnlyTheOwnSizeTheArenaWasRefused(t *testing.T) {
 // storage nothing: ReserveExact tries its dedicated allocation.
 func TestReserveExactAfterExhaustedPageSizesTriesTheStorage(t *testing.T) {
 	p := memory.Properties{MaxPageSize: 1 << 50, Alignment: 32}
-	m := newManagerOn(t, storage.NewSim(32, nil), p, memory.Config{})
+	m := newManagerOn(t, hoststorage.NewSim(32, nil), p, memory.Config{})
 	a := arena(t, m)
 	var live []*handle.Handle
 	defer func() {

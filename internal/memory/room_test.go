@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -15,7 +16,7 @@ import (
 // allocation the warmup did not make is told apart from one of another
 // size.
 func TestRecordingRoomServesTheRehearsalsPlacementsInOrder(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*mib, nil)
+	st := hoststorage.NewGranularSim(32, 2*mib, nil)
 	m := granularManager(t, st, 0, memory.Config{})
 	other := alloc(t, m, 40*kib, memory.Allow) // another graph's buffer, on the small page
 	// The rehearsal: a and b of 30 KiB, a freed before b (b reuses a's

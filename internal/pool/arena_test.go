@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -100,7 +101,7 @@ func TestPageSizingRoundsMaxDownAndTheFloorUp(t *testing.T) {
 }
 
 func TestArenaGrowsWhenAllocationDoesNotFitCurrentPageSize(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	small := arenaReserve(t, a, st, 1*MiB, nil)
 	if loc := small.Location(); loc.Pool() != ArenaFirstIndex || a.PageSize() != 2*MiB || a.HasOutdated() {
@@ -124,7 +125,7 @@ func TestArenaGrowsWhenAllocationDoesNotFitCurrentPageSize(t *testing.T) {
 }
 
 func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 1*MiB, nil) // 1 MiB left on the 2 MiB page
 	arenaReserve(t, a, st, 9*MiB, nil) // 1 MiB left on the 10 MiB page
@@ -147,7 +148,7 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 
 // design §12.4 scenario 22.
 func TestRefusedGrowthKeepsThePageSizeAndOutdatesNothing(t *testing.T) {
-	st := storage.NewSim(32, storage.NewBudget(8*MiB))
+	st := hoststorage.NewSim(32, storage.NewBudget(8*MiB))
 	a := NewArena(NewPageSizing(16*MiB, 32), Limits{}, nil)
 	first := arenaReserve(t, a, st, 1*MiB, nil)
 	h, err := a.Reserve(st, 10*MiB, nil)
@@ -172,7 +173,7 @@ func TestRefusedGrowthKeepsThePageSizeAndOutdatesNothing(t *testing.T) {
 }
 
 func TestArenaRefusesATooLargeRequestChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(16*MiB, 32), Limits{}, nil)
 	if !a.Accept(16 * MiB) {
 		t.Fatal("the largest page size is not accepted")
@@ -189,7 +190,7 @@ func TestArenaRefusesATooLargeRequestChangingNothing(t *testing.T) {
 }
 
 func TestArenaPoolBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{MaxPages: 1}, nil)
 	arenaReserve(t, a, st, 2*MiB, nil)
 	if _, err := a.Reserve(st, 1*MiB, nil); !errors.Is(err, handle.ErrIndexOverflow) {
@@ -215,7 +216,7 @@ func growArena(t *testing.T, st storage.Storage) (*Arena, [3]*handle.Handle) {
 }
 
 func TestDrainDropsPagelessOutdatedPoolsAndGrowthReusesTheLowestEmptySlot(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, hs := growArena(t, st)
 	hs[1].Release()
 	a.Cleanup(st, 1, Periodic, nil)
@@ -241,7 +242,7 @@ func TestDrainDropsPagelessOutdatedPoolsAndGrowthReusesTheLowestEmptySlot(t *tes
 }
 
 func TestDrainKeepsOutdatedPagesThatHoldALiveAllocation(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, hs := growArena(t, st)
 	if pages, _ := a.Drain(st, nil); pages != 0 || a.OutdatedPages() != 2 {
 		t.Fatalf("Drain released %d pages, %d left; want none released", pages, a.OutdatedPages())
@@ -256,7 +257,7 @@ func TestDrainKeepsOutdatedPagesThatHoldALiveAllocation(t *testing.T) {
 }
 
 func TestPeriodicCleanupKeepsEmptyCurrentPagesExplicitReleasesThem(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, hs := growArena(t, st)
 	hs[2].Release()
 	a.Cleanup(st, 1, Periodic, nil)
@@ -270,7 +271,7 @@ func TestPeriodicCleanupKeepsEmptyCurrentPagesExplicitReleasesThem(t *testing.T)
 }
 
 func TestArenaStateCountsCurrentAndOutdatedPagesAndGuards(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, hs := growArena(t, st)
 	arenaReserve(t, a, st, 20*MiB, nil) // a second current page
 	guard, ok := a.Pool(hs[0].Location().Pool()).Guard(hs[0].Location())
@@ -292,7 +293,7 @@ func TestArenaStateCountsCurrentAndOutdatedPagesAndGuards(t *testing.T) {
 }
 
 func TestArenaReportListsTheCurrentPoolThenOutdatedPoolsInGrowthOrder(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, hs := growArena(t, st)
 	hs[1].Release()
 	a.Drain(st, nil)                    // slot 1 goes
@@ -318,7 +319,7 @@ func TestArenaReportListsTheCurrentPoolThenOutdatedPoolsInGrowthOrder(t *testing
 
 // design §12.4 scenario 23.
 func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	// An allocation 32 bytes larger than the current page forces a growth

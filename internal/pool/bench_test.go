@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -25,7 +26,7 @@ func (discardCopies) WaitCopies() error                                  { retur
 // over every page would make the setup quadratic in n.
 func outdatedArena(b *testing.B, n int, size, pageSize uint64) (*Arena, storage.Storage, []*handle.Handle) {
 	b.Helper()
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(PageSizing{Min: pageSize, Max: GiB, Align: 32}, Limits{}, nil)
 	cur := a.Current()
 	hs := make([]*handle.Handle, 0, n)

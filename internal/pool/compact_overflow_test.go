@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 )
 
 // TestOverflowForeseesWhatTheMovesLeave checks freeRoom.overflow, which
@@ -17,7 +17,7 @@ import (
 func TestOverflowForeseesWhatTheMovesLeave(t *testing.T) {
 	for seed := range uint64(120) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		st := storage.NewHost(32, nil)
+		st := hoststorage.NewHost(32, nil)
 		g := handle.NewErrorGraph()
 		p := NewSliced(4*MiB, 4*MiB, false, 32, 5, Limits{})
 		var live []*handle.Handle

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -31,7 +32,7 @@ func targetPages(r *relocation.Relocation) []uint32 {
 }
 
 func TestPlanCompactEmptiesTheSparsestPageIntoTheBestFitAndEveryByteSurvives(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	// Page 0 holds 1 MiB, page 1 3 MiB (a 1 MiB hole), page 2 2 MiB (a 2
 	// MiB hole): the 1 MiB goes to page 1's hole, the best fit, not page
@@ -82,7 +83,7 @@ func TestPlanCompactEmptiesTheSparsestPageIntoTheBestFitAndEveryByteSurvives(t *
 }
 
 func TestPlanCompactEmptiesAPageWholeOrLeavesItAlone(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	// Page 0's two 1 MiB find one 1 MiB hole between them on page 1:
 	// moving one would free nothing, so nothing moves.
@@ -99,7 +100,7 @@ func TestPlanCompactEmptiesAPageWholeOrLeavesItAlone(t *testing.T) {
 }
 
 func TestPlanCompactNeitherMovesNorTargetsGuardedOrBoundPages(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	// Page 0: 1 MiB; page 1: 2 MiB (2 MiB hole); page 2: 3 MiB (1 MiB hole,
 	// the best fit for page 0's allocation, but guarded).
@@ -125,7 +126,7 @@ func TestPlanCompactNeitherMovesNorTargetsGuardedOrBoundPages(t *testing.T) {
 }
 
 func TestPlanCompactStaysWithinItsLimits(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	p, _ := compactPages(t, st, g, []uint64{1}, []uint64{1}, []uint64{2})
 	for _, tc := range []struct {
@@ -150,7 +151,7 @@ func TestPlanCompactStaysWithinItsLimits(t *testing.T) {
 }
 
 func TestPlanCompactRefusesAPlanThatOnlyMapsWhatItUnmaps(t *testing.T) {
-	st := storage.NewGranularSim(32, 2*MiB, nil)
+	st := hoststorage.NewGranularSim(32, 2*MiB, nil)
 	g := handle.NewErrorGraph()
 	// 8 MiB pages of 2 MiB granules: page 0 holds 2 MiB live (one granule
 	// mapped once the free ones go), page 1 6 MiB live and an unmapped 2
@@ -176,7 +177,7 @@ func TestPlanCompactRefusesAPlanThatOnlyMapsWhatItUnmaps(t *testing.T) {
 }
 
 func TestCanCompactIsFalseWithoutAPageOfRoom(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	// 3 MiB live on each 4 MiB page: 2 MiB free in all, and a tight page
 	// of either page's live bytes (4 MiB, in 2 MiB tiles) frees nothing.
@@ -198,8 +199,8 @@ func TestCanCompactIsFalseWithoutAPageOfRoom(t *testing.T) {
 // refuses the fresh page leaves everything as it was.
 func TestPlanCompactUnderPressureRepacksAPageOntoATightNewPage(t *testing.T) {
 	g := handle.NewErrorGraph()
-	host := storage.NewHost(32, nil)
-	st := storage.NewFaulty(host)
+	host := hoststorage.NewHost(32, nil)
+	st := hoststorage.NewFaulty(host)
 	p, live := compactPages(t, st, g, []uint64{1, 1}, []uint64{3})
 	var want [][]byte
 	for n, h := range live[0] {
@@ -265,7 +266,7 @@ func TestPlanCompactUnderPressureRepacksAPageOntoATightNewPage(t *testing.T) {
 // into the arena's room: the page's 2 MiB are the device's bytes, and the
 // arena's hole takes its few slices. Every byte survives the move.
 func TestPlanCompactWithEmptiesASmallPageIntoTheArena(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(wideSizing, Limits{}, nil)
 	big, err := a.Reserve(st, 7*MiB, g) // an 8 MiB page, 1 MiB of it free

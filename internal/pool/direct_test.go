@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -28,7 +29,7 @@ func directPages(hs ...*handle.Handle) []uint32 {
 }
 
 func TestDirectReusesOnlyASliceOfExactlyTheEffectiveSize(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewDirect(32, DedicatedIndex, nil, Limits{})
 	if !p.Accept(1<<50) || p.Index() != 254 {
 		t.Fatalf("Accept(2^50) = %v, Index = %d; want true, 254", p.Accept(1<<50), p.Index())
@@ -62,7 +63,7 @@ func TestDirectReusesOnlyASliceOfExactlyTheEffectiveSize(t *testing.T) {
 }
 
 func TestDirectWatermarkZeroReleasesEveryFreeSliceBeforeAnAlloc(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{})
@@ -96,7 +97,7 @@ func TestDirectWatermarkZeroReleasesEveryFreeSliceBeforeAnAlloc(t *testing.T) {
 }
 
 func TestDirectWatermarkStopsReleasingOnceTheAllocFits(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	mark := uint64(1000)
 	p := NewDirect(32, DedicatedIndex, &mark, Limits{})
 	var hs []*handle.Handle
@@ -120,7 +121,7 @@ func TestDirectWatermarkStopsReleasingOnceTheAllocFits(t *testing.T) {
 }
 
 func TestDirectLiveIndicesNeverChange(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewDirect(32, DedicatedIndex, nil, Limits{})
 	a := directAlloc(t, p, st, 64, true, nil)
 	b := directAlloc(t, p, st, 64, true, nil)
@@ -165,7 +166,7 @@ func TestDirectLiveIndicesNeverChange(t *testing.T) {
 }
 
 func TestDirectAllocThatMayNotReleaseReleasesNothing(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{})
 	a := directAlloc(t, p, st, 512, true, nil)
@@ -178,7 +179,7 @@ func TestDirectAllocThatMayNotReleaseReleasesNothing(t *testing.T) {
 }
 
 func TestDirectReclaimReportsWhetherAnythingWent(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{})
 	a := directAlloc(t, p, st, 512, true, nil)
@@ -216,7 +217,7 @@ func TestDirectReclaimReportsWhetherAnythingWent(t *testing.T) {
 }
 
 func TestDirectGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{})
 	a := directAlloc(t, p, st, 1024, true, nil)
@@ -247,7 +248,7 @@ func TestDirectGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
 }
 
 func TestDirectRefusesTheIndexBeyondItsLimitUnlessAReleaseMakesRoom(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{MaxPages: 2})
 	a := directAlloc(t, p, st, 64, true, nil)
@@ -273,7 +274,7 @@ func TestDirectRefusesTheIndexBeyondItsLimitUnlessAReleaseMakesRoom(t *testing.T
 }
 
 func TestDirectAllocWithoutTheGraphKeepsAMarkedFreeSlice(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	var zero uint64
 	p := NewDirect(32, DedicatedIndex, &zero, Limits{})
@@ -298,7 +299,7 @@ func TestDirectAllocWithoutTheGraphKeepsAMarkedFreeSlice(t *testing.T) {
 }
 
 func TestDirectAllocRefusedByStorageAddsNothing(t *testing.T) {
-	st := storage.NewFaulty(storage.NewHost(32, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 	p := NewDirect(32, DedicatedIndex, nil, Limits{})
 	st.RefuseNextAllocs(1)
 	if _, err := p.AllocMayRelease(st, 64, true, nil); !errors.Is(err, storage.ErrOutOfMemory) {

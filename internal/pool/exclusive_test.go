@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -88,7 +89,7 @@ func singleTaint(t *testing.T, p Pool, g *handle.ErrorGraph, ref handle.Ref, n u
 const kib = 1024
 
 func TestExclusivePagesFollowTheRunningAverageOfSizes(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 512)
 	b := singleReserve(t, p, st, 512)
@@ -124,7 +125,7 @@ func TestExclusivePagesFollowTheRunningAverageOfSizes(t *testing.T) {
 }
 
 func TestExclusiveFreedPageIsReusedWithTheNewWindow(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 512)
 	b := singleReserve(t, p, st, 512)
@@ -154,7 +155,7 @@ func TestExclusiveFreedPageIsReusedWithTheNewWindow(t *testing.T) {
 }
 
 func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	p0 := singleReserve(t, p, st, 1024)
 	p1 := singleReserve(t, p, st, 1024)
@@ -200,7 +201,7 @@ func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
 }
 
 func TestExclusiveFreeCountSaturatesAtZero(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	h := singleReserve(t, p, st, 64)
 	for range 6 {
@@ -214,7 +215,7 @@ func TestExclusiveFreeCountSaturatesAtZero(t *testing.T) {
 }
 
 func TestExclusiveRefusesSizesAboveMaxAlloc(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 3, Limits{})
 	if !p.Accept(32*kib) || p.Accept(32*kib+1) {
 		t.Errorf("Accept(32 KiB) = %v, Accept(32 KiB + 1) = %v, want true, false", p.Accept(32*kib), p.Accept(32*kib+1))
@@ -244,7 +245,7 @@ func TestExclusiveRefusesSizesAboveMaxAlloc(t *testing.T) {
 }
 
 func TestExclusiveAllocRefusedByStorageChangesNothing(t *testing.T) {
-	st := storage.NewFaulty(storage.NewHost(32, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	st.RefuseNextAllocs(1)
 	if _, err := p.Alloc(st, 512); !errors.Is(err, storage.ErrOutOfMemory) {
@@ -264,7 +265,7 @@ func TestExclusiveAllocRefusedByStorageChangesNothing(t *testing.T) {
 // reused starts at freeCount 4 and goes back at the first check after its
 // free; a page that was reused once (freeCount 3) needs two checks.
 func TestExclusivePeriodicCleanupReleasesAPageAtTheFirstCheckAfterItsFree(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 1024)
 	b := singleReserve(t, p, st, 1024)
@@ -328,7 +329,7 @@ func TestExclusivePeriodicCleanupReleasesAPageAtTheFirstCheckAfterItsFree(t *tes
 // cleanup releases both at once and renumbers the survivor, whose held
 // binding still resolves to its bytes.
 func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 1024)
 	b := singleReserve(t, p, st, 1024)
@@ -379,7 +380,7 @@ func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t 
 // design §12.5 #40, pool level: a guarded freed allocation's page is neither
 // reused nor released, and a guard never makes CanMut false.
 func TestExclusiveGuardedPageIsNeitherReusedNorReleased(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 1024)
 	guard, ok := p.Guard(a.Location())
@@ -422,7 +423,7 @@ func TestExclusiveGuardedPageIsNeitherReusedNorReleased(t *testing.T) {
 }
 
 func TestExclusiveReleasedPageDropsItsFailureMarks(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	p := NewExclusive(32*kib, 5000, 32, 0, Limits{})
 	a := singleReserve(t, p, st, 1024)
@@ -437,7 +438,7 @@ func TestExclusiveReleasedPageDropsItsFailureMarks(t *testing.T) {
 // The adaptive memory's tiny pool: zero-byte allocations only; only an
 // Explicit cleanup releases its free pages.
 func TestExclusiveTinyPoolReleasesOnlyOnExplicitCleanup(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewExclusive(0, math.MaxUint64, 32, 0, Limits{})
 	if p.Accept(1) || !p.Accept(0) {
 		t.Fatal("tiny pool must accept exactly size 0")
@@ -461,7 +462,7 @@ func TestExclusiveTinyPoolReleasesOnlyOnExplicitCleanup(t *testing.T) {
 // is more than a 16-bit index holds; page 65,536 must not alias page 0.
 func TestExclusivePageIndicesDoNotWrapPast65536(t *testing.T) {
 	const n = 70_000
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewExclusive(4*kib, 5000, 32, 7, Limits{})
 	hs := make([]*handle.Handle, n)
 	seen := make(map[storage.ID]int, n)
@@ -506,7 +507,7 @@ func TestExclusivePageIndicesDoNotWrapPast65536(t *testing.T) {
 }
 
 func TestExclusiveRefusesThePageBeyondItsLimitChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewExclusive(4*kib, 5000, 32, 0, Limits{MaxPages: 1000})
 	hs := make([]*handle.Handle, 1000)
 	for i := range hs {

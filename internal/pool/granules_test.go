@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -62,7 +63,7 @@ func fill(t *testing.T, st storage.Storage, p *Sliced, h *handle.Handle, b byte)
 // Freeing B and cleaning up unmaps granules 2–4 only: 1 and 5 are shared
 // with live slices and stay; A's and C's bytes are untouched.
 func TestFreedMiddleGivesItsOwnGranulesBackAndKeepsTheEnds(t *testing.T) {
-	st := storage.NewGranularHost(32, granuleSize, nil)
+	st := hoststorage.NewGranularHost(32, granuleSize, nil)
 	if st.Granule() == 0 {
 		t.Skip("this system maps no granules")
 	}
@@ -117,7 +118,7 @@ func TestFreedMiddleGivesItsOwnGranulesBackAndKeepsTheEnds(t *testing.T) {
 }
 
 func TestGranuleSharedByLiveAndFreeSliceStaysMapped(t *testing.T) {
-	st := storage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewGranularSim(32, granuleSize, nil)
 	p := granularPool()
 	a := mustReserve(t, p, st, 1*MiB) // granule 0
 	b := mustReserve(t, p, st, 2*MiB) // [1, 3) MiB: granules 0–1
@@ -138,7 +139,7 @@ func TestGranuleSharedByLiveAndFreeSliceStaysMapped(t *testing.T) {
 }
 
 func TestGuardedPageKeepsEveryGranule(t *testing.T) {
-	st := storage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewGranularSim(32, granuleSize, nil)
 	p := granularPool()
 	a := mustReserve(t, p, st, 10*MiB)
 	b := mustReserve(t, p, st, 1*MiB)
@@ -163,8 +164,8 @@ func TestGuardedPageKeepsEveryGranule(t *testing.T) {
 }
 
 func TestRefusedMappingLeavesTheReservationRefusedAndNothingHalfMapped(t *testing.T) {
-	inner := storage.NewGranularSim(32, granuleSize, nil)
-	st := storage.NewFaulty(inner)
+	inner := hoststorage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewFaulty(inner)
 	p := granularPool()
 
 	// A new page whose first mapping is refused: the page goes back.
@@ -210,7 +211,7 @@ func TestRefusedMappingLeavesTheReservationRefusedAndNothingHalfMapped(t *testin
 
 // A relocation target on a granular page is mapped before the plan returns.
 func TestRelocationTargetMapsItsGranulesFirst(t *testing.T) {
-	st := storage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewGranularSim(32, granuleSize, nil)
 	// On granular storage a growth takes the largest page (PL31): 10 MiB.
 	a := NewArena(PageSizing{Min: 4 * MiB, Max: 10 * MiB, Align: 32}, Limits{}, nil)
 	old, err := a.Reserve(st, 1*MiB, nil)
@@ -249,8 +250,8 @@ func TestRelocationTargetMapsItsGranulesFirst(t *testing.T) {
 // 0–1, 2–3, 4–5, 6–7; A freed and its granules unmapped, C freed with its
 // granules kept; with no more memory to map, 4 MiB lands on C.
 func TestRefusedMappingPassesOverTheSliceToMappedRoom(t *testing.T) {
-	inner := storage.NewGranularSim(32, granuleSize, nil)
-	st := storage.NewFaulty(inner)
+	inner := hoststorage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewFaulty(inner)
 	p := granularPool()
 	var hs []*handle.Handle
 	for range 4 {

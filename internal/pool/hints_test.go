@@ -8,6 +8,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -91,9 +92,9 @@ func TestPageHintsNeverChangeWhatAFullScanWouldDo(t *testing.T) {
 				b = storage.NewBudget(budget)
 			}
 			if granular {
-				st = storage.NewGranularSim(32, 1<<20, b)
+				st = hoststorage.NewGranularSim(32, 1<<20, b)
 			} else {
-				st = storage.NewSim(32, b)
+				st = hoststorage.NewSim(32, b)
 			}
 			return &twin{a: NewArena(PageSizing{Min: 2 << 20, Max: 64 << 20, Align: 32}, Limits{}, nil), st: st, g: handle.NewErrorGraph(), noHint: noHint}
 		}

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 )
 
 // HoldFree binds exactly its range, its free bytes carved into a slice of
@@ -12,7 +12,7 @@ import (
 // the held room, a taken slice in the range is bound as it is (it stays
 // held when its owner lets go), and a release frees the held room again.
 func TestHoldFreeBindsOnlyTheRangeAndTheRestOfThePageServes(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(8*MiB, 8*MiB, false, 32, 5, Limits{})
 	first, err := p.Alloc(st, 1*MiB) // [0, 1) taken, [1, 8) free
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -35,7 +36,7 @@ func holePages(t *testing.T, st storage.Storage, g *handle.ErrorGraph) (*Sliced,
 }
 
 func TestPlanHoleMovesTheCheapestRunAwaySoTheRetryFitsAndEveryByteSurvives(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	p, live := holePages(t, st, g)
 	if h := p.TryReserve(st, 2*MiB, g); h != nil {
@@ -85,7 +86,7 @@ func TestPlanHoleMovesTheCheapestRunAwaySoTheRetryFitsAndEveryByteSurvives(t *te
 }
 
 func TestPlanHoleLeavesBoundAndGuardedAllocationsAlone(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	p, live := holePages(t, st, g)
 	// a bound: page 0's cheapest run is then the one holding c.
@@ -125,7 +126,7 @@ func TestPlanHoleLeavesBoundAndGuardedAllocationsAlone(t *testing.T) {
 // cheapestWindow against a brute force over every run of every layout of
 // up to 8 slices: the least live bytes among runs that hold need.
 func TestCheapestWindowIsTheLeastLiveRunThatHoldsNeed(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	sizes := []uint64{1, 2, 1, 3, 1, 1, 2, 1} // MiB, 12 in all
 	for mask := range 1 << len(sizes) {
@@ -178,7 +179,7 @@ func TestCheapestWindowIsTheLeastLiveRunThatHoldsNeed(t *testing.T) {
 // Moving the slice there maps nothing and frees the granule, which the
 // cleanup then unmaps; every byte survives.
 func TestPlanUnmapFreesAGranuleByMovingIntoMappedRoom(t *testing.T) {
-	st := storage.NewGranularHost(32, 2*MiB, nil)
+	st := hoststorage.NewGranularHost(32, 2*MiB, nil)
 	g := handle.NewErrorGraph()
 	p := NewSliced(8*MiB, 8*MiB, false, 32, 5, Limits{})
 	x := slicedReserve(t, p, st, MiB, g)
@@ -233,7 +234,7 @@ func TestPlanUnmapFreesAGranuleByMovingIntoMappedRoom(t *testing.T) {
 // live slice into mapped room on an arena page: the budget is the device's,
 // whichever pool gives the granule back.
 func TestPlanUnmapWithMovesASmallSliceIntoTheArenaToFreeItsGranule(t *testing.T) {
-	st := storage.NewGranularHost(32, 2*MiB, nil)
+	st := hoststorage.NewGranularHost(32, 2*MiB, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(wideSizing, Limits{}, nil)
 	big, err := a.Reserve(st, 7*MiB, g) // 8 MiB page, its last granule half free and mapped

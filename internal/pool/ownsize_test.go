@@ -4,6 +4,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -21,7 +22,7 @@ func pageBytes(t *testing.T, a *Arena, index uint8, i int) uint64 {
 // at the reservation's own effective size; that page belongs to the pool
 // from then on and serves whatever it holds, and the page size stays.
 func TestRefusedPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
-	st := storage.NewSim(32, storage.NewBudget(24*MiB))
+	st := hoststorage.NewSim(32, storage.NewBudget(24*MiB))
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 9*MiB, nil) // grows to 10 MiB pages
 	arenaReserve(t, a, st, 9*MiB, nil) // a second 10 MiB page: 1 MiB free on each
@@ -57,7 +58,7 @@ func TestRefusedPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
 // device lacks for the smallest page that could serve the reservation),
 // and nothing changed.
 func TestRefusedOwnSizePageReturnsItsErrorChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, storage.NewBudget(22*MiB))
+	st := hoststorage.NewSim(32, storage.NewBudget(22*MiB))
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 9*MiB, nil)
 	arenaReserve(t, a, st, 9*MiB, nil) // 20 MiB held, 2 MiB left
@@ -71,7 +72,7 @@ func TestRefusedOwnSizePageReturnsItsErrorChangingNothing(t *testing.T) {
 	}
 	// The own-size page is at least the smallest page: a 64 KiB + 1
 	// reservation on a 1 MiB budget is refused at 2 MiB, not below.
-	tiny := storage.NewSim(32, storage.NewBudget(1*MiB))
+	tiny := hoststorage.NewSim(32, storage.NewBudget(1*MiB))
 	b := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	if _, err := b.Reserve(tiny, 64<<10+1, nil); !errors.As(err, &oom) || oom.Requested != 2*MiB {
 		t.Fatalf("64 KiB + 1 on a 1 MiB budget = %v, want a refusal of the 2 MiB smallest page", err)
@@ -88,7 +89,7 @@ func TestRefusedGrowthPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
 			arenaReserve(t, a, st, 4*MiB, nil) // 4 MiB pages, served 12 MiB of 4 MiB
 		}
 	}
-	twinSt := storage.NewSim(32, nil)
+	twinSt := hoststorage.NewSim(32, nil)
 	twin := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	history(twin, twinSt)
 	arenaReserve(t, twin, twinSt, 6*MiB, nil)
@@ -97,7 +98,7 @@ func TestRefusedGrowthPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
 		t.Fatalf("setup: the growth took %d-byte pages, want more than the 6 MiB asked", tiled)
 	}
 
-	st := storage.NewSim(32, storage.NewBudget(12*MiB+6*MiB+MiB))
+	st := hoststorage.NewSim(32, storage.NewBudget(12*MiB+6*MiB+MiB))
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	history(a, st)
 	h := arenaReserve(t, a, st, 6*MiB, nil)
@@ -119,7 +120,7 @@ func TestRefusedGrowthPageIsAskedAgainAtTheReservationsOwnSize(t *testing.T) {
 func TestGranularGrowthTakesTheLargestPage(t *testing.T) {
 	sizing := NewPageSizing(64*MiB, 32)
 	granular := NewArena(sizing, Limits{}, nil)
-	gst := storage.NewGranularSim(32, 2*MiB, nil)
+	gst := hoststorage.NewGranularSim(32, 2*MiB, nil)
 	arenaReserve(t, granular, gst, 1*MiB, nil)
 	h := arenaReserve(t, granular, gst, 10*MiB, nil)
 	if granular.PageSize() != 64*MiB || granular.Growths() != 1 || gst.BytesAllocated() != 2*MiB+10*MiB {
@@ -133,7 +134,7 @@ func TestGranularGrowthTakesTheLargestPage(t *testing.T) {
 	granular.Check()
 
 	whole := NewArena(sizing, Limits{}, nil)
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	arenaReserve(t, whole, st, 1*MiB, nil)
 	arenaReserve(t, whole, st, 10*MiB, nil)
 	if whole.PageSize() != 10*MiB {
@@ -145,7 +146,7 @@ func TestGranularGrowthTakesTheLargestPage(t *testing.T) {
 // (a host under strict overcommit counts a reservation in full) is asked
 // again at the tiled size, so the arena still grows.
 func TestRefusedLargestGranularPageFallsBackToTheTiledSize(t *testing.T) {
-	st := storage.NewFaulty(storage.NewGranularSim(32, 2*MiB, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewGranularSim(32, 2*MiB, nil))
 	st.RefuseAllocIf(func(size uint64) bool { return size > 32*MiB })
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 1*MiB, nil)
@@ -162,7 +163,7 @@ func TestRefusedLargestGranularPageFallsBackToTheTiledSize(t *testing.T) {
 // page; the page size stays, and the own-size page serves what it holds
 // once freed.
 func TestLargeReservationGetsAPageOfItsOwnSize(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 30*MiB, nil) // grows to 30 MiB pages, one full page
 	page := a.PageSize()
@@ -189,7 +190,7 @@ func TestLargeReservationGetsAPageOfItsOwnSize(t *testing.T) {
 	a.Check()
 
 	// Granular storage maps the same granules on any page: the pool's.
-	gst := storage.NewGranularSim(32, 2*MiB, nil)
+	gst := hoststorage.NewGranularSim(32, 2*MiB, nil)
 	b := NewArena(NewPageSizing(64*MiB, 32), Limits{}, nil)
 	arenaReserve(t, b, gst, 40*MiB, nil) // grows to the largest page (PL31)
 	arenaReserve(t, b, gst, 40*MiB, nil) // more than half: still the pool's page
@@ -217,7 +218,7 @@ func TestNonTilingReservationGetsAPageOfItsOwnSize(t *testing.T) {
 		{5 * MiB, 34 * MiB, "six leave 4 MiB, 683 KiB each, against 1 MiB of rounding"},
 		{4*MiB - 4096, 34 * MiB, "an eighth or less: shares, though eight leave 256 KiB each against 4 KiB of rounding"},
 	} {
-		st := storage.NewSim(32, nil)
+		st := hoststorage.NewSim(32, nil)
 		a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 		arenaReserve(t, a, st, 34*MiB, nil) // 34 MiB pages, one full page
 		if a.PageSize() != 34*MiB {

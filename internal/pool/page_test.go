@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -73,7 +74,7 @@ type pageStep struct {
 // that every live allocation's location names its own slice.
 func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 	t.Helper()
-	st := storage.NewHost(align, nil)
+	st := hoststorage.NewHost(align, nil)
 	r, err := st.Alloc(size)
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +197,7 @@ func TestPagePaddingHonoursAnAlignmentThatIsNotAPowerOfTwo(t *testing.T) {
 }
 
 func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
 	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	a := pg.tryReserve(nil, 2*MiB)
@@ -214,7 +215,7 @@ func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 }
 
 func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
 	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	g := handle.NewErrorGraph()
@@ -251,7 +252,7 @@ func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 }
 
 func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
 	pg := newPage(r, 32, 2, 5, 0, nil, nil)
 	hs := make([]*handle.Handle, 4)
@@ -297,7 +298,7 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
-			st := storage.NewSim(32, nil)
+			st := hoststorage.NewSim(32, nil)
 			r, _ := st.Alloc(1024)
 			pg := newPage(r, 32, 2, 0, 0, nil, nil)
 			pg.tryReserve(nil, 100)
@@ -347,7 +348,7 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 		{"first run too small, second exact", []uint64{1, 1, 2, 1}, []int{0, 2}, 2, "(1) 1 2 1 (3)", false},
 	}
 	build := func(t *testing.T) (*page, *handle.ErrorGraph) {
-		st := storage.NewHost(32, nil)
+		st := hoststorage.NewHost(32, nil)
 		r, err := st.Alloc(8 * MiB)
 		if err != nil {
 			t.Fatal(err)
@@ -414,7 +415,7 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 // slice just before the freed one joins it; free room before the run still
 // wins first fit; hints stay exact (check).
 func TestCoalesceRescansFromTheLowestFreedSlice(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	r, err := st.Alloc(8 * MiB)
 	if err != nil {
 		t.Fatal(err)

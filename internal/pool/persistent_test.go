@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -18,7 +19,7 @@ type persistentFlushes struct {
 func (s *persistentFlushes) Flush() { s.n++; s.Storage.Flush() }
 
 func TestPersistentReusesAFreedSliceForTheSameEffectiveSizeOnly(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewPersistent(1<<20, 32, Limits{})
 	if p.Index() != 255 || PersistentIndex != 255 {
 		t.Fatalf("persistent pool index %d", p.Index())
@@ -61,7 +62,7 @@ func TestPersistentReusesAFreedSliceForTheSameEffectiveSizeOnly(t *testing.T) {
 // Reserved bytes persist after frees until an Explicit cleanup, after which
 // the renumbered live slices still resolve to their bytes.
 func TestPersistentReservedBytesPersistUntilAnExplicitCleanup(t *testing.T) {
-	base := storage.NewHost(32, nil)
+	base := hoststorage.NewHost(32, nil)
 	st := &persistentFlushes{Storage: base}
 	p := NewPersistent(1<<20, 32, Limits{})
 	a := singleReserve(t, p, st, 64)
@@ -116,7 +117,7 @@ func TestPersistentReservedBytesPersistUntilAnExplicitCleanup(t *testing.T) {
 }
 
 func TestPersistentRefusesSizesAboveMaxAlloc(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewPersistent(4096, 32, Limits{})
 	if !p.Accept(4096) || p.Accept(4097) {
 		t.Errorf("Accept(4096) = %v, Accept(4097) = %v", p.Accept(4096), p.Accept(4097))
@@ -131,7 +132,7 @@ func TestPersistentRefusesSizesAboveMaxAlloc(t *testing.T) {
 }
 
 func TestPersistentGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := NewPersistent(1<<20, 32, Limits{})
 	a := singleReserve(t, p, st, 512)
 	guard, ok := p.Guard(a.Location())
@@ -160,7 +161,7 @@ func TestPersistentGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
 }
 
 func TestPersistentReleasedSliceDropsItsFailureMarks(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	p := NewPersistent(1<<20, 32, Limits{})
 	a := singleReserve(t, p, st, 256)
@@ -173,7 +174,7 @@ func TestPersistentReleasedSliceDropsItsFailureMarks(t *testing.T) {
 }
 
 func TestPersistentRefusesTheSliceBeyondItsLimitChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewPersistent(1<<20, 32, Limits{MaxPages: 3})
 	var hs []*handle.Handle
 	for range 3 {

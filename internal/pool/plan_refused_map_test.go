@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -13,7 +14,7 @@ import (
 func TestPlanPassesOverAPageWhoseGranulesTheStorageRefusesToMap(t *testing.T) {
 	const mib = 1 << 20
 	g := handle.NewErrorGraph()
-	st := storage.NewGranularSim(32, mib, storage.NewBudget(12*mib))
+	st := hoststorage.NewGranularSim(32, mib, storage.NewBudget(12*mib))
 	// A growth on granular storage takes the largest page (PL31): 10 MiB.
 	a := NewArena(PageSizing{Min: 4 * mib, Max: 10 * mib, Align: 32}, Limits{}, nil)
 	x, err := a.Reserve(st, mib, g)

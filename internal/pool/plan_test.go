@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -99,7 +100,7 @@ func ids(hs ...*handle.Handle) []handle.ID {
 
 // design §12.3 scenario 14 (which pages enter a plan).
 func TestPlanTakesOnlyUnguardedUnboundPagesWithALiveSlice(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g,
 		[]uint64{1},    // page 0: plain → planned
@@ -123,7 +124,7 @@ func TestPlanTakesOnlyUnguardedUnboundPagesWithALiveSlice(t *testing.T) {
 
 // design §12.3 scenario 14 (order).
 func TestPlanMovesCheapestPagesFirst(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{3, 2}, []uint64{1}, []uint64{4})
 	arenaReserve(t, a, st, 9*MiB, g)
@@ -150,7 +151,7 @@ func TestPlanMovesCheapestPagesFirst(t *testing.T) {
 func TestCommitOfALandedNotFromCopyPanics(t *testing.T) {
 	for name, l := range map[string]*relocation.Landed{"Zero": {}, "Nil": nil} {
 		t.Run(name, func(t *testing.T) {
-			st := storage.NewSim(32, nil)
+			st := hoststorage.NewSim(32, nil)
 			a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 			defer func() {
 				if recover() == nil {
@@ -176,7 +177,7 @@ func relocate(t *testing.T, a *Arena, room relocation.TargetRoom, st storage.Sto
 }
 
 func TestCommitMovesBytesCursorAndMarksAndEveryOwnerFollows(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	sizes := []uint64{1*MiB + 3, 100, 512 << 10, 4097, 300 << 10}
@@ -231,7 +232,7 @@ func TestCommitMovesBytesCursorAndMarksAndEveryOwnerFollows(t *testing.T) {
 }
 
 func TestCommittedSourceSliceIsFreeWithoutMarks(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	h := arenaReserve(t, a, st, 1*MiB, g)
@@ -273,7 +274,7 @@ func TestCommittedSourceSliceIsFreeWithoutMarks(t *testing.T) {
 }
 
 func TestHeldPlanLeavesAPageInPlaceWhenOneOfItsAllocationsFindsNoTarget(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{1, 3})
 	growTo10(t, a, st, g, []uint64{2, 8}, []bool{true, false}) // current page: (2) 8
@@ -302,7 +303,7 @@ func TestHeldPlanLeavesAPageInPlaceWhenOneOfItsAllocationsFindsNoTarget(t *testi
 // Abandoning a page's moves must give their room back whole: the targets
 // it split are merged again before the next page is placed.
 func TestRoomAnAbandonedPageTookServesTheNextPage(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{1}, []uint64{3, 3}, []uint64{4, 2})
 	growTo10(t, a, st, g, []uint64{1, 1, 4, 1, 2, 1}, []bool{true, false, true, false, true, false}) // (1) 1 (4) 1 (2) 1
@@ -319,7 +320,7 @@ func TestRoomAnAbandonedPageTookServesTheNextPage(t *testing.T) {
 // A Held plan places each allocation first fit on the current pool, as
 // TryReserve would: holes before an earlier target are not skipped.
 func TestHeldPlanUsesHolesBeforeItsEarlierTargets(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{3}, []uint64{2, 1})
 	growTo10(t, a, st, g, []uint64{2, 1, 2, 1, 3, 1}, []bool{true, false, true, false, true, false}) // (2) 1 (2) 1 (3) 1
@@ -342,7 +343,7 @@ func TestHeldPlanUsesHolesBeforeItsEarlierTargets(t *testing.T) {
 }
 
 func TestHeldPlanNeverAddsAPageMayAllocateDoes(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{2})
 	growTo10(t, a, st, g, []uint64{10}, []bool{false}) // the current page is full
@@ -366,7 +367,7 @@ func TestHeldPlanNeverAddsAPageMayAllocateDoes(t *testing.T) {
 }
 
 func TestGuardedOutdatedPageIsLeftAloneAndCounted(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	h := arenaReserve(t, a, st, 1*MiB, g)
@@ -390,7 +391,7 @@ func TestGuardedOutdatedPageIsLeftAloneAndCounted(t *testing.T) {
 }
 
 func TestAbandonedPlanLeavesEveryAllocationInPlace(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{1, 2}, []uint64{3})
 	for i, hs := range live {
@@ -423,7 +424,7 @@ func TestAbandonedPlanLeavesEveryAllocationInPlace(t *testing.T) {
 // once 2 MiB moves passed over a page with a 1 MiB hole, a later 1 MiB move
 // still finds that hole first, as TryReserve would.
 func TestPlanSkipsAPageOnlyForMovesLargerThanItsRoom(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	a, live := outdatedPages(t, st, g, []uint64{2}, []uint64{2, 1})
 	growTo10(t, a, st, g, []uint64{1, 9}, []bool{true, false}) // (1) 9

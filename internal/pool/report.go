@@ -1,6 +1,10 @@
 package pool
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpumem/gpumem/internal/units"
+)
 
 // Usage sums a set of slices or pools.
 //
@@ -71,14 +75,14 @@ func (u Usage) String() string {
 	}
 	pending := ""
 	if u.BytesPendingFree > 0 {
-		pending = fmt.Sprintf(", %s pending free", Bytes(u.BytesPendingFree))
+		pending = fmt.Sprintf(", %s pending free", units.Bytes(u.BytesPendingFree))
 	}
 	mapped := ""
 	if u.BytesUnmapped > 0 {
-		mapped = fmt.Sprintf(" (%s mapped)", Bytes(u.BytesMapped()))
+		mapped = fmt.Sprintf(" (%s mapped)", units.Bytes(u.BytesMapped()))
 	}
 	return fmt.Sprintf("%d allocations, %s in use, %s padding%s, %s reserved%s (usage %.1f%%, padding overhead %.1f%%)",
-		u.Allocations, Bytes(u.BytesInUse), Bytes(u.BytesPadding), pending, Bytes(u.BytesReserved), mapped, eff*100, pad*100)
+		u.Allocations, units.Bytes(u.BytesInUse), units.Bytes(u.BytesPadding), pending, units.Bytes(u.BytesReserved), mapped, eff*100, pad*100)
 }
 
 // Kind describes a pool's placement policy in a report.
@@ -120,20 +124,4 @@ type Report struct {
 	Pages        uint64 // pages held now
 	PagesPeak    uint64 // the most pages ever held at once
 	LargestAlloc uint64 // the largest size ever served
-}
-
-// Bytes formats a byte count with a binary unit.
-type Bytes uint64
-
-func (b Bytes) String() string {
-	const unit = 1024
-	if b < unit {
-		return fmt.Sprintf("%d B", uint64(b))
-	}
-	div, exp := uint64(unit), 0
-	for n := uint64(b) / unit; n >= unit && exp < 5; n /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.2f %ciB", float64(b)/float64(div), "KMGTPE"[exp])
 }

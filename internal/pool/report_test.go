@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 )
 
 // A slice whose last handle besides the slice's own is released while a
@@ -21,7 +21,7 @@ func TestUsageCountsABoundSliceWithoutAUserHandleAsPendingFree(t *testing.T) {
 		{"persistent", NewPersistent(1<<20, 32, Limits{})},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := storage.NewHost(32, nil)
+			st := hoststorage.NewHost(32, nil)
 			a := singleReserve(t, tc.pool, st, 40)  // 40 + 24 padding
 			b := singleReserve(t, tc.pool, st, 100) // 100 + 28
 			bind := a.Binding()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -15,7 +16,7 @@ import (
 // its page, and Release makes it free room again.
 func TestRoomStaysHeldForItsOwnerWhateverHappensToThePage(t *testing.T) {
 	g := handle.NewErrorGraph()
-	st := storage.NewGranularSim(32, granuleSize, nil)
+	st := hoststorage.NewGranularSim(32, granuleSize, nil)
 	p := granularPool()
 	other := mustReserve(t, p, st, 1*MiB) // [0, 1): another graph's buffer
 	base := p.pages[0].region.Offset

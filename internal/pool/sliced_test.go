@@ -7,6 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -112,7 +113,7 @@ func TestSlicedMaxSliceIsCappedAtThePageSize(t *testing.T) {
 }
 
 func TestSlicedTryReserveCoalescesEachPageItVisits(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(8*MiB, 8*MiB, false, 32, 1, Limits{})
 	a := slicedReserve(t, p, st, 3*MiB, nil)
 	b := slicedReserve(t, p, st, 5*MiB, nil)
@@ -131,7 +132,7 @@ func TestSlicedTryReserveCoalescesEachPageItVisits(t *testing.T) {
 
 // design §12.4 scenario 19 (guards).
 func TestGuardedPageServesNoReservation(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(8*MiB, 8*MiB, false, 32, 1, Limits{})
 	a := slicedReserve(t, p, st, 4*MiB, nil)
 	guard, ok := p.Guard(a.Location())
@@ -156,7 +157,7 @@ func TestGuardedPageServesNoReservation(t *testing.T) {
 
 // design §12.4 scenario 19 (guards, renumbering).
 func TestGuardedPageIsNeverReleasedAndRenumberedSurvivorsStillResolve(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	p := NewSliced(1*MiB, 1*MiB, false, 32, 1, Limits{})
 	full := func() *handle.Handle { return slicedReserve(t, p, st, 1*MiB, g) }
@@ -198,7 +199,7 @@ func TestGuardedPageIsNeverReleasedAndRenumberedSurvivorsStillResolve(t *testing
 }
 
 func TestSlicedCleanupReleasesOnlyWhenExplicit(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(2*MiB, 2*MiB, false, 32, 1, Limits{})
 	slicedReserve(t, p, st, 1*MiB, nil).Release()
 	p.Cleanup(st, 1, Periodic, nil)
@@ -212,7 +213,7 @@ func TestSlicedCleanupReleasesOnlyWhenExplicit(t *testing.T) {
 }
 
 func TestSlicedAllocBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(1*MiB, 1*MiB, false, 32, 1, Limits{MaxPages: 3})
 	var hs []*handle.Handle
 	for range 3 {
@@ -239,7 +240,7 @@ func TestSlicedAllocBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
 }
 
 func TestSlicedAllocRefusedByStorageChangesNothing(t *testing.T) {
-	st := storage.NewFaulty(storage.NewSim(32, nil))
+	st := hoststorage.NewFaulty(hoststorage.NewSim(32, nil))
 	p := NewSliced(1*MiB, 1*MiB, false, 32, 1, Limits{})
 	a := slicedReserve(t, p, st, 1*MiB, nil)
 	st.RefuseNextAllocs(1)
@@ -256,7 +257,7 @@ func TestSlicedAllocRefusedByStorageChangesNothing(t *testing.T) {
 }
 
 func TestSlicedAllocOfMoreThanAPageIsRefusedChangingNothing(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(1*MiB, 1*MiB, false, 32, 1, Limits{})
 	if _, err := p.Alloc(st, 1*MiB+1); !errors.Is(err, ErrBufferTooBig) {
 		t.Fatalf("Alloc above the page size: %v, want ErrBufferTooBig", err)
@@ -267,7 +268,7 @@ func TestSlicedAllocOfMoreThanAPageIsRefusedChangingNothing(t *testing.T) {
 }
 
 func TestSlicedReportCountsLiveSlicesPaddingAndPeak(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	p := NewSliced(1024, 1024, false, 32, 1, Limits{})
 	a := slicedReserve(t, p, st, 40, nil)   // 40 + 24
 	b := slicedReserve(t, p, st, 1000, nil) // a new page, 1000 + 8
@@ -296,7 +297,7 @@ func TestSlicedPagesStayTiledUnderAnySequenceOfOperations(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		align := rapid.SampledFrom([]uint64{1, 32, 50}).Draw(rt, "align")
 		pageSize := rapid.SampledFrom([]uint64{256, 1000, 4096}).Draw(rt, "pageSize")
-		st := storage.NewHost(32, nil)
+		st := hoststorage.NewHost(32, nil)
 		g := handle.NewErrorGraph()
 		p := NewSliced(pageSize, pageSize, false, align, 1, Limits{})
 		type alloc struct {

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
-	"github.com/gpumem/gpumem/storage"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 )
 
 // BenchmarkReserveAcrossPages measures a free-then-reserve of 1 MiB on a
@@ -24,7 +24,7 @@ func BenchmarkReserveAcrossPages(b *testing.B) {
 		{"holes-2MiB/first-fit", 2, false}, {"holes-2MiB/tightest", 2, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			st := storage.NewSim(32, nil)
+			st := hoststorage.NewSim(32, nil)
 			p := NewSliced(16*MiB, 16*MiB, false, 32, ArenaFirstIndex, Limits{})
 			p.tightest = tc.tightest
 			g := handle.NewErrorGraph()

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -50,9 +51,9 @@ func TestArenaPoolCarvesFromTheTightestPage(t *testing.T) {
 		tightest bool
 		want     uint32
 	}{
-		{"tightest", storage.NewSim(32, nil), true, 1},
-		{"first fit", storage.NewSim(32, nil), false, 0},
-		{"granular", storage.NewGranularSim(32, 2*MiB, nil), true, 0},
+		{"tightest", hoststorage.NewSim(32, nil), true, 1},
+		{"first fit", hoststorage.NewSim(32, nil), false, 0},
+		{"granular", hoststorage.NewGranularSim(32, 2*MiB, nil), true, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, hs := twoPages(t, c.st, c.tightest, []uint64{4 * MiB, 12 * MiB}, []uint64{14 * MiB, 2 * MiB})
@@ -70,7 +71,7 @@ func TestArenaPoolCarvesFromTheTightestPage(t *testing.T) {
 		})
 	}
 	t.Run("tie", func(t *testing.T) {
-		st := storage.NewSim(32, nil)
+		st := hoststorage.NewSim(32, nil)
 		p, hs := twoPages(t, st, true, []uint64{14 * MiB, 2 * MiB}, []uint64{14 * MiB, 2 * MiB})
 		hs[1][1].Release()
 		hs[0][1].Release()
@@ -87,7 +88,7 @@ func TestArenaPoolCarvesFromTheTightestPage(t *testing.T) {
 // coalesceFor keeps apart for it). The page not chosen is left with the run
 // merged whole.
 func TestTightestPageWeighsFreeRunsNotSlices(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	g := handle.NewErrorGraph()
 	p, hs := twoPages(t, st, true, []uint64{14 * MiB, 2 * MiB}, []uint64{13 * MiB, MiB, 3 * MiB / 2, MiB / 2})
 	hs[0][1].Release()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/relocation"
 	"github.com/gpumem/gpumem/storage"
 )
@@ -153,7 +154,7 @@ func TestServedSizesKeepsAHeavySizeAgainstRareRivalsInItsSlot(t *testing.T) {
 // whichever way it serves it, and nothing for a refused one or for a
 // relocation's targets.
 func TestArenaRecordsTheEffectiveSizeOfEveryReservationButNoRelocationTarget(t *testing.T) {
-	st := storage.NewSim(32, storage.NewBudget(64*MiB))
+	st := hoststorage.NewSim(32, storage.NewBudget(64*MiB))
 	g := handle.NewErrorGraph()
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	var total uint64
@@ -213,7 +214,7 @@ func TestArenaRecordsTheEffectiveSizeOfEveryReservationButNoRelocationTarget(t *
 // design §5.3: until the arena served as many bytes as the growth needs in
 // other sizes, the page is the smallest that holds the growth.
 func TestThinHistoryGrowsToTheSmallestPage(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	// A first 100 MiB allocation on an empty arena: a 100 MiB page, the
 	// page that tiles every later 100 MiB one.
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
@@ -284,7 +285,7 @@ func TestThinHistoryIgnoresTheGrowthsOwnSize(t *testing.T) {
 // growth, far more than the 101 MiB from which 200 MiB's fewer tails pay
 // for its larger half page.
 func TestGrowthTilesTheServedSizes(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	for range 8 {
 		arenaReserve(t, a, st, 100*MiB, nil)
@@ -345,7 +346,7 @@ func TestFootprintDecidesWhetherAGrowthTiles(t *testing.T) {
 // held, and with only the outdated 25s, 75 MiB, held beside its own
 // 157 MiB. With nothing held but its own it keeps 158 MiB.
 func TestGrowthCostsTailsAgainstWhatAllPoolsHold(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	for _, c := range []struct {
 		what string
 		keep func(page uint64) bool
@@ -392,7 +393,7 @@ func TestTailWasteCountsTheGrowthsOwnAllocation(t *testing.T) {
 	if got := sizing.tiled(3*MiB, 4*MiB, 16*MiB, s); got != 6*MiB {
 		t.Fatalf("3 MiB after 3 × 1 MiB, footprint 16 MiB: page %d, want 6 MiB", got)
 	}
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a := NewArena(sizing, Limits{}, nil)
 	for range 3 {
 		arenaReserve(t, a, st, 1*MiB, nil)
@@ -481,7 +482,7 @@ func TestOddAlignmentAndALowMaxBoundEveryCandidate(t *testing.T) {
 	if quarter%align != 0 {
 		t.Fatalf("setup: %d is not a multiple of %d", quarter, align)
 	}
-	st := storage.NewSim(align, nil)
+	st := hoststorage.NewSim(align, nil)
 	a := NewArena(sizing, Limits{}, nil)
 	for range 100 {
 		arenaReserve(t, a, st, quarter-49, nil) // padded to quarter

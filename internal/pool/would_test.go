@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -61,9 +62,9 @@ func TestArenaWouldReserveAgreesWithReserve(t *testing.T) {
 	for seed := range uint64(60) {
 		rng := rand.New(rand.NewPCG(seed, 0xa7e4a))
 		b := storage.NewBudget((24 + uint64(rng.IntN(64))) * MiB)
-		var st storage.Storage = storage.NewSim(256, b)
+		var st storage.Storage = hoststorage.NewSim(256, b)
 		if rng.IntN(2) == 0 {
-			st = storage.NewGranularSim(256, storage.DefaultGranule, b)
+			st = hoststorage.NewGranularSim(256, hoststorage.DefaultGranule, b)
 		}
 		a := NewArena(NewPageSizing(16*MiB, 256), Limits{}, nil)
 		g := handle.NewErrorGraph()

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -41,11 +42,11 @@ type CopyQueue interface {
 //
 // The zero value is ready to use. Faults, when set, is consulted before every
 // wait and copy so tests reach the failure paths of Relocation.Copy through
-// storage.Faulty instead of mocks; when it is nil, a storage passed to Copy
-// that implements storage.FaultInjector is consulted for copies (waits take
+// hoststorage.Faulty instead of mocks; when it is nil, a storage passed to Copy
+// that implements hoststorage.FaultInjector is consulted for copies (waits take
 // no storage, so only Faults can refuse them).
 type HostCopies struct {
-	Faults storage.FaultInjector
+	Faults hoststorage.FaultInjector
 }
 
 // WaitDevice implements CopyQueue: nothing runs against the memory, so it
@@ -63,7 +64,7 @@ func (h HostCopies) WaitCopies() error { return h.checkWait() }
 func (h HostCopies) Copy(st storage.Storage, c StorageCopy) error {
 	faults := h.Faults
 	if faults == nil {
-		faults, _ = st.(storage.FaultInjector)
+		faults, _ = st.(hoststorage.FaultInjector)
 	}
 	if faults != nil {
 		if err := faults.CheckCopy(); err != nil {

@@ -5,11 +5,12 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
 func TestHostCopiesCopiesExactlyTheRequestedWindowAndNothingBeyond(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	const size = 4*mib + 3 // requested, never padded
 	srcPage, _ := st.Alloc(8 * mib)
 	dstPage, _ := st.Alloc(8 * mib)
@@ -43,7 +44,7 @@ func TestHostCopiesCopiesExactlyTheRequestedWindowAndNothingBeyond(t *testing.T)
 }
 
 func TestHostCopiesOnSimStorageChecksRegionsWithoutBytes(t *testing.T) {
-	st := storage.NewSim(32, nil)
+	st := hoststorage.NewSim(32, nil)
 	a, _ := st.Alloc(1 << 30) // no bytes behind it: Sim costs a map entry
 	b, _ := st.Alloc(1 << 30)
 	if err := (HostCopies{}).Copy(st, StorageCopy{Source: a, Target: b}); err != nil {
@@ -59,7 +60,7 @@ func TestHostCopiesOnSimStorageChecksRegionsWithoutBytes(t *testing.T) {
 }
 
 func TestHostCopiesRefusesUnequalSizesWithoutWriting(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	a, _ := st.Alloc(64)
 	b, _ := st.Alloc(64)
 	ra, _ := st.Resolve(a)
@@ -77,7 +78,7 @@ func TestHostCopiesRefusesUnequalSizesWithoutWriting(t *testing.T) {
 }
 
 func TestHostCopiesHonoursFaultyRefusals(t *testing.T) {
-	f := storage.NewFaulty(storage.NewHost(32, nil))
+	f := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 	a, _ := f.Alloc(64)
 	b, _ := f.Alloc(64)
 	c := StorageCopy{Source: a, Target: b}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -160,7 +161,7 @@ func wantLog(t *testing.T, q *loggingQueue, copies int) {
 var errQueue = errors.New("queue refused")
 
 func TestCopyWaitsForTheDeviceCopiesInPlanOrderThenWaitsForCopies(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := newPlan(t, st, false, 96, 4*mib+3, 1)
 	originals := p.sourceBytes(t)
 	q := &loggingQueue{}
@@ -208,7 +209,7 @@ func TestCopyOfAnEmptyRelocationStillWaitsAndLands(t *testing.T) {
 		t.Fatalf("New(nil): IsEmpty %v Len %d", r.IsEmpty(), r.Len())
 	}
 	q := &loggingQueue{}
-	l, err := r.Copy(storage.NewHost(32, nil), q)
+	l, err := r.Copy(hoststorage.NewHost(32, nil), q)
 	if err != nil || !l.Valid() || len(l.Moves()) != 0 {
 		t.Fatalf("Copy = (%v, %v), want a valid empty Landed", l, err)
 	}
@@ -216,7 +217,7 @@ func TestCopyOfAnEmptyRelocationStillWaitsAndLands(t *testing.T) {
 }
 
 func TestCopyAbandonsWithoutCopyingWhenTheDeviceWaitFails(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := newPlan(t, st, true, 64, 128)
 	originals := p.sourceBytes(t)
 	q := &loggingQueue{waitDeviceErr: errQueue}
@@ -238,7 +239,7 @@ func TestCopyAbandonsWithoutCopyingWhenTheDeviceWaitFails(t *testing.T) {
 func TestCopyRefusedAtTheKthMoveStillWaitsThenAbandons(t *testing.T) {
 	for k := 1; k <= 3; k++ {
 		t.Run(fmt.Sprintf("refused at copy %d of 3", k), func(t *testing.T) {
-			st := storage.NewHost(32, nil)
+			st := hoststorage.NewHost(32, nil)
 			p := newPlan(t, st, true, 64, 96, 128)
 			originals := p.sourceBytes(t)
 			q := &loggingQueue{refuseCopyAt: k, copyErr: errQueue}
@@ -260,7 +261,7 @@ func TestCopyRefusedAtTheKthMoveStillWaitsThenAbandons(t *testing.T) {
 func TestCopyLeaksSourceAndTargetWhenTheCopyWaitFailsOnAHealthyDevice(t *testing.T) {
 	for _, refuseAt := range []int{0, 2} {
 		t.Run(fmt.Sprintf("refused copy %d", refuseAt), func(t *testing.T) {
-			st := storage.NewHost(32, nil)
+			st := hoststorage.NewHost(32, nil)
 			// No user handles: only the relocation's clones keep the sources
 			// from being free.
 			p := newPlan(t, st, false, 64, 96)
@@ -296,7 +297,7 @@ func TestCopyLeaksSourceAndTargetWhenTheCopyWaitFailsOnAHealthyDevice(t *testing
 var errWait = errors.New("wait failed")
 
 func TestCopyReleasesSourceAndTargetWhenTheCopyWaitFindsTheDevicePoisoned(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := newPlan(t, st, false, 64, 96)
 	poisoned := fmt.Errorf("illegal address: %w", storage.ErrDevicePoisoned)
 	q := &loggingQueue{waitCopiesErr: poisoned}
@@ -326,7 +327,7 @@ func TestCopyThroughFaultyStorageLeaksOrReleasesByTheWaitError(t *testing.T) {
 		{"poisoned wait", storage.ErrDevicePoisoned, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := storage.NewFaulty(storage.NewHost(32, nil))
+			f := hoststorage.NewFaulty(hoststorage.NewHost(32, nil))
 			p := newPlan(t, f, false, 64)
 			f.FailWith(tc.fail)
 			f.RefuseWaits(func(n int) bool { return n == 2 }) // WaitCopies, after WaitDevice
@@ -347,7 +348,7 @@ func TestCopyThroughFaultyStorageLeaksOrReleasesByTheWaitError(t *testing.T) {
 }
 
 func TestAbandonReleasesEveryCloneOnceEvenWhenCalledTwice(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := newPlan(t, st, true, 64, 96)
 	originals := p.sourceBytes(t)
 	p.r.Abandon()
@@ -370,7 +371,7 @@ func TestARelocationIsCopiedOnlyOnce(t *testing.T) {
 		{"after Abandon", func(r *Relocation, _ storage.Storage) { r.Abandon() }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := storage.NewHost(32, nil)
+			st := hoststorage.NewHost(32, nil)
 			p := newPlan(t, st, false, 64)
 			tc.first(p.r, st)
 			defer func() {
@@ -394,7 +395,7 @@ func TestOnlyCopyMakesAValidLanded(t *testing.T) {
 }
 
 func TestMovesAreReadOnlyCopiesOfThePlan(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	p := newPlan(t, st, false, 64, 96)
 	moves := p.r.Moves()
 	moves[0] = moves[1]
@@ -407,7 +408,7 @@ func TestMovesAreReadOnlyCopiesOfThePlan(t *testing.T) {
 }
 
 func TestNewMoveRefusesMovesThatBreakR5(t *testing.T) {
-	st := storage.NewHost(32, nil)
+	st := hoststorage.NewHost(32, nil)
 	a, _ := st.Alloc(64)
 	b, _ := st.Alloc(64)
 	src := handle.New(handle.MustLocation(0, 1, 0))

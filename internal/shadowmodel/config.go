@@ -108,7 +108,7 @@ func ConfigFor(seed uint64) Config {
 	case 6:
 		c.Name, c.ExclusivePages, c.Capacity = "host exclusive pages, 64 MiB", true, 64<<20
 	}
-	c.MaxPage = gpumem.HostProperties(c.Capacity).MaxPageSize
+	c.MaxPage = hostMaxPage(c.Capacity)
 	if c.Props != (Properties{}) {
 		c.MaxPage = c.Props.MaxPage
 	}
@@ -173,4 +173,20 @@ func (c Config) sizeCap(race bool) uint64 {
 		n = min(n, 5<<20)
 	}
 	return n
+}
+
+// hostMaxPage is the max page of a Sim device of this capacity (0: none),
+// asked of such a device: the script is drawn before any device opens,
+// and the model keeps no copy of the device's rule for its page size.
+func hostMaxPage(capacity uint64) uint64 {
+	opts := []gpumem.Option{gpumem.WithSim()}
+	if capacity != 0 {
+		opts = append(opts, gpumem.WithCapacity(capacity))
+	}
+	d, err := gpumem.Open(opts...)
+	if err != nil {
+		panic(fmt.Sprintf("shadowmodel: opening a Sim device to read its max page: %v", err))
+	}
+	defer d.Close()
+	return d.Properties().MaxPageSize
 }

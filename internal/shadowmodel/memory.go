@@ -5,7 +5,6 @@ package shadowmodel
 
 import (
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/internal/memory"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -24,14 +23,14 @@ var modeNames = []string{auto: "auto", persistent: "persistent", dedicated: "ded
 func (m mode) MarshalText() ([]byte, error)  { return marshalEnum(modeNames, int(m)) }
 func (m *mode) UnmarshalText(t []byte) error { return unmarshalEnum(modeNames, (*int)(m), t) }
 
-func (m mode) memory() memory.Mode {
+func (m mode) memory() gpumem.Mode {
 	switch m {
 	case persistent:
-		return memory.Persistent
+		return gpumem.Persistent
 	case dedicated:
-		return memory.Dedicated
+		return gpumem.Dedicated
 	}
-	return memory.Auto
+	return gpumem.Auto
 }
 
 // deviceOptions are the options that open the device c describes; wrap
@@ -42,7 +41,7 @@ func deviceOptions(c Config, wrap func(storage.Storage) storage.Storage) []gpume
 		opts = append(opts, gpumem.WithCapacity(c.Capacity))
 	}
 	if p := c.Props; p != (Properties{}) {
-		opts = append(opts, gpumem.WithProperties(memory.Properties{MaxPageSize: p.MaxPage, Alignment: p.Alignment, MaxMemory: p.MaxMemory}))
+		opts = append(opts, gpumem.WithProperties(gpumem.Properties{MaxPageSize: p.MaxPage, Alignment: p.Alignment, MaxMemory: p.MaxMemory}))
 	}
 	if c.Backend == Sim {
 		opts = append(opts, gpumem.WithSim())
@@ -51,7 +50,7 @@ func deviceOptions(c Config, wrap func(storage.Storage) storage.Storage) []gpume
 		opts = append(opts, gpumem.WithPageGranular(true))
 	}
 	if c.ExclusivePages {
-		opts = append(opts, gpumem.WithMemoryConfig(memory.Config{Dynamic: memory.ExclusivePages, Persistent: memory.SizeMatch}))
+		opts = append(opts, gpumem.WithMemoryConfig(gpumem.MemoryConfig{Dynamic: gpumem.ExclusivePages, Persistent: gpumem.PersistentSizeMatch}))
 	}
 	if wrap != nil {
 		opts = append(opts, gpumem.WithStorageWrapper(wrap))

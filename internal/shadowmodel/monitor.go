@@ -84,7 +84,7 @@ func (r *runState) checkMonotonic(a, b gpumem.Stats) {
 
 func (r *runState) checkReport(worker, op int, rep gpumem.Report) {
 	for _, s := range rep.Streams {
-		u := s.Pools.Usage()
+		u := s.Usage()
 		if u.BytesInUse > u.BytesReserved || u.BytesUnmapped > u.BytesReserved {
 			r.violate(worker, op, "Report: %s usage %+v: in use or unmapped above reserved", s.Name, u)
 		}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -130,7 +131,7 @@ func Run(s *Script, t Target) (Result, error) {
 	if cfg.Faulty {
 		var mu sync.Mutex
 		wrap = func(st storage.Storage) storage.Storage {
-			f := storage.NewFaulty(st)
+			f := hoststorage.NewFaulty(st)
 			mu.Lock()
 			run.faults = append(run.faults, f)
 			mu.Unlock()
@@ -208,7 +209,7 @@ type runState struct {
 	base    base
 	d       *gpumem.Device
 	streams []*gpumem.Stream
-	faults  []*storage.Faulty
+	faults  []*hoststorage.Faulty
 	oomOK   bool // an out-of-memory is explainable (capacity or injected faults)
 	workers []*worker
 
