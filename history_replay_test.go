@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/replay"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/replay"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 	"github.com/gpumem/gpumem/storage"
 )
 

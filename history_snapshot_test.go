@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 	"github.com/gpumem/gpumem/storage"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/analysis/replay"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/replay"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 	"github.com/gpumem/gpumem/storage"
 )
 

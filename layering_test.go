@@ -33,7 +33,7 @@ var libraryLayers = [][]string{
 // toolPackages study workloads; they may import the library, never the
 // reverse. The users of both (the CLI, examples, the GPU kit's programs)
 // are listed as neither.
-var toolPackages = []string{"analysis/trace", "analysis/trace/torch", "analysis/replay", "analysis/compare"}
+var toolPackages = []string{"internal/analysis/trace", "internal/analysis/trace/torch", "internal/analysis/replay", "internal/analysis/compare"}
 
 var usersOfBoth = []string{"cmd/gpumem", "examples/basic", "examples/quickstart", "examples/cuda", "examples/vulkan", "scripts/gpukit/oomcheck"}
 
@@ -105,6 +105,11 @@ func TestLibraryImportsOnlyLowerPackagesAndNeverTheTool(t *testing.T) {
 	user := map[string]bool{}
 	for _, p := range usersOfBoth {
 		user[p] = true
+	}
+	for p := range tool {
+		if !strings.HasPrefix(p, "internal/analysis/") {
+			t.Errorf("tool package %s lives outside internal/analysis: the tool's interface is its command line and JSON, not a Go API (surface_test.go)", p)
+		}
 	}
 	imports := moduleImports(t)
 	if len(imports) < len(level) {

@@ -24,14 +24,15 @@ import (
 //     public name whose type lives there is a type they can hold but not
 //     write down. A sentinel error re-exported by value (var ErrX =
 //     pool.ErrX) is allowed: it is a value, and errors.Is needs it.
-//  2. The library's public packages export at most publicSurfaceBudget
+//  2. The module's public packages export at most publicSurfaceBudget
 //     identifiers, counted as go doc lists them: each exported top-level
 //     function, type, variable and constant, each exported method of an
 //     exported type, each method of an exported interface (struct fields are
 //     not counted). What only the library uses belongs under internal/.
 //
-// The tool's packages (analysis/...) are counted and logged apart: they
-// study workloads, and are budgeted with the tool.
+// The snapshot tool's packages live under internal/analysis: the tool's
+// interface is its command line and its JSON, not a Go API, so they add
+// nothing to the surface (layering_test.go keeps every tool package there).
 const publicSurfaceBudget = 600
 
 // publicPackages parses the non-test files of every public package of the
@@ -213,8 +214,6 @@ func exprName(e ast.Expr) string {
 	return "?"
 }
 
-func isToolPackage(dir string) bool { return dir == "analysis" || strings.HasPrefix(dir, "analysis/") }
-
 func TestNoExportedSignatureNamesAnInternalPackage(t *testing.T) {
 	pkgs := publicPackages(t)
 	if len(pkgs) < 6 {
@@ -234,20 +233,16 @@ func TestPublicSurfaceStaysWithinItsBudget(t *testing.T) {
 		dirs = append(dirs, dir)
 	}
 	sort.Strings(dirs)
-	library, tool := 0, 0
+	total := 0
 	var lines []string
 	for _, dir := range dirs {
 		n := len(exportedSurface(pkgs[dir]).names)
-		if isToolPackage(dir) {
-			tool += n
-		} else {
-			library += n
-		}
+		total += n
 		lines = append(lines, dir+" "+strconv.Itoa(n))
 	}
-	t.Logf("exported identifiers: %s; library %d, tool %d", strings.Join(lines, ", "), library, tool)
-	if library > publicSurfaceBudget {
-		t.Errorf("the library's public packages export %d identifiers, above the budget of %d: move what only the library uses under internal/ (or unexport it) before raising the budget, and say why in a decision record",
-			library, publicSurfaceBudget)
+	t.Logf("exported identifiers: %s; %d in all", strings.Join(lines, ", "), total)
+	if total > publicSurfaceBudget {
+		t.Errorf("the public packages export %d identifiers, above the budget of %d: move what only the module uses under internal/ (or unexport it) before raising the budget, and say why in a decision record",
+			total, publicSurfaceBudget)
 	}
 }

@@ -5,7 +5,7 @@
 // own history (gpumem.Device.WriteTrace and WriteSnapshot) without
 // importing the snapshot tool; the readers, the model of PyTorch and
 // everything else that studies a workload live with the tool
-// (analysis/trace and below), which speaks of these same types.
+// (internal/analysis/trace and below), which speaks of these same types.
 //
 // # Owns
 //

@@ -252,7 +252,7 @@ const (
 
 // Sentinel errors. Every error this package returns wraps one of them with
 // the position (event index) and the offending value; the tool's reader
-// (analysis/trace) returns the same sentinels for what it decodes.
+// (internal/analysis/trace) returns the same sentinels for what it decodes.
 var (
 	// ErrUnknownOp is returned by the Encoder (and the tool's Decode) for an op that is
 	// not one of alloc, free, cleanup, window, capture, release, hold, pass,

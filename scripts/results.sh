@@ -53,8 +53,8 @@ load="$(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo unknown)"
 load1="$(cut -d' ' -f1 /proc/loadavg 2>/dev/null || echo 0)"
 run . 'AllocFree$|PairAmongLiveBuffers|HistoryRecording|RelocationThroughput|ManyGoroutines' -benchmem
 run ./internal/pool 'PlanCommit' -benchtime 10x
-run ./analysis/trace 'ReadSnapshot$' -benchmem
-run ./analysis/compare 'Replay/.*/(adaptive|adaptive-pages|torch)$' -benchtime 10x
+run ./internal/analysis/trace 'ReadSnapshot$' -benchmem
+run ./internal/analysis/compare 'Replay/.*/(adaptive|adaptive-pages|torch)$' -benchtime 10x
 
 cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ *//' || true)"
 {
@@ -126,8 +126,8 @@ cpu="$(grep -m1 'model name' /proc/cpuinfo 2>/dev/null | cut -d: -f2 | sed 's/^ 
     }' "$raw"
   echo
   echo "The commands, each with \`-count 3\`: \`go test -run '^\$' -bench 'AllocFree\$|PairAmongLiveBuffers|HistoryRecording|RelocationThroughput|ManyGoroutines' -benchmem .\`;"
-  echo "\`-bench PlanCommit -benchtime 10x ./internal/pool\`; \`-bench 'ReadSnapshot\$' -benchmem ./analysis/trace\` (x-cpython needs \`python3\`);"
-  echo "\`-bench 'Replay/.*/(adaptive|adaptive-pages|torch)\$' -benchtime 10x ./analysis/compare\`. The CUDA and Vulkan figures come from the"
+  echo "\`-bench PlanCommit -benchtime 10x ./internal/pool\`; \`-bench 'ReadSnapshot\$' -benchmem ./internal/analysis/trace\` (x-cpython needs \`python3\`);"
+  echo "\`-bench 'Replay/.*/(adaptive|adaptive-pages|torch)\$' -benchtime 10x ./internal/analysis/compare\`. The CUDA and Vulkan figures come from the"
   echo "GPU kit (\`scripts/gpu-kit.sh\`, [docs/guide/cuda.md](../guide/cuda.md)) on a machine with a GPU."
 } >"$out"
 echo "wrote $out" >&2

@@ -13,10 +13,10 @@ import (
 	"syscall"
 
 	"github.com/gpumem/gpumem"
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/analysis/trace/torch"
 	"github.com/gpumem/gpumem/cuda"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace/torch"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/units"
 )

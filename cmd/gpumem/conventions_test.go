@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // Every command has its own help: "gpumem help CMD" and "gpumem CMD -h"

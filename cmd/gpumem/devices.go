@@ -9,8 +9,8 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // A snapshot with data for several devices (segments, or trace entries

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // twoDeviceSnapshot is a JSON snapshot with trace entries for devices 0
@@ -38,7 +38,7 @@ type devicesReport struct {
 
 // formatFixture is a fixture of trace/testdata/formats_snapshot.py.
 func formatFixture(name string) string {
-	return filepath.Join("..", "..", "analysis", "trace", "testdata", name)
+	return filepath.Join("..", "..", "internal", "analysis", "trace", "testdata", name)
 }
 
 // A snapshot with data for two devices is replayed device by device and

@@ -9,9 +9,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
-	"github.com/gpumem/gpumem/analysis/trace/torch"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace/torch"
 )
 
 const diffUsage = `usage: gpumem diff [flags] A [B]

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // writeDiffTrace writes a native trace of allocs (sizes in MiB, all live

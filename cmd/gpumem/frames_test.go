@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // framesSnapshot writes a snapshot whose big allocation (entry 3) was made

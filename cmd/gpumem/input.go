@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/gpumem/gpumem/analysis/compare"
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 	"github.com/gpumem/gpumem/internal/units"
 )
 

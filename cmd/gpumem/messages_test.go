@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 // Messages speak of flags, files and settings, not Go packages: no
@@ -130,7 +130,7 @@ func TestOutputPathErrorsNameTheFlagAndThePath(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := filepath.Join(dir, "no", "such", "dir")
-	snap := filepath.Join("..", "..", "analysis", "trace", "testdata", "synthetic-p4.pickle")
+	snap := filepath.Join("..", "..", "internal", "analysis", "trace", "testdata", "synthetic-p4.pickle")
 	for _, c := range []struct {
 		args []string
 		want string

@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpumem/gpumem/analysis/trace"
+	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
 
 var updateResults = flag.Bool("update-results", false, "rewrite docs/results' replay tables, and the README's copy of the summary, from what the replays give now, dated today (scripts/results.sh)")

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpumem/gpumem/analysis/compare"
+	"github.com/gpumem/gpumem/internal/analysis/compare"
 	"github.com/gpumem/gpumem/vulkan"
 )
 
