@@ -488,7 +488,7 @@ func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) ([]memory.RoomStep, e
 			}
 			continue
 		}
-		h, err := s.mem.Reserve(st.size, memory.AddOnly)
+		h, err := s.mem.Reserve(st.size, memory.AddOnly, pool.Bind{})
 		if err != nil {
 			h = nil
 			if refused == nil {
