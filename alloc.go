@@ -2,8 +2,10 @@
 // function of this file; the files that take part point here.
 //
 //  1. Admit (admitLocked): a done context, an op that would borrow the
-//     device, a closed device are refused. Then what the reservation must
-//     find is made true: unless the stream records, the cross-stream uses
+//     device, a closed device are refused. The buffer's handle is taken
+//     from the device's recycler (newBufferHandleLocked, H6): the steady
+//     Alloc + Free allocates nothing. Then what the reservation must find
+//     is made true: unless the stream records, the cross-stream uses
 //     that passed are released, and the stream's held storage releases that
 //     passed are forwarded; the page update is computed (pageUpdateLocked),
 //     and a relocation the arena asked for runs (relocation.Wanted), which
@@ -44,33 +46,29 @@ import (
 // waits for every stream's work without holding the device lock (other
 // calls, Stats included, go on meanwhile) and gives up when ctx ends,
 // returning ctx's error with nothing moved.
-func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
+func (s *Stream) Alloc(ctx context.Context, size uint64) (Buffer, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return Buffer{}, err
 	}
-	// The buffer is allocated with its descriptor (one allocation) before
-	// the lock is taken: nobody else sees it until it is bound, and the
-	// allocator's work then overlaps other goroutines' calls instead of
-	// lengthening the device's critical section.
-	h, b := handle.NewWith[Buffer](handle.Uninit)
 	if err := s.d.lockUnlessBorrowed("Stream.Alloc"); err != nil {
-		return nil, err
+		return Buffer{}, err
 	}
 	defer s.d.mu.Unlock()
-	a := allocation{s: s, size: size, h: h}
+	a := allocation{s: s, size: size}
 	if err := a.admitLocked(ctx); err != nil {
-		return nil, err
+		return Buffer{}, err
 	}
 	reserved, err := a.reserveLocked()
 	if err != nil {
 		reserved, err = a.makeRoomLocked(ctx, err)
 	}
 	if err != nil {
-		return nil, a.failedLocked(err)
+		return Buffer{}, a.failedLocked(err)
 	}
-	if err := a.bindLocked(reserved, b); err != nil {
-		return nil, err
+	if err := a.bindLocked(reserved); err != nil {
+		return Buffer{}, err
 	}
+	b := Buffer{s: s, h: a.h, id: a.h.ID(), size: size}
 	a.notifyLocked(b)
 	return b, nil
 }
@@ -79,7 +77,7 @@ func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
 type allocation struct {
 	s    *Stream
 	size uint64
-	h    *handle.Handle // the buffer's, never placed until bound
+	h    *handle.Handle // the buffer's (newBufferHandleLocked), never placed until bound
 	// hist is the history recording when the allocation began, and mark its
 	// length then: a reservation that recorded something (a page) makes the
 	// history check for a growth (history.go). A recording that a wait let
@@ -102,6 +100,7 @@ func (a *allocation) admitLocked(ctx context.Context) error {
 	if a.hist = d.hist; a.hist != nil {
 		a.mark = a.hist.next
 	}
+	a.h = d.newBufferHandleLocked()
 	if !s.capture.Recording() {
 		// Not while recording: a held page release forwarded now would be a
 		// storage call inside the recording, which invalidates it. The
@@ -132,9 +131,11 @@ func (a *allocation) admitLocked(ctx context.Context) error {
 	// (settle.go): the context bounds that wait, and an op, which cannot
 	// wait, allocates without relocating.
 	if err := relocation.RelocateWhenWanted(streamsOf{d: d, s: s, ctx: ctx}); err != nil && !errors.Is(err, ErrCalledFromOp) {
+		a.h.Release()
 		return a.errorf(err)
 	}
 	if d.closed {
+		a.h.Release()
 		return ErrClosed
 	}
 	a.u = s.pageUpdateLocked()
@@ -210,8 +211,8 @@ func (a *allocation) errorf(err error) error {
 
 // bindLocked is step 4: a reserved handle other than the buffer's own (the
 // recording's room, storage of the buffer's own size) hands its slice to
-// the buffer and goes; then the Buffer b is filled in.
-func (a *allocation) bindLocked(reserved *handle.Handle, b *Buffer) error {
+// the buffer and goes.
+func (a *allocation) bindLocked(reserved *handle.Handle) error {
 	s := a.s
 	if reserved != a.h {
 		err := s.mem.Bind(reserved, a.h, s.st.busyUntil())
@@ -221,12 +222,11 @@ func (a *allocation) bindLocked(reserved *handle.Handle, b *Buffer) error {
 			return err
 		}
 	}
-	*b = Buffer{s: s, h: a.h, size: a.size}
 	return nil
 }
 
 // notifyLocked is step 5: the capture window and the history learn of b.
-func (a *allocation) notifyLocked(b *Buffer) {
+func (a *allocation) notifyLocked(b Buffer) {
 	s, d := a.s, a.s.d
 	if s.cap != nil {
 		s.cap.allocatedLocked(b)

@@ -157,7 +157,10 @@ type writtenRange struct {
 
 // allocatedLocked notes a buffer allocated on the capturing stream: during
 // warmup as a rehearsal step, while recording as the recording's own.
-func (c *captureState) allocatedLocked(b *Buffer) {
+func (c *captureState) allocatedLocked(b Buffer) {
+	// The window and the graph it seals key on what they see for as long
+	// as they live: the device keeps those descriptors (H6).
+	b.h.Descriptor().Keep()
 	switch c.s.capture.Phase() {
 	case stream.Prepared:
 		c.warm[b.h.Descriptor()] = c.allocs
@@ -179,7 +182,7 @@ func (c *captureState) allocatedLocked(b *Buffer) {
 // this free and every use of what takes the slice next one enqueued after,
 // and a graph runs its ops in recorded order on one queue (a cross-stream
 // wait dooms the recording), so at each launch the two never overlap.
-func (c *captureState) freedLocked(b *Buffer) {
+func (c *captureState) freedLocked(b Buffer) {
 	desc := b.h.Descriptor()
 	if desc.Handles() > 2 {
 		return // another user reference (a Clone) keeps the buffer
@@ -231,6 +234,7 @@ func (c *captureState) touchedLocked(r resolved) {
 		return
 	}
 	h := r.use.Buffer.h
+	h.Descriptor().Keep() // as allocatedLocked
 	t := touch{b: h.Binding(), owner: r.owner, writes: r.use.Access.writes()}
 	c.touched = append(c.touched, t)
 	rb := c.recorded[h.Descriptor()]

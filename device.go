@@ -46,6 +46,9 @@ type Device struct {
 	placeholders []*writeRecord // marks placed without a running op (writes.go)
 	epoch        uint64
 	counters     counters
+	// cells recycles buffers' descriptors (buffer.go): the steady
+	// Alloc + Free pair allocates nothing.
+	cells handle.Recycler
 
 	// gated counts settles holding new work back; admit (on mu) wakes the
 	// held callers when one ends (settle.go).

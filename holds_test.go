@@ -43,7 +43,7 @@ func TestBufferHoldKeepsTheFreedMemoryTakenUntilReleased(t *testing.T) {
 func TestHoldReleasesHoldsDeallocationsUntilItsHoldsPassInOrder(t *testing.T) {
 	d := openHost(t, WithSim())
 	s := d.DefaultStream()
-	dedicated := func() *Buffer {
+	dedicated := func() Buffer {
 		done := s.Window(memory.Dedicated)
 		defer done()
 		return mustAlloc(t, s, 4*mib)

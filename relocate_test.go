@@ -354,7 +354,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	// Each stream: a live buffer on an outdated page and a 10 MiB current
 	// page (9 MiB rounded up to 2 MiB); a's is empty and cached, b's holds
 	// 9 MiB and so has room held for b's 1 MiB.
-	var keep []*Buffer
+	var keep []Buffer
 	for i, s := range []*Stream{a, b} {
 		small := mustAlloc(t, s, 1*mib)
 		mustWrite(t, small, pattern(1*mib, byte(i)))
@@ -448,7 +448,7 @@ func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*storage.Faulty) {
 
 // outdatedPattern leaves a (4 MiB + 3)-byte pattern alone on an outdated
 // 6 MiB page, with the empty 8 MiB current page the growth left (scenario 51).
-func outdatedPattern(t *testing.T, d *Device) (*Buffer, []byte) {
+func outdatedPattern(t *testing.T, d *Device) (Buffer, []byte) {
 	t.Helper()
 	s := d.DefaultStream()
 	want := pattern(4*mib+3, 9)
@@ -494,7 +494,7 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 // 20.5, storage of its own 9 MiB too (21 MiB), and no cleanup frees
 // anything; only moving the 1 MiB into the current page's free MiB makes
 // room.
-func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*storage.Faulty) {
+func pressureDevice(t *testing.T, opts ...Option) (d *Device, small Buffer, want []byte, faults *[]*storage.Faulty) {
 	t.Helper()
 	opts = append(opts, WithProperties(memory.Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
 		WithCapacity(20*mib+mib/2))

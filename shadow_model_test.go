@@ -439,7 +439,7 @@ type smAlloc struct {
 	id     int
 	size   uint64
 	owner  int
-	refs   []*gpumem.Buffer
+	refs   []gpumem.Buffer
 	data   smRope   // expected bytes once init; nil on Sim
 	init   bool     // written whole at least once
 	failed smRanges // bytes whose last writer failed or was skipped
@@ -451,7 +451,7 @@ type smAlloc struct {
 	live bool
 }
 
-func (a *smAlloc) ref(r *rand.Rand) *gpumem.Buffer { return a.refs[r.IntN(len(a.refs))] }
+func (a *smAlloc) ref(r *rand.Rand) gpumem.Buffer { return a.refs[r.IntN(len(a.refs))] }
 
 // put records that x was written at off (host only): the first write of
 // an allocation covers all of it.
@@ -611,7 +611,7 @@ type smWorker struct {
 	allocs    []*smAlloc
 	liveBytes uint64
 	graphs    []*smGraph
-	stale     []*gpumem.Buffer
+	stale     []gpumem.Buffer
 	nextID    int
 	step      int
 	ops       int // steps this run
@@ -1224,7 +1224,7 @@ func (w *smWorker) alloc(s int, size uint64, m memory.Mode, init bool) *smAlloc 
 		w.fail("Alloc(%d) on stream %d returned a buffer of %d bytes on %s", size, s, b.Size(), b.Stream().Name())
 	}
 	w.nextID++
-	a := &smAlloc{id: w.nextID, size: size, owner: s, refs: []*gpumem.Buffer{b}, live: true}
+	a := &smAlloc{id: w.nextID, size: size, owner: s, refs: []gpumem.Buffer{b}, live: true}
 	w.log.note(fmt.Sprintf("a%d (buffer %d)", a.id, b.ID()))
 	w.allocs = append(w.allocs, a)
 	w.liveBytes += size
@@ -1288,7 +1288,7 @@ func (w *smWorker) clone() {
 	w.logf("Clone a%d", a.id)
 	c := a.ref(w.r).Clone()
 	w.run.pulse()
-	if c == nil {
+	if c.IsZero() {
 		w.fail("Clone of a live reference of a%d returned nil", a.id)
 		return
 	}
@@ -1341,7 +1341,7 @@ func (w *smWorker) write(a *smAlloc, partial bool) {
 
 type smUse struct {
 	a      *smAlloc
-	ref    *gpumem.Buffer
+	ref    gpumem.Buffer
 	access gpumem.Access
 	off, n uint64
 }
@@ -1674,16 +1674,16 @@ func smCallDevice(run *smRun, wid int, name string, s int, scratch uint64) {
 			run.violate(wid, "op %s: Alloc(%d) from inside the op on the %s backend returned %v, want ErrCalledFromOp", name, scratch, run.d.Backend().Name(), err)
 		}
 		err = nil
-		b = nil
+		b = gpumem.Buffer{}
 	}
 	switch {
-	case b == nil && err == nil:
+	case b.IsZero() && err == nil:
 	case err == nil:
 		if err := b.Write(smBG, smBase()[:min(scratch, 512)]); err != nil {
 			run.violate(wid, "op %s: Write of its scratch buffer from inside the op: %v", name, err)
 		}
 		c := b.Clone()
-		if c == nil {
+		if c.IsZero() {
 			run.violate(wid, "op %s: Clone of its scratch buffer from inside the op returned nil", name)
 		} else if err := c.Free(); err != nil {
 			run.violate(wid, "op %s: Free of a clone from inside the op: %v", name, err)
@@ -2053,17 +2053,17 @@ func (w *smWorker) capture() {
 		// The scratch buffer is freed after the rotation and a second one
 		// allocated for graph-c: in the recording it takes the first one's
 		// slice (stream-ordered reuse), which every launch writes twice.
-		var tmp, tmp2 *gpumem.Buffer
+		var tmp, tmp2 gpumem.Buffer
 		if scratch != 0 {
 			var err error
 			if tmp, err = st.Alloc(ctx, scratch); err != nil {
 				return err
 			}
 			defer func() {
-				if tmp != nil {
+				if !tmp.IsZero() {
 					_ = tmp.Free()
 				}
-				if tmp2 != nil {
+				if !tmp2.IsZero() {
 					_ = tmp2.Free()
 				}
 			}()
@@ -2093,7 +2093,7 @@ func (w *smWorker) capture() {
 		}
 		p.ok[0] = true
 		uses := []gpumem.Use{{Buffer: aRef, Access: gpumem.Read}, {Buffer: bRef, Access: gpumem.Write}}
-		if tmp != nil {
+		if !tmp.IsZero() {
 			uses = append(uses, gpumem.Use{Buffer: tmp, Access: gpumem.Write})
 		}
 		p.attempted[1] = true
@@ -2122,11 +2122,11 @@ func (w *smWorker) capture() {
 		}
 		p.ok[1] = true
 		cUses := []gpumem.Use{{Buffer: cRef, Access: gpumem.Write}}
-		if tmp != nil {
+		if !tmp.IsZero() {
 			if err := tmp.Free(); err != nil {
 				return err
 			}
-			tmp = nil
+			tmp = gpumem.Buffer{}
 			if tmp2, err = st.Alloc(ctx, scratch); err != nil {
 				return err
 			}
@@ -2433,7 +2433,7 @@ func (w *smWorker) misuse() {
 			err = b.Free()
 		case 3:
 			what = "Clone"
-			if c := b.Clone(); c != nil {
+			if c := b.Clone(); !c.IsZero() {
 				w.fail("Clone of a freed reference returned a buffer")
 			}
 			run.pulse()

@@ -87,7 +87,7 @@ func (a Access) writes() bool { return a != Read }
 // Use declares one buffer range an op touches. Size 0 means the rest of the
 // buffer from Offset.
 type Use struct {
-	Buffer *Buffer
+	Buffer Buffer
 	Access Access
 	Offset uint64
 	Size   uint64
@@ -266,17 +266,17 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 // resolveUseLocked checks a use and resolves its window.
 func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
 	b := u.Buffer
-	if b == nil || b.s == nil || b.h == nil {
-		return resolved{}, fmt.Errorf("%w: nil buffer, or one not made by Stream.Alloc", ErrInvalidUse)
+	if err := b.valid(); err != nil {
+		return resolved{}, err
 	}
 	if b.s.d != s.d {
 		return resolved{}, ErrForeignBuffer
 	}
-	if b.h.Released() {
-		return resolved{}, fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	if !b.liveLocked() {
+		return resolved{}, b.errFreed()
 	}
 	if u.Offset > b.size || (u.Size != 0 && u.Size > b.size-u.Offset) {
-		return resolved{}, fmt.Errorf("%w: range [%d, +%d) outside buffer %d of %d bytes", ErrInvalidUse, u.Offset, u.Size, b.h.ID(), b.size)
+		return resolved{}, fmt.Errorf("%w: range [%d, +%d) outside buffer %d of %d bytes", ErrInvalidUse, u.Offset, u.Size, b.id, b.size)
 	}
 	if u.Size == 0 {
 		u.Size = b.size - u.Offset

@@ -143,9 +143,12 @@ type Manager struct {
 	windows    []Mode
 	guards     int
 	base       Mode
-	granule    uint64           // the storage's mapping granule; 0: pages backed whole
-	unmapped   uint64           // Stats.BytesUnmapped
-	inv        invariantSampler // the invariants build's check schedule; empty otherwise
+	granule    uint64 // the storage's mapping granule; 0: pages backed whole
+	// largestPage is the max page size rounded down to the alignment
+	// (aboveLargestPage): read on every reservation, so not divided anew.
+	largestPage uint64
+	unmapped    uint64           // Stats.BytesUnmapped
+	inv         invariantSampler // the invariants build's check schedule; empty otherwise
 }
 
 // New builds a stream's memory on st. g is the device-wide error graph
@@ -169,7 +172,8 @@ func newWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 	if c.PageGranular == GranulesOff && storage.GranuleOf(st) > 0 {
 		st = storage.Plain(st)
 	}
-	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st)}
+	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st),
+		largestPage: p.MaxPageSize / p.Alignment * p.Alignment}
 	m.persistent = pool.NewPersistent(p.MaxPageSize/p.Alignment*p.Alignment, p.Alignment, lim)
 	m.dedicated = pool.NewDirect(p.Alignment, DedicatedIndex, &m.reclaimAt, lim)
 	switch c.Dynamic {
@@ -409,9 +413,7 @@ func errOwnSizeTried(size uint64) error {
 // larger than a page must get it whenever the device has the bytes, as
 // PyTorch serves any size that fits. The storage still refuses what it
 // cannot allocate (storage.ErrOutOfMemory, naming the capacity).
-func (m *Manager) aboveLargestPage(size uint64) bool {
-	return size > m.props.MaxPageSize/m.props.Alignment*m.props.Alignment
-}
+func (m *Manager) aboveLargestPage(size uint64) bool { return size > m.largestPage }
 
 // reserveHeld is a Forbidden reservation: room already held, handed to
 // to, or nil.

@@ -338,16 +338,17 @@ func (p *page) coalesceKeeping(g *handle.ErrorGraph, need uint64, renew bool) (k
 }
 
 // renew gives free slice i a descriptor made by the page's recycler, unless
-// it already has one: a freed buffer's descriptor, which its stale owners
-// still name, leaves the slice as merging would drop it (marks cleared,
-// handle released). Reserving the slice then clones the fresh descriptor's
-// spare handle instead of allocating one.
+// it already has one: a freed buffer's descriptor leaves the slice as
+// merging would drop it (marks cleared, handle released; its cell goes back
+// to the device's recycler once nothing keys on it). Reserving the slice
+// then clones the fresh descriptor's spare handle instead of allocating
+// one.
 //
 // The slice keeps its place: a slice moved down by an earlier merge is
 // renumbered with the others once the scan ends (relocate).
 func (p *page) renew(i int, g *handle.ErrorGraph) {
 	s := &p.slices[i]
-	if p.spares == nil || s.h.Descriptor().Recycled() {
+	if p.spares == nil || s.h.Descriptor().RecycledBy(p.spares) {
 		return
 	}
 	s.clearTaint(g)

@@ -395,7 +395,7 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 				if i := int(h.Location().Slice()) + 1; claim && c.kept && (i >= len(pg.slices) || pg.slices[i].h.ID() != last) {
 					t.Fatalf("way %d: the free slice after the kept head was merged or split: %q", way, drawPage(pg, MiB))
 				}
-				if way == 1 && !h.Descriptor().Recycled() {
+				if way == 1 && !h.Descriptor().RecycledBy(pg.spares) {
 					t.Fatal("the reserved slice carries a freed buffer's descriptor, not one of the page's own")
 				}
 				pg.check()

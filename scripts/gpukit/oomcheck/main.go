@@ -111,7 +111,7 @@ func classifyVulkan(err error) (string, string) {
 func fill(d *gpumem.Device, chunk, limit uint64, prefix string, cls classify) (string, error) {
 	ctx := context.Background()
 	s := d.DefaultStream()
-	var held []*gpumem.Buffer
+	var held []gpumem.Buffer
 	var total uint64
 	var refusal error
 	retries := d.Stats().ReserveRetries
@@ -304,7 +304,7 @@ func checkVulkan() error {
 		return err
 	}
 	var squat uint64
-	var held2 []*gpumem.Buffer
+	var held2 []gpumem.Buffer
 	for squat+chunk <= capacity/4 {
 		buf, err := d2.DefaultStream().Alloc(context.Background(), chunk)
 		if err != nil {
