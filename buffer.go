@@ -9,12 +9,23 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-// Buffer is an allocation owned by the stream that allocated it. A Buffer is
-// one owning reference: Clone makes another, and each is freed exactly once.
-// Its location may change (relocation, renumbering); the Buffer follows.
+// Buffer is an allocation owned by the stream that allocated it: a value,
+// copied freely. A Buffer is one owning reference, and so is each copy of
+// it: Clone makes another reference, and each reference is freed exactly
+// once (a copy of a freed Buffer is freed too). Its location may change
+// (relocation, renumbering); the Buffer follows. The zero Buffer is no
+// allocation: calls on it return ErrInvalidUse.
+//
+// A freed Buffer never reaches another allocation's bytes: the device
+// reuses a freed allocation's bookkeeping (its descriptor, the handle a
+// Buffer holds) for later allocations, so that an Alloc + Free allocates
+// nothing on the Go heap, and a Buffer carries the ID of its own
+// allocation, which IDs never repeat (H3); a call on a freed Buffer finds
+// the handle released or naming another ID, and returns ErrAlreadyFreed.
 type Buffer struct {
 	s    *Stream
-	h    *handle.Handle // released ⇔ the buffer was freed (under the device lock)
+	h    *handle.Handle // released, or naming another ID ⇔ freed (read under the device lock)
+	id   handle.ID      // the allocation's: the handle names it while b lives
 	size uint64
 }
 
@@ -24,68 +35,69 @@ type Buffer struct {
 // its room is reused; clones of a buffer share its ID.
 type BufferID uint64
 
-// ID returns the allocation's identity (0 for a nil or zero Buffer).
-func (b *Buffer) ID() BufferID {
-	if b.valid() != nil {
-		return 0
+// newBufferHandleLocked returns a fresh handle for a buffer, never placed,
+// in a cell of the device's recycler (d.cells): the cell of a buffer that
+// nothing refers to or keys on any more (H6), else a new one.
+func (d *Device) newBufferHandleLocked() *handle.Handle {
+	h := d.cells.New(handle.Uninit, nil)
+	if invariantsOn {
+		d.assertUnkeyedLocked(h.Descriptor())
 	}
-	return BufferID(b.h.ID())
+	return h
 }
 
-// Size returns the requested size in bytes (0 for a nil Buffer).
-func (b *Buffer) Size() uint64 {
-	if b == nil {
-		return 0
-	}
-	return b.size
-}
-
-// Stream returns the stream whose memory holds the buffer (nil for a nil
+// ID returns the allocation's identity, freed or not (0 for the zero
 // Buffer).
-func (b *Buffer) Stream() *Stream {
-	if b == nil {
-		return nil
-	}
-	return b.s
-}
+func (b Buffer) ID() BufferID { return BufferID(b.id) }
+
+// Size returns the requested size in bytes (0 for the zero Buffer).
+func (b Buffer) Size() uint64 { return b.size }
+
+// Stream returns the stream whose memory holds the buffer (nil for the zero
+// Buffer).
+func (b Buffer) Stream() *Stream { return b.s }
+
+// IsZero reports whether b is the zero Buffer, no allocation's.
+func (b Buffer) IsZero() bool { return b == Buffer{} }
 
 // CanMut reports whether this is the only user reference, so the bytes may
-// be updated in place. A nil, zero or freed Buffer cannot be updated: false.
-func (b *Buffer) CanMut() bool {
+// be updated in place. A zero or freed Buffer cannot be updated: false.
+func (b Buffer) CanMut() bool {
 	if b.valid() != nil {
 		return false
 	}
 	borrowed := b.s.d.lockOrBorrow()
 	defer b.s.d.unlock(borrowed)
-	return !b.h.Released() && b.h.CanMut()
+	return b.liveLocked() && b.h.CanMut()
 }
 
 // Clone returns another owning reference to the same allocation; free both.
-// It returns nil when b is already freed.
-func (b *Buffer) Clone() *Buffer {
+// It returns the zero Buffer when b is already freed.
+func (b Buffer) Clone() Buffer {
 	if b.valid() != nil {
-		return nil
+		return Buffer{}
 	}
 	d := b.s.d
 	borrowed := d.lockOrBorrow()
 	defer d.unlock(borrowed)
-	if b.h.Released() {
-		return nil
+	if !b.liveLocked() {
+		return Buffer{}
 	}
-	return &Buffer{s: b.s, h: b.h.Clone(), size: b.size}
+	return Buffer{s: b.s, h: b.h.Clone(), id: b.id, size: b.size}
 }
 
 // Free drops this reference. The memory is reused once no reference and no
-// pending use remains. A second call returns ErrAlreadyFreed.
-func (b *Buffer) Free() error {
+// pending use remains. A second call (on b or a copy of it) returns
+// ErrAlreadyFreed.
+func (b Buffer) Free() error {
 	if err := b.valid(); err != nil {
 		return err
 	}
 	d := b.s.d
 	borrowed := d.lockOrBorrow()
 	defer d.unlock(borrowed)
-	if b.h.Released() {
-		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	if !b.liveLocked() {
+		return b.errFreed()
 	}
 	if b.s.cap != nil {
 		b.s.cap.freedLocked(b)
@@ -93,7 +105,7 @@ func (b *Buffer) Free() error {
 	if h := d.hist; h != nil && b.h.Descriptor().Handles() <= 2 {
 		// The last user reference (the slice holds the other handle): the
 		// buffer is freed.
-		h.freeLocked(b.s, b.h.ID(), b.size, b.h.Descriptor())
+		h.freeLocked(b.s, b.id, b.size, b.h.Descriptor())
 	}
 	b.h.Release()
 	if c := b.s.cap; c != nil && len(c.given) > 0 {
@@ -104,7 +116,7 @@ func (b *Buffer) Free() error {
 
 // Write copies data into the buffer from offset 0, in stream order. data is
 // copied before Write returns.
-func (b *Buffer) Write(ctx context.Context, data []byte) error {
+func (b Buffer) Write(ctx context.Context, data []byte) error {
 	if err := b.valid(); err != nil {
 		return err
 	}
@@ -126,7 +138,7 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 		if len(data) == 0 {
 			return nil
 		}
-		return fmt.Errorf("%w: writing %d bytes into buffer %d of %d bytes", ErrInvalidUse, len(data), b.h.ID(), b.size)
+		return fmt.Errorf("%w: writing %d bytes into buffer %d of %d bytes", ErrInvalidUse, len(data), b.id, b.size)
 	}
 	src := append([]byte(nil), data...)
 	if err := d.lockUnlessBorrowed("Buffer.Write"); err != nil {
@@ -152,7 +164,7 @@ func (b *Buffer) Write(ctx context.Context, data []byte) error {
 // stream has run. Bytes a failed op left unwritten return an error wrapping
 // ErrUnwritten and the failure, never stale bytes. On a recording stream it
 // returns ErrRecording and dooms the recording.
-func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
+func (b Buffer) Read(ctx context.Context) ([]byte, error) {
 	if err := b.valid(); err != nil {
 		return nil, err
 	}
@@ -182,7 +194,7 @@ func (b *Buffer) Read(ctx context.Context) ([]byte, error) {
 // that keeps them where they are (no relocation moves a bound page, no
 // cleanup releases it). The caller releases the binding under the lock once
 // done with the bytes.
-func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *handle.Binding, error) {
+func (b Buffer) hostView(ctx context.Context, op string) (storage.Resource, *handle.Binding, error) {
 	if err := ctx.Err(); err != nil {
 		return storage.Resource{}, nil, err
 	}
@@ -210,7 +222,7 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 		return fail(err)
 	}
 	if res.Bytes == nil && b.size > 0 && (op != "Map" || d.hostBytes(res) == nil) {
-		return fail(fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.h.ID(), d.backend.Name()))
+		return fail(fmt.Errorf("%w: %s of buffer %d: the %s backend holds no host bytes", ErrNotSupported, op, b.id, d.backend.Name()))
 	}
 	var fences []stream.Fence
 	if f, err := s.q.Fence(); err == nil {
@@ -238,27 +250,34 @@ func (b *Buffer) hostView(ctx context.Context, op string) (storage.Resource, *ha
 	return res, bind, nil
 }
 
-// valid refuses a nil Buffer or one not made by Stream.Alloc or Clone.
-func (b *Buffer) valid() error {
-	if b == nil || b.s == nil || b.h == nil {
-		return fmt.Errorf("%w: nil buffer, or one not made by Stream.Alloc", ErrInvalidUse)
+// valid refuses the zero Buffer, or one not made by Stream.Alloc or Clone.
+func (b Buffer) valid() error {
+	if b.s == nil || b.h == nil {
+		return fmt.Errorf("%w: zero buffer, or one not made by Stream.Alloc", ErrInvalidUse)
 	}
 	return nil
 }
 
+// liveLocked reports whether b is not freed: its handle not released, and
+// not reused for a later allocation (whose ID it would name).
+func (b Buffer) liveLocked() bool { return !b.h.Released() && b.h.ID() == b.id }
+
+// errFreed is the refusal of a freed b.
+func (b Buffer) errFreed() error { return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.id) }
+
 // usableLocked refuses a closed device or a freed buffer.
-func (b *Buffer) usableLocked() error {
+func (b Buffer) usableLocked() error {
 	if b.s.d.closed {
 		return ErrClosed
 	}
-	if b.h.Released() {
-		return fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	if !b.liveLocked() {
+		return b.errFreed()
 	}
 	return nil
 }
 
 // checkUnwrittenLocked reports the failure marking any byte of the buffer.
-func (b *Buffer) checkUnwrittenLocked() error {
+func (b Buffer) checkUnwrittenLocked() error {
 	f, ok, err := b.s.mem.FindFailure(b.h, 0, b.size)
 	if err != nil {
 		return err
@@ -266,7 +285,7 @@ func (b *Buffer) checkUnwrittenLocked() error {
 	if !ok {
 		return nil
 	}
-	return b.s.d.g.Report(f, b.h.ID())
+	return b.s.d.g.Report(f, b.id)
 }
 
 // Mapping is a host view of a buffer's bytes. It holds a binding, so the
@@ -311,7 +330,7 @@ func (d *Device) hostBytes(res storage.Resource) []byte {
 // the host backend's, or a mapping of device memory where the backend
 // allows one (HostMapper), else ErrNotSupported. Release it when done;
 // on a mapping of device memory, writes reach the device at Release.
-func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
+func (b Buffer) Map(ctx context.Context) (*Mapping, error) {
 	if err := b.valid(); err != nil {
 		return nil, err
 	}
@@ -342,10 +361,10 @@ func (b *Buffer) Map(ctx context.Context) (*Mapping, error) {
 			m.bytes = hm.HostBytes(res)
 		}
 		if m.bytes == nil {
-			return nil, fmt.Errorf("%w: Map of buffer %d: the %s backend holds no host bytes", ErrNotSupported, b.h.ID(), d.backend.Name())
+			return nil, fmt.Errorf("%w: Map of buffer %d: the %s backend holds no host bytes", ErrNotSupported, b.id, d.backend.Name())
 		}
 		if err := hm.InvalidateHost(res); err != nil {
-			return nil, fmt.Errorf("gpumem: mapping buffer %d: %w", b.h.ID(), err)
+			return nil, fmt.Errorf("gpumem: mapping buffer %d: %w", b.id, err)
 		}
 		m.res, m.mapper = res, hm
 	}
@@ -395,7 +414,7 @@ type HostTransfers interface {
 
 // readThrough reads the buffer with a device-to-host copy enqueued on its
 // stream, then waits for it.
-func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, error) {
+func (b Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -446,7 +465,7 @@ func (b *Buffer) readThrough(ctx context.Context, t HostTransfers) ([]byte, erro
 	defer d.mu.Unlock()
 	d.collectFailuresLocked()
 	if readErr != nil {
-		return nil, fmt.Errorf("gpumem: reading buffer %d: %w", b.h.ID(), readErr)
+		return nil, fmt.Errorf("gpumem: reading buffer %d: %w", b.id, readErr)
 	}
 	if err := b.checkUnwrittenLocked(); err != nil {
 		return nil, err

@@ -48,9 +48,8 @@ func TestZeroValuesDoNotPanic(t *testing.T) {
 	if zb.CanMut() {
 		t.Error("zero Buffer CanMut = true")
 	}
-	var nb *Buffer
-	if nb.ID() != 0 || nb.CanMut() || nb.Size() != 0 || nb.Stream() != nil || nb.Clone() != nil {
-		t.Error("nil Buffer's accessors returned non-zero results")
+	if zb.Size() != 0 || zb.Stream() != nil || !zb.Clone().IsZero() || !zb.IsZero() {
+		t.Error("the zero Buffer's accessors returned non-zero results")
 	}
 	for name, err := range map[string]error{
 		"Buffer.Free":  zb.Free(),

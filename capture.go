@@ -159,7 +159,10 @@ type writtenRange struct {
 
 // allocatedLocked notes a buffer allocated on the capturing stream: during
 // warmup as a rehearsal step, while recording as the recording's own.
-func (c *captureState) allocatedLocked(b *Buffer) {
+func (c *captureState) allocatedLocked(b Buffer) {
+	// The window and the graph it seals key on what they see for as long
+	// as they live: the device keeps those descriptors (H6).
+	b.h.Descriptor().Keep()
 	switch c.s.capture.Phase() {
 	case capture.Prepared:
 		c.warm[b.h.Descriptor()] = c.allocs
@@ -181,7 +184,7 @@ func (c *captureState) allocatedLocked(b *Buffer) {
 // this free and every use of what takes the slice next one enqueued after,
 // and a graph runs its ops in recorded order on one queue (a cross-stream
 // wait dooms the recording), so at each launch the two never overlap.
-func (c *captureState) freedLocked(b *Buffer) {
+func (c *captureState) freedLocked(b Buffer) {
 	desc := b.h.Descriptor()
 	if desc.Handles() > 2 {
 		return // another user reference (a Clone) keeps the buffer
@@ -233,6 +236,7 @@ func (c *captureState) touchedLocked(r resolved) {
 		return
 	}
 	h := r.use.Buffer.h
+	h.Descriptor().Keep() // as allocatedLocked
 	t := touch{b: h.Binding(), owner: r.owner, writes: r.use.Access.writes()}
 	c.touched = append(c.touched, t)
 	rb := c.recorded[h.Descriptor()]
@@ -490,7 +494,7 @@ func (s *Stream) rehearseOnceLocked(steps []rehearsalStep) ([]memory.RoomStep, e
 			}
 			continue
 		}
-		h, err := s.mem.Reserve(st.size, memory.AddOnly)
+		h, err := s.mem.Reserve(st.size, memory.AddOnly, pool.Bind{})
 		if err != nil {
 			h = nil
 			if refused == nil {

@@ -63,7 +63,7 @@ func randomCaptureSteps(r *rand.Rand) captureSteps {
 
 // run applies the steps on s and frees what is left, in order.
 func (steps captureSteps) run(ctx context.Context, s *Stream) error {
-	var live []*Buffer
+	var live []Buffer
 	for _, st := range steps {
 		if st.size == 0 {
 			if len(live) == 0 {

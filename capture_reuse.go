@@ -75,7 +75,7 @@ type scratchRange struct {
 // recording, when nothing but the window binds it (refs: the slice's
 // handle, b's, and the window's bindings) and its pool guards whole pages.
 // It reports whether it did.
-func (c *captureState) returnRoomLocked(b *Buffer, r *recordedBuffer) bool {
+func (c *captureState) returnRoomLocked(b Buffer, r *recordedBuffer) bool {
 	desc := b.h.Descriptor()
 	loc := desc.Location()
 	if desc.Refs() != 2+len(r.bs) || !c.s.mem.GuardsWholePage(loc) {

@@ -12,7 +12,7 @@ import (
 )
 
 // fill is an op writing seed's pattern over all of b.
-func fill(s *Stream, b *Buffer, seed byte) error {
+func fill(s *Stream, b Buffer, seed byte) error {
 	return s.Enqueue("fill", []Use{{Buffer: b, Access: Write}}, func(res []storage.Resource) error {
 		copy(res[0].Bytes, pattern(uint64(len(res[0].Bytes)), seed))
 		return nil
@@ -20,7 +20,7 @@ func fill(s *Stream, b *Buffer, seed byte) error {
 }
 
 // copyInto is an op copying src into dst.
-func copyInto(s *Stream, dst, src *Buffer) error {
+func copyInto(s *Stream, dst, src Buffer) error {
 	return s.Enqueue("copy", []Use{{Buffer: dst, Access: Write}, {Buffer: src, Access: Read}}, func(res []storage.Resource) error {
 		copy(res[0].Bytes, res[1].Bytes)
 		return nil
@@ -49,7 +49,7 @@ func TestRecordingReusesAFreedTemporaryAndEveryLaunchKeepsItsResults(t *testing.
 	s := d.DefaultStream()
 	out1, out2 := mustAlloc(t, s, n), mustAlloc(t, s, n)
 	step := func(ctx context.Context, s *Stream) error {
-		for i, out := range []*Buffer{out1, out2} {
+		for i, out := range []Buffer{out1, out2} {
 			tmp, err := s.Alloc(ctx, n)
 			if err != nil {
 				return err
@@ -141,11 +141,11 @@ func TestReturnedRoomIsHeldSoLaterBuffersSurviveLaunches(t *testing.T) {
 // launch instead of as the temporary's.
 func TestLiveBufferOnReturnedRoom(t *testing.T) {
 	const n = 1 << 20
-	record := func(t *testing.T, use func(s *Stream, y *Buffer) error) (*Device, *Buffer, *Graph, error) {
+	record := func(t *testing.T, use func(s *Stream, y Buffer) error) (*Device, Buffer, *Graph, error) {
 		t.Helper()
 		d := openHost(t)
 		s := d.DefaultStream()
-		var y *Buffer
+		var y Buffer
 		g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
 			err := temporary(ctx, s, n, 5)
 			if err != nil {
@@ -159,9 +159,9 @@ func TestLiveBufferOnReturnedRoom(t *testing.T) {
 		return d, y, g, err
 	}
 	t.Run("read before written refuses the seal", func(t *testing.T) {
-		out := (*Buffer)(nil)
-		d, _, g, err := record(t, func(s *Stream, y *Buffer) error {
-			if out == nil {
+		out := Buffer{}
+		d, _, g, err := record(t, func(s *Stream, y Buffer) error {
+			if out.IsZero() {
 				out, _ = s.Alloc(bg, n) // the warmup's: before the recording
 			}
 			return copyInto(s, out, y)
@@ -178,7 +178,7 @@ func TestLiveBufferOnReturnedRoom(t *testing.T) {
 		}
 	})
 	t.Run("bytes no op writes read as scratch", func(t *testing.T) {
-		_, y, g, err := record(t, func(s *Stream, y *Buffer) error {
+		_, y, g, err := record(t, func(s *Stream, y Buffer) error {
 			return s.Enqueue("half", []Use{{Buffer: y, Access: Write, Size: n / 2}}, func(res []storage.Resource) error {
 				copy(res[0].Bytes, pattern(n/2, 3))
 				return nil
@@ -200,7 +200,7 @@ func TestLiveBufferOnReturnedRoom(t *testing.T) {
 		wantBytes(t, y, pattern(n, 4))
 	})
 	t.Run("bytes an op writes first are the graph's output", func(t *testing.T) {
-		_, y, g, err := record(t, func(s *Stream, y *Buffer) error { return fill(s, y, 6) })
+		_, y, g, err := record(t, func(s *Stream, y Buffer) error { return fill(s, y, 6) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +217,7 @@ func TestLiveBufferOnReturnedRoom(t *testing.T) {
 func TestRecordedBufferWithAnotherReferenceIsNotReused(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
-	var clones []*Buffer
+	var clones []Buffer
 	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
 		tmp, err := s.Alloc(ctx, 1<<20)
 		if err != nil {
@@ -248,7 +248,7 @@ func TestCloneOfARecordedBufferLiveAtTheSealOnReturnedRoom(t *testing.T) {
 	const n = 1 << 20
 	d := openHost(t)
 	s := d.DefaultStream()
-	var keep *Buffer
+	var keep Buffer
 	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
 		if err := temporary(ctx, s, n, 5); err != nil {
 			return err
@@ -261,7 +261,7 @@ func TestCloneOfARecordedBufferLiveAtTheSealOnReturnedRoom(t *testing.T) {
 			return err
 		}
 		c := y.Clone()
-		if keep != nil {
+		if !keep.IsZero() {
 			if err := keep.Free(); err != nil { // the warmup's clone
 				return err
 			}
@@ -295,9 +295,9 @@ func TestRefusedSealReleasesTheOverlapBindingsItTook(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
 	out := mustAlloc(t, s, n)
-	var y1, y2 *Buffer
+	var y1, y2 Buffer
 	g, err := s.Capture(bg, func(ctx context.Context, s *Stream) error {
-		var ts [2]*Buffer
+		var ts [2]Buffer
 		for i := range ts {
 			var err error
 			if ts[i], err = s.Alloc(ctx, n); err != nil {

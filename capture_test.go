@@ -14,7 +14,7 @@ import (
 	"github.com/gpumem/gpumem/stream"
 )
 
-func addOne(s *Stream, b *Buffer) error {
+func addOne(s *Stream, b Buffer) error {
 	return s.Enqueue("add-one", []Use{{Buffer: b, Access: ReadWrite}}, func(res []storage.Resource) error {
 		for i := range res[0].Bytes {
 			res[0].Bytes[i]++
@@ -169,7 +169,7 @@ func TestRehearsalRefusedOnTheWarmupsPagesRunsAgainOnEmptyPages(t *testing.T) {
 	s := d.DefaultStream()
 	const quarter = mib / 4
 	fn := func(ctx context.Context, s *Stream) error {
-		var held []*Buffer
+		var held []Buffer
 		for _, size := range []uint64{29 * quarter, 44 * quarter, 39 * quarter} {
 			b, err := s.Alloc(ctx, size)
 			if err != nil {
@@ -184,7 +184,7 @@ func TestRehearsalRefusedOnTheWarmupsPagesRunsAgainOnEmptyPages(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		for _, b := range []*Buffer{held[0], held[2], b} {
+		for _, b := range []Buffer{held[0], held[2], b} {
 			if err := b.Free(); err != nil {
 				return err
 			}
@@ -312,7 +312,7 @@ func TestPrepareCaptureRelocatesEveryStream(t *testing.T) {
 
 // gatedOp enqueues an op on s that blocks until the returned function is
 // called.
-func gatedOp(t *testing.T, s *Stream, b *Buffer) (open func()) {
+func gatedOp(t *testing.T, s *Stream, b Buffer) (open func()) {
 	t.Helper()
 	gate := make(chan struct{})
 	err := s.Enqueue("gated", []Use{{Buffer: b, Access: Read}}, func([]storage.Resource) error {
@@ -420,7 +420,7 @@ func TestSliceFreedMidWindowAndReusedByTheRecordingIsNotHandedOutWhileTheGraphLi
 	if err == nil && reuse.h.Location() == old.h.Location() {
 		t.Fatal("a slice the recording touched was handed out again mid-window")
 	}
-	if reuse != nil {
+	if !reuse.IsZero() {
 		mustFree(t, reuse)
 	}
 	g, err := s.EndCapture(tok)
@@ -471,7 +471,7 @@ func TestOtherStreamsReservationsReleaseNothingWhileOneRecords(t *testing.T) {
 	if outdatedPages(d) != 0 {
 		t.Fatal("B's emptied outdated page survived an Allow reservation after the seal")
 	}
-	for _, buf := range []*Buffer{x, y, big} {
+	for _, buf := range []Buffer{x, y, big} {
 		mustFree(t, buf)
 	}
 }
@@ -483,11 +483,11 @@ func TestHostSyncOnTheRecordingStreamIsRefusedAndDoomsTheRecording(t *testing.T)
 	ctx := context.Background()
 	for _, sync := range []struct {
 		name string
-		do   func(s *Stream, b *Buffer) error
+		do   func(s *Stream, b Buffer) error
 	}{
-		{"Read", func(_ *Stream, b *Buffer) error { _, err := b.Read(ctx); return err }},
-		{"Synchronize", func(s *Stream, _ *Buffer) error { return s.Synchronize(ctx) }},
-		{"Map", func(_ *Stream, b *Buffer) error { _, err := b.Map(ctx); return err }},
+		{"Read", func(_ *Stream, b Buffer) error { _, err := b.Read(ctx); return err }},
+		{"Synchronize", func(s *Stream, _ Buffer) error { return s.Synchronize(ctx) }},
+		{"Map", func(_ *Stream, b Buffer) error { _, err := b.Map(ctx); return err }},
 	} {
 		t.Run(sync.name, func(t *testing.T) {
 			d := openHost(t)
@@ -520,7 +520,7 @@ func TestWarmupSlicesAreFreeAtTheirFreeAndNothingHoldsThemAfterBegin(t *testing.
 			d := openHost(t)
 			s := d.DefaultStream()
 			tok, _ := s.PrepareCapture()
-			var descs []*Buffer
+			var descs []Buffer
 			for range 3 {
 				b := mustAlloc(t, s, 3<<20)
 				clone := b.Clone() // observe the allocation after Free
@@ -615,7 +615,7 @@ func TestGraphOverTwoStreamsMemoriesReplaysAfterRelocationsRanAroundIt(t *testin
 		t.Fatal(err)
 	}
 	// Bystanders on the same streams, which relocation may move.
-	var bystanders []*Buffer
+	var bystanders []Buffer
 	for i, s := range []*Stream{a, b} {
 		x := mustAlloc(t, s, 1536<<10) // its own 2 MiB page, not the guarded one
 		mustWrite(t, x, pattern(1536<<10, byte(40+i)))
@@ -672,7 +672,7 @@ func TestRecordingAfterWarmupAllocatesNothingFromStorage(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
 	work := func(ctx context.Context, s *Stream) error {
-		var bufs []*Buffer
+		var bufs []Buffer
 		for _, size := range []uint64{100, 70 << 10, 1 << 20, 5 << 20, 2 << 20} {
 			b, err := s.Alloc(ctx, size)
 			if err != nil {
@@ -1114,7 +1114,7 @@ func TestRecordingThatDivergesFromItsWarmupFailsNamingTheRemedy(t *testing.T) {
 	d := openHost(t)
 	s := d.DefaultStream()
 	_, err := s.Capture(ctx, func(ctx context.Context, s *Stream) error {
-		var bufs []*Buffer
+		var bufs []Buffer
 		for range 3 {
 			b, err := s.Alloc(ctx, 3<<20)
 			if err != nil {

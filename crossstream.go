@@ -15,7 +15,9 @@ import (
 )
 
 // crossStreamNotes maps an allocation to the fences of its pending uses by
-// streams other than its owner. It lives under the device lock.
+// streams other than its owner. It lives under the device lock. An
+// allocation with notes is keyed (handle.Descriptor.Key), so the device
+// hands its descriptor to no later allocation while a note names it (H6).
 type crossStreamNotes map[*handle.Descriptor][]stream.Fence
 
 // filter keeps the notes of desc for which keep is true, forgetting desc
@@ -34,6 +36,7 @@ func (n crossStreamNotes) filter(desc *handle.Descriptor, keep func(stream.Fence
 	clear(notes[len(kept):])
 	if len(kept) == 0 {
 		delete(n, desc)
+		desc.Unkey()
 		return
 	}
 	n[desc] = kept
@@ -44,6 +47,9 @@ func pending(f stream.Fence) bool { return f.Q.Completed() < f.Seq }
 // note records that f uses desc; f replaces its queue's earlier note.
 func (n crossStreamNotes) note(desc *handle.Descriptor, f stream.Fence) {
 	n.filter(desc, func(x stream.Fence) bool { return x.Q != f.Q && pending(x) })
+	if len(n[desc]) == 0 {
+		desc.Key()
+	}
 	n[desc] = append(n[desc], f)
 }
 

@@ -14,10 +14,10 @@ import (
 // 9 MiB reservation sets the page size (design §5.3) and is freed; half a
 // page tiles it, so each pattern shares its page with the gap after it
 // (pool PL32).
-func sparsePages(t *testing.T, s *Stream) (live []*Buffer, want [][]byte) {
+func sparsePages(t *testing.T, s *Stream) (live []Buffer, want [][]byte) {
 	t.Helper()
 	mustFree(t, mustAlloc(t, s, 9*mib))
-	var gaps []*Buffer
+	var gaps []Buffer
 	for i := range 3 {
 		b := mustAlloc(t, s, 5*mib)
 		w := pattern(5*mib, byte(10+i))
@@ -180,7 +180,7 @@ func TestDefragmentCountsWhatItsCleanupGaveBack(t *testing.T) {
 	for _, granular := range []bool{false, true} {
 		d := openHost(t, WithPageGranular(granular))
 		s := d.DefaultStream()
-		var bufs []*Buffer
+		var bufs []Buffer
 		for range 200 {
 			bufs = append(bufs, mustAlloc(t, s, 3*mib))
 		}
@@ -344,7 +344,7 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		d := openHost(t, opts...)
 		s := d.DefaultStream()
 		mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
-		var live, gaps []*Buffer
+		var live, gaps []Buffer
 		var want [][]byte
 		for i := range 6 {
 			if i%2 == 0 {
@@ -460,11 +460,11 @@ func TestALeakedCompactionLeavesItsPagesWhereALaterPlanWouldMoveThem(t *testing.
 	mustFree(t, mustAlloc(t, s, 9*mib)) // page size 10 MiB
 	big := mustAlloc(t, s, 17*mib/2)
 	const k = 64 << 10
-	var small []*Buffer
+	var small []Buffer
 	for d.Stats().BytesReserved <= 12*mib {
 		small = append(small, mustAlloc(t, s, k)) // fills the first small page, starts a second
 	}
-	keep := []*Buffer{small[0], small[1], small[len(small)-1]}
+	keep := []Buffer{small[0], small[1], small[len(small)-1]}
 	for _, b := range small[2 : len(small)-1] {
 		mustFree(t, b)
 	}

@@ -48,6 +48,9 @@ type Device struct {
 	placeholders []*writeRecord // marks placed without a running op (writes.go)
 	epoch        uint64
 	counters     counters
+	// cells recycles buffers' descriptors (buffer.go): the steady
+	// Alloc + Free pair allocates nothing.
+	cells handle.Recycler
 
 	// gated counts settles holding new work back; admit (on mu) wakes the
 	// held callers when one ends (settle.go).
@@ -277,68 +280,6 @@ func (d *Device) cleanupLocked(ctx context.Context, of []*Stream) error {
 		for _, s := range of {
 			h.cleanupLocked(s, true)
 		}
-	}
-	return nil
-}
-
-// reclaimHow says what a reclaim moves before it gives pages back: with
-// relocate, what outdated pages hold (for reason); with compact, the
-// sparsest current pages within that pass's limits; with neither, nothing
-// (the make-room path's first stage cleans up alone).
-type reclaimHow struct {
-	relocate bool
-	reason   relocation.Reason
-	compact  *compactPass
-	gave     *releaseTally // what the reclaim gave back, when counted (streamsOf.gave)
-}
-
-// reclaimLocked is the reclaim sequence, written once (explicit cleanups,
-// defragmentation, and making room for a failed reservation): wait for the
-// streams with the lock released when the sequence would wait (settle.go;
-// the caller's context bounds it, and a capture that began meanwhile
-// refuses it), drain every stream's deferred cross-stream uses, then for
-// each stream of of, in order, move what how says and give back its empty
-// pages (relocation.ReclaimFor, or relocation.ReclaimCompacting), and
-// forward its held releases: explicit means now.
-func (d *Device) reclaimLocked(ctx context.Context, of []*Stream, how reclaimHow) error {
-	if invariantsOn {
-		d.assertLocked("reclaimLocked")
-	}
-	if how.compact != nil || d.cleanupWaitsLocked(of...) {
-		if err := d.settleLocked(ctx); err != nil {
-			return err
-		}
-		if err := d.refuseWhileRecordingLocked(of[0]); err != nil {
-			return err
-		}
-	}
-	for _, s := range d.streams {
-		s.drainDeferredLocked()
-	}
-	for _, s := range of {
-		x := streamsOf{d: d, s: s, ctx: ctx, cleanOnly: !how.relocate && how.compact == nil, compact: how.compact, gave: how.gave}
-		var err error
-		if how.compact != nil {
-			err = relocation.ReclaimCompacting(x)
-		} else {
-			err = relocation.ReclaimFor(x, how.reason)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	// The pages the reclaim emptied go back once the work queued before
-	// their frees has passed: wait for it with the lock released. A wait
-	// that cannot be made (the context ended, an op) leaves them held for
-	// the next reservation or sync; the reclaim itself is done.
-	for _, s := range of {
-		if s.st.holdsUnpassed() {
-			_ = d.settleLocked(ctx)
-			break
-		}
-	}
-	for _, s := range of {
-		s.st.releasePassed()
 	}
 	return nil
 }

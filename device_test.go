@@ -167,14 +167,14 @@ func TestCloneIsAnOwnerOfItsOwnThatOutlivesTheOriginal(t *testing.T) {
 	want := pattern(64, 1)
 	mustWrite(t, b, want)
 	c := b.Clone()
-	if c == nil || c.ID() != b.ID() {
+	if c.IsZero() || c.ID() != b.ID() {
 		t.Fatalf("Clone = %v, want a reference to allocation %d", c, b.ID())
 	}
 	if b.CanMut() {
 		t.Fatal("CanMut with two references")
 	}
 	mustFree(t, b)
-	if b.Clone() != nil {
+	if !b.Clone().IsZero() {
 		t.Fatal("Clone of a freed buffer is not nil")
 	}
 	wantBytes(t, c, want)
@@ -387,7 +387,7 @@ func TestInvalidUsesAreRefusedBeforeAnythingRuns(t *testing.T) {
 	b := mustAlloc(t, s, 64)
 	noop := func([]storage.Resource) error { return nil }
 	cases := map[string]error{
-		"nil buffer":         s.Enqueue("op", []Use{{Access: Read}}, noop),
+		"zero buffer":        s.Enqueue("op", []Use{{Access: Read}}, noop),
 		"offset past end":    s.Enqueue("op", []Use{{Buffer: b, Offset: 65}}, noop),
 		"range past end":     s.Enqueue("op", []Use{{Buffer: b, Offset: 32, Size: 33}}, noop),
 		"nil run":            s.Enqueue("op", []Use{{Buffer: b}}, nil),
@@ -433,7 +433,7 @@ func TestMisuseAndExtremeSizesReturnErrorsNeverPanic(t *testing.T) {
 	try("Alloc(0)", func() {
 		b, err := s.Alloc(bg, 0)
 		t.Logf("Alloc(0): %v", err)
-		if b != nil {
+		if !b.IsZero() {
 			_, err = b.Read(bg)
 			t.Logf("Read(0): %v", err)
 			m, err := b.Map(bg)
@@ -446,7 +446,7 @@ func TestMisuseAndExtremeSizesReturnErrorsNeverPanic(t *testing.T) {
 		}
 	})
 	try("zero Buffer use", func() {
-		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: &Buffer{}}}, func([]storage.Resource) error { return nil }))
+		t.Logf("%v", s.Enqueue("z", []Use{{Buffer: Buffer{}}}, func([]storage.Resource) error { return nil }))
 	})
 	try("Use overflow", func() {
 		b := mustAlloc(t, s, 64)
@@ -483,7 +483,7 @@ func TestImpossibleDedicatedSizesFailWithAnErrorNotAPanic(t *testing.T) {
 				defer done()
 				b, err := s.Alloc(bg, sz)
 				t.Logf("%v Alloc(%d): %v", m, sz, err)
-				if b != nil {
+				if !b.IsZero() {
 					t.Logf(" enqueue: %v", s.Enqueue("x", []Use{{Buffer: b, Access: Write}}, func([]storage.Resource) error { return nil }))
 					_ = b.Free()
 				}

@@ -26,8 +26,9 @@
 //     work that uses them; every Use names the access, so the device orders
 //     cross-stream work and marks what a failed op left unwritten.
 //  3. Free every Buffer and Release every Mapping explicitly: nothing is
-//     released by finalizers. A freed buffer used again returns
-//     ErrAlreadyFreed, never someone else's bytes.
+//     released by finalizers. A Buffer is a value, and a copy of it the
+//     same reference. A freed buffer used again returns ErrAlreadyFreed,
+//     never someone else's bytes.
 //  4. Synchronize (or Read) before trusting results: work runs
 //     asynchronously, and an op's failure surfaces on the read of the bytes
 //     it left unwritten (ErrUnwritten).

@@ -47,7 +47,8 @@ var (
 	// ErrForeignBuffer is returned when a buffer of another device is used.
 	ErrForeignBuffer = errors.New("gpumem: buffer belongs to another device")
 
-	// ErrInvalidUse is returned for a Use outside its buffer, or a nil buffer.
+	// ErrInvalidUse is returned for a Use outside its buffer, or the zero
+	// Buffer.
 	ErrInvalidUse = errors.New("gpumem: invalid buffer use")
 
 	// ErrInvalidName is returned for a name the call cannot use, such as an

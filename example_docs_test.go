@@ -32,7 +32,7 @@ func ExampleDevice_Defragment() {
 	s := dev.DefaultStream()
 
 	// Sixteen 1 MiB buffers, two to a 2 MiB page; then every other one freed.
-	var kept []*gpumem.Buffer
+	var kept []gpumem.Buffer
 	for i := range 16 {
 		b, err := s.Alloc(ctx, 1*mib)
 		if err != nil {

@@ -73,7 +73,7 @@ func ExampleStream_WouldFit() {
 	fmt.Println(s.WouldFit(100 * mib))
 
 	// Six 10 MiB buffers, three of them freed: their pages stay cached.
-	var bufs []*gpumem.Buffer
+	var bufs []gpumem.Buffer
 	for range 6 {
 		b, err := s.Alloc(ctx, 10*mib)
 		if err != nil {

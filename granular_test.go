@@ -37,7 +37,7 @@ func TestWithPageGranularMapsOnlyWhatBuffersCover(t *testing.T) {
 			// An arena page of 20 MiB, full, then a 1 MiB buffer on a
 			// second 20 MiB page: whole pages pay 40 MiB, granules pay the
 			// 20 MiB buffer and the one 2 MiB granule of the 1 MiB one.
-			var bufs []*gpumem.Buffer
+			var bufs []gpumem.Buffer
 			for _, size := range []uint64{20 * granuleMiB, granuleMiB} {
 				buf, err := d.DefaultStream().Alloc(ctx, size)
 				if err != nil {

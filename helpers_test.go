@@ -36,7 +36,7 @@ func pattern(n uint64, seed byte) []byte {
 	return p
 }
 
-func mustAlloc(t testing.TB, s *Stream, size uint64) *Buffer {
+func mustAlloc(t testing.TB, s *Stream, size uint64) Buffer {
 	t.Helper()
 	b, err := s.Alloc(context.Background(), size)
 	if err != nil {
@@ -45,14 +45,14 @@ func mustAlloc(t testing.TB, s *Stream, size uint64) *Buffer {
 	return b
 }
 
-func mustWrite(t testing.TB, b *Buffer, data []byte) {
+func mustWrite(t testing.TB, b Buffer, data []byte) {
 	t.Helper()
 	if err := b.Write(context.Background(), data); err != nil {
 		t.Fatalf("Write buffer %d: %v", b.ID(), err)
 	}
 }
 
-func mustFree(t testing.TB, b *Buffer) {
+func mustFree(t testing.TB, b Buffer) {
 	t.Helper()
 	if err := b.Free(); err != nil {
 		t.Fatalf("Free buffer %d: %v", b.ID(), err)
@@ -67,7 +67,7 @@ func mustCleanup(t testing.TB, d *Device) {
 }
 
 // wantBytes reads b and fails the test unless it holds want.
-func wantBytes(t testing.TB, b *Buffer, want []byte) {
+func wantBytes(t testing.TB, b Buffer, want []byte) {
 	t.Helper()
 	got, err := b.Read(context.Background())
 	if err != nil {

@@ -494,7 +494,8 @@ func (h *history) passedLocked(stream int, left bool, seq, vseq uint64) {
 // reservation recorded entries (mark: the count before it) and the arena's
 // growth counter moved, the growth first. A growth always allocates a page,
 // so an allocation served from held room skips the check. Its frames skip
-// runtime.Callers, allocLocked, this and Stream.Alloc.
+// runtime.Callers, allocLocked, this, allocation.notifyLocked and
+// Stream.Alloc.
 func (d *Device) recordAllocLocked(h *history, s *Stream, b *handle.Handle, size, mark uint64) {
 	if h.next != mark {
 		h.noteGrowthLocked(s, size)
@@ -504,7 +505,7 @@ func (d *Device) recordAllocLocked(h *history, s *Stream, b *handle.Handle, size
 	if sl, err := s.mem.Find(b); err == nil {
 		page, off = sl.Region.ID, sl.Region.Offset
 	}
-	h.allocLocked(s, b.ID(), size, page, off, 4)
+	h.allocLocked(s, b.ID(), size, page, off, 5)
 }
 
 // noteGrowthLocked records a growth when s's arena grew since the history

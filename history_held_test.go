@@ -30,7 +30,7 @@ func heldWorkload(t *testing.T, d *gpumem.Device, cross bool) *peaks {
 	if cross {
 		user = s1
 	}
-	var bufs []*gpumem.Buffer
+	var bufs []gpumem.Buffer
 	var uses []gpumem.Use
 	for range 6 {
 		b := p.alloc(s0, 5*histMiB)
@@ -45,7 +45,7 @@ func heldWorkload(t *testing.T, d *gpumem.Device, cross bool) *peaks {
 	for _, b := range bufs {
 		p.free(b)
 	}
-	var more []*gpumem.Buffer
+	var more []gpumem.Buffer
 	for range 6 {
 		more = append(more, p.alloc(s0, 7*histMiB))
 	}

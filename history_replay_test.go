@@ -28,7 +28,7 @@ type churn struct {
 	d       *gpumem.Device
 	rng     *rand.Rand
 	streams []*gpumem.Stream
-	bufs    []*gpumem.Buffer
+	bufs    []gpumem.Buffer
 	holds   []func()
 	p       peaks
 	failed  int // allocations the device refused
@@ -52,7 +52,7 @@ func newChurn(t testing.TB, d *gpumem.Device, seed uint64) *churn {
 }
 
 // take removes and returns a random live buffer.
-func (c *churn) take() *gpumem.Buffer {
+func (c *churn) take() gpumem.Buffer {
 	i := c.rng.IntN(len(c.bufs))
 	b := c.bufs[i]
 	c.bufs[i] = c.bufs[len(c.bufs)-1]

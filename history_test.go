@@ -30,7 +30,7 @@ func (p *peaks) sample() {
 	p.peakDevice = max(p.peakDevice, p.d.BytesAllocated())
 }
 
-func (p *peaks) alloc(s *gpumem.Stream, size uint64) *gpumem.Buffer {
+func (p *peaks) alloc(s *gpumem.Stream, size uint64) gpumem.Buffer {
 	p.t.Helper()
 	b, err := s.Alloc(context.Background(), size)
 	if err != nil {
@@ -41,7 +41,7 @@ func (p *peaks) alloc(s *gpumem.Stream, size uint64) *gpumem.Buffer {
 	return b
 }
 
-func (p *peaks) free(b *gpumem.Buffer) {
+func (p *peaks) free(b gpumem.Buffer) {
 	p.t.Helper()
 	if err := b.Free(); err != nil {
 		p.t.Fatalf("Free: %v", err)
@@ -52,7 +52,7 @@ func (p *peaks) free(b *gpumem.Buffer) {
 
 // write enqueues a write of b on its stream and waits for it, so no
 // release is held back by queued work (a replay has none).
-func (p *peaks) write(b *gpumem.Buffer) {
+func (p *peaks) write(b gpumem.Buffer) {
 	p.t.Helper()
 	ctx := context.Background()
 	if err := b.Stream().Enqueue("fill", []gpumem.Use{{Buffer: b, Access: gpumem.Write}}, func([]storage.Resource) error { return nil }); err != nil {
@@ -122,7 +122,7 @@ func historyWorkload(t testing.TB, d *gpumem.Device) *peaks {
 	p.sample()
 	p.free(rec)
 
-	var live []*gpumem.Buffer
+	var live []gpumem.Buffer
 	for i := range 24 {
 		s := s0
 		if i%3 == 2 {
@@ -241,7 +241,7 @@ func TestLateHistoryWritesAPreludeOfLiveBuffers(t *testing.T) {
 	defer d.Close()
 	s := d.DefaultStream()
 	ctx := context.Background()
-	early := make([]*gpumem.Buffer, 4)
+	early := make([]gpumem.Buffer, 4)
 	for i := range early {
 		if early[i], err = s.Alloc(ctx, uint64(i+1)*histMiB); err != nil {
 			t.Fatal(err)

@@ -21,7 +21,7 @@ package gpumem
 // not run: package replay holds the buffers a trace's held frees name.
 // release may be called once; later calls do nothing. It returns
 // ErrAlreadyFreed for a freed buffer and ErrClosed on a closed device.
-func (b *Buffer) Hold() (release func(), err error) {
+func (b Buffer) Hold() (release func(), err error) {
 	if err := b.valid(); err != nil {
 		return nil, err
 	}

@@ -41,7 +41,7 @@ func TestBufferHoldKeepsTheFreedMemoryTakenUntilReleased(t *testing.T) {
 func TestHoldReleasesHoldsDeallocationsUntilItsHoldsPassInOrder(t *testing.T) {
 	d := openHost(t, WithSim())
 	s := d.DefaultStream()
-	dedicated := func() *Buffer {
+	dedicated := func() Buffer {
 		done := s.Window(Dedicated)
 		defer done()
 		return mustAlloc(t, s, 4*mib)

@@ -21,7 +21,7 @@ import (
 // first known bytes are data[:known] (writes always start at offset 0; a
 // fresh buffer's bytes are unspecified).
 type modelBuf struct {
-	b     *Buffer
+	b     Buffer
 	data  []byte
 	known int
 }

@@ -32,7 +32,7 @@ func TestPageOfAFreedBufferIsNotGivenBackUnderItsQueuedOps(t *testing.T) {
 				return &deallocCounter{Storage: s, n: &deallocs}
 			}))
 			s := d.DefaultStream()
-			var b *Buffer
+			var b Buffer
 			if path == "periodic dedicated release" {
 				done := s.Window(Dedicated)
 				b = mustAlloc(t, s, 4*mib)

@@ -86,23 +86,33 @@ func TestMappedBufferKeepsItsPageUntilReleasedThenCleanupMovesIt(t *testing.T) {
 	wantBytes(t, b, want)
 }
 
-// scriptedReserver answers Reserve from a script of errors (nil = success)
-// and records the page updates it was asked under.
-type scriptedReserver struct {
+// scriptedAttempt is a reservation the make-room stages act on, answered
+// from scripts: the reservations' answers (nil = success), with the page
+// updates they were asked under; each cleanup, relocate or compact stage's
+// (stage; nil: room made, the retry under Allow); the own-size stage's
+// (own; nil: refused); and the failures warned of.
+type scriptedAttempt struct {
 	script []error
 	asked  []memory.PageUpdate
+	stage  func(stage roomStage, err error) (memory.PageUpdate, error)
+	own    func() (*handle.Handle, error)
+	warns  []error
 }
 
-// at is the reservation reserveWithRetry runs: size bytes, under the page
-// update it is given.
-func (r *scriptedReserver) at(size uint64) func(memory.PageUpdate) (*handle.Handle, error) {
-	return func(u memory.PageUpdate) (*handle.Handle, error) { return r.Reserve(size, u) }
+// run is what Stream.Alloc runs: the reservation under u, then, when it
+// failed, the make-room stages.
+func (r *scriptedAttempt) run(u memory.PageUpdate) (*handle.Handle, bool, error) {
+	h, err := r.reserve(u)
+	if err != nil {
+		return makeRoom(r, u, err)
+	}
+	return h, false, nil
 }
 
-func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Handle, error) {
+func (r *scriptedAttempt) reserve(u memory.PageUpdate) (*handle.Handle, error) {
 	r.asked = append(r.asked, u)
 	if len(r.script) == 0 {
-		panic("scriptedReserver: reserve beyond the script")
+		panic("scriptedAttempt: reserve beyond the script")
 	}
 	err := r.script[0]
 	r.script = r.script[1:]
@@ -111,6 +121,22 @@ func (r *scriptedReserver) Reserve(size uint64, u memory.PageUpdate) (*handle.Ha
 	}
 	return handle.New(handle.Uninit), nil
 }
+
+func (r *scriptedAttempt) room(stage roomStage, err error) (memory.PageUpdate, error) {
+	if r.stage == nil {
+		return memory.Allow, nil
+	}
+	return r.stage(stage, err)
+}
+
+func (r *scriptedAttempt) ownSize() (*handle.Handle, error) {
+	if r.own == nil {
+		return nil, storage.ErrOutOfMemory
+	}
+	return r.own()
+}
+
+func (r *scriptedAttempt) warn(err error) { r.warns = append(r.warns, err) }
 
 // A makeRoom that cannot wait (the caller's context ended, or it is an op)
 // ends the reservation without a further retry: the context's error as it
@@ -137,16 +163,13 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 			map[roomStage]error{stageRelocate: errNothingToMove, stageCompact: context.DeadlineExceeded}, []error{context.DeadlineExceeded}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := &scriptedReserver{script: c.script}
-			_, retried, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
-				func(_ error, stage roomStage) (memory.PageUpdate, error) {
-					if err := c.room[stage]; err != nil {
-						return 0, err
-					}
-					return memory.Allow, nil
-				},
-				refuseExact,
-				func(string) {})
+			r := &scriptedAttempt{script: c.script, stage: func(stage roomStage, _ error) (memory.PageUpdate, error) {
+				if err := c.room[stage]; err != nil {
+					return 0, err
+				}
+				return memory.Allow, nil
+			}}
+			_, retried, err := r.run(memory.Allow)
 			if retried != c.wantRetry || err == nil {
 				t.Fatalf("retried=%v err=%v, want retried=%v and an error", retried, err, c.wantRetry)
 			}
@@ -164,9 +187,6 @@ func TestReserveWithoutRoomReturnsWhyNoRetry(t *testing.T) {
 		})
 	}
 }
-
-// refuseExact is an exact fallback the storage refuses.
-func refuseExact() (*handle.Handle, error) { return nil, storage.ErrOutOfMemory }
 
 // The exact fallback (storage of the buffer's own size) is tried after the
 // cleanup's retry failed and again after each moving stage's, always before
@@ -188,10 +208,13 @@ func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
 		{"refused every time", []error{oom, oom, oom, oom}, []bool{false, false, false}, []roomStage{stageCleanup, stageRelocate, stageCompact}, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			r := &scriptedReserver{script: c.script}
 			var rooms []roomStage
 			answers := c.exactOK
-			exact := func() (*handle.Handle, error) {
+			r := &scriptedAttempt{script: c.script, stage: func(stage roomStage, _ error) (memory.PageUpdate, error) {
+				rooms = append(rooms, stage)
+				return memory.Allow, nil
+			}}
+			r.own = func() (*handle.Handle, error) {
 				if len(answers) == 0 {
 					t.Fatal("exact fallback tried beyond the script")
 				}
@@ -202,11 +225,7 @@ func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
 				}
 				return handle.New(handle.Uninit), nil
 			}
-			h, _, err := reserveWithRetry(r.at(4096), 4096, memory.Allow,
-				func(_ error, stage roomStage) (memory.PageUpdate, error) {
-					rooms = append(rooms, stage)
-					return memory.Allow, nil
-				}, exact, func(string) {})
+			h, _, err := r.run(memory.Allow)
 			if (err == nil) != c.wantOK {
 				t.Fatalf("error = %v, want success %v", err, c.wantOK)
 			}
@@ -273,16 +292,13 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			r := &scriptedReserver{script: c.script}
 			var rooms []room
-			var warns []string
-			h, retried, err := reserveWithRetry(r.at(4096), 4096, c.u,
-				func(err error, stage roomStage) (memory.PageUpdate, error) {
-					rooms = append(rooms, room{err, stage})
-					return memory.Allow, nil
-				},
-				refuseExact,
-				func(msg string) { warns = append(warns, msg) })
+			r := &scriptedAttempt{script: c.script, stage: func(stage roomStage, err error) (memory.PageUpdate, error) {
+				rooms = append(rooms, room{err, stage})
+				return memory.Allow, nil
+			}}
+			h, retried, err := r.run(c.u)
+			warns := r.warns
 			if err != c.wantErr {
 				t.Fatalf("error = %v, want %v", err, c.wantErr)
 			}
@@ -310,8 +326,8 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 			if len(warns) != 1 {
 				t.Fatalf("warns = %q, want exactly one", warns)
 			}
-			if want := c.script[0].Error(); !contains(warns[0], "4096") || !contains(warns[0], want) {
-				t.Fatalf("warn %q names neither the size nor the first error %q", warns[0], want)
+			if warns[0] != c.script[0] {
+				t.Fatalf("warned of %v, want the first failure %v", warns[0], c.script[0])
 			}
 			if len(r.asked) != len(c.wantRooms)+1 {
 				t.Fatalf("%d reserves, want %d", len(r.asked), len(c.wantRooms)+1)
@@ -325,18 +341,7 @@ func TestReserveRetriesAfterACleanupThenAfterARelocationOnlyForReclaimableErrors
 	}
 }
 
-func contains(s, sub string) bool { return len(sub) == 0 || indexOf(s, sub) >= 0 }
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
-}
-
-// design §9.4 step 4: make-room without relocation cleans up every stream
+// design §9.4 step 3: make-room without relocation cleans up every stream
 // and moves nothing; with relocation, page sizes exhausted makes room by
 // Relocate(ArenaFull) on the failing stream, any other error by a cleanup
 // of every stream relocating for MemoryPressure.
@@ -350,7 +355,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	// Each stream: a live buffer on an outdated page and a 10 MiB current
 	// page (9 MiB rounded up to 2 MiB); a's is empty and cached, b's holds
 	// 9 MiB and so has room held for b's 1 MiB.
-	var keep []*Buffer
+	var keep []Buffer
 	for i, s := range []*Stream{a, b} {
 		small := mustAlloc(t, s, 1*mib)
 		mustWrite(t, small, pattern(1*mib, byte(i)))
@@ -367,7 +372,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageCleanup)
+		_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageCleanup)
 		d.mu.Unlock()
 		st := d.Stats()
 		if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || outdatedPages(d) != 2 {
@@ -379,7 +384,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
+	_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
 	d.mu.Unlock()
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.MemoryPressure] != 0 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -394,7 +399,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	allocatedBefore = st.BytesAllocated
 
 	d.mu.Lock()
-	_, _ = d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
+	_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
 	d.mu.Unlock()
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -408,7 +413,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, err := d.makeRoomLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageRelocate)
+		_, err := d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageRelocate)
 		d.mu.Unlock()
 		if !errors.Is(err, errNothingToMove) {
 			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToMove", cause, err)
@@ -444,7 +449,7 @@ func faultyDevice(t *testing.T, opts ...Option) (*Device, *[]*hoststorage.Faulty
 
 // outdatedPattern leaves a (4 MiB + 3)-byte pattern alone on an outdated
 // 6 MiB page, with the empty 8 MiB current page the growth left (scenario 51).
-func outdatedPattern(t *testing.T, d *Device) (*Buffer, []byte) {
+func outdatedPattern(t *testing.T, d *Device) (Buffer, []byte) {
 	t.Helper()
 	s := d.DefaultStream()
 	want := pattern(4*mib+3, 9)
@@ -490,7 +495,7 @@ func TestRefusedRelocationCopyLosesNothingAndKeepsTheBufferInPlace(t *testing.T)
 // 20.5, storage of its own 9 MiB too (21 MiB), and no cleanup frees
 // anything; only moving the 1 MiB into the current page's free MiB makes
 // room.
-func pressureDevice(t *testing.T, opts ...Option) (d *Device, small *Buffer, want []byte, faults *[]*hoststorage.Faulty) {
+func pressureDevice(t *testing.T, opts ...Option) (d *Device, small Buffer, want []byte, faults *[]*hoststorage.Faulty) {
 	t.Helper()
 	opts = append(opts, WithProperties(Properties{MaxPageSize: 1 << 30, Alignment: 32, MaxMemory: 20*mib + mib/2}),
 		WithCapacity(20*mib+mib/2))

@@ -2,7 +2,6 @@ package gpumem
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/gpumem/gpumem/internal/capture"
@@ -89,191 +88,10 @@ func (a Access) writes() bool { return a != Read }
 // Use declares one buffer range an op touches. Size 0 means the rest of the
 // buffer from Offset.
 type Use struct {
-	Buffer *Buffer
+	Buffer Buffer
 	Access Access
 	Offset uint64
 	Size   uint64
-}
-
-// pageUpdateLocked says what a reservation on s may do to pages: Forbidden
-// on the recording stream, AddOnly on the others while one records, Allow
-// otherwise.
-func (s *Stream) pageUpdateLocked() memory.PageUpdate {
-	if invariantsOn {
-		s.d.assertLocked("pageUpdateLocked")
-	}
-	if s.capture.Recording() {
-		return memory.Forbidden
-	}
-	if s.d.recordingLocked() != nil {
-		return memory.AddOnly
-	}
-	return memory.Allow
-}
-
-// Alloc reserves size bytes in the stream's memory. When memory is short it
-// first relocates or cleans up and retries once (design §9.4). A relocation
-// waits for every stream's work without holding the device lock (other
-// calls, Stats included, go on meanwhile) and gives up when ctx ends,
-// returning ctx's error with nothing moved.
-func (s *Stream) Alloc(ctx context.Context, size uint64) (*Buffer, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	d := s.d
-	// The buffer is allocated with its descriptor (one allocation) before
-	// the lock is taken: nobody else sees it until it is bound, and the
-	// allocator's work then overlaps other goroutines' calls instead of
-	// lengthening the device's critical section. A slice found in held room
-	// takes it at once (memory.ReserveFor: no reserved clone, no lookup).
-	h, b := handle.NewWith[Buffer](handle.Uninit)
-	if err := d.lockUnlessBorrowed("Stream.Alloc"); err != nil {
-		return nil, err
-	}
-	defer d.mu.Unlock()
-	if d.closed {
-		return nil, ErrClosed
-	}
-	// The history's length before the reservation: when the reservation
-	// recorded something (a page), the history checks for a growth
-	// (history.go).
-	hist := d.hist
-	var mark uint64
-	if hist != nil {
-		mark = hist.next
-	}
-	if !s.capture.Recording() {
-		// Not while recording: a held page release forwarded now would be a
-		// storage call inside the recording, which invalidates it. The
-		// cross-stream uses every stream's queue has passed (a stream that
-		// records keeps its own) are released before the reservation, not
-		// in the middle of it: otherwise a held free's memory comes back
-		// inside a failed reservation's make-room, after the first try,
-		// where its history records the release before the allocation and
-		// no replay of the trace can try the reservation the way the
-		// device did (design §14).
-		for _, t := range d.streams {
-			if s.releasesPassedOf(t) {
-				t.releasePassedLocked()
-			}
-		}
-		s.st.releasePassed()
-	}
-	u := s.pageUpdateLocked()
-	// Nothing outdated, nothing to relocate: the trigger is consulted only
-	// after a growth left pages behind, not on every allocation.
-	if u == memory.Allow && s.mem.HasOutdated() {
-		if _, wanted := relocation.Wanted(s.self); wanted {
-			// The relocation may wait for the streams, with the lock released
-			// (settle.go): the context bounds that wait, and an op, which
-			// cannot wait, allocates without relocating.
-			if err := relocation.RelocateWhenWanted(streamsOf{d: d, s: s, ctx: ctx}); err != nil && !errors.Is(err, ErrCalledFromOp) {
-				return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
-			}
-			if d.closed {
-				return nil, ErrClosed
-			}
-			u = s.pageUpdateLocked()
-		}
-	}
-	// The slice may be one a freed buffer's ops still use on this stream
-	// (slices are reused in stream order, and coalescing zeroes cursors), so
-	// the new buffer's last use is everything enqueued so far: another
-	// stream's first op on it then waits for that work (X1). Read at each
-	// attempt: a retry follows a wait with the lock released.
-	reserve := func(u memory.PageUpdate) (*handle.Handle, error) {
-		return s.mem.ReserveFor(size, u, h, s.st.busyUntil())
-	}
-	// The page the dynamic memory needs may not fit the device when the
-	// buffer's own size does: storage of that size serves it then (as
-	// PyTorch serves a large allocation from a segment of its own size).
-	// Not while a capture window is open: the rehearsal and the recording
-	// reserve from the pools what the warmup reserved, and a warmup buffer
-	// served from storage of its own would find no such room there (its
-	// storage goes back when freed).
-	exact := func() (*handle.Handle, error) {
-		if !s.exactAllowedLocked() {
-			return nil, errExactNotTried // the retry's error stands
-		}
-		h, err := s.mem.ReserveExact(size)
-		if err == nil {
-			d.counters.dedicatedFallbacks++
-		}
-		return h, err
-	}
-	// A recording takes the bytes its rehearsal placed this allocation on,
-	// held for it since (capture.go); free room is what remains when the
-	// recording strays from its warmup.
-	var reserved *handle.Handle
-	var retried bool
-	var err, roomWhy error
-	if u == memory.Forbidden && s.cap != nil && s.cap.room != nil {
-		reserved, roomWhy = s.cap.room.Take(size)
-	}
-	if reserved == nil {
-		reserved, retried, err = reserveWithRetry(reserve, size, u,
-			func(err error, stage roomStage) (memory.PageUpdate, error) {
-				return d.makeRoomLocked(ctx, s, size, err, stage)
-			},
-			exact,
-			func(msg string) { d.log.Warn(msg, "stream", s.name) })
-	}
-	if retried {
-		d.counters.reserveRetries++
-	}
-	if err != nil {
-		if hist != nil && d.hist == hist {
-			hist.allocFailedLocked(d, s, h.ID(), size, errors.Is(err, ErrOutOfMemory))
-		}
-		h.Release()
-		d.counters.failedReserves[FailureKind(err)]++
-		if u == memory.Forbidden {
-			if s.cap != nil && s.cap.rehearsalRefused != nil && errors.Is(err, memory.ErrPageUpdateForbidden) {
-				// The room is missing because the rehearsal could not
-				// reserve it: that is the cause a user can act on (free
-				// memory, a larger device), so the error carries both.
-				err = fmt.Errorf("%w (the rehearsal before the recording could not reserve its room: %w)", err, s.cap.rehearsalRefused)
-			} else if roomWhy != nil && errors.Is(err, memory.ErrPageUpdateForbidden) {
-				// The rehearsal held room for the recording; why that
-				// room could not serve this allocation is the cause.
-				err = fmt.Errorf("%w (%w)", err, roomWhy)
-			}
-			s.capture.Fail(err)
-		}
-		return nil, fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, err)
-	}
-	if reserved != nil { // not bound in the reservation: bind it now
-		if err := s.mem.Bind(reserved, h, s.st.busyUntil()); err != nil {
-			reserved.Release()
-			h.Release()
-			return nil, err
-		}
-		reserved.Release()
-	}
-	*b = Buffer{s: s, h: h, size: size}
-	if s.cap != nil {
-		s.cap.allocatedLocked(b)
-	}
-	if hist != nil && d.hist == hist { // not one StartHistory began while a wait let go of the lock
-		d.recordAllocLocked(hist, s, h, size, mark)
-	}
-	return b, nil
-}
-
-// releasesPassedOf reports whether an Alloc on s, which does not record,
-// releases t's cross-stream uses that passed before it reserves: every
-// stream's but another recording one's (a stream that records keeps its
-// own). WouldFit counts the same releases.
-func (s *Stream) releasesPassedOf(t *Stream) bool { return t == s || !t.capture.Recording() }
-
-// exactAllowedLocked reports whether a failed reservation of s may be
-// served from storage of its own size now (Alloc's exact step): the device
-// open, the page update Allow, and no capture window open (the rehearsal
-// and the recording reserve from the pools what the warmup reserved, and a
-// warmup buffer served from storage of its own would find no such room
-// there).
-func (s *Stream) exactAllowedLocked() bool {
-	return !s.d.closed && s.pageUpdateLocked() == memory.Allow && !s.d.captureWindowOpenLocked()
 }
 
 // Window opens a mode window (Persistent or Dedicated) for the stream's next
@@ -450,17 +268,17 @@ func (s *Stream) enqueueLocked(name string, uses []Use, run func([]storage.Resou
 // resolveUseLocked checks a use and resolves its window.
 func (s *Stream) resolveUseLocked(u Use) (resolved, error) {
 	b := u.Buffer
-	if b == nil || b.s == nil || b.h == nil {
-		return resolved{}, fmt.Errorf("%w: nil buffer, or one not made by Stream.Alloc", ErrInvalidUse)
+	if err := b.valid(); err != nil {
+		return resolved{}, err
 	}
 	if b.s.d != s.d {
 		return resolved{}, ErrForeignBuffer
 	}
-	if b.h.Released() {
-		return resolved{}, fmt.Errorf("%w: buffer %d", ErrAlreadyFreed, b.h.ID())
+	if !b.liveLocked() {
+		return resolved{}, b.errFreed()
 	}
 	if u.Offset > b.size || (u.Size != 0 && u.Size > b.size-u.Offset) {
-		return resolved{}, fmt.Errorf("%w: range [%d, +%d) outside buffer %d of %d bytes", ErrInvalidUse, u.Offset, u.Size, b.h.ID(), b.size)
+		return resolved{}, fmt.Errorf("%w: range [%d, +%d) outside buffer %d of %d bytes", ErrInvalidUse, u.Offset, u.Size, b.id, b.size)
 	}
 	if u.Size == 0 {
 		u.Size = b.size - u.Offset

@@ -49,7 +49,7 @@ func stressBytes(off, n uint64) []byte { return stressBase[off : off+n] }
 // stressBuf is a buffer and the offset of the bytes its last enqueued write
 // leaves in it (ordered by its stream).
 type stressBuf struct {
-	b   *Buffer
+	b   Buffer
 	off uint64
 }
 
@@ -89,7 +89,7 @@ type stressWorker struct {
 	fails   *stressFailures
 	kernels int
 	ops     int
-	bigs    []*Buffer
+	bigs    []Buffer
 	moves   uint64 // this stream's relocation moves seen so far
 }
 
@@ -128,14 +128,14 @@ func (w *stressWorker) kernel() {
 	w.kernels++
 }
 
-func (w *stressWorker) alloc(size uint64) (*Buffer, bool) {
+func (w *stressWorker) alloc(size uint64) (Buffer, bool) {
 	b, err := w.s.Alloc(context.Background(), size)
 	if errors.Is(err, ErrOutOfMemory) {
-		return nil, false // tolerated: the device is deliberately tight
+		return Buffer{}, false // tolerated: the device is deliberately tight
 	}
 	if err != nil {
 		w.fail("Alloc(%d): %v", size, err)
-		return nil, false
+		return Buffer{}, false
 	}
 	w.checkAfterOwnRelocation()
 	return b, true

@@ -6,8 +6,8 @@
 // runs the whole make-room path (waits on the streams, cleanups, moves) and
 // leaves its marks in the counters and the history, and a runtime whose
 // allocator is less forgiving is left broken by it. WouldFit runs the
-// allocation's own sequence (Stream.Alloc's steps, reserveWithRetry's
-// stages, the manager's routes, each pool's search and page requests) as a
+// allocation's own sequence (Stream.Alloc's steps, the make-room stages,
+// the manager's routes, each pool's search and page requests) as a
 // dry run: every question the allocation asks is asked of the state the
 // allocation would find — the releases its first step makes, the periodic
 // cleanup before each reservation, the cleanup of every stream its first
@@ -228,82 +228,35 @@ func (s *Stream) WouldFit(size uint64) Fit {
 	return s.wouldFitLocked(size)
 }
 
-// wouldFitLocked follows Stream.Alloc: the relocation the trigger wants
-// before the reservation (a moving step: Maybe), a recording's held room,
-// then reserveWithRetry with a dry reservation, a dry make-room and a dry
-// own-size step.
+// wouldFitLocked follows Stream.Alloc (alloc.go): the relocation the
+// trigger wants before the reservation (a moving step: Maybe), a
+// recording's held room, then a dry reservation and, when it fails, the
+// make-room stages (makeRoom) with a dry cleanup and a dry own-size stage.
 func (s *Stream) wouldFitLocked(size uint64) Fit {
 	d := s.d
 	u := s.pageUpdateLocked()
-	// fromOp: asked from inside an op, whose Alloc cannot wait for queued
-	// work (its own). Asked only where a wait is: finding the goroutine
-	// costs a stack read.
-	fromOp := func() bool { return len(d.pendingFencesLocked()) > 0 && d.calledFromOpLocked() }
+	a := &dryRoom{s: s, size: size}
 	if u == memory.Allow && s.mem.HasOutdated() {
 		// An op's relocation cannot wait, and the Alloc then reserves
 		// without it.
-		if _, wanted := relocation.Wanted(s.self); wanted && !fromOp() {
+		if _, wanted := relocation.Wanted(s.self); wanted && !a.fromOp() {
 			return Fit{How: FitRelocation, Maybe: true}
 		}
 	}
 	if u == memory.Forbidden && s.cap != nil && s.cap.room != nil && s.cap.room.WouldTake(size) {
 		return Fit{OK: true, How: FitHeld}
 	}
-	dry := d.newDryRunLocked(s, false)
-	var last, got pool.Would // the latest reservation; the one that succeeded
-	exactly := false         // got is the own-size step's
-	cleaned, waits := false, false
-	reserve := func(u memory.PageUpdate) (*handle.Handle, error) {
-		last = s.mem.WouldReserve(size, u, dry.view(s))
-		if !last.OK() {
-			return nil, last.Err
-		}
-		got = last
-		return nil, nil
+	a.dry = d.newDryRunLocked(s, false)
+	_, err := a.reserve(u)
+	if err != nil {
+		_, _, err = makeRoom(a, u, err)
 	}
-	makeRoom := func(err error, stage roomStage) (memory.PageUpdate, error) {
-		if d.stageIdleLocked(s, size, err, stage, dry) {
-			return 0, errNothingToMove
-		}
-		switch stage {
-		case stageRelocate:
-			return 0, &wouldMove{how: FitRelocation, before: err}
-		case stageCompact:
-			return 0, &wouldMove{how: FitCompaction, before: err}
-		}
-		// The cleanup of every stream (reclaimLocked): it settles the
-		// streams first when it would wait for them, which an op cannot;
-		// then every stream's queued work has completed, unless it runs
-		// without waiting (an op), where its releases stay held.
-		pending := len(d.pendingFencesLocked()) > 0
-		op := pending && fromOp()
-		if op && d.cleanupWaitsLocked(d.streams...) {
-			return 0, ErrCalledFromOp
-		}
-		dry = d.newDryRunLocked(s, !op)
-		dry.cleanAll(d, s)
-		waits = !op && pending && (d.cleanupWaitsLocked(d.streams...) || dry.heldBehindWork())
-		cleaned = true
-		dry.view(s).Attempts = 1
-		return s.pageUpdateLocked(), nil
-	}
-	exact := func() (*handle.Handle, error) {
-		if !s.exactAllowedLocked() {
-			return nil, errExactNotTried
-		}
-		w := s.mem.WouldReserveExact(size, dry.view(s), last)
-		if !w.OK() {
-			return nil, w.Err
-		}
-		got, exactly = w, true
-		return dryServed, nil
-	}
-	_, _, err := reserveWithRetry(reserve, size, u, makeRoom, exact, func(string) {})
-	f := Fit{AfterCleanup: cleaned, Waits: waits}
+	f := Fit{AfterCleanup: a.cleaned, Waits: a.waits}
 	var mv *wouldMove
 	switch {
 	case err == nil:
-		f.OK, f.How, f.Storage, f.Bytes, f.PageSize = true, fitHow(got, exactly), got.Alloc, got.Bytes, got.PageSize
+		got := a.got
+		f.OK, f.How, f.Storage, f.Bytes, f.PageSize = true, fitHow(got, a.exactly), got.Alloc, got.Bytes, got.PageSize
 	case errors.As(err, &mv):
 		f.Maybe, f.How = true, mv.how
 		f.Err = fmt.Errorf("gpumem: %s: allocating %d bytes: %w", s.name, size, mv.before)
@@ -315,6 +268,79 @@ func (s *Stream) wouldFitLocked(size uint64) Fit {
 	}
 	return f
 }
+
+// dryRoom is a WouldFit's dry run of an allocation of size bytes on s, as
+// the make-room stages act on it: reservations asked of the dry run's
+// views, a cleanup stage run dry, a moving stage answered as a wouldMove.
+type dryRoom struct {
+	s    *Stream
+	size uint64
+	dry  *dryRun
+	// last is the latest dry reservation, got the one that succeeded
+	// (exactly: the own-size stage's).
+	last, got pool.Would
+	exactly   bool
+	// cleaned: the cleanup stage ran; waits: it would wait for queued work.
+	cleaned, waits bool
+}
+
+// fromOp reports whether WouldFit is asked from inside an op, whose Alloc
+// cannot wait for queued work (its own). Asked only where a wait is:
+// finding the goroutine costs a stack read.
+func (a *dryRoom) fromOp() bool {
+	return len(a.s.d.pendingFencesLocked()) > 0 && a.s.d.calledFromOpLocked()
+}
+
+func (a *dryRoom) reserve(u memory.PageUpdate) (*handle.Handle, error) {
+	a.last = a.s.mem.WouldReserve(a.size, u, a.dry.view(a.s))
+	if !a.last.OK() {
+		return nil, a.last.Err
+	}
+	a.got = a.last
+	return nil, nil
+}
+
+func (a *dryRoom) room(stage roomStage, err error) (memory.PageUpdate, error) {
+	s, d := a.s, a.s.d
+	if d.stageIdleLocked(s, a.size, err, stage, a.dry) {
+		return 0, errNothingToMove
+	}
+	switch stage {
+	case stageRelocate:
+		return 0, &wouldMove{how: FitRelocation, before: err}
+	case stageCompact:
+		return 0, &wouldMove{how: FitCompaction, before: err}
+	}
+	// The cleanup of every stream (reclaim.go): it settles the streams
+	// first when it would wait for them, which an op cannot; then every
+	// stream's queued work has completed, unless it runs without waiting
+	// (an op), where its releases stay held.
+	pending := len(d.pendingFencesLocked()) > 0
+	op := pending && a.fromOp()
+	if op && d.cleanupWaitsLocked(d.streams...) {
+		return 0, ErrCalledFromOp
+	}
+	a.dry = d.newDryRunLocked(s, !op)
+	a.dry.cleanAll(d, s)
+	a.waits = !op && pending && (d.cleanupWaitsLocked(d.streams...) || a.dry.heldBehindWork())
+	a.cleaned = true
+	a.dry.view(s).Attempts = 1
+	return s.pageUpdateLocked(), nil
+}
+
+func (a *dryRoom) ownSize() (*handle.Handle, error) {
+	if !a.s.exactAllowedLocked() {
+		return nil, errExactNotTried
+	}
+	w := a.s.mem.WouldReserveExact(a.size, a.dry.view(a.s), a.last)
+	if !w.OK() {
+		return nil, w.Err
+	}
+	a.got, a.exactly = w, true
+	return dryServed, nil
+}
+
+func (a *dryRoom) warn(error) {}
 
 // fitHow is how a dry reservation serves (exactly: make-room's own-size
 // step).
@@ -330,9 +356,8 @@ func fitHow(w pool.Would, exactly bool) FitHow {
 	return FitNewPage
 }
 
-// dryServed stands for the handle a dry own-size step would return:
-// reserveWithRetry takes a non-nil handle from it as success. Nothing
-// reads it.
+// dryServed stands for the handle a dry own-size stage would return:
+// makeRoom takes a non-nil handle from it as success. Nothing reads it.
 var dryServed = new(handle.Handle)
 
 // wouldMove is a dry make-room's answer to a moving stage with something
@@ -416,15 +441,12 @@ func (d *Device) newDryRunLocked(s *Stream, settled bool) *dryRun {
 	return x
 }
 
-// cleanAll is the make-room cleanup of every stream, s first, in the dry
-// run: each memory's explicit cleanup (relocation.ReclaimFor without
-// relocating).
+// cleanAll is the make-room cleanup of every stream in the dry run, in
+// reclaimOrder (reclaim.go): each memory's explicit cleanup
+// (relocation.ReclaimFor without relocating).
 func (x *dryRun) cleanAll(d *Device, s *Stream) {
-	s.mem.WouldCleanup(x.views[s], pool.Explicit)
-	for _, t := range d.streams {
-		if t != s {
-			t.mem.WouldCleanup(x.views[t], pool.Explicit)
-		}
+	for _, t := range d.reclaimOrder(s) {
+		t.mem.WouldCleanup(x.views[t], pool.Explicit)
 	}
 }
 

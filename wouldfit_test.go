@@ -86,7 +86,7 @@ type wouldFitWorld struct {
 	sim      bool
 	history  bool
 	streams  []*Stream
-	live     []*Buffer
+	live     []Buffer
 	holds    []func()             // Buffer.Hold releases
 	passes   []func()             // HoldReleases passes
 	windows  map[*Stream][]func() // open windows, innermost last
@@ -281,9 +281,9 @@ func (w *wouldFitWorld) alloc() {
 	w.live = append(w.live, b)
 }
 
-func (w *wouldFitWorld) take() *Buffer {
+func (w *wouldFitWorld) take() Buffer {
 	if len(w.live) == 0 {
-		return nil
+		return Buffer{}
 	}
 	i := w.rng.IntN(len(w.live))
 	b := w.live[i]
@@ -293,7 +293,7 @@ func (w *wouldFitWorld) take() *Buffer {
 }
 
 func (w *wouldFitWorld) free() {
-	if b := w.take(); b != nil {
+	if b := w.take(); !b.IsZero() {
 		if err := b.Free(); err != nil {
 			w.t.Fatalf("seed %d: Free: %v", w.seed, err)
 		}
@@ -339,7 +339,7 @@ func (w *wouldFitWorld) hold() {
 		w.holds = w.holds[1:]
 		return
 	}
-	if b := w.take(); b != nil {
+	if b := w.take(); !b.IsZero() {
 		release, err := b.Hold()
 		if err != nil {
 			w.t.Fatalf("seed %d: Hold: %v", w.seed, err)
@@ -637,7 +637,7 @@ func TestWouldFitFromAnOp(t *testing.T) {
 	var allocErr, smallErr error
 	if err := s.Enqueue("op", nil, func([]storage.Resource) error {
 		small = s.WouldFit(mib)
-		var b *Buffer
+		var b Buffer
 		if b, smallErr = s.Alloc(bg, mib); smallErr == nil {
 			_ = b.Free()
 		}

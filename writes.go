@@ -129,7 +129,10 @@ func (d *Device) registerLocked(w *writeRecord) {
 }
 
 // indexLocked gives w its place in the enqueue order and enters it in the
-// writers index, once per allocation it writes.
+// writers index, once per allocation it writes. Each allocation is keyed
+// (handle.Descriptor.Key) until unregisterLocked: the record reads its
+// outputs' descriptors as long as it is indexed, and the device must not
+// hand them to later allocations meanwhile (H6).
 func (d *Device) indexLocked(w *writeRecord) {
 	d.epoch++
 	w.epoch = d.epoch
@@ -138,6 +141,7 @@ func (d *Device) indexLocked(w *writeRecord) {
 		if !seen[o.d] {
 			seen[o.d] = true
 			d.writers[o.d] = append(d.writers[o.d], w)
+			o.d.Key()
 		}
 	}
 }
@@ -197,18 +201,22 @@ func outputsOfWritten(ws []writtenRange) []output {
 	return outs
 }
 
-// unregisterLocked removes a completed record from the writers index.
+// unregisterLocked removes a completed record from the writers index and
+// drops its keys (indexLocked), once per allocation it writes.
 func (d *Device) unregisterLocked(w *writeRecord) {
 	for _, o := range w.outs {
 		list := d.writers[o.d]
-		if i := slices.Index(list, w); i >= 0 {
-			list = slices.Delete(list, i, i+1)
+		i := slices.Index(list, w)
+		if i < 0 {
+			continue // an allocation written twice: done at its first output
 		}
+		list = slices.Delete(list, i, i+1)
 		if len(list) == 0 {
 			delete(d.writers, o.d)
 		} else {
 			d.writers[o.d] = list
 		}
+		o.d.Unkey()
 	}
 }
 

@@ -91,7 +91,7 @@ func pattern(n uint64, seed byte) []byte {
 	return p
 }
 
-func mustAlloc(t testing.TB, s *gpumem.Stream, size uint64) *gpumem.Buffer {
+func mustAlloc(t testing.TB, s *gpumem.Stream, size uint64) gpumem.Buffer {
 	t.Helper()
 	buf, err := s.Alloc(context.Background(), size)
 	if err != nil {
@@ -100,14 +100,14 @@ func mustAlloc(t testing.TB, s *gpumem.Stream, size uint64) *gpumem.Buffer {
 	return buf
 }
 
-func mustWrite(t testing.TB, buf *gpumem.Buffer, data []byte) {
+func mustWrite(t testing.TB, buf gpumem.Buffer, data []byte) {
 	t.Helper()
 	if err := buf.Write(context.Background(), data); err != nil {
 		t.Fatalf("Write buffer %d: %v", buf.ID(), err)
 	}
 }
 
-func mustRead(t testing.TB, buf *gpumem.Buffer) []byte {
+func mustRead(t testing.TB, buf gpumem.Buffer) []byte {
 	t.Helper()
 	got, err := buf.Read(context.Background())
 	if err != nil {
@@ -116,7 +116,7 @@ func mustRead(t testing.TB, buf *gpumem.Buffer) []byte {
 	return got
 }
 
-func wantBytes(t testing.TB, buf *gpumem.Buffer, want []byte) {
+func wantBytes(t testing.TB, buf gpumem.Buffer, want []byte) {
 	t.Helper()
 	got := mustRead(t, buf)
 	if !bytes.Equal(got, want) {
@@ -128,7 +128,7 @@ func wantBytes(t testing.TB, buf *gpumem.Buffer, want []byte) {
 	}
 }
 
-func mustFree(t testing.TB, buf *gpumem.Buffer) {
+func mustFree(t testing.TB, buf gpumem.Buffer) {
 	t.Helper()
 	if err := buf.Free(); err != nil {
 		t.Fatalf("Free buffer %d: %v", buf.ID(), err)
@@ -136,7 +136,7 @@ func mustFree(t testing.TB, buf *gpumem.Buffer) {
 }
 
 // addOne enqueues an op on s that launches add_one over buf.
-func addOne(b *Backend, s *gpumem.Stream, buf *gpumem.Buffer) error {
+func addOne(b *Backend, s *gpumem.Stream, buf gpumem.Buffer) error {
 	return s.Enqueue("add_one", []gpumem.Use{{Buffer: buf, Access: gpumem.ReadWrite}}, func(res []storage.Resource) error {
 		return b.launch(s.Queue(), kernelAddOne, res[0].Ptr, res[0].Size)
 	})

@@ -38,7 +38,7 @@ func benchLibrary(b *testing.B) (path string, real bool) {
 
 // fillOp enqueues fill_u8 over the whole buffer, in launches of at most
 // 1 GiB (the kernels index bytes with 32 bits).
-func fillOp(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, v byte) error {
+func fillOp(be *Backend, s *gpumem.Stream, buf gpumem.Buffer, v byte) error {
 	return s.Enqueue("fill", []gpumem.Use{{Buffer: buf, Access: gpumem.Write}}, func(res []storage.Resource) error {
 		const chunk = 1 << 30
 		for off := uint64(0); off < res[0].Size; off += chunk {
@@ -52,7 +52,7 @@ func fillOp(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, v byte) error {
 }
 
 // readWindow copies n bytes at off of buf to the host, in stream order.
-func readWindow(be *Backend, s *gpumem.Stream, buf *gpumem.Buffer, off, n uint64) ([]byte, error) {
+func readWindow(be *Backend, s *gpumem.Stream, buf gpumem.Buffer, off, n uint64) ([]byte, error) {
 	out := make([]byte, n)
 	err := s.Enqueue("read window", []gpumem.Use{{Buffer: buf, Access: gpumem.Read, Offset: off, Size: n}}, func(res []storage.Resource) error {
 		return be.CopyToHost(s.Queue(), out, res[0])

@@ -44,7 +44,7 @@ func TestBackendConformsOnTheRealDriver(t *testing.T) {
 
 // copyOnStream is the suite's device copy: cuMemcpyDtoDAsync_v2 inside an
 // op on s.
-func copyOnStream(s *gpumem.Stream, dst, src *gpumem.Buffer) error {
+func copyOnStream(s *gpumem.Stream, dst, src gpumem.Buffer) error {
 	uses := []gpumem.Use{{Buffer: dst, Access: gpumem.Write}, {Buffer: src, Access: gpumem.Read}}
 	return Enqueue(s, "backendtest.copy", uses, func(op *Op) error {
 		d, dn, err := op.DevicePtr(0)

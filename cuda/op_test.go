@@ -84,7 +84,7 @@ func saxpyWant(a float32, x, y []float32, times int) []float32 {
 }
 
 // enqueueSaxpy runs saxpy over all of y (ReadWrite) with x (Read) on s.
-func enqueueSaxpy(t testing.TB, s *gpumem.Stream, f *Function, a float32, x, y *gpumem.Buffer) error {
+func enqueueSaxpy(t testing.TB, s *gpumem.Stream, f *Function, a float32, x, y gpumem.Buffer) error {
 	t.Helper()
 	n := y.Size() / 4
 	cfg, err := Linear(n, 128)
@@ -164,7 +164,7 @@ func TestUserKernelLaunchesInsideAnOpWithAddressesAndScalarsOfEachWidth(t *testi
 }
 
 // outPtr returns buf's current device address, read inside an op.
-func outPtr(t testing.TB, s *gpumem.Stream, buf *gpumem.Buffer) uintptr {
+func outPtr(t testing.TB, s *gpumem.Stream, buf gpumem.Buffer) uintptr {
 	t.Helper()
 	var p uintptr
 	err := Enqueue(s, "address", []gpumem.Use{{Buffer: buf, Access: gpumem.Read}}, func(op *Op) error {

@@ -25,7 +25,7 @@ func TestOpCallingTheDeviceBorrowsOrIsRefused(t *testing.T) {
 		buf := mustAlloc(t, other, 4096)
 		spare := mustAlloc(t, other, 4096)
 		var allocErr, enqueueErr, syncErr, freeErr error
-		var cloned *gpumem.Buffer
+		var cloned gpumem.Buffer
 		done := make(chan error, 1)
 		go func() {
 			done <- s.Enqueue("calls", nil, func([]storage.Resource) error {
@@ -54,7 +54,7 @@ func TestOpCallingTheDeviceBorrowsOrIsRefused(t *testing.T) {
 				t.Errorf("%s from inside a cuda op = %v, want ErrCalledFromOp", name, err)
 			}
 		}
-		if freeErr != nil || cloned == nil {
+		if freeErr != nil || cloned.IsZero() {
 			t.Fatalf("borrowed calls: Free = %v, Clone = %v", freeErr, cloned)
 		}
 		if err := cloned.Free(); err != nil {

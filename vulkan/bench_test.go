@@ -47,7 +47,7 @@ func sizeName(n uint64) string {
 }
 
 // fill writes v over the whole buffer.
-func fill(b *testing.B, buf *gpumem.Buffer, v byte) {
+func fill(b *testing.B, buf gpumem.Buffer, v byte) {
 	b.Helper()
 	if err := buf.Write(context.Background(), bytes.Repeat([]byte{v}, int(buf.Size()))); err != nil {
 		b.Fatal(err)
@@ -198,7 +198,7 @@ func benchRelocation(b *testing.B, size uint64, chunks int, gpuOnly bool) {
 		}
 		s := d.DefaultStream()
 		v := byte(i*7 + 1)
-		keep := make([]*gpumem.Buffer, chunks)
+		keep := make([]gpumem.Buffer, chunks)
 		for k := range keep {
 			if keep[k], err = s.Alloc(ctx, chunk); err != nil {
 				b.Fatal(err)
@@ -482,7 +482,7 @@ func BenchmarkStagingTransfers(b *testing.B) {
 
 func benchStaging(b *testing.B, size uint64) {
 	ctx := context.Background()
-	open := func(pooled bool) (*gpumem.Device, *gpumem.Buffer) {
+	open := func(pooled bool) (*gpumem.Device, gpumem.Buffer) {
 		be, err := NewBackend(Options{Staging: true})
 		if err != nil {
 			if os.Getenv("CI") == "true" {
@@ -508,7 +508,7 @@ func benchStaging(b *testing.B, size uint64) {
 	src := bytes.Repeat([]byte{0xa5}, int(size))
 	dst := make([]byte, size)
 	copy(dst, src) // warm: the floor pays no page faults
-	write := func(buf *gpumem.Buffer) time.Duration {
+	write := func(buf gpumem.Buffer) time.Duration {
 		t0 := time.Now()
 		if err := buf.Write(ctx, src); err != nil {
 			b.Fatal(err)
@@ -518,7 +518,7 @@ func benchStaging(b *testing.B, size uint64) {
 		}
 		return time.Since(t0)
 	}
-	read := func(buf *gpumem.Buffer) time.Duration {
+	read := func(buf gpumem.Buffer) time.Duration {
 		t0 := time.Now()
 		got, err := buf.Read(ctx)
 		el := time.Since(t0)

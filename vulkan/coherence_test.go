@@ -66,7 +66,7 @@ func TestNonCoherentMappingsAreFlushedAndInvalidated(t *testing.T) {
 			s := d.DefaultStream()
 			ctx := context.Background()
 			sizes := []int{1, 63, 65, 4097, 100003}
-			bufs := make([]*gpumem.Buffer, len(sizes))
+			bufs := make([]gpumem.Buffer, len(sizes))
 			for i, n := range sizes {
 				buf, err := s.Alloc(ctx, uint64(n))
 				if err != nil {

@@ -33,7 +33,7 @@ func TestBackendConforms(t *testing.T) {
 }
 
 // copyOnStream is the suite's device copy: vkCmdCopyBuffer in an op on s.
-func copyOnStream(s *gpumem.Stream, dst, src *gpumem.Buffer) error {
+func copyOnStream(s *gpumem.Stream, dst, src gpumem.Buffer) error {
 	uses := []gpumem.Use{{Buffer: dst, Access: gpumem.Write}, {Buffer: src, Access: gpumem.Read}}
 	return Enqueue(s, "backendtest.copy", uses, func(op *Op) error { return op.Copy(Use(0), Use(1)) })
 }

@@ -77,7 +77,7 @@ func pattern(n int, seed byte) []byte {
 	return p
 }
 
-func mustAlloc(t testing.TB, s *gpumem.Stream, n uint64) *gpumem.Buffer {
+func mustAlloc(t testing.TB, s *gpumem.Stream, n uint64) gpumem.Buffer {
 	t.Helper()
 	b, err := s.Alloc(context.Background(), n)
 	if err != nil {
@@ -86,14 +86,14 @@ func mustAlloc(t testing.TB, s *gpumem.Stream, n uint64) *gpumem.Buffer {
 	return b
 }
 
-func mustWrite(t testing.TB, b *gpumem.Buffer, p []byte) {
+func mustWrite(t testing.TB, b gpumem.Buffer, p []byte) {
 	t.Helper()
 	if err := b.Write(context.Background(), p); err != nil {
 		t.Fatalf("Write: %v", err)
 	}
 }
 
-func wantBytes(t testing.TB, b *gpumem.Buffer, want []byte) {
+func wantBytes(t testing.TB, b gpumem.Buffer, want []byte) {
 	t.Helper()
 	got, err := b.Read(context.Background())
 	if err != nil {

@@ -38,7 +38,7 @@ func modelRun(t *testing.T, seed uint64, ops int) {
 		streams = append(streams, s)
 	}
 	type live struct {
-		buf  *gpumem.Buffer
+		buf  gpumem.Buffer
 		want []byte
 	}
 	var bufs []*live

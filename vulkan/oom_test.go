@@ -22,10 +22,10 @@ func TestFillingTheHeapEndsInErrOutOfMemoryAndTheDeviceRecovers(t *testing.T) {
 	heap := b.Properties().MaxMemory
 	s := d.DefaultStream()
 	chunk := heap / 10
-	var held []*gpumem.Buffer
+	var held []gpumem.Buffer
 	var err error
 	for range 20 {
-		var buf *gpumem.Buffer
+		var buf gpumem.Buffer
 		buf, err = s.Alloc(context.Background(), chunk)
 		if err != nil {
 			break
@@ -141,7 +141,7 @@ func TestPagesAnotherStreamEmptiedServeAnAllocAtTheDevicesCapacity(t *testing.T)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var mine, theirs []*gpumem.Buffer
+	var mine, theirs []gpumem.Buffer
 	for i := 0; ; i++ {
 		s := []*gpumem.Stream{s0, s1}[i%2]
 		b, err := s.Alloc(ctx, size)

@@ -10,7 +10,7 @@ import (
 )
 
 // addOnDevice adds k to every uint32 of buf on its stream.
-func addOnDevice(t testing.TB, add *vulkan.Kernel, s *gpumem.Stream, buf *gpumem.Buffer, k uint32) {
+func addOnDevice(t testing.TB, add *vulkan.Kernel, s *gpumem.Stream, buf gpumem.Buffer, k uint32) {
 	t.Helper()
 	n := buf.Size() / 4
 	err := vulkan.Enqueue(s, "add", []gpumem.Use{{Buffer: buf, Access: gpumem.ReadWrite}}, func(op *vulkan.Op) error {
@@ -45,7 +45,7 @@ func TestRelocationAcrossTwoStreamsIsByteExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			type held struct {
-				buf  *gpumem.Buffer
+				buf  gpumem.Buffer
 				want []byte
 			}
 			var live []held

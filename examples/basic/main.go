@@ -39,7 +39,7 @@ func run() error {
 
 	// Long-lived buffers made early: small, on the first 2 MiB pages.
 	type kept struct {
-		b    *gpumem.Buffer
+		b    gpumem.Buffer
 		want []byte
 	}
 	var live []kept

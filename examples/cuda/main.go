@@ -79,7 +79,7 @@ type kernels struct{ saxpy, sum *cuda.Function }
 
 // kept is a buffer of an earlier round and the floats it must still hold.
 type kept struct {
-	b    *gpumem.Buffer
+	b    gpumem.Buffer
 	want []float32
 }
 
@@ -200,7 +200,7 @@ func run(dev *gpumem.Device, w io.Writer, launches int) error {
 
 // step enqueues saxpy over (x, y), then the sum of y added to out, each
 // an op whose kernel gets the uses' current addresses.
-func step(s *gpumem.Stream, k kernels, x, y, out *gpumem.Buffer) error {
+func step(s *gpumem.Stream, k kernels, x, y, out gpumem.Buffer) error {
 	n := y.Size() / 4
 	cfg, err := cuda.Linear(n, blockSize)
 	if err != nil {
@@ -236,14 +236,14 @@ func inputs(n uint64, seed int) (x, y []float32) {
 }
 
 // upload allocates x, y and a zeroed one-float out on s and writes them.
-func upload(ctx context.Context, s *gpumem.Stream, x, y []float32) (xb, yb, out *gpumem.Buffer, err error) {
-	var bufs [3]*gpumem.Buffer
+func upload(ctx context.Context, s *gpumem.Stream, x, y []float32) (xb, yb, out gpumem.Buffer, err error) {
+	var bufs [3]gpumem.Buffer
 	for i, data := range [][]byte{floatBytes(x), floatBytes(y), make([]byte, 4)} {
 		if bufs[i], err = s.Alloc(ctx, uint64(len(data))); err != nil {
-			return nil, nil, nil, err
+			return gpumem.Buffer{}, gpumem.Buffer{}, gpumem.Buffer{}, err
 		}
 		if err = bufs[i].Write(ctx, data); err != nil {
-			return nil, nil, nil, err
+			return gpumem.Buffer{}, gpumem.Buffer{}, gpumem.Buffer{}, err
 		}
 	}
 	return bufs[0], bufs[1], bufs[2], nil
@@ -251,7 +251,7 @@ func upload(ctx context.Context, s *gpumem.Stream, x, y []float32) (xb, yb, out 
 
 // check reads y and out back and compares them with the host's: y exactly,
 // the sum within float32 rounding of a sum that large (relative 1e-4).
-func check(ctx context.Context, what string, yb, out *gpumem.Buffer, wantY []float32, wantSum float64) error {
+func check(ctx context.Context, what string, yb, out gpumem.Buffer, wantY []float32, wantSum float64) error {
 	got, err := yb.Read(ctx)
 	if err != nil {
 		return err

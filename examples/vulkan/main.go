@@ -71,11 +71,11 @@ type kernels struct{ saxpy, add, reduce *vulkan.Kernel }
 
 // work is one step's buffers: saxpy's x and y, the counts and their
 // partial sums.
-type work struct{ x, y, counts, sums *gpumem.Buffer }
+type work struct{ x, y, counts, sums gpumem.Buffer }
 
 // kept is a buffer of an earlier round and the floats it must still hold.
 type kept struct {
-	b    *gpumem.Buffer
+	b    gpumem.Buffer
 	want []float32
 }
 
@@ -249,7 +249,7 @@ func inputs(n uint64, seed int) (x, y []float32) {
 func upload(ctx context.Context, s *gpumem.Stream, x, y []float32) (work, error) {
 	n := uint64(len(y))
 	groups := vulkan.GroupsFor(n, reduceGroup).X
-	var bufs [4]*gpumem.Buffer
+	var bufs [4]gpumem.Buffer
 	for i, data := range [][]byte{floatBytes(x), floatBytes(y), make([]byte, 4*n), make([]byte, 4*groups)} {
 		var err error
 		if bufs[i], err = s.Alloc(ctx, uint64(len(data))); err != nil {

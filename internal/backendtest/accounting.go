@@ -24,7 +24,7 @@ func checkAccounting(c *checker) {
 	}
 
 	sizes := []uint64{1, 31, 4096 + 7, 64<<10 + 3, 256 << 10, 3<<20 + 1}
-	var live []*gpumem.Buffer
+	var live []gpumem.Buffer
 	var inUse uint64
 	for i, size := range sizes {
 		s := []*gpumem.Stream{s0, s1}[i%2]
@@ -41,7 +41,7 @@ func checkAccounting(c *checker) {
 
 	// A clone is one allocation: BytesInUse drops at the last reference.
 	clone := live[2].Clone()
-	if clone == nil {
+	if clone.IsZero() {
 		c.fatalf("Clone of a live buffer returned nil")
 	}
 	c.free(live[2])

@@ -86,7 +86,7 @@ type Options struct {
 	// cross-stream order and graph launches are then checked on bytes the
 	// device itself moved. nil skips those checks, saying so. HostCopy is
 	// the one for backends whose resources carry host bytes.
-	Copy func(s *gpumem.Stream, dst, src *gpumem.Buffer) error
+	Copy func(s *gpumem.Stream, dst, src gpumem.Buffer) error
 
 	// CachedBytes, when set, returns what Stats.BytesAllocated may still
 	// count once every buffer is freed and the device cleaned up: memory
@@ -106,7 +106,7 @@ type Options struct {
 
 // HostCopy is Options.Copy for backends whose resources carry host bytes
 // (the host backend): an op that copies them on the stream's executor.
-func HostCopy(s *gpumem.Stream, dst, src *gpumem.Buffer) error {
+func HostCopy(s *gpumem.Stream, dst, src gpumem.Buffer) error {
 	uses := []gpumem.Use{{Buffer: dst, Access: gpumem.Write}, {Buffer: src, Access: gpumem.Read}}
 	return s.Enqueue("backendtest.copy", uses, func(res []storage.Resource) error {
 		if len(res[0].Bytes) != len(res[1].Bytes) {
@@ -213,7 +213,7 @@ func (c *checker) stream() *gpumem.Stream {
 	return s
 }
 
-func (c *checker) alloc(s *gpumem.Stream, size uint64) *gpumem.Buffer {
+func (c *checker) alloc(s *gpumem.Stream, size uint64) gpumem.Buffer {
 	c.t.Helper()
 	b, err := s.Alloc(context.Background(), size)
 	if err != nil {
@@ -222,7 +222,7 @@ func (c *checker) alloc(s *gpumem.Stream, size uint64) *gpumem.Buffer {
 	return b
 }
 
-func (c *checker) free(bufs ...*gpumem.Buffer) {
+func (c *checker) free(bufs ...gpumem.Buffer) {
 	c.t.Helper()
 	for _, b := range bufs {
 		if err := b.Free(); err != nil {
@@ -231,7 +231,7 @@ func (c *checker) free(bufs ...*gpumem.Buffer) {
 	}
 }
 
-func (c *checker) write(b *gpumem.Buffer, p []byte) {
+func (c *checker) write(b gpumem.Buffer, p []byte) {
 	c.t.Helper()
 	if err := b.Write(context.Background(), p); err != nil {
 		c.fatalf("Write of %d bytes into buffer %d: %v", len(p), b.ID(), err)
@@ -240,7 +240,7 @@ func (c *checker) write(b *gpumem.Buffer, p []byte) {
 
 // want reads b and compares it with p; with NoBytes the Read must say
 // ErrNotSupported.
-func (c *checker) want(what string, b *gpumem.Buffer, p []byte) {
+func (c *checker) want(what string, b gpumem.Buffer, p []byte) {
 	c.t.Helper()
 	got, err := b.Read(context.Background())
 	if c.o.NoBytes {
@@ -279,7 +279,7 @@ func (c *checker) cleanup() {
 }
 
 // copyOp enqueues the backend's device copy, failing the check on error.
-func (c *checker) copyOp(s *gpumem.Stream, dst, src *gpumem.Buffer) {
+func (c *checker) copyOp(s *gpumem.Stream, dst, src gpumem.Buffer) {
 	c.t.Helper()
 	if err := c.o.Copy(s, dst, src); err != nil {
 		c.fatalf("Options.Copy on %s (buffer %d into %d): %v", s.Name(), src.ID(), dst.ID(), err)
@@ -350,7 +350,7 @@ func outdatedPages(d *gpumem.Device) uint64 {
 func (c *checker) outdate(s *gpumem.Stream) {
 	c.t.Helper()
 	growths := c.d.Stats().Growths
-	var large []*gpumem.Buffer
+	var large []gpumem.Buffer
 	for size := uint64(1 << 20); ; size *= 2 {
 		if size > 64<<20 {
 			c.fatalf("allocations up to 64 MiB on %s grew no arena over its live buffers (growths %d, outdated pages %d): the suite cannot force a relocation",

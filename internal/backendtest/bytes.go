@@ -28,7 +28,7 @@ func checkBytes(c *checker) {
 	}
 
 	type held struct {
-		b    *gpumem.Buffer
+		b    gpumem.Buffer
 		want []byte
 	}
 	var bufs []held

@@ -35,7 +35,7 @@ func checkOutOfMemory(c *checker) {
 	// Fill it with 1 MiB buffers on two streams until an Alloc fails.
 	const size = 1 << 20
 	type held struct {
-		b    *gpumem.Buffer
+		b    gpumem.Buffer
 		want []byte
 	}
 	var live []held

@@ -18,7 +18,7 @@ func checkRelocation(c *checker) {
 	s1 := c.stream()
 
 	type held struct {
-		b    *gpumem.Buffer
+		b    gpumem.Buffer
 		want []byte
 	}
 	var moving []held
@@ -48,7 +48,7 @@ func checkRelocation(c *checker) {
 	a := pattern(n, 80)
 	c.write(src, a)
 	done := c.stall(s1, 30*time.Millisecond)
-	var seen *gpumem.Buffer
+	var seen gpumem.Buffer
 	if c.o.Copy != nil {
 		c.copyOp(s1, dst, src)
 		seen = c.alloc(s1, moving[3].b.Size())
@@ -79,7 +79,7 @@ func checkRelocation(c *checker) {
 		c.want(fmt.Sprintf("a %d-byte buffer relocated off an outdated page", h.b.Size()), h.b, h.want)
 	}
 	c.want("another stream's copy during the relocation", dst, a)
-	if seen != nil {
+	if !seen.IsZero() {
 		c.want("another stream's copy of a buffer the relocation moved", seen, moving[3].want)
 	}
 
@@ -104,7 +104,7 @@ func checkRelocation(c *checker) {
 		c.free(h.b)
 	}
 	c.free(src, dst)
-	if seen != nil {
+	if !seen.IsZero() {
 		c.free(seen)
 	}
 	c.cleanup()

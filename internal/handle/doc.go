@@ -7,7 +7,8 @@
 // [ID], [Location] (packing, bounds, [ErrIndexOverflow]), the shared
 // [Descriptor] with its two explicit counters, [Handle] (an owner) and
 // [Binding] (a holder of the address, not an owner), the [Recycler] of
-// free-slice descriptors, the predicates IsFree,
+// dead descriptors' cells and the keys that hold a cell back from it, the
+// predicates IsFree,
 // CanMut and IsBound, the free signal and its watches
 // ([Descriptor.WatchRelease]: told at the release that leaves an
 // allocation free), [ErrNotFound], and failure bookkeeping: [FailureID],
@@ -20,18 +21,22 @@
 //     released exactly once (a second Release panics).
 //   - (H2) Free ⇔ refs ≤ 1: only the pool's slice refers to the allocation.
 //     CanMut ⇔ handles ≤ 2. IsBound ⇔ refs > handles.
-//   - (H3) Allocation IDs start at 1, increase and are never reused.
+//   - (H3) Allocation IDs start at 1 and are never reused, process-wide;
+//     each Recycler draws them in blocks, so they increase in the order of
+//     its News (New's in the order of its calls), not across Recyclers.
 //   - (H4) Every owner shares one descriptor, so rewriting its location
 //     re-points all of them at once: renumbering and relocation are invisible
 //     to owners. Nothing may keep a page or slice index across a point where
 //     pages renumber; keep a Handle or Binding and read its location.
 //   - (H5) A Location never wraps: NewLocation refuses indices beyond MaxPage
 //     and MaxSlice.
-//   - (H6) A descriptor made by a [Recycler] only ever names a free slice,
-//     never a buffer's allocation; once its refs reach 0 its cell goes back
-//     to the Recycler and the next New hands it out with a fresh ID. Buffers'
-//     descriptors are never recycled, so a stale buffer keeps naming its own,
-//     dead allocation.
+//   - (H6) A descriptor made by a [Recycler] goes back to it once nothing
+//     refers to it (refs 0) and nothing keys on it ([Descriptor.Key],
+//     [Descriptor.Keep]), and the next New hands its cell out with a fresh
+//     ID. A pool's Recycler makes free slices' descriptors, which nothing
+//     keys on; a device's makes buffers' descriptors, which each structure
+//     that keys on one keys for as long as it keeps it. A stale holder of a
+//     released handle tells a later allocation of its cell by the ID.
 //
 // # Does not know
 //

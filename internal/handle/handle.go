@@ -6,7 +6,7 @@ import (
 	"unsafe"
 )
 
-// ID is an allocation's identity: from 1, monotonic, never reused (H3).
+// ID is an allocation's identity: from 1, never reused (H3).
 type ID uint64
 
 // nextID is the process-wide allocation counter: IDs must stay unique across
@@ -26,21 +26,28 @@ type Descriptor struct {
 	loc     Location
 	refs    int32 // live Handle and Binding objects
 	handles int32 // live Handle objects
+	// keys counts the structures that key on the descriptor without
+	// referring to the allocation (Key); kept: one keeps it for good
+	// (Keep). Neither counts in refs, so neither keeps the slice from
+	// reuse; both keep the cell from a Recycler (H6).
+	keys int32
+	kept bool
 	// signal, when set, is raised each time a release leaves the allocation
 	// free (refs ≤ 1): the page holding it learns that it may have room
 	// again without scanning. The holder of the allocation sets it.
 	signal *Signal
-	// home is the Recycler whose cell holds the descriptor, nil when New or
-	// NewWith made it: the last release returns the cell there (H6).
+	// home is the Recycler whose cell holds the descriptor, nil when New
+	// made it: the cell goes back there once nothing refers to or keys on
+	// the descriptor (H6).
 	home *Recycler
 }
 
-// Every descriptor is the first field of a cell (New, NewWith, Recycler),
-// followed by its first handle and a spare one that the first Clone hands
-// out: the spare is found at a fixed offset instead of through a pointer,
-// which keeps a buffer's cell in the 96-byte size class. The spare is unused
-// while its d is nil.
-const spareOffset = unsafe.Offsetof(cell[struct{}]{}.spare)
+// Every descriptor is the first field of a cell (New, Recycler), followed
+// by its first handle and a spare one that the first Clone hands out: the
+// spare is found at a fixed offset instead of through a pointer, which
+// keeps a cell in the 80-byte size class. The spare is unused while its d
+// is nil.
+const spareOffset = unsafe.Offsetof(cell{}.spare)
 
 // spare returns the spare handle of d's cell.
 func (d *Descriptor) spare() *Handle {
@@ -152,17 +159,46 @@ func (d *Descriptor) released(refs int32) {
 		}
 		d.signal.RaiseAt(d.loc.Slice()) // a slice's descriptor carries its index (PL3)
 	}
-	if refs == 0 && d.home != nil {
-		d.home.put((*cell[struct{}])(unsafe.Pointer(d))) // H6: d heads a Recycler cell
+	if refs == 0 {
+		d.recycle()
 	}
 }
+
+// recycle returns d's cell to its Recycler once nothing refers to (refs)
+// or keys on (keys, kept) the descriptor (H6).
+func (d *Descriptor) recycle() {
+	if d.home != nil && d.refs == 0 && d.keys == 0 && !d.kept {
+		d.home.put((*cell)(unsafe.Pointer(d))) // d heads a Recycler cell
+	}
+}
+
+// Key records that a structure keys on the descriptor (a map of pending
+// writers, a cross-stream note) without referring to the allocation: the
+// slice may be reused, but the cell is not handed to another allocation
+// until Unkey, so the structure never finds a later allocation under its
+// key. Call it only while something refers to the allocation.
+func (d *Descriptor) Key() { d.keys++ }
+
+// Unkey drops a key Key took. The last one returns the cell to its
+// Recycler when nothing refers to the allocation any more.
+func (d *Descriptor) Unkey() {
+	d.keys--
+	if d.keys < 0 {
+		panic(fmt.Sprintf("handle: allocation %d unkeyed more often than keyed", d.id))
+	}
+	d.recycle()
+}
+
+// Keep keeps the cell from its Recycler for good: for structures that may
+// key on the descriptor for as long as they live (a capture window and the
+// graph it seals), whose ends are not worth counting.
+func (d *Descriptor) Keep() { d.kept = true }
 
 // ID returns the allocation ID.
 func (d *Descriptor) ID() ID { return d.id }
 
-// Recycled reports whether a Recycler made the descriptor (H6): it names a
-// free slice, never a buffer's allocation.
-func (d *Descriptor) Recycled() bool { return d.home != nil }
+// RecycledBy reports whether Recycler r made the descriptor (nil: never).
+func (d *Descriptor) RecycledBy(r *Recycler) bool { return r != nil && d.home == r }
 
 // Location returns the current location.
 func (d *Descriptor) Location() Location { return d.loc }
@@ -201,33 +237,25 @@ type Handle struct {
 // New returns a fresh descriptor at loc with one Handle (refs = 1,
 // handles = 1).
 func New(loc Location) *Handle {
-	h, _ := NewWith[struct{}](loc)
-	return h
-}
-
-// cell is what New allocates at once: the descriptor, its first handle, a
-// spare handle for the first Clone, and a value the caller carries with the
-// allocation. The reserve path clones each new handle exactly once (the
-// pool's reservation, the slice's copy of a buffer's handle), so one
-// allocation serves what would otherwise be three. Interior pointers keep the
-// whole cell alive while any part is referenced.
-type cell[T any] struct {
-	d     Descriptor
-	h     Handle
-	spare Handle
-	v     T
-}
-
-// NewWith is New, plus a zeroed T allocated in the same cell: a caller that
-// keeps one object per allocation (a buffer) saves an allocation.
-func NewWith[T any](loc Location) (*Handle, *T) {
-	c := &cell[T]{}
+	c := &cell{}
 	c.d.id = ID(nextID.Add(1))
 	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
 	c.h.d = &c.d
-	return &c.h, &c.v
+	return &c.h
+}
+
+// cell is what New allocates at once: the descriptor, its first handle
+// and a spare handle for the first Clone. An allocation's handle is
+// cloned once at least (the pool's reservation, or the slice's copy of a
+// buffer's handle), so one allocation serves what would otherwise be two.
+// Interior pointers keep the whole cell alive while any part is
+// referenced.
+type cell struct {
+	d     Descriptor
+	h     Handle
+	spare Handle
 }
 
 // Descriptor returns the shared descriptor.

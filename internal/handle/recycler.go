@@ -1,47 +1,71 @@
 package handle
 
-// Recycler keeps the cells of dead free-slice descriptors so the next New
-// reuses one instead of allocating: a steady reserve-and-free on a page
-// (a freed slice gets a descriptor of the page's own before it is reserved,
-// coalescing and splitting make others) then feeds the garbage collector
-// nothing. Each sliced pool owns one; there is no global
-// free list.
+// Recycler keeps the cells of dead descriptors so the next New reuses one
+// instead of allocating: a steady reserve-and-free then feeds the garbage
+// collector nothing. Each sliced pool owns one for its free slices'
+// descriptors (a freed slice gets a descriptor of the page's own before it
+// is reserved; coalescing and splitting make others), and each device one
+// for its buffers'. There is no global free list.
 //
-// What makes reuse safe is who can see such a descriptor (H6): it only ever
-// names a free slice, never a buffer's allocation, because binding a buffer
-// gives the slice the buffer's own descriptor (Rebind). So no Buffer, writer
-// record or cross-stream note keys on it, and its outside holders are the
-// short-lived clones of a reservation or a relocation move, all released
-// under the lock that serialises the pool. Once refs reaches 0 every Handle
-// and Binding of the cell is released, and the cell comes back with a fresh
-// ID (H3), so a released handle kept by mistake names a new allocation, not
-// the old one; it must not be used (H1 already forbids it).
+// What makes reuse safe is that a cell comes back only when nothing can
+// find its descriptor any more (H6): no Handle or Binding refers to it
+// (refs 0), and no structure keys on it (Key, Keep). A free slice's
+// descriptor is never keyed on: binding a buffer gives the slice the
+// buffer's own descriptor (Rebind), so its only outside holders are the
+// short-lived clones of a reservation or a relocation move. A buffer's
+// descriptor is keyed on by what the device keeps per allocation beyond
+// references (its pending writers, its cross-stream notes, a capture's
+// records), and each such structure keys it for as long as it keeps it.
+// The cell comes back with a fresh ID (H3): whoever still holds a released
+// handle of it (a freed buffer) tells the new allocation from its own by
+// the ID, and a handle must not otherwise be used once released (H1).
 //
 // The zero value is ready; a nil *Recycler recycles nothing (New allocates).
 // Not safe for concurrent use: the device lock serialises New and every
 // release of a recycled descriptor's handles.
 type Recycler struct {
-	free []*cell[struct{}] // every cell here has refs == 0 and handles == 0
+	free []*cell // every cell here has refs == 0 and handles == 0
 	// fresh holds cells allocated together and not yet handed out. A chunk
 	// is allocated when free runs dry; its size doubles (up to maxChunk)
 	// while New outruns the releases, as a relocation plan carving 10⁵
 	// targets does, and drops to one after a release, so steady use
 	// allocates single cells.
-	fresh []cell[struct{}]
+	fresh []cell
 	chunk int
+	// ids are IDs drawn from the process-wide counter and not handed out
+	// yet, [next, end): a block of idBlock at a time.
+	idNext, idEnd ID
+}
+
+// idBlock is how many IDs a Recycler draws at once: one locked add per
+// block instead of one per New (uncontended, it costs about what the
+// device lock does, on a path that takes that lock twice a pair). IDs stay
+// unique process-wide (H3), increasing in each Recycler's order.
+const idBlock = 1024
+
+// id is the next ID of r's block, drawing a block when it is used up.
+func (r *Recycler) id() ID {
+	if r.idNext == r.idEnd {
+		end := ID(nextID.Add(idBlock))
+		r.idNext, r.idEnd = end-idBlock+1, end+1
+	}
+	id := r.idNext
+	r.idNext++
+	return id
 }
 
 // maxSpare bounds the cells a Recycler keeps. A steady pair needs one or
-// two in flight; a burst of frees
-// coalescing at once may return thousands, which a later burst of splits
-// reuses. 256 cells of 72 B keep at most 18 KiB per pool off the collector's
-// list; beyond that a dead cell is simply garbage.
+// two in flight; a burst of frees coalescing at once may return thousands,
+// which a later burst of splits reuses. 256 cells of 80 B keep at most
+// 20 KiB per recycler off the collector's list; beyond that a dead cell is
+// simply garbage.
 const maxSpare = 256
 
-// maxChunk bounds a chunk of fresh cells: 64 × 72 B = 4.5 KiB, allocated
-// once per 64 targets of a large plan instead of 64 times. A chunk lives
-// while any of its cells does, so a long-lived free slice can hold at most
-// 4.5 KiB, and only cells made in a burst share one.
+// maxChunk bounds a chunk of fresh cells: 64 × 80 B = 5 KiB, allocated
+// once per 64 targets of a large plan (or 64 buffers of a burst) instead
+// of 64 times. A chunk lives while any of its cells does, so a long-lived
+// descriptor can hold at most 5 KiB, and only cells made in a burst share
+// one.
 const maxChunk = 64
 
 // New returns a fresh descriptor at loc with one Handle, like the package
@@ -58,7 +82,7 @@ func (r *Recycler) New(loc Location, free *Signal) *Handle {
 	if n == 0 {
 		if len(r.fresh) == 0 {
 			r.chunk = min(max(1, 2*r.chunk), maxChunk)
-			r.fresh = make([]cell[struct{}], r.chunk)
+			r.fresh = make([]cell, r.chunk)
 		}
 		c := &r.fresh[0]
 		r.fresh = r.fresh[1:]
@@ -75,8 +99,8 @@ func (r *Recycler) New(loc Location, free *Signal) *Handle {
 // init makes c a fresh descriptor with one Handle. A recycled cell keeps
 // its home and its internal pointers, so only what a life changed is
 // written: pointer stores cost a write barrier while the collector marks.
-func (r *Recycler) init(c *cell[struct{}], loc Location, free *Signal) *Handle {
-	c.d.id = ID(nextID.Add(1))
+func (r *Recycler) init(c *cell, loc Location, free *Signal) *Handle {
+	c.d.id = r.id()
 	c.d.loc = loc
 	c.d.refs = 1
 	c.d.handles = 1
@@ -99,8 +123,8 @@ func (r *Recycler) Spare() int {
 	return len(r.free)
 }
 
-// put takes back a cell whose last reference was just released.
-func (r *Recycler) put(c *cell[struct{}]) {
+// put takes back a cell nothing refers to or keys on any more.
+func (r *Recycler) put(c *cell) {
 	r.chunk = 0 // releases keep up: the next chunk is one cell
 	if len(r.free) < maxSpare {
 		// A kept cell points at nothing outside itself: its signal's page

@@ -67,17 +67,86 @@ func TestRecyclerWaitsForBindingsAndNilRecyclesNothing(t *testing.T) {
 	}
 }
 
-// Descriptors made by New and NewWith (buffers' allocations) never go to a
-// Recycler: a stale buffer keeps naming its own dead allocation (H6).
-func TestNewWithDescriptorsAreNeverRecycled(t *testing.T) {
+// A key holds the cell back as a reference does, though the allocation is
+// free (refs ≤ 1) while only keys remain: the last Unkey of a dead
+// descriptor returns the cell, a kept one never comes back, and one New
+// made (no Recycler) never reaches one (H6).
+func TestKeysHoldTheCellBackUntilTheLastUnkey(t *testing.T) {
 	var r handle.Recycler
-	h, _ := handle.NewWith[int](handle.Uninit)
-	id := h.ID()
+	h := r.New(handle.Uninit, nil)
+	d, first := h.Descriptor(), h.ID()
+	d.Key()
+	d.Key()
 	h.Release()
-	if r.Spare() != 0 {
-		t.Fatal("a NewWith descriptor reached a Recycler")
+	if !d.IsFree() || r.Spare() != 0 {
+		t.Fatalf("free %v, %d spare cells: want the allocation free and its keyed cell held back", d.IsFree(), r.Spare())
 	}
-	if n := r.New(handle.Uninit, nil); n == h || n.ID() == id {
-		t.Fatal("New reused a buffer's descriptor")
+	d.Unkey()
+	if r.Spare() != 0 {
+		t.Fatal("recycled while a key remains")
+	}
+	d.Unkey()
+	if r.Spare() != 1 {
+		t.Fatalf("%d spare cells after the last key went, want 1", r.Spare())
+	}
+	if again := r.New(handle.Uninit, nil); again != h || again.ID() <= first {
+		t.Fatalf("New gave %p with ID %d, want the cell %p again with an ID above %d", again, again.ID(), h, first)
+	}
+
+	var q handle.Recycler
+	k := q.New(handle.Uninit, nil)
+	k.Descriptor().Keep()
+	k.Release()
+	if q.Spare() != 0 {
+		t.Fatal("a kept cell was recycled")
+	}
+	plain := handle.New(handle.Uninit)
+	plain.Release()
+	if q.Spare() != 0 || r.Spare() != 0 {
+		t.Fatal("a descriptor New made reached a Recycler")
+	}
+}
+
+// Unkeying more often than keying is an internal bug that would hand a keyed
+// cell to another allocation: it panics.
+func TestUnkeyBelowZeroPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Unkey below zero did not panic")
+		}
+	}()
+	h := handle.New(handle.Uninit)
+	h.Descriptor().Unkey()
+}
+
+// Recyclers draw IDs in blocks (H3): the IDs of several Recyclers' and of
+// New's interleaved descriptors never repeat, and each Recycler's increase
+// in the order of its News, across its blocks.
+func TestRecyclersHandOutUniqueIncreasingIDs(t *testing.T) {
+	var a, b handle.Recycler
+	seen := map[handle.ID]bool{}
+	var lastA, lastB handle.ID
+	for i := range 3000 { // three blocks of each
+		for _, r := range []*handle.Recycler{&a, &b, nil} {
+			h := r.New(handle.Uninit, nil)
+			id := h.ID()
+			if id == 0 || seen[id] {
+				t.Fatalf("New %d: ID %d is zero or handed out twice", i, id)
+			}
+			seen[id] = true
+			switch r {
+			case &a:
+				if id <= lastA {
+					t.Fatalf("recycler a: ID %d after %d", id, lastA)
+				}
+				lastA = id
+			case &b:
+				if id <= lastB {
+					t.Fatalf("recycler b: ID %d after %d", id, lastB)
+				}
+				lastB = id
+			}
+			h.Release() // recycled: the next New reuses the cell with a new ID
+		}
 	}
 }

@@ -5,7 +5,7 @@
 // # Owns
 //
 // [Manager] (modes and nested windows, [PageUpdate], the reserve paths, bind
-// and reserve-for-a-buffer in one step ([HeldBinder]), lookup, guards,
+// (in the reservation itself when held room serves it), lookup, guards,
 // cleanup, the relocate entry point), [Dynamic] memory
 // ([ExclusivePools] or [Adaptive] = tiny + small + arena), [Config] and
 // [Properties] with validation errors, reports, [ErrPageUpdateForbidden],

@@ -16,11 +16,14 @@ import (
 // relocating and unmapping granules are capabilities of their own
 // (Relocating, GranuleUnmapper), so a kind implements only what it does.
 type Dynamic interface {
-	// Reserve serves size, adding pages as needed.
-	Reserve(st storage.Storage, size uint64) (*handle.Handle, error)
-	// TryReserve serves size from room already held, or nil. On granular
-	// storage held room may still need its granules mapped: st maps them.
-	TryReserve(st storage.Storage, size uint64) *handle.Handle
+	// Reserve serves size, adding pages as needed. Held room is handed to
+	// to (pool.Bind: the buffer bound at once, or a clone); a new page
+	// returns the reservation's clone.
+	Reserve(st storage.Storage, size uint64, to pool.Bind) (*handle.Handle, error)
+	// TryReserve serves size from room already held, handed to to, or nil.
+	// On granular storage held room may still need its granules mapped: st
+	// maps them.
+	TryReserve(st storage.Storage, size uint64, to pool.Bind) *handle.Handle
 	// Pool returns the pool at a pool index, or nil.
 	Pool(index uint8) pool.Pool
 	// Cleanup gives back what the pools' policies say may go.
@@ -73,15 +76,6 @@ type Relocating interface {
 	// Compact empties the sparsest current pages into the room of the
 	// others, within lim, and gives the emptied pages back.
 	Compact(st storage.Storage, q relocation.CopyQueue, lim pool.CompactLimits) relocation.Outcome
-}
-
-// HeldBinder is a dynamic memory whose reservation can bind the buffer in
-// the same step: ReserveFor is Reserve, except that when room already held
-// serves size the slice takes assigned's allocation (with cursor) and nil
-// is returned, without the reserved clone and Bind's lookup; a new page
-// returns the clone as Reserve does.
-type HeldBinder interface {
-	ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error)
 }
 
 // GranuleUnmapper is a dynamic memory with sliced pages that can give back
@@ -151,20 +145,20 @@ func (a *AdaptiveMemory) Arena() *pool.Arena { return a.arena }
 
 // Reserve implements Dynamic: tiny for zero bytes, small up to 64 KiB,
 // arena for everything else.
-func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
+func (a *AdaptiveMemory) Reserve(st storage.Storage, size uint64, to pool.Bind) (*handle.Handle, error) {
 	switch a.route(size) {
 	case toTiny:
-		if h := a.tiny.TryReserve(st, 0, a.g); h != nil {
+		if h := a.tiny.TryReserve(st, 0, a.g, to); h != nil {
 			return h, nil
 		}
 		return a.tiny.Alloc(st, 0)
 	case toSmall:
-		if h := a.small.TryReserve(st, size, a.g); h != nil {
+		if h := a.small.TryReserve(st, size, a.g, to); h != nil {
 			return h, nil
 		}
 		return a.small.Alloc(st, size)
 	}
-	return a.arena.Reserve(st, size, a.g)
+	return a.arena.Reserve(st, size, a.g, to)
 }
 
 // adaptiveRoute is the pool of the adaptive memory a size goes to.
@@ -192,33 +186,15 @@ func (a *AdaptiveMemory) route(size uint64) adaptiveRoute {
 // tiny nor the small pool).
 func (a *AdaptiveMemory) routesToArena(size uint64) bool { return a.route(size) == toArena }
 
-// ReserveFor implements HeldBinder: Reserve's routes, each binding assigned
-// to a slice its held room serves.
-func (a *AdaptiveMemory) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
-	switch a.route(size) {
-	case toTiny:
-		if a.tiny.TryReserveFor(0, a.g, assigned, cursor) {
-			return nil, nil
-		}
-		return a.tiny.Alloc(st, 0)
-	case toSmall:
-		if a.small.TryReserveFor(st, size, a.g, assigned, cursor) {
-			return nil, nil
-		}
-		return a.small.Alloc(st, size)
-	}
-	return a.arena.ReserveFor(st, size, a.g, assigned, cursor)
-}
-
 // TryReserve implements Dynamic.
-func (a *AdaptiveMemory) TryReserve(st storage.Storage, size uint64) *handle.Handle {
+func (a *AdaptiveMemory) TryReserve(st storage.Storage, size uint64, to pool.Bind) *handle.Handle {
 	switch a.route(size) {
 	case toTiny:
-		return a.tiny.TryReserve(st, 0, a.g)
+		return a.tiny.TryReserve(st, 0, a.g, to)
 	case toSmall:
-		return a.small.TryReserve(st, size, a.g)
+		return a.small.TryReserve(st, size, a.g, to)
 	}
-	return a.arena.TryReserve(st, size, a.g)
+	return a.arena.TryReserve(st, size, a.g, to)
 }
 
 // UnmapFree implements Dynamic: the small pool's and the arena's pages.
@@ -370,8 +346,8 @@ func NewExclusivePools(p Properties, g *handle.ErrorGraph, lim pool.Limits) *Exc
 
 // Reserve implements Dynamic: held room in every accepting bucket, smallest
 // first; else a new page in the smallest accepting bucket.
-func (e *ExclusivePools) Reserve(st storage.Storage, size uint64) (*handle.Handle, error) {
-	if h := e.TryReserve(st, size); h != nil {
+func (e *ExclusivePools) Reserve(st storage.Storage, size uint64, to pool.Bind) (*handle.Handle, error) {
+	if h := e.TryReserve(st, size, to); h != nil {
 		return h, nil
 	}
 	return e.alloc(st, size)
@@ -393,24 +369,13 @@ func (e *ExclusivePools) errTooBig(size uint64) error {
 		pool.ErrBufferTooBig, size, e.buckets[len(e.buckets)-1].MaxAlloc())
 }
 
-// ReserveFor implements HeldBinder: Reserve, binding assigned to a free
-// page of the first bucket that has one.
-func (e *ExclusivePools) ReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
-	for _, b := range e.buckets {
-		if b.Accept(size) && b.TryReserveFor(size, e.g, assigned, cursor) {
-			return nil, nil
-		}
-	}
-	return e.alloc(st, size)
-}
-
 // TryReserve implements Dynamic.
-func (e *ExclusivePools) TryReserve(st storage.Storage, size uint64) *handle.Handle {
+func (e *ExclusivePools) TryReserve(st storage.Storage, size uint64, to pool.Bind) *handle.Handle {
 	for _, b := range e.buckets {
 		if !b.Accept(size) {
 			continue
 		}
-		if h := b.TryReserve(st, size, e.g); h != nil {
+		if h := b.TryReserve(st, size, e.g, to); h != nil {
 			return h
 		}
 	}

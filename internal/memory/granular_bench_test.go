@@ -7,6 +7,7 @@ import (
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -28,7 +29,7 @@ func BenchmarkAllocFreeGranular(b *testing.B) {
 			if h := live[i%len(live)]; h != nil {
 				h.Release()
 			}
-			reserved, err := m.Reserve(sizes[i%len(sizes)], memory.Allow)
+			reserved, err := m.Reserve(sizes[i%len(sizes)], memory.Allow, pool.Bind{})
 			if err != nil {
 				b.Fatal(err)
 			}

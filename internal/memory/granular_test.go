@@ -137,7 +137,7 @@ func TestRefusedMappingFailsTheReservationWithOutOfMemoryAndChangesNothing(t *te
 	m.Cleanup(pool.Explicit) // the page goes back: nothing held
 	before := m.Report()
 	st.RefuseNextMaps(1)
-	_, err := m.Reserve(20*mib, memory.Allow)
+	_, err := m.Reserve(20*mib, memory.Allow, pool.Bind{})
 	if !errors.Is(err, storage.ErrOutOfMemory) || !memory.MaySucceedAfterReclaim(err) {
 		t.Fatalf("Reserve with its mapping refused: %v, want a retryable ErrOutOfMemory", err)
 	}

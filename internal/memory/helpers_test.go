@@ -58,7 +58,7 @@ func alloc(t *testing.T, m *memory.Manager, size uint64, u memory.PageUpdate) *h
 }
 
 func tryAlloc(m *memory.Manager, size uint64, u memory.PageUpdate) (*handle.Handle, error) {
-	reserved, err := m.Reserve(size, u)
+	reserved, err := m.Reserve(size, u, pool.Bind{})
 	if err != nil {
 		return nil, err
 	}

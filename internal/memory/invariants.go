@@ -46,7 +46,7 @@ type invariantSampler struct {
 // rarely.
 func routine(after string) bool {
 	switch after {
-	case "Reserve", "ReserveFor", "ReserveExact", "Bind", "HoldFree", "Periodic cleanup":
+	case "Reserve", "ReserveExact", "Bind", "HoldFree", "Periodic cleanup":
 		return true
 	}
 	return false

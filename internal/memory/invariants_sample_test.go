@@ -20,7 +20,7 @@ func TestInvariantChecksAreSampledOnlyOnALargeMemory(t *testing.T) {
 	}
 	var live []*handle.Handle
 	reserve := func() {
-		h, err := m.Reserve(4<<10, Allow)
+		h, err := m.Reserve(4<<10, Allow, pool.Bind{})
 		if err != nil {
 			t.Fatal(err)
 		}

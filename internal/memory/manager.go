@@ -2,21 +2,23 @@
 //
 // Reserve paths, in order (design §6.3):
 //
-//	Allow     → Cleanup(Periodic), then reserveAdding
-//	AddOnly   → reserveAdding (never releases or renumbers)
+//	Allow     → Cleanup(Periodic), then as AddOnly
+//	AddOnly   → the adding routes (never releases or renumbers)
 //	Forbidden → reserveHeld, else ErrPageUpdateForbidden
 //
-// reserveAdding counts the reservation (allocNr, which drives periodic
+// The adding routes count the reservation (allocNr, which drives periodic
 // cleanup), then: Dedicated → the direct pool; Persistent (or SizeMatch) →
 // held persistent room; Persistent, or SizeMatch with a bucket of that size →
-// a new persistent slice; otherwise the dynamic memory.
+// a new persistent slice; otherwise the dynamic memory. Reserve takes them
+// in one function, so a reservation reaches its pool in two calls.
 //
-// Reserve-then-bind: the root creates the buffer's handle first, reserves a
-// slice (getting a clone of the slice's own handle), then Bind hands the
-// slice to the buffer's descriptor. The reserved descriptor is stale from
-// then on, so lookups are identity-checked (M3). ReserveFor does both in one
-// step when the dynamic memory's held room serves the size (HeldBinder):
-// the steady allocation makes no clone and no lookup.
+// Reserve-then-bind: the root creates the buffer's handle first and
+// reserves for it (pool.Bind). Held room is bound to the buffer in the
+// search that finds it: the steady allocation makes no clone and no lookup.
+// A new page (or slot, or storage) returns a clone of the slice's own
+// handle, and Bind hands that slice to the buffer's descriptor. The
+// reserved descriptor is stale from then on, so lookups are
+// identity-checked (M3).
 
 package memory
 
@@ -142,9 +144,12 @@ type Manager struct {
 	windows    []Mode
 	guards     int
 	base       Mode
-	granule    uint64           // the storage's mapping granule; 0: pages backed whole
-	unmapped   uint64           // Stats.BytesUnmapped
-	inv        invariantSampler // the invariants build's check schedule; empty otherwise
+	granule    uint64 // the storage's mapping granule; 0: pages backed whole
+	// largestPage is the max page size rounded down to the alignment
+	// (aboveLargestPage): read on every reservation, so not divided anew.
+	largestPage uint64
+	unmapped    uint64           // Stats.BytesUnmapped
+	inv         invariantSampler // the invariants build's check schedule; empty otherwise
 }
 
 // New builds a stream's memory on st. g is the device-wide error graph
@@ -168,7 +173,8 @@ func newWithLimits(st storage.Storage, p Properties, c Config, log *slog.Logger,
 	if c.PageGranular == GranulesOff && storage.GranuleOf(st) > 0 {
 		st = hoststorage.Plain(st)
 	}
-	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st)}
+	m := &Manager{st: st, props: p, cfg: c, log: log, name: name, g: g, granule: storage.GranuleOf(st),
+		largestPage: p.MaxPageSize / p.Alignment * p.Alignment}
 	m.persistent = pool.NewPersistent(p.MaxPageSize/p.Alignment*p.Alignment, p.Alignment, lim)
 	m.dedicated = pool.NewDirect(p.Alignment, DedicatedIndex, &m.reclaimAt, lim)
 	switch c.Dynamic {
@@ -244,93 +250,78 @@ func (m *Manager) SetMode(mode Mode) {
 	}
 }
 
-// Reserve reserves size bytes under u and returns a clone of the chosen
-// slice's handle; bind it (Bind) and release it. On error nothing changed
-// (M2).
-func (m *Manager) Reserve(size uint64, u PageUpdate) (*handle.Handle, error) {
-	h, err := m.reserve(size, u, nil)
+// Reserve reserves size bytes under u (the routes in the file comment) and
+// hands the slice to to: the handle returned holds it for the caller. With
+// to.To set (a buffer's handle, never placed) that is to.To, bound to the
+// slice with to.Cursor, in the reservation itself when held room serves it
+// (no clone, no lookup: the steady allocation), else through Bind; with the
+// zero Bind it is a clone of the slice's handle, to Bind and release. On
+// error nothing changed (M2).
+func (m *Manager) Reserve(size uint64, u PageUpdate, to pool.Bind) (h *handle.Handle, err error) {
+	if to.To != nil && to.To.Location().Placed() {
+		return nil, fmt.Errorf("%w: allocation %d is already at %v", ErrAlreadyPlaced, to.To.ID(), to.To.Location())
+	}
+	switch u {
+	case Forbidden:
+		if h = m.reserveHeld(size, to); h == nil {
+			err = m.errForbidden(size)
+		}
+	case Allow:
+		m.Cleanup(pool.Periodic)
+		fallthrough
+	default:
+		m.allocNr++
+		r := m.addRoute(size, m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size))
+		if r.dedicated {
+			m.debug("dedicated", size)
+			h, err = m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
+			break
+		}
+		if r.persistentHeld {
+			if h = m.persistent.TryReserve(m.st, size, m.g, to); h != nil {
+				m.debug("persistent (held)", size)
+				break
+			}
+		}
+		if r.persistentNew {
+			h, err = m.newPersistent(size)
+			break
+		}
+		m.debug("dynamic", size)
+		h, err = m.dynamic.Reserve(m.st, size, to)
+		if err == nil && m.cfg.LogLevel >= LogFull {
+			m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
+		}
+	}
+	if err == nil && to.To != nil && h != to.To {
+		// A new page, slot or storage: bound through the clone it returned.
+		if err = m.Bind(h, to.To, to.Cursor); err != nil {
+			h.Release()
+			h = nil
+		} else {
+			h.Release()
+			h = to.To
+		}
+	}
 	if invariantsOn {
 		m.checkInvariants("Reserve")
 	}
 	return h, err
 }
 
-// ReserveFor is Reserve for the allocation of assigned (never placed),
-// whose cursor is known: when the dynamic memory serves size from room it
-// already holds, the slice takes assigned's allocation in the same step
-// (HeldBinder) and reserved is nil; otherwise reserved is Reserve's clone,
-// to Bind and release as after Reserve. The steady allocation takes the
-// first way: no clone, no lookup. On error nothing changed (M2).
-func (m *Manager) ReserveFor(size uint64, u PageUpdate, assigned *handle.Handle, cursor uint64) (reserved *handle.Handle, err error) {
-	if assigned.Location().Placed() {
-		return nil, fmt.Errorf("%w: allocation %d is already at %v", ErrAlreadyPlaced, assigned.ID(), assigned.Location())
+// newPersistent is Reserve's route to a new persistent slot.
+func (m *Manager) newPersistent(size uint64) (*handle.Handle, error) {
+	m.debug("persistent (new slice)", size)
+	if m.cfg.LogLevel >= LogBasic {
+		m.log.Info("gpumem: new persistent page", "stream", m.name, "size", size)
 	}
-	h, err := m.reserve(size, u, &bindTo{assigned: assigned, cursor: cursor})
-	if invariantsOn {
-		m.checkInvariants("ReserveFor")
-	}
-	return h, err
-}
-
-// bindTo is the allocation a reservation binds to the slice it finds, when
-// the route allows (ReserveFor); nil: return a clone (Reserve).
-type bindTo struct {
-	assigned *handle.Handle
-	cursor   uint64
-}
-
-func (m *Manager) reserve(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
-	switch u {
-	case Allow:
-		m.Cleanup(pool.Periodic)
-		return m.reserveAdding(size, u, to)
-	case AddOnly:
-		return m.reserveAdding(size, u, to)
-	}
-	if h := m.reserveHeld(size); h != nil {
-		return h, nil
-	}
-	return nil, m.errForbidden(size)
+	return m.persistent.Alloc(m.st, size)
 }
 
 // errForbidden is a Forbidden reservation's refusal of size (and its dry
 // run's): no held room serves it.
 func (m *Manager) errForbidden(size uint64) error {
 	return fmt.Errorf("%w: %d bytes in %s mode, no held room fits (a recording finds room for what its warmup allocated, in the warmup's order: warm up with the same allocations and frees)", ErrPageUpdateForbidden, size, m.Mode())
-}
-
-func (m *Manager) reserveAdding(size uint64, u PageUpdate, to *bindTo) (*handle.Handle, error) {
-	m.allocNr++
-	r := m.addRoute(size, m.cfg.Persistent == SizeMatch && m.persistent.HasSize(size))
-	if r.dedicated {
-		m.debug("dedicated", size)
-		return m.dedicated.AllocMayRelease(m.st, size, u == Allow, m.g)
-	}
-	if r.persistentHeld {
-		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
-			m.debug("persistent (held)", size)
-			return h, nil
-		}
-	}
-	if r.persistentNew {
-		m.debug("persistent (new slice)", size)
-		if m.cfg.LogLevel >= LogBasic {
-			m.log.Info("gpumem: new persistent page", "stream", m.name, "size", size)
-		}
-		return m.persistent.Alloc(m.st, size)
-	}
-	m.debug("dynamic", size)
-	var h *handle.Handle
-	var err error
-	if b, ok := m.dynamic.(HeldBinder); ok && to != nil {
-		h, err = b.ReserveFor(m.st, size, to.assigned, to.cursor)
-	} else {
-		h, err = m.dynamic.Reserve(m.st, size)
-	}
-	if err == nil && m.cfg.LogLevel >= LogFull {
-		m.log.Debug("gpumem: dynamic usage", "stream", m.name, "usage", m.Report().Usage().String())
-	}
-	return h, err
 }
 
 // addRoute is where reserveAdding serves a size (design §6.3): the
@@ -423,22 +414,22 @@ func errOwnSizeTried(size uint64) error {
 // larger than a page must get it whenever the device has the bytes, as
 // PyTorch serves any size that fits. The storage still refuses what it
 // cannot allocate (storage.ErrOutOfMemory, naming the capacity).
-func (m *Manager) aboveLargestPage(size uint64) bool {
-	return size > m.props.MaxPageSize/m.props.Alignment*m.props.Alignment
-}
+func (m *Manager) aboveLargestPage(size uint64) bool { return size > m.largestPage }
 
-func (m *Manager) reserveHeld(size uint64) *handle.Handle {
+// reserveHeld is a Forbidden reservation: room already held, handed to
+// to, or nil.
+func (m *Manager) reserveHeld(size uint64, to pool.Bind) *handle.Handle {
 	switch m.heldRoute(size) {
 	case heldDedicated:
-		return m.dedicated.TryReserve(m.st, size, m.g)
+		return m.dedicated.TryReserve(m.st, size, m.g, to)
 	case heldPersistent:
-		return m.persistent.TryReserve(m.st, size, m.g)
+		return m.persistent.TryReserve(m.st, size, m.g, to)
 	case heldSizeMatch:
-		if h := m.persistent.TryReserve(m.st, size, m.g); h != nil {
+		if h := m.persistent.TryReserve(m.st, size, m.g, to); h != nil {
 			return h
 		}
 	}
-	return m.dynamic.TryReserve(m.st, size)
+	return m.dynamic.TryReserve(m.st, size, to)
 }
 
 // heldRoute is where reserveHeld looks for room (design §6.3): the

@@ -130,7 +130,7 @@ func TestLookupIsIdentityChecked(t *testing.T) {
 	_, err = m.FindAt(live.Location(), b)
 	wantErrIs(t, err, handle.ErrNotFound)
 
-	reserved, err := m.Reserve(1*kib, memory.Allow)
+	reserved, err := m.Reserve(1*kib, memory.Allow, pool.Bind{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestLookupIsIdentityChecked(t *testing.T) {
 	if c, err := m.Cursor(assigned); err != nil || c != 42 {
 		t.Fatalf("cursor = %d, %v; want 42", c, err)
 	}
-	r2, err := m.Reserve(1*kib, memory.Allow)
+	r2, err := m.Reserve(1*kib, memory.Allow, pool.Bind{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,29 +241,21 @@ func TestPersistentMemorySettingsChooseTheMode(t *testing.T) {
 	}
 }
 
-// ReserveFor binds the buffer in the reservation when held room serves it
-// (no reserved clone comes back), and otherwise returns the clone to Bind,
-// as Reserve would; either way the buffer resolves with its cursor, and
-// AllocNr counts one reservation per call.
-func TestReserveForBindsInHeldRoomAndFallsBackToBind(t *testing.T) {
+// A reservation for a buffer (pool.Bind) binds it whatever serves it: on a
+// new page through the clone the page returns (Bind), on held room in the
+// search itself. Either way the buffer itself comes back and resolves with
+// its cursor, and AllocNr counts one reservation per call.
+func TestReserveBindsTheBufferOnANewPageAndOnHeldRoom(t *testing.T) {
 	m := newHostManager(t, props128(), memory.Config{}, 0)
 	first := handle.New(handle.Uninit)
 	defer first.Release()
-	reserved, err := m.ReserveFor(1*kib, memory.Allow, first, 5)
-	if err != nil {
-		t.Fatal(err)
+	if got, err := m.Reserve(1*kib, memory.Allow, pool.Bind{To: first, Cursor: 5}); err != nil || got != first {
+		t.Fatalf("new page: got %v, err %v; want the buffer's own handle", got, err)
 	}
-	if reserved == nil {
-		t.Fatal("the first reservation found held room on a memory with no page")
-	}
-	if err := m.Bind(reserved, first, 5); err != nil {
-		t.Fatal(err)
-	}
-	reserved.Release()
 	second := handle.New(handle.Uninit)
 	defer second.Release()
-	if reserved, err = m.ReserveFor(1*kib, memory.Allow, second, 9); err != nil || reserved != nil {
-		t.Fatalf("held room: reserved %v, err %v; want bound at once", reserved, err)
+	if got, err := m.Reserve(1*kib, memory.Allow, pool.Bind{To: second, Cursor: 9}); err != nil || got != second {
+		t.Fatalf("held room: got %v, err %v; want the buffer's own handle", got, err)
 	}
 	for h, want := range map[*handle.Handle]uint64{first: 5, second: 9} {
 		if c, err := m.Cursor(h); err != nil || c != want {
@@ -276,14 +268,14 @@ func TestReserveForBindsInHeldRoomAndFallsBackToBind(t *testing.T) {
 	if n := m.Stats().AllocNr; n != 2 {
 		t.Fatalf("AllocNr %d after two reservations, want 2", n)
 	}
-	_, err = m.ReserveFor(1*kib, memory.Allow, second, 0)
+	_, err := m.Reserve(1*kib, memory.Allow, pool.Bind{To: second})
 	wantErrIs(t, err, memory.ErrAlreadyPlaced)
 }
 
-// Every dynamic route binds in the reservation once a freed slice is there
-// to reuse: the tiny pool (0 bytes), the small pool, the arena, and the
-// exclusive pages' buckets.
-func TestReserveForBindsAFreedSliceOnEveryAdaptiveRoute(t *testing.T) {
+// Every dynamic route binds a freed slice to the next buffer of its size:
+// the tiny pool (0 bytes), the small pool, the arena, and the exclusive
+// pages' buckets.
+func TestReserveBindsAFreedSliceOnEveryDynamicRoute(t *testing.T) {
 	for _, c := range []struct {
 		size uint64
 		cfg  memory.Config
@@ -296,19 +288,14 @@ func TestReserveForBindsAFreedSliceOnEveryAdaptiveRoute(t *testing.T) {
 		size := c.size
 		m := newHostManager(t, props128(), c.cfg, 0)
 		first := handle.New(handle.Uninit)
-		reserved, err := m.ReserveFor(size, memory.Allow, first, 0)
-		if err != nil || reserved == nil {
-			t.Fatalf("%d bytes: first reservation %v, %v; want a clone on a new page", size, reserved, err)
+		if got, err := m.Reserve(size, memory.Allow, pool.Bind{To: first}); err != nil || got != first {
+			t.Fatalf("%d bytes: first reservation %v, %v; want the buffer bound", size, got, err)
 		}
-		if err := m.Bind(reserved, first, 0); err != nil {
-			t.Fatal(err)
-		}
-		reserved.Release()
 		at := first.Location()
 		first.Release()
 		again := handle.New(handle.Uninit)
-		if reserved, err := m.ReserveFor(size, memory.Allow, again, 3); err != nil || reserved != nil {
-			t.Fatalf("%d bytes: reservation on the freed slice: %v, %v; want bound at once", size, reserved, err)
+		if got, err := m.Reserve(size, memory.Allow, pool.Bind{To: again, Cursor: 3}); err != nil || got != again {
+			t.Fatalf("%d bytes: reservation on the freed slice: %v, %v; want the buffer bound", size, got, err)
 		}
 		if again.Location() != at {
 			t.Fatalf("%d bytes: bound at %v, the freed slice was at %v", size, again.Location(), at)

@@ -24,7 +24,7 @@ func TestReserveExactSkipsOnlyTheOwnSizeTheArenaWasRefused(t *testing.T) {
 		t.Fatalf("setup: %d bytes held, want 15 MiB", got)
 	}
 	// 3 MiB: the 10 MiB page and the own 3 MiB page are both refused.
-	if _, err := m.Reserve(3*mib, memory.Allow); !errors.Is(err, storage.ErrOutOfMemory) {
+	if _, err := m.Reserve(3*mib, memory.Allow, pool.Bind{}); !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("3 MiB with 1 MiB left = %v, want ErrOutOfMemory", err)
 	}
 	if _, err := m.ReserveExact(3 * mib); !errors.Is(err, memory.ErrOwnSizeTried) {
@@ -32,7 +32,7 @@ func TestReserveExactSkipsOnlyTheOwnSizeTheArenaWasRefused(t *testing.T) {
 	}
 	// 512 KiB: its own-size page is the 2 MiB smallest page, refused; the
 	// dedicated 512 KiB fits the 1 MiB left.
-	if _, err := m.Reserve(512*kib, memory.Allow); !errors.Is(err, storage.ErrOutOfMemory) {
+	if _, err := m.Reserve(512*kib, memory.Allow, pool.Bind{}); !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("512 KiB with 1 MiB left and 2 MiB the smallest page = %v, want ErrOutOfMemory", err)
 	}
 	h, err := m.ReserveExact(512 * kib)

@@ -7,6 +7,7 @@ import (
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/internal/hoststorage"
 	"github.com/gpumem/gpumem/internal/memory"
+	"github.com/gpumem/gpumem/internal/pool"
 	"github.com/gpumem/gpumem/storage"
 )
 
@@ -21,12 +22,12 @@ func TestRecordingRoomServesTheRehearsalsPlacementsInOrder(t *testing.T) {
 	other := alloc(t, m, 40*kib, memory.Allow) // another graph's buffer, on the small page
 	// The rehearsal: a and b of 30 KiB, a freed before b (b reuses a's
 	// bytes), and c of 1 MiB on the arena; every hold let go at the end.
-	a, _ := m.Reserve(30*kib, memory.AddOnly)
+	a, _ := m.Reserve(30*kib, memory.AddOnly, pool.Bind{})
 	steps := []memory.RoomStep{m.Placement(a, 30*kib)}
 	a.Release()
-	b, _ := m.Reserve(30*kib, memory.AddOnly)
+	b, _ := m.Reserve(30*kib, memory.AddOnly, pool.Bind{})
 	steps = append(steps, m.Placement(b, 30*kib))
-	c, _ := m.Reserve(1*mib, memory.AddOnly)
+	c, _ := m.Reserve(1*mib, memory.AddOnly, pool.Bind{})
 	steps = append(steps, m.Placement(c, 1*mib))
 	b.Release()
 	c.Release()

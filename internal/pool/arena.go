@@ -322,10 +322,11 @@ func (a *Arena) Accept(size uint64) bool {
 	return k != TooLarge
 }
 
-// Reserve serves size: from the current pool when it fits (held room first,
-// else a new page), by growing when it does not; TooLarge → ErrBufferTooBig,
-// nothing changed.
-func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (*handle.Handle, error) {
+// Reserve serves size: from the current pool when it fits (held room
+// first, handed to to; else a new page), by growing when it does not;
+// TooLarge → ErrBufferTooBig, nothing changed. A new page or a growth
+// returns the reservation's clone whatever to says, for the caller to bind.
+func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) (*handle.Handle, error) {
 	a.refusedOwn = 0
 	kind, grown := a.sizing.Fit(size, a.PageSize())
 	switch kind {
@@ -335,7 +336,7 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 		return a.grow(st, size, grown)
 	}
 	cur := a.Current()
-	h := cur.TryReserve(st, size, g)
+	h := cur.TryReserve(st, size, g, to)
 	if h == nil {
 		var err error
 		if h, err = a.allocPage(st, cur, size); err != nil {
@@ -359,37 +360,17 @@ func (a *Arena) record(size uint64) {
 // (design §6.4).
 func (a *Arena) LargestServed() uint64 { return a.largest }
 
-// TryReserve serves size from room the current pool already holds, or nil.
-func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
+// TryReserve serves size from room the current pool already holds, handed
+// to to, or nil.
+func (a *Arena) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle {
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
 		return nil
 	}
-	h := a.Current().TryReserve(st, size, g)
+	h := a.Current().TryReserve(st, size, g, to)
 	if h != nil {
 		a.record(size)
 	}
 	return h
-}
-
-// ReserveFor is Reserve for a buffer known at reservation time: when the
-// current pool's held room serves size, the slice found takes assigned's
-// allocation at once (Sliced.TryReserveFor) and nil is returned; a growth
-// or a new page returns the reservation's clone, as Reserve does.
-func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) (*handle.Handle, error) {
-	a.refusedOwn = 0
-	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
-		return a.Reserve(st, size, g) // too large, or a growth
-	}
-	cur := a.Current()
-	if cur.TryReserveFor(st, size, g, assigned, cursor) {
-		a.record(size)
-		return nil, nil
-	}
-	h, err := a.allocPage(st, cur, size)
-	if err == nil {
-		a.record(size)
-	}
-	return h, err
 }
 
 // errTooLarge is Reserve's refusal of a size no page size holds.

@@ -17,7 +17,7 @@ const GiB = 1 << 30
 // arenaReserve reserves size on the arena, failing the test on error.
 func arenaReserve(t tb, a *Arena, st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
 	t.Helper()
-	h, err := a.Reserve(st, size, g)
+	h, err := a.Reserve(st, size, g, Bind{})
 	if err != nil {
 		t.Fatalf("reserve %d bytes (page size %d): %v", size, a.PageSize(), err)
 	}
@@ -129,11 +129,11 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 1*MiB, nil) // 1 MiB left on the 2 MiB page
 	arenaReserve(t, a, st, 9*MiB, nil) // 1 MiB left on the 10 MiB page
-	h := a.TryReserve(st, 512<<10, nil)
+	h := a.TryReserve(st, 512<<10, nil, Bind{})
 	if h == nil || h.Location().Pool() != ArenaFirstIndex+1 {
 		t.Fatalf("TryReserve(512 KiB) at %v, want the current pool %d", h, ArenaFirstIndex+1)
 	}
-	if h := a.TryReserve(st, 1*MiB, nil); h != nil {
+	if h := a.TryReserve(st, 1*MiB, nil, Bind{}); h != nil {
 		t.Fatalf("TryReserve(1 MiB) served at %v; only the outdated page has that room", h.Location())
 	}
 	h = arenaReserve(t, a, st, 1*MiB, nil)
@@ -141,7 +141,7 @@ func TestArenaOutdatedPoolServesNoReservationEvenWithRoom(t *testing.T) {
 		t.Fatalf("1 MiB at %v, want a new page of the current pool", loc)
 	}
 	// TryReserve only serves what fits the current page size.
-	if h := a.TryReserve(st, 12*MiB, nil); h != nil || a.Growths() != 1 {
+	if h := a.TryReserve(st, 12*MiB, nil, Bind{}); h != nil || a.Growths() != 1 {
 		t.Fatalf("TryReserve of a growth-sized request: %v, %d growths", h, a.Growths())
 	}
 }
@@ -151,7 +151,7 @@ func TestRefusedGrowthKeepsThePageSizeAndOutdatesNothing(t *testing.T) {
 	st := hoststorage.NewSim(32, storage.NewBudget(8*MiB))
 	a := NewArena(NewPageSizing(16*MiB, 32), Limits{}, nil)
 	first := arenaReserve(t, a, st, 1*MiB, nil)
-	h, err := a.Reserve(st, 10*MiB, nil)
+	h, err := a.Reserve(st, 10*MiB, nil, Bind{})
 	if !errors.Is(err, storage.ErrOutOfMemory) || h != nil {
 		t.Fatalf("10 MiB on an 8 MiB budget: %v, %v; want ErrOutOfMemory", h, err)
 	}
@@ -181,7 +181,7 @@ func TestArenaRefusesATooLargeRequestChangingNothing(t *testing.T) {
 	if a.Accept(16*MiB + 1) {
 		t.Fatal("a request above the largest page size is accepted")
 	}
-	if _, err := a.Reserve(st, 16*MiB+1, nil); !errors.Is(err, ErrBufferTooBig) {
+	if _, err := a.Reserve(st, 16*MiB+1, nil, Bind{}); !errors.Is(err, ErrBufferTooBig) {
 		t.Fatalf("16 MiB + 1: %v, want ErrBufferTooBig", err)
 	}
 	if st.BytesAllocated() != 0 || a.Growths() != 0 || a.PageSize() != 2*MiB {
@@ -193,7 +193,7 @@ func TestArenaPoolBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
 	st := hoststorage.NewSim(32, nil)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{MaxPages: 1}, nil)
 	arenaReserve(t, a, st, 2*MiB, nil)
-	if _, err := a.Reserve(st, 1*MiB, nil); !errors.Is(err, handle.ErrIndexOverflow) {
+	if _, err := a.Reserve(st, 1*MiB, nil, Bind{}); !errors.Is(err, handle.ErrIndexOverflow) {
 		t.Fatalf("a second page over a limit of 1: %v, want ErrIndexOverflow", err)
 	}
 	if s := a.State(); s.Shape.CurrentPages != 1 || st.BytesAllocated() != 2*MiB {
@@ -343,7 +343,7 @@ func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
 	if over := page + 32; !a.Accept(over) {
 		t.Fatalf("setup: %d bytes (page + 32) is above the largest page size", over)
 	}
-	if _, err := a.Reserve(st, page+32, g); !errors.Is(err, ErrPageSizesExhausted) {
+	if _, err := a.Reserve(st, page+32, g, Bind{}); !errors.Is(err, ErrPageSizesExhausted) {
 		t.Fatalf("page + 32 bytes on a full arena: %v, want ErrPageSizesExhausted", err)
 	}
 	if st.BytesAllocated() != held || a.Growths() != 63 || a.PageSize() != page {
@@ -370,7 +370,7 @@ func TestFullArenaRefusesGrowthUntilARelocationEmptiesIt(t *testing.T) {
 			t.Fatalf("allocation %d at %v holds %d bytes; want %d on the current pool", k, h.Location(), s.Region.Size, sizes[k])
 		}
 	}
-	h, err := a.Reserve(st, page+32, g)
+	h, err := a.Reserve(st, page+32, g, Bind{})
 	if err != nil {
 		t.Fatalf("page + 32 bytes after the relocation: %v", err)
 	}

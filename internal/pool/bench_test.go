@@ -33,7 +33,7 @@ func outdatedArena(b *testing.B, n int, size, pageSize uint64) (*Arena, storage.
 	for len(hs) < n {
 		var h *handle.Handle
 		if len(cur.pages) > 0 {
-			h, _ = cur.pages[len(cur.pages)-1].tryReserveFrom(st, len(cur.pages[len(cur.pages)-1].slices)-1, size)
+			h, _ = cur.pages[len(cur.pages)-1].tryReserve(st, len(cur.pages[len(cur.pages)-1].slices)-1, size, Bind{}, nil)
 		}
 		if h == nil {
 			var err error
@@ -43,7 +43,7 @@ func outdatedArena(b *testing.B, n int, size, pageSize uint64) (*Arena, storage.
 		}
 		hs = append(hs, h)
 	}
-	if _, err := a.Reserve(st, pageSize+1, nil); err != nil { // grow
+	if _, err := a.Reserve(st, pageSize+1, nil, Bind{}); err != nil { // grow
 		b.Fatal(err)
 	}
 	return a, st, hs

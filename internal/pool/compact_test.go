@@ -269,7 +269,7 @@ func TestPlanCompactWithEmptiesASmallPageIntoTheArena(t *testing.T) {
 	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(wideSizing, Limits{}, nil)
-	big, err := a.Reserve(st, 7*MiB, g) // an 8 MiB page, 1 MiB of it free
+	big, err := a.Reserve(st, 7*MiB, g, Bind{}) // an 8 MiB page, 1 MiB of it free
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,14 +60,14 @@ func (p *Direct) Accept(uint64) bool { return true }
 
 // TryReserve implements Pool: the lowest-index free slot whose effective
 // size is exactly size + padding(size) (PL17), or nil.
-func (p *Direct) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
+func (p *Direct) TryReserve(_ storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle {
 	_, need := padded(size, p.align)
 	for _, sl := range p.slots {
 		if sl == nil || sl.allocSize != need || !sl.free() {
 			continue
 		}
 		p.largest = max(p.largest, size)
-		return sl.reserve(size, p.align)
+		return sl.reserve(size, p.align, to, g)
 	}
 	return nil
 }

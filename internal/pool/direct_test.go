@@ -41,18 +41,18 @@ func TestDirectReusesOnlyASliceOfExactlyTheEffectiveSize(t *testing.T) {
 	}
 	a.Release()
 	for _, size := range []uint64{96, 129, 160, 256} {
-		if h := p.TryReserve(st, size, nil); h != nil {
+		if h := p.TryReserve(st, size, nil, Bind{}); h != nil {
 			t.Fatalf("%d B (effective %d) reused the 128-byte slice", size, size+storage.Padding(size, 32))
 		}
 	}
-	b := p.TryReserve(st, 97, nil) // effective 128
+	b := p.TryReserve(st, 97, nil, Bind{}) // effective 128
 	if b == nil || b.Location() != handle.MustLocation(254, 0, 0) {
 		t.Fatalf("97 B (effective 128) did not reuse the free 128-byte slice")
 	}
 	if s := singleSlice(t, p, b); s.Region.Size != 97 || s.Padding != 31 {
 		t.Errorf("reused window %d + %d, want 97 + 31", s.Region.Size, s.Padding)
 	}
-	if p.TryReserve(st, 97, nil) != nil {
+	if p.TryReserve(st, 97, nil, Bind{}) != nil {
 		t.Error("a live slice was reserved again")
 	}
 	if r := p.Report(); r.Pages != 1 || r.LargestAlloc != 100 || r.Usage != (Usage{Allocations: 1, BytesInUse: 97, BytesPadding: 31, BytesReserved: 128}) {
@@ -229,7 +229,7 @@ func TestDirectGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
 		t.Error("a guard made CanMut false")
 	}
 	a.Release()
-	if p.TryReserve(st, 1024, nil) != nil {
+	if p.TryReserve(st, 1024, nil, Bind{}) != nil {
 		t.Fatal("the guarded slice was reserved again")
 	}
 	b := directAlloc(t, p, st, 1024, true, nil)

@@ -20,11 +20,11 @@
 // TryReserve serves from room it already holds, Alloc adds storage and
 // reserves on it, Cleanup gives back what its policy lets go, Guard freezes
 // a page or an allocation ([PageGuard]), Slice and Report look. A
-// reservation returns a clone of the slice's handle; the caller binds its
-// buffer to the slice ([Slice.Rebind]) and releases the clone. The sliced
-// and exclusive pools also reserve for a buffer known in advance
-// ([Sliced.TryReserveFor], [Exclusive.TryReserveFor]): the slice found is
-// bound to it in the same step, with no clone.
+// reservation hands the slice it finds to its [Bind]: to a buffer known in
+// advance, bound in the same step with no clone (the steady allocation), or
+// as a clone of the slice's handle, which the caller binds to its buffer
+// later ([Slice.Rebind]) and releases. Alloc's new pages always return the
+// clone.
 //
 // # The pools
 //

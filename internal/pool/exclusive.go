@@ -90,28 +90,15 @@ func (p *Exclusive) Accept(size uint64) bool { return size <= p.maxAlloc }
 
 // TryReserve implements Pool (PL11, PL13): the running average moves towards
 // size, then the free page of allocSize ≥ size with the smallest freeCount
-// (lowest index on ties) serves it. A size the pool does not accept returns
-// nil and leaves the average alone: the caller asks only accepting pools.
-func (p *Exclusive) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
+// (lowest index on ties) serves it, handed to to. A size the pool does not
+// accept returns nil and leaves the average alone: the caller asks only
+// accepting pools.
+func (p *Exclusive) TryReserve(_ storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle {
 	pg := p.pick(size)
 	if pg == nil {
 		return nil
 	}
-	return pg.reserve(size, p.align)
-}
-
-// TryReserveFor is TryReserve for a buffer known at reservation time: the
-// page chosen takes assigned's allocation at once (Slice.Rebind, with
-// cursor), so no clone of the page's handle is made for a later Bind.
-// false: no free page fits (avg moved as on any TryReserve, PL11).
-func (p *Exclusive) TryReserveFor(size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
-	pg := p.pick(size)
-	if pg == nil {
-		return false
-	}
-	pg.window(size, p.align)
-	pg.s.Rebind(assigned, cursor, g)
-	return true
+	return pg.reserve(size, p.align, to, g)
 }
 
 // pick is TryReserve's choice (PL11, PL13): avg moves, and the free page of

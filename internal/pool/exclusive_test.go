@@ -19,7 +19,7 @@ import (
 // first, else a new page.
 func singleReserve(t *testing.T, p Pool, st storage.Storage, size uint64) *handle.Handle {
 	t.Helper()
-	if h := p.TryReserve(st, size, nil); h != nil {
+	if h := p.TryReserve(st, size, nil, Bind{}); h != nil {
 		return h
 	}
 	h, err := p.Alloc(st, size)
@@ -132,7 +132,7 @@ func TestExclusiveFreedPageIsReusedWithTheNewWindow(t *testing.T) {
 	loc, id := a.Location(), singleSlice(t, p, a).Region.ID
 	a.Release()
 
-	c := p.TryReserve(st, 500, nil)
+	c := p.TryReserve(st, 500, nil, Bind{})
 	if c == nil {
 		t.Fatal("a freed 16 KiB page did not serve 500 bytes")
 	}
@@ -146,7 +146,7 @@ func TestExclusiveFreedPageIsReusedWithTheNewWindow(t *testing.T) {
 	if p.Pages() != 2 || p.Report().PagesPeak != 2 {
 		t.Errorf("%d pages (peak %d), want 2: reuse added a page", p.Pages(), p.Report().PagesPeak)
 	}
-	if p.TryReserve(st, 512, nil) != nil {
+	if p.TryReserve(st, 512, nil, Bind{}) != nil {
 		t.Error("TryReserve served a page that is still live")
 	}
 	p.Check()
@@ -165,7 +165,7 @@ func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
 	loc1 := p1.Location()
 	for range 2 {
 		p1.Release()
-		if p1 = p.TryReserve(st, 1024, nil); p1 == nil || p1.Location() != loc1 {
+		if p1 = p.TryReserve(st, 1024, nil, Bind{}); p1 == nil || p1.Location() != loc1 {
 			t.Fatalf("the only free page was not reused")
 		}
 	}
@@ -174,7 +174,7 @@ func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
 	}
 	p0.Release()
 	p1.Release()
-	h := p.TryReserve(st, 1024, nil)
+	h := p.TryReserve(st, 1024, nil, Bind{})
 	if h == nil || h.Location() != loc1 {
 		t.Fatalf("reserve took %v, want page 1 (freeCount 2) over page 0 (freeCount 4)", h.Location())
 	}
@@ -183,7 +183,7 @@ func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
 	// Tie: pages 0 and 2 both at freeCount 4 → the lowest index wins.
 	p.pages[1].freeCount = 4
 	p2.Release()
-	if h = p.TryReserve(st, 1024, nil); h == nil || h.Location().Page() != 0 {
+	if h = p.TryReserve(st, 1024, nil, Bind{}); h == nil || h.Location().Page() != 0 {
 		t.Fatalf("on a freeCount tie the reserve took %v, want page 0", h.Location())
 	}
 	if p.pages[0].freeCount != 3 {
@@ -194,7 +194,7 @@ func TestExclusiveReuseTakesTheFreePageWithTheSmallestFreeCount(t *testing.T) {
 	// A page smaller than the size never serves it, whatever its freeCount:
 	// every page here holds about 16 KiB.
 	p.pages[0].freeCount = 0
-	if big := p.TryReserve(st, 20*kib, nil); big != nil {
+	if big := p.TryReserve(st, 20*kib, nil, Bind{}); big != nil {
 		t.Fatalf("20 KiB took %v: no free page holds it", big.Location())
 	}
 	p.Check()
@@ -206,7 +206,7 @@ func TestExclusiveFreeCountSaturatesAtZero(t *testing.T) {
 	h := singleReserve(t, p, st, 64)
 	for range 6 {
 		h.Release()
-		h = p.TryReserve(st, 64, nil)
+		h = p.TryReserve(st, 64, nil, Bind{})
 	}
 	if p.pages[0].freeCount != 0 {
 		t.Errorf("freeCount %d after six reuses, want 0 (saturated)", p.pages[0].freeCount)
@@ -234,7 +234,7 @@ func TestExclusiveRefusesSizesAboveMaxAlloc(t *testing.T) {
 		t.Errorf("a refused Alloc left %d pages, %d bytes", p.Pages(), st.BytesAllocated())
 	}
 	// A size the pool does not accept does not move the running average.
-	if p.TryReserve(st, 1<<30, nil) != nil {
+	if p.TryReserve(st, 1<<30, nil, Bind{}) != nil {
 		t.Fatal("TryReserve served a size above maxAlloc")
 	}
 	if h := singleReserve(t, p, st, 512); p.pages[0].allocSize != 16256 {
@@ -296,7 +296,7 @@ func TestExclusivePeriodicCleanupReleasesAPageAtTheFirstCheckAfterItsFree(t *tes
 
 	// b is reused once (freeCount 4 → 3), then freed: two checks to go back.
 	b.Release()
-	if b = p.TryReserve(st, 1024, nil); b == nil {
+	if b = p.TryReserve(st, 1024, nil, Bind{}); b == nil {
 		t.Fatal("the freed page was not reused")
 	}
 	b.Release()
@@ -342,7 +342,7 @@ func TestExclusiveExplicitCleanupReleasesEveryFreePageAndRenumbersTheSurvivor(t 
 	// b is reused once (freeCount 3): aging alone would keep it; Explicit
 	// releases it anyway.
 	b.Release()
-	if b = p.TryReserve(st, 1024, nil); b == nil || b.Location().Page() != 1 || p.pages[1].freeCount != 3 {
+	if b = p.TryReserve(st, 1024, nil, Bind{}); b == nil || b.Location().Page() != 1 || p.pages[1].freeCount != 3 {
 		t.Fatal("the freed page 1 was not reused")
 	}
 	b.Release()
@@ -393,7 +393,7 @@ func TestExclusiveGuardedPageIsNeitherReusedNorReleased(t *testing.T) {
 	a.Release()
 	reserved := p.Report().Usage.BytesReserved
 
-	if h := p.TryReserve(st, 1024, nil); h != nil {
+	if h := p.TryReserve(st, 1024, nil, Bind{}); h != nil {
 		t.Fatalf("the guarded page served a reservation at %v", h.Location())
 	}
 	b := singleReserve(t, p, st, 1024)
@@ -496,7 +496,7 @@ func TestExclusivePageIndicesDoNotWrapPast65536(t *testing.T) {
 	// Freeing page 65,536 makes exactly that page reusable.
 	loc := hs[65536].Location()
 	hs[65536].Release()
-	if h := p.TryReserve(st, 4*kib, nil); h == nil || h.Location() != loc {
+	if h := p.TryReserve(st, 4*kib, nil, Bind{}); h == nil || h.Location() != loc {
 		t.Fatalf("the freed page 65,536 was not the one reused")
 	} else {
 		hs[65536] = h

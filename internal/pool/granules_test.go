@@ -32,7 +32,7 @@ func layout(pg *page) string {
 // mustReserve serves size from held room, else a new page.
 func mustReserve(t *testing.T, p *Sliced, st storage.Storage, size uint64) *handle.Handle {
 	t.Helper()
-	if h := p.TryReserve(st, size, nil); h != nil {
+	if h := p.TryReserve(st, size, nil, Bind{}); h != nil {
 		return h
 	}
 	h, err := p.Alloc(st, size)
@@ -191,7 +191,7 @@ func TestRefusedMappingLeavesTheReservationRefusedAndNothingHalfMapped(t *testin
 	// An 8 MiB window from offset 0 needs runs [0, 2) and [3, 4); the
 	// budget lets the first (two granules) through and refuses the second.
 	st.RefuseAllocAbove(inner.BytesAllocated() + 2*granuleSize)
-	if h := p.TryReserve(st, 8*MiB, nil); h != nil {
+	if h := p.TryReserve(st, 8*MiB, nil, Bind{}); h != nil {
 		t.Fatalf("TryReserve with its second mapping refused served %v", h.Location())
 	}
 	if got := layout(pg); got != "..M....." || len(pg.slices) != 1 || !pg.isEmpty() || inner.BytesAllocated() != granuleSize {
@@ -214,11 +214,11 @@ func TestRelocationTargetMapsItsGranulesFirst(t *testing.T) {
 	st := hoststorage.NewGranularSim(32, granuleSize, nil)
 	// On granular storage a growth takes the largest page (PL31): 10 MiB.
 	a := NewArena(PageSizing{Min: 4 * MiB, Max: 10 * MiB, Align: 32}, Limits{}, nil)
-	old, err := a.Reserve(st, 1*MiB, nil)
+	old, err := a.Reserve(st, 1*MiB, nil, Bind{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	big, err := a.Reserve(st, 10*MiB, nil) // grows to 10 MiB pages
+	big, err := a.Reserve(st, 10*MiB, nil, Bind{}) // grows to 10 MiB pages
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestRefusedMappingPassesOverTheSliceToMappedRoom(t *testing.T) {
 		t.Fatalf("setup: %s, want ..MMMMMM", got)
 	}
 	st.RefuseAllocAbove(inner.BytesAllocated()) // nothing more maps
-	h := p.TryReserve(st, 4*MiB, nil)
+	h := p.TryReserve(st, 4*MiB, nil, Bind{})
 	if h == nil {
 		t.Fatal("4 MiB with C's granules mapped and A's refused: no reservation, want C")
 	}
@@ -276,7 +276,7 @@ func TestRefusedMappingPassesOverTheSliceToMappedRoom(t *testing.T) {
 		t.Fatalf("after the reservation: %s, %d mapped; want ..MMMMMM, 12 MiB", got, inner.BytesAllocated())
 	}
 	// Nothing else fits: A's room cannot be mapped.
-	if h2 := p.TryReserve(st, 4*MiB, nil); h2 != nil {
+	if h2 := p.TryReserve(st, 4*MiB, nil, Bind{}); h2 != nil {
 		t.Fatalf("a second 4 MiB was served at %v with nothing left to map", h2.Location())
 	}
 	st.RefuseAllocAbove(0)

@@ -117,7 +117,7 @@ func TestPageHintsNeverChangeWhatAFullScanWouldDo(t *testing.T) {
 				size := sizeGen.Draw(rt, "size")
 				bind := rapid.Bool().Draw(rt, "bind")
 				both(func(t *twin) string {
-					h, err := t.a.Reserve(t.st, size, t.g)
+					h, err := t.a.Reserve(t.st, size, t.g, Bind{})
 					if err != nil {
 						return "err"
 					}
@@ -136,7 +136,7 @@ func TestPageHintsNeverChangeWhatAFullScanWouldDo(t *testing.T) {
 			"tryReserve": func(rt *rapid.T) {
 				size := sizeGen.Draw(rt, "size")
 				both(func(t *twin) string {
-					h := t.a.TryReserve(t.st, size, t.g)
+					h := t.a.TryReserve(t.st, size, t.g, Bind{})
 					if h != nil {
 						t.users = append(t.users, h)
 					}
@@ -272,7 +272,7 @@ func refPlan(a *Arena, room relocation.TargetRoom, st storage.Storage, g *handle
 		ok := true
 		for _, h := range c.allocs {
 			src := a.sliceAt(h.Location())
-			target := cur.TryReserve(st, src.Region.Size, g)
+			target := cur.TryReserve(st, src.Region.Size, g, Bind{})
 			if target == nil && room == relocation.MayAllocate {
 				target, _ = cur.Alloc(st, src.Region.Size)
 			}

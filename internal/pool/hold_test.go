@@ -32,17 +32,17 @@ func TestHoldFreeBindsOnlyTheRangeAndTheRestOfThePageServes(t *testing.T) {
 	}
 	p.Check()
 	at := func(h *handle.Handle) uint64 { return p.Slice(h.Location()).Region.Offset - base }
-	h3 := p.TryReserve(st, 3*MiB, nil)
+	h3 := p.TryReserve(st, 3*MiB, nil, Bind{})
 	if h3 == nil || at(h3) != 5*MiB {
 		t.Fatalf("3 MiB at %v: want the free room after the held range, at 5 MiB", h3)
 	}
-	if h := p.TryReserve(st, 32, nil); h != nil {
+	if h := p.TryReserve(st, 32, nil, Bind{}); h != nil {
 		t.Fatalf("32 bytes at offset %d: only held room is free, want nothing", at(h))
 	}
 	for _, b := range held {
 		b.Release()
 	}
-	h4 := p.TryReserve(st, 4*MiB, nil)
+	h4 := p.TryReserve(st, 4*MiB, nil, Bind{})
 	if h4 == nil || at(h4) != 0 {
 		t.Fatalf("4 MiB after the release: %v, want the room held before (with the first MiB its owner freed), at 0", h4)
 	}

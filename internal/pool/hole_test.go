@@ -39,7 +39,7 @@ func TestPlanHoleMovesTheCheapestRunAwaySoTheRetryFitsAndEveryByteSurvives(t *te
 	st := hoststorage.NewHost(32, nil)
 	g := handle.NewErrorGraph()
 	p, live := holePages(t, st, g)
-	if h := p.TryReserve(st, 2*MiB, g); h != nil {
+	if h := p.TryReserve(st, 2*MiB, g, Bind{}); h != nil {
 		t.Fatal("setup: a 2 MiB hole exists already")
 	}
 	a := live[0]
@@ -72,7 +72,7 @@ func TestPlanHoleMovesTheCheapestRunAwaySoTheRetryFitsAndEveryByteSurvives(t *te
 	if !bytes.Equal(dst.Bytes, want) || a.Location().Page() != 1 {
 		t.Fatalf("moved allocation at %v with its bytes equal = %v; want page 1, equal", a.Location(), bytes.Equal(dst.Bytes, want))
 	}
-	h := p.TryReserve(st, 2*MiB, g)
+	h := p.TryReserve(st, 2*MiB, g, Bind{})
 	if h == nil {
 		t.Fatal("the retried 2 MiB reservation found no room after the hole was made")
 	}
@@ -237,7 +237,7 @@ func TestPlanUnmapWithMovesASmallSliceIntoTheArenaToFreeItsGranule(t *testing.T)
 	st := hoststorage.NewGranularHost(32, 2*MiB, nil)
 	g := handle.NewErrorGraph()
 	a := NewArena(wideSizing, Limits{}, nil)
-	big, err := a.Reserve(st, 7*MiB, g) // 8 MiB page, its last granule half free and mapped
+	big, err := a.Reserve(st, 7*MiB, g, Bind{}) // 8 MiB page, its last granule half free and mapped
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -62,7 +62,7 @@ func TestRefusedOwnSizePageReturnsItsErrorChangingNothing(t *testing.T) {
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
 	arenaReserve(t, a, st, 9*MiB, nil)
 	arenaReserve(t, a, st, 9*MiB, nil) // 20 MiB held, 2 MiB left
-	_, err := a.Reserve(st, 3*MiB, nil)
+	_, err := a.Reserve(st, 3*MiB, nil, Bind{})
 	var oom *storage.OutOfMemoryError
 	if !errors.As(err, &oom) || oom.Requested != 3*MiB {
 		t.Fatalf("3 MiB with 2 MiB left = %v, want an *OutOfMemoryError for the own 3 MiB", err)
@@ -74,7 +74,7 @@ func TestRefusedOwnSizePageReturnsItsErrorChangingNothing(t *testing.T) {
 	// reservation on a 1 MiB budget is refused at 2 MiB, not below.
 	tiny := hoststorage.NewSim(32, storage.NewBudget(1*MiB))
 	b := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
-	if _, err := b.Reserve(tiny, 64<<10+1, nil); !errors.As(err, &oom) || oom.Requested != 2*MiB {
+	if _, err := b.Reserve(tiny, 64<<10+1, nil, Bind{}); !errors.As(err, &oom) || oom.Requested != 2*MiB {
 		t.Fatalf("64 KiB + 1 on a 1 MiB budget = %v, want a refusal of the 2 MiB smallest page", err)
 	}
 	a.Check()

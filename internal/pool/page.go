@@ -82,37 +82,23 @@ func (p *page) relocate(from int) {
 	}
 }
 
-// tryReserveFrom carves size bytes from the first free slice at or after
-// index from whose effective size holds size plus its padding, and returns a
-// clone of its handle; nil when nothing fits. On a granular page the
-// granules the slice covers are mapped first; when the storage refuses,
-// nothing changed and the error is returned. The caller has checked the page
-// is not guarded.
-func (p *page) tryReserveFrom(st storage.Storage, from int, size uint64) (*handle.Handle, error) {
+// tryReserve carves size bytes from the first free slice at or after index
+// from whose effective size holds size plus its padding, and hands it to to
+// (Bind.take); nil when nothing fits. On a granular page the granules the
+// slice covers are mapped first; when the storage refuses, nothing changed
+// and the error is returned. The caller has checked the page is not
+// guarded.
+func (p *page) tryReserve(st storage.Storage, from int, size uint64, to Bind, g *handle.ErrorGraph) (*handle.Handle, error) {
 	at, err := p.reserveAt(st, from, size)
 	if at < 0 {
 		return nil, err
 	}
-	return p.slices[at].h.Clone(), nil
+	return to.take(&p.slices[at], g), nil
 }
 
-// tryReserveFor is tryReserveFrom(st, 0, size) for a buffer known at
-// reservation time: the carved slice takes assigned's allocation at once
-// (Slice.Rebind, with cursor), so no clone is made for a later Bind to
-// find the slice by. false: nothing fits (or the storage refused to map,
-// err), nothing changed.
-func (p *page) tryReserveFor(st storage.Storage, size uint64, assigned *handle.Handle, cursor uint64, g *handle.ErrorGraph) (bool, error) {
-	at, err := p.reserveAt(st, 0, size)
-	if at < 0 {
-		return false, err
-	}
-	p.slices[at].Rebind(assigned, cursor, g)
-	return true, nil
-}
-
-// reserveAt is the reservation both share: it carves size bytes from the
-// first fitting free slice at or after index from and returns that slice's
-// index, or -1 (with the storage's error when it refused to map).
+// reserveAt carves size bytes from the first fitting free slice at or
+// after index from and returns that slice's index, or -1 (with the
+// storage's error when it refused to map).
 func (p *page) reserveAt(st storage.Storage, from int, size uint64) (int, error) {
 	pad, need := padded(size, p.align)
 	if !p.changed.Raised() {
@@ -228,8 +214,8 @@ func (p *page) coalesce(g *handle.ErrorGraph) { p.coalesceFor(g, 0, false) }
 // the merge, the split and the renumbering they cost. A free-then-alloc of
 // one size, the steady state, thus moves no slice. With renew the kept slice
 // gets a descriptor of the page's own, so that a reservation's clone costs
-// no heap object; a reservation that binds the buffer at once
-// (tryReserveFor) needs no clone and leaves it as it is.
+// no heap object; a reservation that binds the buffer at once (Bind.To)
+// needs no clone and leaves it as it is.
 func (p *page) coalesceFor(g *handle.ErrorGraph, need uint64, renew bool) {
 	p.coalesceKeeping(g, need, renew)
 }
@@ -352,16 +338,17 @@ func (p *page) coalesceKeeping(g *handle.ErrorGraph, need uint64, renew bool) (k
 }
 
 // renew gives free slice i a descriptor made by the page's recycler, unless
-// it already has one: a freed buffer's descriptor, which its stale owners
-// still name, leaves the slice as merging would drop it (marks cleared,
-// handle released). Reserving the slice then clones the fresh descriptor's
-// spare handle instead of allocating one.
+// it already has one: a freed buffer's descriptor leaves the slice as
+// merging would drop it (marks cleared, handle released; its cell goes back
+// to the device's recycler once nothing keys on it). Reserving the slice
+// then clones the fresh descriptor's spare handle instead of allocating
+// one.
 //
 // The slice keeps its place: a slice moved down by an earlier merge is
 // renumbered with the others once the scan ends (relocate).
 func (p *page) renew(i int, g *handle.ErrorGraph) {
 	s := &p.slices[i]
-	if p.spares == nil || s.h.Descriptor().Recycled() {
+	if p.spares == nil || s.h.Descriptor().RecycledBy(p.spares) {
 		return
 	}
 	s.clearTaint(g)

@@ -94,13 +94,13 @@ func runPageScript(t *testing.T, size, align, unit uint64, steps []pageStep) {
 		before := drawPage(pg, unit)
 		switch f[0] {
 		case "reserve":
-			h := pg.tryReserve(nil, num(f[2]))
+			h := pg.reserveClone(nil, num(f[2]))
 			if h == nil {
 				t.Fatalf("step %d %q: refused on %q", i, step.do, before)
 			}
 			live[f[1]] = h
 		case "refuse":
-			if h := pg.tryReserve(nil, num(f[1])); h != nil {
+			if h := pg.reserveClone(nil, num(f[1])); h != nil {
 				t.Fatalf("step %d %q: served at %v on %q", i, step.do, h.Location(), before)
 			}
 			if got := drawPage(pg, unit); got != before {
@@ -200,8 +200,8 @@ func TestCoalesceLeavesALoneFreeSliceAndItsHandleAlone(t *testing.T) {
 	st := hoststorage.NewHost(32, nil)
 	r, _ := st.Alloc(8 * MiB)
 	pg := newPage(r, 32, 2, 0, 0, nil, nil)
-	a := pg.tryReserve(nil, 2*MiB)
-	b := pg.tryReserve(nil, 2*MiB)
+	a := pg.reserveClone(nil, 2*MiB)
+	b := pg.reserveClone(nil, 2*MiB)
 	a.Release()
 	freeHandle := pg.slices[0].h
 	pg.coalesce(nil)
@@ -219,9 +219,9 @@ func TestCoalesceReleasesMergedHandlesAndClearsTheirMarks(t *testing.T) {
 	r, _ := st.Alloc(8 * MiB)
 	pg := newPage(r, 32, 2, 0, 0, nil, nil)
 	g := handle.NewErrorGraph()
-	a := pg.tryReserve(nil, 1*MiB)
-	b := pg.tryReserve(nil, 1*MiB)
-	c := pg.tryReserve(nil, 1*MiB)
+	a := pg.reserveClone(nil, 1*MiB)
+	b := pg.reserveClone(nil, 1*MiB)
+	c := pg.reserveClone(nil, 1*MiB)
 	f := g.Fail(errors.New("kernel failed"))
 	taint := &handle.Taint{}
 	taint.Mark(g, f, 0, 512)
@@ -257,10 +257,10 @@ func TestSplitRenumbersEverySliceAfterIt(t *testing.T) {
 	pg := newPage(r, 32, 2, 5, 0, nil, nil)
 	hs := make([]*handle.Handle, 4)
 	for i := range hs {
-		hs[i] = pg.tryReserve(nil, 1*MiB)
+		hs[i] = pg.reserveClone(nil, 1*MiB)
 	}
 	hs[0].Release()
-	hs[0] = pg.tryReserve(nil, 256<<10) // splits slice 0: every later slice shifts by one
+	hs[0] = pg.reserveClone(nil, 256<<10) // splits slice 0: every later slice shifts by one
 	for i, h := range hs {
 		s := expectOwnSlice(t, pg, h)
 		if want := uint64(i) * MiB; s.Region.Offset != want {
@@ -301,9 +301,9 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 			st := hoststorage.NewSim(32, nil)
 			r, _ := st.Alloc(1024)
 			pg := newPage(r, 32, 2, 0, 0, nil, nil)
-			pg.tryReserve(nil, 100)
-			pg.tryReserve(nil, 100)
-			pg.tryReserve(nil, 40)
+			pg.reserveClone(nil, 100)
+			pg.reserveClone(nil, 100)
+			pg.reserveClone(nil, 40)
 			if msg := pageCheckPanics(pg); msg != "" {
 				t.Fatalf("intact page fails its check: %s", msg)
 			}
@@ -315,10 +315,10 @@ func TestPageCheckCatchesBrokenTiling(t *testing.T) {
 	}
 }
 
-// tryReserve is tryReserveFrom(st, 0, size), nil when the storage refuses
-// to map.
-func (p *page) tryReserve(st storage.Storage, size uint64) *handle.Handle {
-	h, _ := p.tryReserveFrom(st, 0, size)
+// reserveClone is tryReserve(st, 0, size) for a clone (the zero Bind), nil
+// when the storage refuses to map.
+func (p *page) reserveClone(st storage.Storage, size uint64) *handle.Handle {
+	h, _ := p.tryReserve(st, 0, size, Bind{}, nil)
 	return h
 }
 
@@ -358,7 +358,7 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			// way 0: coalesce, then a reservation's clone; 1: coalesceFor
-			// with renew, then a clone; 2: coalesceFor, then tryReserveFor
+			// with renew, then a clone; 2: coalesceFor, then tryReserve
 			// binding a new buffer at once.
 			var got [3]string
 			for way := range got {
@@ -366,7 +366,7 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 				pg, g := build(t)
 				var bufs []*handle.Handle
 				for _, mib := range c.sizes {
-					reserved := pg.tryReserve(nil, mib*MiB)
+					reserved := pg.reserveClone(nil, mib*MiB)
 					buf := handle.New(handle.Uninit)
 					pg.slices[reserved.Location().Slice()].Rebind(buf, 0, g)
 					reserved.Release()
@@ -384,19 +384,19 @@ func TestCoalesceForGivesTheLayoutOfMergeThenCarve(t *testing.T) {
 				var h *handle.Handle
 				if way == 2 {
 					h = handle.New(handle.Uninit)
-					if ok, err := pg.tryReserveFor(nil, c.reserve*MiB, h, 7, g); !ok || err != nil {
-						t.Fatalf("tryReserveFor of %d MiB refused on %q: %v", c.reserve, drawPage(pg, MiB), err)
+					if got, err := pg.tryReserve(nil, 0, c.reserve*MiB, Bind{To: h, Cursor: 7}, g); got != h || err != nil {
+						t.Fatalf("tryReserve binding %d MiB refused on %q: %v", c.reserve, drawPage(pg, MiB), err)
 					}
 					if s := expectOwnSlice(t, pg, h); s.Cursor != 7 || s.Handle() == h {
 						t.Fatalf("bound slice: cursor %d, want 7, holding a clone of the buffer's handle", s.Cursor)
 					}
-				} else if h = pg.tryReserve(nil, c.reserve*MiB); h == nil {
+				} else if h = pg.reserveClone(nil, c.reserve*MiB); h == nil {
 					t.Fatalf("way %d: reservation of %d MiB refused on %q", way, c.reserve, drawPage(pg, MiB))
 				}
 				if i := int(h.Location().Slice()) + 1; claim && c.kept && (i >= len(pg.slices) || pg.slices[i].h.ID() != last) {
 					t.Fatalf("way %d: the free slice after the kept head was merged or split: %q", way, drawPage(pg, MiB))
 				}
-				if way == 1 && !h.Descriptor().Recycled() {
+				if way == 1 && !h.Descriptor().RecycledBy(pg.spares) {
 					t.Fatal("the reserved slice carries a freed buffer's descriptor, not one of the page's own")
 				}
 				pg.check()
@@ -424,7 +424,7 @@ func TestCoalesceRescansFromTheLowestFreedSlice(t *testing.T) {
 	g := handle.NewErrorGraph()
 	var hs []*handle.Handle
 	for range 6 {
-		hs = append(hs, pg.tryReserve(nil, 1*MiB))
+		hs = append(hs, pg.reserveClone(nil, 1*MiB))
 	}
 	hs[1].Release()
 	hs[4].Release()
@@ -446,7 +446,7 @@ func TestCoalesceRescansFromTheLowestFreedSlice(t *testing.T) {
 	if got := drawPage(pg, MiB); got != "1 (1) 1 (5)" {
 		t.Fatalf("after freeing the last live slice but one: %q", got)
 	}
-	if h := pg.tryReserve(nil, 1*MiB); h.Location().Slice() != 1 {
+	if h := pg.reserveClone(nil, 1*MiB); h.Location().Slice() != 1 {
 		t.Fatalf("1 MiB went to slice %d, want the hole at slice 1 (first fit)", h.Location().Slice())
 	}
 	pg.check()

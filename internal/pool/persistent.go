@@ -72,14 +72,14 @@ func (p *Persistent) HasSize(size uint64) bool {
 
 // TryReserve implements Pool: the first free slot in the bucket of
 // size + padding(size) (PL22), or nil.
-func (p *Persistent) TryReserve(_ storage.Storage, size uint64, _ *handle.ErrorGraph) *handle.Handle {
+func (p *Persistent) TryReserve(_ storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle {
 	for _, i := range p.sizes[p.effective(size)] {
 		sl := p.slots[i]
 		if !sl.free() {
 			continue
 		}
 		p.largest = max(p.largest, size)
-		return sl.reserve(size, p.align)
+		return sl.reserve(size, p.align, to, g)
 	}
 	return nil
 }

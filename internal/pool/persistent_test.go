@@ -29,16 +29,16 @@ func TestPersistentReusesAFreedSliceForTheSameEffectiveSizeOnly(t *testing.T) {
 	if loc != handle.MustLocation(255, 0, 0) {
 		t.Fatalf("first allocation at %v", loc)
 	}
-	if p.TryReserve(st, 64, nil) != nil {
+	if p.TryReserve(st, 64, nil, Bind{}) != nil {
 		t.Fatal("a live slice was reserved again")
 	}
 	a.Release()
 	for _, size := range []uint64{32, 65, 96, 128} {
-		if h := p.TryReserve(st, size, nil); h != nil {
+		if h := p.TryReserve(st, size, nil, Bind{}); h != nil {
 			t.Fatalf("%d B reused the 64-byte slice", size)
 		}
 	}
-	b := p.TryReserve(st, 40, nil) // 40 + 24 padding = 64
+	b := p.TryReserve(st, 40, nil, Bind{}) // 40 + 24 padding = 64
 	if b == nil || b.Location() != loc {
 		t.Fatal("40 B did not reuse the free 64-byte slice")
 	}
@@ -105,7 +105,7 @@ func TestPersistentReservedBytesPersistUntilAnExplicitCleanup(t *testing.T) {
 	// The rebuilt index serves the renumbered slice.
 	bind.Release()
 	d.Release()
-	e := p.TryReserve(st, 128, nil)
+	e := p.TryReserve(st, 128, nil, Bind{})
 	if e == nil || e.Location().Page() != 1 {
 		t.Fatalf("128 B after the rebuild took %v, want page 1", e)
 	}
@@ -143,7 +143,7 @@ func TestPersistentGuardedFreeSliceIsNeitherReusedNorReleased(t *testing.T) {
 		t.Error("a guard made CanMut false")
 	}
 	a.Release()
-	if p.TryReserve(st, 512, nil) != nil {
+	if p.TryReserve(st, 512, nil, Bind{}) != nil {
 		t.Fatal("the guarded slice was reserved again")
 	}
 	p.Cleanup(st, 0, Explicit, nil)

@@ -54,20 +54,22 @@ func (k CleanupKind) String() string {
 // Pool places allocations on pages of one storage. Every method runs under
 // the device lock.
 //
-// A reservation returns a clone of the chosen slice's handle (the "reserved"
-// handle): the caller binds it to the buffer's own descriptor (Bind) and
-// releases it. A pool has no free call: a slice is free when only the pool
-// refers to it (handle.IsFree).
+// A reservation hands the chosen slice to its Bind: to the buffer named
+// there at once, or, with the zero Bind, as a clone of the slice's handle
+// (the "reserved" handle) that the caller binds to the buffer's own
+// descriptor later (Slice.Rebind) and releases. A pool has no free call: a
+// slice is free when only the pool refers to it (handle.IsFree).
 type Pool interface {
 	// Index is the pool index stored in every location this pool hands out.
 	Index() uint8
 	// Accept reports whether the pool serves allocations of size bytes.
 	Accept(size uint64) bool
-	// TryReserve serves size from room the pool already holds, or returns nil.
-	// Slices it merges or drops lose their failure marks in g. st is the
-	// pool's storage: on granular storage the slice's granules are mapped
-	// before it returns, and a refused mapping changes nothing.
-	TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle
+	// TryReserve serves size from room the pool already holds, handing the
+	// slice to to (Bind), or returns nil. Slices it merges or drops lose
+	// their failure marks in g. st is the pool's storage: on granular
+	// storage the slice's granules are mapped before it returns, and a
+	// refused mapping changes nothing.
+	TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle
 	// Alloc adds storage (a page) and reserves size on it. On error the pool
 	// is unchanged.
 	Alloc(st storage.Storage, size uint64) (*handle.Handle, error)

@@ -32,11 +32,11 @@ func TestRoomStaysHeldForItsOwnerWhateverHappensToThePage(t *testing.T) {
 		t.Fatalf("room holds %d bytes, want 3 MiB", got)
 	}
 	// First fit serves the free room around it, never the room.
-	h3 := p.TryReserve(st, 3*MiB, g)
+	h3 := p.TryReserve(st, 3*MiB, g, Bind{})
 	if h3 == nil || at(h3) != 1*MiB {
 		t.Fatalf("3 MiB at %v: want [1, 4) MiB, before the room", h3)
 	}
-	if h := p.TryReserve(st, 2*MiB, g); h == nil || at(h) != 7*MiB {
+	if h := p.TryReserve(st, 2*MiB, g, Bind{}); h == nil || at(h) != 7*MiB {
 		t.Fatalf("2 MiB: want [7, 9) MiB, after the room")
 	} else {
 		h.Release()
@@ -52,7 +52,7 @@ func TestRoomStaysHeldForItsOwnerWhateverHappensToThePage(t *testing.T) {
 	if !ok {
 		t.Fatal("no guard")
 	}
-	if h := p.TryReserve(st, 32, g); h != nil {
+	if h := p.TryReserve(st, 32, g, Bind{}); h != nil {
 		t.Fatal("a guarded page served a reservation")
 	}
 	// The owner carves where the rehearsal placed its allocations.
@@ -74,11 +74,11 @@ func TestRoomStaysHeldForItsOwnerWhateverHappensToThePage(t *testing.T) {
 	if !room.Give(aLoc, g) {
 		t.Fatal("Give of a freed slice of the room refused")
 	}
-	if h := p.TryReserve(st, 32, g); h != nil {
+	if h := p.TryReserve(st, 32, g, Bind{}); h != nil {
 		t.Fatal("a guarded page served a reservation after the give")
 	}
 	guard.Release()
-	if h := p.TryReserve(st, 3*MiB, g); h != nil && at(h) >= 4*MiB && at(h) < 7*MiB {
+	if h := p.TryReserve(st, 3*MiB, g, Bind{}); h != nil && at(h) >= 4*MiB && at(h) < 7*MiB {
 		t.Fatalf("first fit carved the room at %d once the guard went", at(h))
 	} else if h != nil {
 		h.Release()
@@ -94,7 +94,7 @@ func TestRoomStaysHeldForItsOwnerWhateverHappensToThePage(t *testing.T) {
 	room.Release()
 	room.Release() // idempotent
 	p.Check()
-	if h := p.TryReserve(st, 3*MiB, g); h == nil {
+	if h := p.TryReserve(st, 3*MiB, g, Bind{}); h == nil {
 		t.Fatal("the released room serves nothing")
 	}
 	// A guarded page's room is not set aside.

@@ -44,18 +44,13 @@ func newSlot(st storage.Storage, allocSize, size, align uint64, pool uint8, inde
 // free reports whether only the pool refers to the slot's allocation (PL10).
 func (sl *slot) free() bool { return sl.s.h.IsFree() }
 
-// reserve sets the slice window to size with its padding and returns a clone
-// of the slice's handle. The caller has checked the slot is free and that
+// reserve sets the slice window to size with its padding and hands the
+// slice to to (Bind.take). The caller has checked the slot is free and that
 // size plus padding fits allocSize (PL8).
-func (sl *slot) reserve(size, align uint64) *handle.Handle {
-	sl.window(size, align)
-	return sl.s.h.Clone()
-}
-
-// window sets the slice window to size with its padding.
-func (sl *slot) window(size, align uint64) {
+func (sl *slot) reserve(size, align uint64, to Bind, g *handle.ErrorGraph) *handle.Handle {
 	sl.s.Region.Size = size
 	sl.s.Padding, _ = padded(size, align)
+	return to.take(&sl.s, g)
 }
 
 // setIndex renumbers the slot, rewriting its descriptor (PL9).

@@ -58,6 +58,28 @@ func (s *Slice) clearTaint(g *handle.ErrorGraph) {
 	}
 }
 
+// Bind says who takes the slice a reservation finds. The zero Bind: nobody
+// yet; the reservation returns a clone of the slice's own handle, which the
+// caller binds to its buffer later (memory.Manager.Bind, through a lookup)
+// and releases. With To set (a buffer's handle, never placed), the slice
+// carries To's allocation at once (Rebind, with Cursor) and the reservation
+// returns To itself: no clone, no lookup. Every reservation takes one, so
+// each search is written once for both.
+type Bind struct {
+	To     *handle.Handle
+	Cursor uint64
+}
+
+// take hands slice s to b and returns the handle that holds it for the
+// caller: b.To once bound, else a clone of the slice's handle.
+func (b Bind) take(s *Slice, g *handle.ErrorGraph) *handle.Handle {
+	if b.To == nil {
+		return s.h.Clone()
+	}
+	s.Rebind(b.To, b.Cursor, g)
+	return b.To
+}
+
 // Rebind makes the slice carry the allocation of assigned: the slice's taint
 // is cleared, its handle swapped for a clone of assigned (whose descriptor
 // takes the slice's location), and its cursor set. The slice's previous

@@ -99,32 +99,36 @@ func (p *Sliced) Accept(size uint64) bool {
 }
 
 // TryReserve implements Pool: pages in index order, skipping guarded ones;
-// each visited page is coalesced, then tried; the first fit wins. On
-// granular storage the fit's granules are mapped first; a page whose fit the
-// storage refuses to map is passed over (a later page may fit on granules
-// already mapped), so a refusal everywhere returns nil with nothing changed.
-func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
+// each visited page is coalesced, then tried; the first fit wins and is
+// handed to to. On granular storage the fit's granules are mapped first; a
+// page whose fit the storage refuses to map is passed over (a later page
+// may fit on granules already mapped), so a refusal everywhere returns nil
+// with nothing changed. A slice kept apart for a clone (the zero Bind) gets
+// a descriptor of its page's own (coalesceFor's renew): the clone then
+// costs no heap object.
+func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGraph, to Bind) *handle.Handle {
 	_, need := padded(size, p.align) // every page has the pool's alignment
 	if p.nothingFits(need) {
 		return nil
 	}
 	p.startScan()
-	if pg, at, found, ok := p.tryReserveTightest(st, size, need, g, true); ok {
+	renew := to.To == nil
+	if pg, at, found, ok := p.tryReserveTightest(st, size, need, g, renew); ok {
 		if !found {
 			return nil
 		}
-		return pg.slices[at].h.Clone()
+		return to.take(&pg.slices[at], g)
 	}
 	var largest uint64
 	for _, pg := range p.pages {
 		if pg.guarded() {
 			continue
 		}
-		pg.coalesceFor(g, need, true)
-		h, err := pg.tryReserveFrom(st, 0, size)
-		if h != nil && err == nil {
+		pg.coalesceFor(g, need, renew)
+		at, err := pg.reserveAt(st, 0, size)
+		if at >= 0 {
 			p.served(size)
-			return h
+			return to.take(&pg.slices[at], g)
 		}
 		if err != nil {
 			// The run coalesceFor kept apart for this reservation stays
@@ -135,42 +139,6 @@ func (p *Sliced) TryReserve(st storage.Storage, size uint64, g *handle.ErrorGrap
 	}
 	p.scanFailed(largest)
 	return nil
-}
-
-// TryReserveFor is TryReserve for a buffer known at reservation time: the
-// slice first fit finds takes assigned's allocation at once (Slice.Rebind,
-// with cursor), which saves the reservation's clone and Bind's lookup. It
-// reports whether it found one; false: nothing changed.
-func (p *Sliced) TryReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) bool {
-	_, need := padded(size, p.align)
-	if p.nothingFits(need) {
-		return false
-	}
-	p.startScan()
-	if pg, at, found, ok := p.tryReserveTightest(st, size, need, g, false); ok {
-		if found {
-			pg.slices[at].Rebind(assigned, cursor, g)
-		}
-		return found
-	}
-	var largest uint64
-	for _, pg := range p.pages {
-		if pg.guarded() {
-			continue
-		}
-		pg.coalesceFor(g, need, false)
-		ok, err := pg.tryReserveFor(st, size, assigned, cursor, g)
-		if ok {
-			p.served(size)
-			return true
-		}
-		if err != nil {
-			pg.changed.Raise() // as TryReserve: the next visit merges the kept run
-		}
-		largest = max(largest, pg.maxFree)
-	}
-	p.scanFailed(largest)
-	return false
 }
 
 func (p *Sliced) served(size uint64) {
@@ -200,7 +168,7 @@ func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle
 	if err != nil {
 		return nil, err
 	}
-	h, err := pg.tryReserveFrom(st, 0, size)
+	h, err := pg.tryReserve(st, 0, size, Bind{}, nil)
 	if err != nil {
 		p.pages = p.pages[:len(p.pages)-1]
 		pg.shed(nil)

@@ -21,7 +21,7 @@ type tb interface {
 // a new page.
 func slicedReserve(t tb, p *Sliced, st storage.Storage, size uint64, g *handle.ErrorGraph) *handle.Handle {
 	t.Helper()
-	if h := p.TryReserve(st, size, g); h != nil {
+	if h := p.TryReserve(st, size, g, Bind{}); h != nil {
 		return h
 	}
 	h, err := p.Alloc(st, size)
@@ -120,7 +120,7 @@ func TestSlicedTryReserveCoalescesEachPageItVisits(t *testing.T) {
 	a.Release()
 	b.Release()
 	// Two free slices of 3 and 5 MiB: only their merge holds 8 MiB.
-	h := p.TryReserve(st, 8*MiB, nil)
+	h := p.TryReserve(st, 8*MiB, nil, Bind{})
 	if h == nil {
 		t.Fatal("8 MiB refused on a page whose free slices add up to 8 MiB")
 	}
@@ -139,7 +139,7 @@ func TestGuardedPageServesNoReservation(t *testing.T) {
 	if !ok || !guard.IsPageGuard() {
 		t.Fatalf("Guard(%v) = %v, %v; want a page guard", a.Location(), guard, ok)
 	}
-	if h := p.TryReserve(st, 1*MiB, nil); h != nil {
+	if h := p.TryReserve(st, 1*MiB, nil, Bind{}); h != nil {
 		t.Fatalf("a guarded page with 4 MiB free served 1 MiB at %v", h.Location())
 	}
 	b := slicedReserve(t, p, st, 1*MiB, nil)
@@ -148,7 +148,7 @@ func TestGuardedPageServesNoReservation(t *testing.T) {
 	}
 	guard.Release()
 	guard.Release() // idempotent
-	c := p.TryReserve(st, 1*MiB, nil)
+	c := p.TryReserve(st, 1*MiB, nil, Bind{})
 	if c == nil || c.Location().Page() != 0 {
 		t.Fatalf("after the guard went, 1 MiB at %v, want page 0", c)
 	}
@@ -233,7 +233,7 @@ func TestSlicedAllocBeyondItsPageLimitIsRefusedChangingNothing(t *testing.T) {
 	}
 	// Room freed on an existing page is still served.
 	hs[1].Release()
-	if h := p.TryReserve(st, 1*MiB, nil); h == nil || h.Location().Page() != 1 {
+	if h := p.TryReserve(st, 1*MiB, nil, Bind{}); h == nil || h.Location().Page() != 1 {
 		t.Fatalf("reuse of the freed page: %v", h)
 	}
 	p.Check()
@@ -315,7 +315,7 @@ func TestSlicedPagesStayTiledUnderAnySequenceOfOperations(t *testing.T) {
 				if storage.SatAdd(size, storage.Padding(size, align)) > pageSize {
 					rt.Skip("does not fit a page with its padding")
 				}
-				h := p.TryReserve(st, size, g)
+				h := p.TryReserve(st, size, g, Bind{})
 				if h == nil {
 					var err error
 					if h, err = p.Alloc(st, size); err != nil {

@@ -36,7 +36,7 @@ func BenchmarkReserveAcrossPages(b *testing.B) {
 				}
 				live = append(live, h)
 				for range 15 {
-					live = append(live, p.TryReserve(st, MiB, g))
+					live = append(live, p.TryReserve(st, MiB, g, Bind{}))
 				}
 			}
 			// Holes of tc.hole MiB on every page.
@@ -48,7 +48,7 @@ func BenchmarkReserveAcrossPages(b *testing.B) {
 			}
 			b.ResetTimer()
 			for b.Loop() {
-				h := p.TryReserve(st, MiB, g)
+				h := p.TryReserve(st, MiB, g, Bind{})
 				if h == nil {
 					b.Fatal("no room")
 				}

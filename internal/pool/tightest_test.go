@@ -26,7 +26,7 @@ func twoPages(t *testing.T, st storage.Storage, tightest bool, page0, page1 []ui
 				if h, err = p.Alloc(st, size); err != nil {
 					t.Fatal(err)
 				}
-			} else if h = p.TryReserve(st, size, g); h == nil {
+			} else if h = p.TryReserve(st, size, g, Bind{}); h == nil {
 				t.Fatalf("no room for %d bytes", size)
 			}
 			if want := uint32(len(hs)); h.Location().Page() != want {
@@ -59,12 +59,12 @@ func TestArenaPoolCarvesFromTheTightestPage(t *testing.T) {
 			p, hs := twoPages(t, c.st, c.tightest, []uint64{4 * MiB, 12 * MiB}, []uint64{14 * MiB, 2 * MiB})
 			hs[0][1].Release() // a 12 MiB hole on page 0
 			hs[1][1].Release() // a 2 MiB hole on page 1
-			h := p.TryReserve(c.st, 2*MiB, g)
+			h := p.TryReserve(c.st, 2*MiB, g, Bind{})
 			if h == nil || h.Location().Page() != c.want {
 				t.Fatalf("2 MiB at %v, want page %d", h.Location(), c.want)
 			}
 			// 3 MiB fits only page 0's hole.
-			if h := p.TryReserve(c.st, 3*MiB, g); h == nil || h.Location().Page() != 0 {
+			if h := p.TryReserve(c.st, 3*MiB, g, Bind{}); h == nil || h.Location().Page() != 0 {
 				t.Fatalf("3 MiB at %v, want page 0", h.Location())
 			}
 			p.Check()
@@ -75,7 +75,7 @@ func TestArenaPoolCarvesFromTheTightestPage(t *testing.T) {
 		p, hs := twoPages(t, st, true, []uint64{14 * MiB, 2 * MiB}, []uint64{14 * MiB, 2 * MiB})
 		hs[1][1].Release()
 		hs[0][1].Release()
-		if h := p.TryReserve(st, MiB, g); h == nil || h.Location().Page() != 0 {
+		if h := p.TryReserve(st, MiB, g, Bind{}); h == nil || h.Location().Page() != 0 {
 			t.Fatalf("1 MiB between equal holes at %v, want the first page", h.Location())
 		}
 		p.Check()
@@ -94,7 +94,7 @@ func TestTightestPageWeighsFreeRunsNotSlices(t *testing.T) {
 	hs[0][1].Release()
 	hs[1][1].Release()
 	hs[1][2].Release()
-	h := p.TryReserve(st, MiB, g)
+	h := p.TryReserve(st, MiB, g, Bind{})
 	if h == nil || h.Location().Page() != 0 {
 		t.Fatalf("1 MiB at %v, want page 0 (its 2 MiB hole is tighter than page 1's 2.5 MiB run)", h.Location())
 	}

@@ -173,33 +173,33 @@ func TestArenaRecordsTheEffectiveSizeOfEveryReservationButNoRelocationTarget(t *
 	small.Release()
 	arenaReserve(t, a, st, 1000, g) // held room
 	expect("Reserve on held room", 1024, 1)
-	if h := a.TryReserve(st, 2000, g); h == nil {
+	if h := a.TryReserve(st, 2000, g, Bind{}); h == nil {
 		t.Fatal("TryReserve found no room on a page with room")
 	}
 	expect("TryReserve", 2016, 1)
-	if h := a.TryReserve(st, 2*MiB, g); h != nil {
+	if h := a.TryReserve(st, 2*MiB, g, Bind{}); h != nil {
 		t.Fatalf("TryReserve of a whole page served at %v", h.Location())
 	}
 	expect("a refused TryReserve", 0, 0)
 	buf := handle.New(handle.Uninit)
-	if h, err := a.ReserveFor(st, 3000, g, buf, 0); err != nil || h != nil {
-		t.Fatalf("ReserveFor on held room: %v, %v; want the buffer bound at once", h, err)
+	if h, err := a.Reserve(st, 3000, g, Bind{To: buf}); err != nil || h != buf {
+		t.Fatalf("Reserve binding on held room: %v, %v; want the buffer bound at once", h, err)
 	}
-	expect("ReserveFor on held room", 3008, 1)
-	if h, err := a.ReserveFor(st, 2*MiB-4096, g, handle.New(handle.Uninit), 0); err != nil || h == nil || a.State().Shape.CurrentPages != 2 {
-		t.Fatalf("ReserveFor on a new page: %v, %v, %d pages", h, err, a.State().Shape.CurrentPages)
+	expect("Reserve binding on held room", 3008, 1)
+	if h, err := a.Reserve(st, 2*MiB-4096, g, Bind{To: handle.New(handle.Uninit)}); err != nil || h == nil || a.State().Shape.CurrentPages != 2 {
+		t.Fatalf("Reserve binding on a new page: %v, %v, %d pages", h, err, a.State().Shape.CurrentPages)
 	}
-	expect("ReserveFor on a new page", 2*MiB-4096, 1)
-	if _, err := a.Reserve(st, 2*GiB, g); !errors.Is(err, ErrBufferTooBig) {
+	expect("Reserve binding on a new page", 2*MiB-4096, 1)
+	if _, err := a.Reserve(st, 2*GiB, g, Bind{}); !errors.Is(err, ErrBufferTooBig) {
 		t.Fatalf("2 GiB: %v, want ErrBufferTooBig", err)
 	}
 	expect("a too-large Reserve", 0, 0)
-	if _, err := a.Reserve(st, 100*MiB, g); !errors.Is(err, storage.ErrOutOfMemory) {
+	if _, err := a.Reserve(st, 100*MiB, g, Bind{}); !errors.Is(err, storage.ErrOutOfMemory) {
 		t.Fatalf("100 MiB on a 64 MiB budget: %v, want ErrOutOfMemory", err)
 	}
 	expect("a refused growth", 0, 0)
-	if h, err := a.ReserveFor(st, 3*MiB+1, g, handle.New(handle.Uninit), 0); err != nil || h == nil || a.Growths() != 1 {
-		t.Fatalf("ReserveFor of a growth: %v, %v, %d growths", h, err, a.Growths())
+	if h, err := a.Reserve(st, 3*MiB+1, g, Bind{To: handle.New(handle.Uninit)}); err != nil || h == nil || a.Growths() != 1 {
+		t.Fatalf("Reserve binding a growth: %v, %v, %d growths", h, err, a.Growths())
 	}
 	expect("a growth", 3*MiB+32, 1)
 	// A relocation moves what was served already onto the current pool:

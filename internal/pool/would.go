@@ -303,7 +303,7 @@ func (v *View) fitOn(pg *page, need uint64) (uint64, bool) {
 	return 0, false
 }
 
-// wouldTryReserve is TryReserve (and TryReserveFor) in the view: whether
+// wouldTryReserve is TryReserve in the view (whatever its Bind): whether
 // room the pool holds would serve size, and the device bytes of granules
 // it would map. Whole pages: any unguarded page with a free run of need
 // bytes serves (the tightest one, PL33, or the first: either way one

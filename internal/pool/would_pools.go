@@ -4,7 +4,7 @@ package pool
 
 import "github.com/gpumem/gpumem/internal/handle"
 
-// WouldReserve is Reserve (and ReserveFor) in the view: Fit's answer, the
+// WouldReserve is Reserve in the view (whatever its Bind): Fit's answer, the
 // current pool's held room, then allocPage's page requests (pageTries), or
 // a growth (growth).
 func (a *Arena) WouldReserve(v *View, size uint64) Would {

@@ -88,7 +88,7 @@ func TestArenaWouldReserveAgreesWithReserve(t *testing.T) {
 			}
 			a.Check()
 			pages, growths := arenaShape(a)
-			h, err := a.Reserve(st, size, g)
+			h, err := a.Reserve(st, size, g, Bind{})
 			cases++
 			ways[w.Way]++
 			if w.OK() != (err == nil) {

@@ -52,10 +52,10 @@ func (a *alloc) wrote(off, n uint64, x rope, host bool) {
 }
 
 // handle returns the allocation and buffer of a live handle, or nils.
-func (w *worker) handle(r Ref) (*alloc, *gpumem.Buffer) {
+func (w *worker) handle(r Ref) (*alloc, gpumem.Buffer) {
 	a := w.allocs[r.Alloc]
 	if a == nil || !a.live || !slices.Contains(a.refs, r) {
-		return nil, nil
+		return nil, gpumem.Buffer{}
 	}
 	return a, w.bufs[r]
 }
@@ -115,7 +115,7 @@ func (op freeOp) run(w *worker) {
 }
 
 // free frees handle r of a; the last one frees the allocation.
-func (w *worker) free(a *alloc, b *gpumem.Buffer, r Ref) {
+func (w *worker) free(a *alloc, b gpumem.Buffer, r Ref) {
 	err := b.Free()
 	w.run.pulse()
 	if err != nil {
@@ -136,7 +136,7 @@ func (op cloneOp) run(w *worker) {
 	}
 	c := b.Clone()
 	w.run.pulse()
-	if c == nil {
+	if c.IsZero() {
 		w.fail("Clone of a live handle of a%d returned nil", a.id)
 		return
 	}
@@ -194,7 +194,7 @@ func (op readOp) run(w *worker) {
 }
 
 // read reads a through b and compares with the shadow.
-func (w *worker) read(a *alloc, b *gpumem.Buffer, why string) {
+func (w *worker) read(a *alloc, b gpumem.Buffer, why string) {
 	unlock := w.lockMask(a.foreign | 1<<a.owner)
 	got, err := b.Read(bg)
 	unlock()
@@ -205,7 +205,7 @@ func (w *worker) read(a *alloc, b *gpumem.Buffer, why string) {
 }
 
 // readMapped checks a through a mapping: no copy.
-func (w *worker) readMapped(a *alloc, b *gpumem.Buffer, why string) {
+func (w *worker) readMapped(a *alloc, b gpumem.Buffer, why string) {
 	unlock := w.lockMask(a.foreign | 1<<a.owner)
 	m, err := b.Map(bg)
 	unlock()

@@ -30,7 +30,7 @@ func junk(b []byte) {
 type shadowUse struct {
 	use
 	a   *alloc
-	buf *gpumem.Buffer
+	buf gpumem.Buffer
 }
 
 // resolve finds the op's allocations, or says why the op is void: a
@@ -253,16 +253,16 @@ func callDevice(run *runState, violate func(string, ...any), name string, s int,
 			violate("op %s: Alloc(%d) from inside the op on the %s backend returned %v, want ErrCalledFromOp", name, scratch, run.d.Backend().Name(), err)
 		}
 		err = nil
-		b = nil
+		b = gpumem.Buffer{}
 	}
 	switch {
-	case b == nil && err == nil:
+	case b.IsZero() && err == nil:
 	case err == nil:
 		if err := b.Write(bg, run.base[:min(scratch, 512)]); err != nil {
 			violate("op %s: Write of its scratch buffer from inside the op: %v", name, err)
 		}
 		c := b.Clone()
-		if c == nil {
+		if c.IsZero() {
 			violate("op %s: Clone of its scratch buffer from inside the op returned nil", name)
 		} else if err := c.Free(); err != nil {
 			violate("op %s: Free of a clone from inside the op: %v", name, err)

@@ -57,7 +57,7 @@ type phase struct {
 func (op captureOp) run(w *worker) {
 	run := w.run
 	var as [3]*alloc
-	var bufs [3]*gpumem.Buffer
+	var bufs [3]gpumem.Buffer
 	for i, r := range []Ref{op.A, op.B, op.C} {
 		if as[i], bufs[i] = w.handle(r); as[i] == nil {
 			w.void("%s is not live", r)
@@ -93,17 +93,17 @@ func (op captureOp) run(w *worker) {
 		// The scratch buffer is freed after the rotation and a second one
 		// allocated for graph-c: in the recording it takes the first one's
 		// slice (stream-ordered reuse), which every launch writes twice.
-		var tmp, tmp2 *gpumem.Buffer
+		var tmp, tmp2 gpumem.Buffer
 		if scratch != 0 {
 			var err error
 			if tmp, err = st.Alloc(ctx, scratch); err != nil {
 				return err
 			}
 			defer func() {
-				if tmp != nil {
+				if !tmp.IsZero() {
 					_ = tmp.Free()
 				}
-				if tmp2 != nil {
+				if !tmp2.IsZero() {
 					_ = tmp2.Free()
 				}
 			}()
@@ -133,7 +133,7 @@ func (op captureOp) run(w *worker) {
 		}
 		p.ok[0] = true
 		uses := []gpumem.Use{{Buffer: aRef, Access: gpumem.Read}, {Buffer: bRef, Access: gpumem.Write}}
-		if tmp != nil {
+		if !tmp.IsZero() {
 			uses = append(uses, gpumem.Use{Buffer: tmp, Access: gpumem.Write})
 		}
 		p.attempted[1] = true
@@ -162,11 +162,11 @@ func (op captureOp) run(w *worker) {
 		}
 		p.ok[1] = true
 		cUses := []gpumem.Use{{Buffer: cRef, Access: gpumem.Write}}
-		if tmp != nil {
+		if !tmp.IsZero() {
 			if err := tmp.Free(); err != nil {
 				return err
 			}
-			tmp = nil
+			tmp = gpumem.Buffer{}
 			if tmp2, err = st.Alloc(ctx, scratch); err != nil {
 				return err
 			}

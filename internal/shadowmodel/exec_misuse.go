@@ -64,7 +64,7 @@ func (op outsideOp) run(w *worker) {
 func (op staleOp) run(w *worker) {
 	run := w.run
 	b := w.bufs[op.Ref]
-	if a := w.allocs[op.Ref.Alloc]; b == nil || a == nil || a.live && slices.Contains(a.refs, op.Ref) {
+	if a := w.allocs[op.Ref.Alloc]; b.IsZero() || a == nil || a.live && slices.Contains(a.refs, op.Ref) {
 		w.void("%s is not a freed handle", op.Ref)
 		return
 	}
@@ -81,7 +81,7 @@ func (op staleOp) run(w *worker) {
 		what = "Free"
 		err = b.Free()
 	case staleClone:
-		if c := b.Clone(); c != nil {
+		if c := b.Clone(); !c.IsZero() {
 			w.fail("Clone of a freed handle returned a buffer")
 		}
 		run.pulse()

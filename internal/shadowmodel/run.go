@@ -298,14 +298,14 @@ type worker struct {
 	at        int   // the index of the operation running
 	allocs    map[int]*alloc
 	live      []*alloc // live allocations, oldest first
-	bufs      map[Ref]*gpumem.Buffer
+	bufs      map[Ref]gpumem.Buffer
 	graphs    map[GraphID]*graph
 	seenMoves uint64
 	log       opLog
 }
 
 func newWorker(run *runState, id int) *worker {
-	return &worker{run: run, id: id, at: -1, allocs: map[int]*alloc{}, bufs: map[Ref]*gpumem.Buffer{}, graphs: map[GraphID]*graph{}}
+	return &worker{run: run, id: id, at: -1, allocs: map[int]*alloc{}, bufs: map[Ref]gpumem.Buffer{}, graphs: map[GraphID]*graph{}}
 }
 
 func (w *worker) loop() {

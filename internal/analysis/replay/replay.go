@@ -193,7 +193,7 @@ type Report struct {
 type replayer struct {
 	dev      *gpumem.Device
 	streams  []*gpumem.Stream
-	buffers  map[uint64]*gpumem.Buffer
+	buffers  map[uint64]gpumem.Buffer
 	windows  map[int][]func()
 	tokens   map[int]*gpumem.CaptureToken
 	graphs   map[int]*gpumem.Graph
@@ -220,7 +220,7 @@ func Run(ctx context.Context, dev *gpumem.Device, events iter.Seq[trace.Event], 
 	r := &replayer{
 		dev:       dev,
 		streams:   dev.Streams(),
-		buffers:   make(map[uint64]*gpumem.Buffer),
+		buffers:   make(map[uint64]gpumem.Buffer),
 		windows:   make(map[int][]func()),
 		tokens:    make(map[int]*gpumem.CaptureToken),
 		graphs:    make(map[int]*gpumem.Graph),
@@ -471,7 +471,7 @@ func (r *replayer) failed(ctx context.Context, i int, e trace.Event, err error) 
 // nothing when the graph is launched. A refusal that dooms the recording
 // is the capture's to report at its end; only a closed device stops the
 // replay.
-func (r *replayer) recordUse(s *gpumem.Stream, b *gpumem.Buffer) error {
+func (r *replayer) recordUse(s *gpumem.Stream, b gpumem.Buffer) error {
 	err := s.Enqueue("replay: recorded use", []gpumem.Use{{Buffer: b, Access: gpumem.Write}}, recordedNothing)
 	if errors.Is(err, gpumem.ErrClosed) {
 		return err

@@ -112,7 +112,7 @@ func classifyVulkan(err error) (string, string) {
 func fill(d *gpumem.Device, chunk, limit uint64, prefix string, cls classify) (string, error) {
 	ctx := context.Background()
 	s := d.DefaultStream()
-	var held []*gpumem.Buffer
+	var held []gpumem.Buffer
 	var total uint64
 	var refusal error
 	retries := d.Stats().ReserveRetries
@@ -249,7 +249,7 @@ func checkCUDA() error {
 		return fmt.Errorf("driver: a second device on the GPU: %w", err)
 	}
 	var squat uint64
-	var held2 []*gpumem.Buffer
+	var held2 []gpumem.Buffer
 	for squat+chunk <= freeMem/4 {
 		buf, err := d2.DefaultStream().Alloc(context.Background(), chunk)
 		if err != nil {
@@ -321,7 +321,7 @@ func checkVulkan() error {
 		return err
 	}
 	var squat uint64
-	var held2 []*gpumem.Buffer
+	var held2 []gpumem.Buffer
 	for squat+chunk <= capacity/4 {
 		buf, err := d2.DefaultStream().Alloc(context.Background(), chunk)
 		if err != nil {
