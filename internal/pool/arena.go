@@ -242,86 +242,17 @@ func (a *Arena) ownPageFor(granule uint64, p *Sliced, size uint64) (uint64, bool
 		return 0, false // a page is address space: the granules cost the same on any page
 	}
 	_, need := padded(size, a.sizing.Align)
-	return a.sizing.ownPage(p.pageSize, need)
-}
-
-// holeFirst is PL35 for a reservation of size on p, whose held room it
-// looks in first: where the rule applies (holeFirstPage), the tightest hole
-// of p's pages, else a page of size's own size. With assigned the hole's
-// slice takes assigned's allocation and nil is returned (TryReserveFor);
-// without, a clone of the reservation (TryReserve). done false when the
-// rule does not apply, or when no hole holds size and the storage refused
-// the own-size page: the caller then takes any room p holds, open room
-// included, and after it a new page (allocPage), as every reservation.
-func (a *Arena) holeFirst(st storage.Storage, p *Sliced, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) (h *handle.Handle, done bool) {
-	own, ok := a.holeFirstPage(storage.GranuleOf(st), p, size)
-	if !ok {
-		return nil, false
-	}
-	if h, found := p.reserveInHole(st, size, g, assigned, cursor); found {
-		return h, true
-	}
-	h, err := p.allocSized(st, size, own)
-	if err != nil {
-		return nil, false // refused: open room next, then the pages allocPage asks
-	}
-	a.largeOwnPages++
-	return h, true
-}
-
-// holeFirstPage is PL35's test, on storage that backs pages whole: the
-// reservation is one PL32 gives a page of its own size, in the band between
-// an eighth and half of p's page, whose own-size page costs nothing (its
-// effective size is a whole number of TileSteps) and whose k = ⌊P/need⌋
-// reservations to a page would leave a tail of at least a TileStep each.
-// Its own-size page is then returned.
-//
-// PL32 gives such a size its own page when it needs a new one, because
-// pages of its size alone would keep tails no reservation of its size
-// fills. Landing in a page's open room (never carved, up to the page's end:
-// the rest of a page another size opened) it leaves the same tail there,
-// and on a forward pass whose pages hold the vocabulary projection those
-// tails, one to a page of weights or activations, were what PyTorch's
-// exact segments did not pay (docs/decisions/2026-12-04-hole-first.md).
-// Its own-size page costs nothing, so it takes a hole (room a freed
-// allocation left, where best fit is PyTorch's rule too) or its own page,
-// and open room only when the storage refuses the page. Above half a page
-// PL32's own page is the rule already when it needs a page, and sizes
-// whose own page rounds up, or whose tail per reservation is under a tile,
-// share as before: there the open room cost less than the page.
-func (a *Arena) holeFirstPage(granule uint64, p *Sliced, size uint64) (uint64, bool) {
-	if granule > 0 {
-		return 0, false
-	}
-	_, need := padded(size, a.sizing.Align)
-	return a.sizing.holeFirst(p.pageSize, need)
-}
-
-// holeFirst is holeFirstPage on sizes alone.
-func (s PageSizing) holeFirst(page, need uint64) (uint64, bool) {
-	own, ok := s.ownPage(page, need)
-	if !ok || own != need || need > page/2 {
-		return 0, false
-	}
-	fit := page / need
-	return own, (page-fit*need)/fit >= TileStep
-}
-
-// ownPage is PL32 on sizes alone: the own-size page a reservation of need
-// effective bytes takes instead of a page of page bytes, and whether it
-// takes one (Arena.ownPageFor, which adds the storage's say).
-func (s PageSizing) ownPage(page, need uint64) (uint64, bool) {
-	own := s.clamp(ceilTo(need, TileStep))
+	own := a.sizing.clamp(ceilTo(need, TileStep))
 	switch {
-	case own >= page:
+	case own >= p.pageSize:
 		return 0, false
-	case need > page/2:
+	case need > p.pageSize/2:
 		return own, true
-	case need <= page/ownPageShareDiv:
+	case need <= p.pageSize/ownPageShareDiv:
 		return 0, false
 	}
-	fit := page / need
-	tail := page - fit*need
+	fit := p.pageSize / need
+	tail := p.pageSize - fit*need
 	return own, tail/fit > own-need
 }
 
@@ -404,10 +335,7 @@ func (a *Arena) Reserve(st storage.Storage, size uint64, g *handle.ErrorGraph) (
 		return a.grow(st, size, grown)
 	}
 	cur := a.Current()
-	h, done := a.holeFirst(st, cur, size, g, nil, 0)
-	if !done {
-		h = cur.TryReserve(st, size, g)
-	}
+	h := cur.TryReserve(st, size, g)
 	if h == nil {
 		var err error
 		if h, err = a.allocPage(st, cur, size); err != nil {
@@ -453,10 +381,6 @@ func (a *Arena) ReserveFor(st storage.Storage, size uint64, g *handle.ErrorGraph
 		return a.Reserve(st, size, g) // too large, or a growth
 	}
 	cur := a.Current()
-	if h, done := a.holeFirst(st, cur, size, g, assigned, cursor); done {
-		a.record(size)
-		return h, nil // nil: a hole took assigned's allocation
-	}
 	if cur.TryReserveFor(st, size, g, assigned, cursor) {
 		a.record(size)
 		return nil, nil

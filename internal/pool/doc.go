@@ -266,17 +266,6 @@
 //     follows the pages: a page whose signal rose or whose slices changed
 //     is listed again before the next answer, and Check compares the list
 //     with every page that is not queued.
-//   - (PL35) On whole pages, a page's frontier is the end of the furthest
-//     room a slice was ever carved or held on, and no live slice ends past
-//     it; the run from at or after it to the page's end is the page's open
-//     room. An arena reservation that PL32 gives a page of its own size
-//     between an eighth and half of the pool's page, whose own-size page
-//     rounds nothing (a whole number of TileSteps) and whose k = ⌊P/need⌋
-//     reservations to a page would leave a tail of a TileStep or more each,
-//     takes the tightest hole (a free run that is not open room), else its
-//     own-size page, and open room only once the storage refused that page
-//     (Arena.holeFirst). Its own-size page is an ordinary page of its
-//     pool, as PL32's.
 //
 // Room held for one owner (room.go):
 //

@@ -42,7 +42,6 @@ func (p *page) holdFree(st storage.Storage, r storage.Region) ([]*handle.Binding
 		return nil, err
 	}
 	p.invalidate() // held slices are no free room (PL33's index)
-	p.frontier = max(p.frontier, r.End()-p.region.Offset)
 	var held []*handle.Binding
 	for i := 0; i < len(p.slices); i++ {
 		s := &p.slices[i]

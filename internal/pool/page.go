@@ -55,12 +55,6 @@ type page struct {
 	listedRuns []uint64
 	serial     uint64
 	runsStale  bool
-	// frontier is the end, from the page's start, of the furthest room a
-	// slice was ever carved or held on: the room from there to the page's
-	// end never held anything, the page's open room (PL35). lastOpen: the
-	// last of listedRuns is that room.
-	frontier uint64
-	lastOpen bool
 }
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
@@ -204,7 +198,6 @@ func (p *page) carve(i int, size, pad uint64) {
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	need := size + pad
-	p.frontier = max(p.frontier, s.Region.Offset-p.region.Offset+need)
 	s.Region.Size = size
 	s.Padding = pad
 	if eff > need {
@@ -446,9 +439,6 @@ func (p *page) check() {
 		}
 		off += s.EffectiveSize()
 	}
-	if end := p.liveEnd(); end > p.frontier {
-		panic(fmt.Sprintf("pool: page %d holds a slice up to %d bytes from its start, past its frontier %d (PL35)", p.index, end, p.frontier))
-	}
 	if off-p.region.Offset != p.size() {
 		panic(fmt.Sprintf("pool: page %d slices sum to %d bytes, page holds %d (PL2)", p.index, off-p.region.Offset, p.size()))
 	}
@@ -474,15 +464,4 @@ func (p *page) check() {
 			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (PL4)", p.index, largest, p.maxFree, empty, p.empty))
 		}
 	}
-}
-
-// liveEnd is the end, from the page's start, of its last slice that is not
-// free (0: none).
-func (p *page) liveEnd() uint64 {
-	for i := len(p.slices) - 1; i >= 0; i-- {
-		if s := &p.slices[i]; !s.h.IsFree() {
-			return s.Region.Offset - p.region.Offset + s.EffectiveSize()
-		}
-	}
-	return 0
 }

@@ -161,9 +161,6 @@ func (r *Room) hold(pg *page, rp *roomPage, g *handle.ErrorGraph) error {
 	}
 	rp.spans = kept
 	pg.invalidate() // held slices are no free room (PL33's index)
-	for _, sp := range rp.spans {
-		pg.frontier = max(pg.frontier, sp.hi-pg.region.Offset)
-	}
 	if len(rp.held) > 0 {
 		pg.empty = false
 	}

@@ -39,17 +39,13 @@ type runIndex struct {
 	runs   []indexedRun
 	stale  []*page
 	serial uint64 // the next page's
-	// was, now: scratch for relist.
-	was, now []uint64
 }
 
-// indexedRun is one free run of bytes on page pg (whose serial orders it);
-// open: the page's open room (PL35), which a hole-first reservation passes by.
+// indexedRun is one free run of bytes on page pg (whose serial orders it).
 type indexedRun struct {
 	bytes  uint64
 	serial uint64
 	pg     *page
-	open   bool
 }
 
 func compareRuns(a, b indexedRun) int {
@@ -124,77 +120,27 @@ func (ix *runIndex) refresh(g *handle.ErrorGraph) {
 		}
 		pg.coalesce(g) // queues nothing: the page is queued
 		pg.runsStale = false
-		ix.relist(pg)
+		ix.remove(pg)
+		pg.listedRuns = pg.appendRuns(pg.listedRuns)
+		for _, b := range pg.listedRuns {
+			r := indexedRun{bytes: b, serial: pg.serial, pg: pg}
+			at, _ := slices.BinarySearchFunc(ix.runs, r, compareRuns)
+			ix.runs = slices.Insert(ix.runs, at, r)
+		}
 	}
 	clear(ix.stale[len(kept):])
 	ix.stale = kept
 }
 
-// relist replaces pg's listed runs by the runs it holds now. Only the runs
-// that changed move in the list: a carve shrinks one run of a page that
-// may hold many, and inserting and removing every one of them again was
-// most of what a refresh cost.
-func (ix *runIndex) relist(pg *page) {
-	// Each run as a key, bytes and the open flag (PL35) in its low bit,
-	// sorted: what the page held and what it holds, merged.
-	keys := func(dst, runs []uint64, lastOpen bool) []uint64 {
-		dst = dst[:0]
-		for i, b := range runs {
-			k := b << 1
-			if lastOpen && i == len(runs)-1 {
-				k |= 1
-			}
-			dst = append(dst, k)
-		}
-		slices.Sort(dst)
-		return dst
-	}
-	ix.was = keys(ix.was, pg.listedRuns, pg.lastOpen)
-	pg.listedRuns, pg.lastOpen = pg.appendRuns(pg.listedRuns[:0])
-	ix.now = keys(ix.now, pg.listedRuns, pg.lastOpen)
-	i, j := 0, 0
-	for i < len(ix.was) || j < len(ix.now) {
-		switch {
-		case j == len(ix.now) || i < len(ix.was) && ix.was[i] < ix.now[j]:
-			ix.take(pg, ix.was[i]>>1, ix.was[i]&1 == 1)
-			i++
-		case i == len(ix.was) || ix.now[j] < ix.was[i]:
-			r := indexedRun{bytes: ix.now[j] >> 1, serial: pg.serial, pg: pg, open: ix.now[j]&1 == 1}
-			at, _ := slices.BinarySearchFunc(ix.runs, r, compareRuns)
-			ix.runs = slices.Insert(ix.runs, at, r)
-			j++
-		default: // listed already
-			i++
-			j++
-		}
-	}
-}
-
-// take removes one listed run of pg: bytes, open or not.
-func (ix *runIndex) take(pg *page, bytes uint64, open bool) {
-	at, _ := slices.BinarySearchFunc(ix.runs, indexedRun{bytes: bytes, serial: pg.serial}, compareRuns)
-	for ; at < len(ix.runs) && ix.runs[at].bytes == bytes && ix.runs[at].serial == pg.serial; at++ {
-		if ix.runs[at].open == open {
-			ix.runs = slices.Delete(ix.runs, at, at+1)
-			return
-		}
-	}
-	panic(fmt.Sprintf("pool: page %d lists a %d-byte run its pool's run index lacks (PL33)", pg.index, bytes))
-}
-
 // tightest returns the unguarded page holding the smallest run of at least
 // need bytes (the first page on a tie), or nil and the largest run of any
-// unguarded page (PL29's bound); with holesOnly no page's open room counts
-// (PL35). Call it after refresh.
-func (ix *runIndex) tightest(need uint64, holesOnly bool) (best *page, largest uint64) {
+// unguarded page (PL29's bound). Call it after refresh.
+func (ix *runIndex) tightest(need uint64) (best *page, largest uint64) {
 	at, _ := slices.BinarySearchFunc(ix.runs, indexedRun{bytes: need}, compareRuns)
 	for _, r := range ix.runs[at:] {
-		if !r.pg.guarded() && !(holesOnly && r.open) {
+		if !r.pg.guarded() {
 			return r.pg, 0
 		}
-	}
-	if holesOnly {
-		at = len(ix.runs) // open room may hold need: the bound is the largest run
 	}
 	for i := at - 1; i >= 0; i-- {
 		if r := ix.runs[i]; !r.pg.guarded() {
@@ -205,9 +151,8 @@ func (ix *runIndex) tightest(need uint64, holesOnly bool) (best *page, largest u
 }
 
 // appendRuns appends the bytes of each of the page's free runs, in offset
-// order, and reports whether the last is the page's open room: a run from
-// at or after its frontier to its end (PL35).
-func (p *page) appendRuns(runs []uint64) ([]uint64, bool) {
+// order.
+func (p *page) appendRuns(runs []uint64) []uint64 {
 	var run uint64
 	for i := p.firstFree; i < len(p.slices); i++ {
 		s := &p.slices[i]
@@ -222,9 +167,8 @@ func (p *page) appendRuns(runs []uint64) ([]uint64, bool) {
 	}
 	if run > 0 {
 		runs = append(runs, run)
-		return runs, p.size()-run >= p.frontier
 	}
-	return runs, false
+	return runs
 }
 
 // invalidate marks the page's listed runs out of date (runIndex): its
@@ -250,8 +194,8 @@ func (ix *runIndex) check(pages []*page) {
 		if pg.changed.Raised() {
 			panic(fmt.Sprintf("pool: page %d's signal rose but its runs are not queued (PL33)", pg.index))
 		}
-		if got, open := pg.appendRuns(nil); !slices.Equal(got, pg.listedRuns) || open != pg.lastOpen {
-			panic(fmt.Sprintf("pool: page %d holds free runs %v (the last open: %v), its pool's run index lists %v (%v) (PL33, PL35)", pg.index, got, open, pg.listedRuns, pg.lastOpen))
+		if got := pg.appendRuns(nil); !slices.Equal(got, pg.listedRuns) {
+			panic(fmt.Sprintf("pool: page %d holds free runs %v, its pool's run index lists %v (PL33)", pg.index, got, pg.listedRuns))
 		}
 	}
 	if n != len(ix.runs) || !slices.IsSortedFunc(ix.runs, compareRuns) {

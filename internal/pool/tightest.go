@@ -46,10 +46,10 @@ import (
 // with the largest free run of any unguarded page when none holds need
 // (PL29's bound). Every page whose signal rose since the last answer is
 // coalesced first (runIndex.refresh), as a visit of it would.
-func (p *Sliced) tightestPage(g *handle.ErrorGraph, need uint64, holesOnly bool) (best *page, largest uint64) {
+func (p *Sliced) tightestPage(g *handle.ErrorGraph, need uint64) (best *page, largest uint64) {
 	ix := p.runIndex()
 	ix.refresh(g)
-	return ix.tightest(need, holesOnly)
+	return ix.tightest(need)
 }
 
 // tryReserveTightest is TryReserve on the tightest page (PL33); ok false
@@ -62,7 +62,7 @@ func (p *Sliced) tryReserveTightest(st storage.Storage, size, need uint64, g *ha
 	if !p.tightest || len(p.pages) < 2 || storage.GranuleOf(st) > 0 {
 		return nil, -1, false, false // first fit chooses alike, or is the rule
 	}
-	pg, largest := p.tightestPage(g, need, false)
+	pg, largest := p.tightestPage(g, need)
 	if pg == nil {
 		p.scanFailed(largest)
 		return nil, -1, false, true
@@ -79,35 +79,4 @@ func (p *Sliced) tryReserveTightest(st storage.Storage, size, need uint64, g *ha
 	}
 	p.served(size)
 	return pg, at, true, true
-}
-
-// reserveInHole is TryReserve (assigned nil: a clone is returned) or
-// TryReserveFor (the slice takes assigned's allocation, nil is returned)
-// limited to holes: the tightest free run that is not a page's open room
-// (runIndex, PL35), on an arena pool on whole pages; found false when none
-// holds size, nothing changed. A failed search sets no no-fit bound (PL29):
-// open room may hold size.
-func (p *Sliced) reserveInHole(st storage.Storage, size uint64, g *handle.ErrorGraph, assigned *handle.Handle, cursor uint64) (*handle.Handle, bool) {
-	_, need := padded(size, p.align)
-	if !p.tightest || storage.GranuleOf(st) > 0 || p.nothingFits(need) {
-		return nil, false
-	}
-	pg, _ := p.tightestPage(g, need, true)
-	if pg == nil {
-		return nil, false
-	}
-	at, err := pg.reserveAt(st, 0, size)
-	if at < 0 {
-		if err != nil {
-			pg.changed.Raise() // as TryReserve: the next visit merges the kept run
-		}
-		return nil, false
-	}
-	p.served(size)
-	if assigned != nil {
-		pg.slices[at].Rebind(assigned, cursor, g)
-		return nil, true
-	}
-	pg.renew(at, g)
-	return pg.slices[at].h.Clone(), true
 }

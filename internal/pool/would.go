@@ -277,10 +277,7 @@ func (v *View) back(pg *page, off, size uint64) (uint64, error) {
 // granules, backFit tries the rest of the run next, and the dry run the
 // next run. They differ only where the kept slice's granules are unmapped
 // and the rest's are not.
-//
-// With holesOnly a page's open room (a run from at or after its frontier to
-// its end, PL35) serves nothing.
-func (v *View) fitOn(pg *page, need uint64, holesOnly bool) (uint64, bool) {
+func (v *View) fitOn(pg *page, need uint64) (uint64, bool) {
 	var start, run uint64
 	in := false
 	for i := 0; i <= len(pg.slices); i++ {
@@ -291,9 +288,6 @@ func (v *View) fitOn(pg *page, need uint64, holesOnly bool) (uint64, bool) {
 			}
 			run += s.EffectiveSize()
 			continue
-		}
-		if in && holesOnly && i == len(pg.slices) && start-pg.region.Offset >= pg.frontier {
-			break // the open room
 		}
 		if in && run >= need {
 			m, err := v.back(pg, start, need)
@@ -316,18 +310,12 @@ func (v *View) fitOn(pg *page, need uint64, holesOnly bool) (uint64, bool) {
 // does). Granular pages: first fit across pages, a page whose fit the
 // storage refuses to map passed over.
 func (p *Sliced) wouldTryReserve(v *View, size uint64) (uint64, bool) {
-	return p.wouldTryReserveIn(v, size, false)
-}
-
-// wouldTryReserveIn is wouldTryReserve, with holesOnly limited to holes as
-// reserveInHole is (PL35: no page's open room).
-func (p *Sliced) wouldTryReserveIn(v *View, size uint64, holesOnly bool) (uint64, bool) {
 	_, need := padded(size, p.align)
 	for _, pg := range p.pages {
 		if pg.guarded() || !v.present(pg) {
 			continue
 		}
-		if m, ok := v.fitOn(pg, need, holesOnly); ok {
+		if m, ok := v.fitOn(pg, need); ok {
 			return m, true
 		}
 	}

@@ -4,10 +4,9 @@ package pool
 
 import "github.com/gpumem/gpumem/internal/handle"
 
-// WouldReserve is Reserve (and ReserveFor) in the view: Fit's answer,
-// PL35's hole then own-size page where it applies (holeFirst), the current
-// pool's held room, then allocPage's page requests (pageTries), or a growth
-// (growth).
+// WouldReserve is Reserve (and ReserveFor) in the view: Fit's answer, the
+// current pool's held room, then allocPage's page requests (pageTries), or
+// a growth (growth).
 func (a *Arena) WouldReserve(v *View, size uint64) Would {
 	kind, grown := a.sizing.Fit(size, a.PageSize())
 	switch kind {
@@ -17,14 +16,6 @@ func (a *Arena) WouldReserve(v *View, size uint64) Would {
 		return a.wouldGrow(v, size, grown)
 	}
 	cur := a.Current()
-	if own, ok := a.holeFirstPage(v.st.Granule(), cur, size); ok {
-		if m, ok := cur.wouldTryReserveIn(v, size, true); ok {
-			return Would{Way: WouldHeld, Bytes: m}
-		}
-		if w := cur.wouldAllocSized(v, size, own); w.Err == nil {
-			return w
-		}
-	}
 	if m, ok := cur.wouldTryReserve(v, size); ok {
 		return Would{Way: WouldHeld, Bytes: m}
 	}

@@ -77,11 +77,8 @@ func TestArenaWouldReserveAgreesWithReserve(t *testing.T) {
 				continue
 			}
 			size := 1 + uint64(rng.IntN(int(6*MiB)))
-			switch rng.IntN(8) {
-			case 0:
+			if rng.IntN(8) == 0 {
 				size = 6*MiB + uint64(rng.IntN(int(12*MiB)))
-			case 1:
-				size = uint64(1+rng.IntN(8)) * TileStep // whole tiles: PL35 may apply
 			}
 			report := a.Report()
 			w := a.WouldReserve(NewView(budgetDry{st, b}, nil), size)
