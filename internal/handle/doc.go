@@ -11,7 +11,8 @@
 // predicates IsFree,
 // CanMut and IsBound, the free signal and its watches
 // ([Descriptor.WatchRelease]: told at the release that leaves an
-// allocation free), [ErrNotFound], and failure bookkeeping: [FailureID],
+// allocation free) and its listener ([Signal.OnRaise]: told each time the
+// signal rises), [ErrNotFound], and failure bookkeeping: [FailureID],
 // [ErrorGraph] and [Taint] (design §11).
 //
 // # Invariants

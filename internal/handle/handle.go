@@ -69,16 +69,29 @@ type Signal struct {
 	// descriptor's own, is called when a release leaves that descriptor
 	// free; the descriptor's signal is then parent again.
 	watch func()
+	// onRaise, when set (OnRaise), is called each time the signal goes up
+	// from lowered.
+	onRaise func()
 }
 
 // Forward sets the parent; call it before the signal is shared.
 func (s *Signal) Forward(parent *Signal) { s.parent = parent }
 
+// OnRaise makes fn be called, under the caller's lock, each time the signal
+// goes up from lowered (not while it stays raised): whoever keeps many
+// signals lists the raised ones as they rise instead of looking at every
+// one. fn must not raise or lower the signal.
+func (s *Signal) OnRaise(fn func()) { s.onRaise = fn }
+
 // Raise raises the signal and its ancestors, saying nothing of where.
 func (s *Signal) Raise() {
 	for ; s != nil; s = s.parent {
+		up := !s.raised
 		s.raised = true
 		s.low = 0
+		if up && s.onRaise != nil {
+			s.onRaise()
+		}
 	}
 }
 
@@ -88,10 +101,14 @@ func (s *Signal) RaiseAt(i uint32) {
 	if s == nil {
 		return
 	}
-	if !s.raised || i < s.low {
+	if !s.raised {
+		s.raised, s.low = true, i
+		if s.onRaise != nil {
+			s.onRaise()
+		}
+	} else if i < s.low {
 		s.low = i
 	}
-	s.raised = true
 	s.parent.Raise()
 }
 

@@ -283,3 +283,34 @@ func TestWatchReleaseSurvivesANewFreeSignal(t *testing.T) {
 		t.Fatalf("new page raised %v, old page raised %v: want only the new one", newPage.Raised(), oldPage.Raised())
 	}
 }
+
+// OnRaise is told each time the signal goes up from lowered, by Raise,
+// RaiseAt or a release, and not while it stays raised: a pool lists the
+// pages that rose from it instead of looking at every page.
+func TestSignalOnRaiseIsToldOncePerRise(t *testing.T) {
+	var pool, page handle.Signal
+	page.Forward(&pool)
+	rises := 0
+	page.OnRaise(func() { rises++ })
+	slice := handle.New(handle.MustLocation(0, 0, 2))
+	slice.Descriptor().SignalFree(&page)
+	user := slice.Clone()
+	user.Release() // the slice is free: the page rises
+	page.RaiseAt(5)
+	page.Raise()
+	if rises != 1 || !pool.Raised() {
+		t.Fatalf("told %d times, parent raised %v; want once, true", rises, pool.Raised())
+	}
+	page.Lower()
+	page.Raise()
+	page.Lower()
+	page.RaiseAt(1)
+	if rises != 3 {
+		t.Fatalf("told %d times after two more rises, want 3", rises)
+	}
+	pool.Lower()
+	pool.Raise() // the parent's rise says nothing to the child's listener
+	if rises != 3 {
+		t.Fatalf("told %d times after the parent rose alone, want 3", rises)
+	}
+}

@@ -566,9 +566,10 @@ func (f *freeRoom) overflow(at scopePage, live []int, pg *page, align uint64) (p
 func (sc compactScope) moveWhatFits(pg *page, live []int, exclude [][]bool, st storage.Storage, g *handle.ErrorGraph, moves []relocation.Move) ([]relocation.Move, []int) {
 	pg.largestFirst(live)
 	var overflow []int
+	fit := sc.fits(exclude, false, st, g)
 	for _, i := range live {
 		src := pg.slices[i].Region
-		t, _ := sc.bestFit(src.Size, exclude, false, st, g)
+		t, _ := fit.take(src.Size)
 		if t == nil {
 			overflow = append(overflow, i)
 			continue
@@ -602,9 +603,10 @@ func (sc compactScope) moveAway(pg *page, live []int, exclude [][]bool, mappedOn
 	for n, i := range live {
 		clones[n] = pg.slices[i].h.Clone()
 	}
+	fit := sc.fits(exclude, mappedOnly, st, g)
 	for n, h := range clones {
 		src := pg.slices[live[n]].Region
-		t, newly := sc.bestFit(src.Size, exclude, mappedOnly, st, g)
+		t, newly := fit.take(src.Size)
 		if t == nil {
 			for _, c := range clones[n:] {
 				c.Release()

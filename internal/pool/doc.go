@@ -261,7 +261,11 @@
 //     Runs, not slices, so a run an earlier visit left split (coalesceFor's
 //     kept slice) weighs as the hole it is, and the choice does not depend
 //     on which pages were visited before. Granular storage and the small
-//     pool keep first fit across pages (tightest.go).
+//     pool keep first fit across pages (tightest.go). The pool finds that
+//     page in a list of its pages' free runs by size (runs.go), which
+//     follows the pages: a page whose signal rose or whose slices changed
+//     is listed again before the next answer, and Check compares the list
+//     with every page that is not queued.
 //
 // Room held for one owner (room.go):
 //

@@ -41,7 +41,7 @@ func (p *page) holdFree(st storage.Storage, r storage.Region) ([]*handle.Binding
 	if err := p.back(st, r.Offset, r.Size); err != nil {
 		return nil, err
 	}
-	p.tightNeed = 0 // held slices are no free room (PL33's cache)
+	p.invalidate() // held slices are no free room (PL33's index)
 	var held []*handle.Binding
 	for i := 0; i < len(p.slices); i++ {
 		s := &p.slices[i]
@@ -71,7 +71,7 @@ func (p *page) holdFree(st storage.Storage, r storage.Region) ([]*handle.Binding
 // second with a descriptor of its own, renumbering the slices after it
 // (PL3). PL4's bounds stay bounds: nothing became free, nothing grew.
 func (p *page) split(i int, front uint64) {
-	p.tightNeed = 0
+	p.invalidate()
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	rest := Slice{

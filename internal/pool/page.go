@@ -47,12 +47,14 @@ type page struct {
 	maxFree   uint64
 	empty     bool
 	firstFree int // no slice below this index is free (while changed is down)
-	// tightRun is tightestFree's answer for tightNeed (0: nothing cached),
-	// kept while the page's slices keep their layout: a carve, a split or
-	// a visit that finds the signal raised drops it (PL33). A reservation
-	// scans every page with room for the tightest, and without the cache
-	// each scan read every free run of every page again.
-	tightNeed, tightRun uint64
+	// runIndex, when the pool keeps one (runs.go, PL33), lists the page's
+	// free runs: listedRuns as it lists them, in offset order, up to date
+	// unless runsStale (the page is queued for its next refresh); serial
+	// orders the page among its pool's.
+	runIndex   *runIndex
+	listedRuns []uint64
+	serial     uint64
+	runsStale  bool
 }
 
 // newPage wraps a fresh storage region as one free slice spanning it. With
@@ -178,7 +180,7 @@ func (p *page) fitFrom(from int, need uint64) (at, first int, largest uint64) {
 // padding pad, splitting the rest off as a new free slice right after it.
 // The caller takes the slice: a clone of its handle, or a Rebind.
 func (p *page) carve(i int, size, pad uint64) {
-	p.tightNeed = 0 // slice i is taken: the free runs change
+	p.invalidate() // slice i is taken: the free runs change
 	s := &p.slices[i]
 	eff := s.EffectiveSize()
 	need := size + pad
@@ -229,7 +231,7 @@ func (p *page) coalesceKeeping(g *handle.ErrorGraph, need uint64, renew bool) (k
 	if !p.changed.Raised() { // a plain load: most pages are clean
 		return kept
 	}
-	p.tightNeed = 0 // a slice became free: the free runs change
+	p.invalidate() // a slice became free: the free runs change
 	n := len(p.slices)
 	// Only slices from the lowest index a release named (Signal.Lowest)
 	// can have become free since the last scan, and none of them merges
@@ -382,6 +384,9 @@ func (p *page) setIndex(n int) {
 // shed clears every slice's taint and drops the slices' handles before the
 // page goes back to the storage.
 func (p *page) shed(g *handle.ErrorGraph) {
+	if p.runIndex != nil {
+		p.runIndex.drop(p)
+	}
 	for i := range p.slices {
 		p.slices[i].clearTaint(g)
 		p.slices[i].h.Descriptor().SignalFree(nil) // the page is going: nothing to tell it
@@ -444,11 +449,6 @@ func (p *page) check() {
 		}
 		if largest > p.maxFree || empty != p.empty {
 			panic(fmt.Sprintf("pool: page %d unchanged but holds a %d-byte free slice (bound %d) and empty=%v (cached %v) (PL4)", p.index, largest, p.maxFree, empty, p.empty))
-		}
-		if p.tightNeed != 0 {
-			if got := p.tightestRun(p.tightNeed); got != p.tightRun {
-				panic(fmt.Sprintf("pool: page %d unchanged but its tightest free run for %d bytes is %d, cached %d (PL33)", p.index, p.tightNeed, got, p.tightRun))
-			}
 		}
 	}
 }

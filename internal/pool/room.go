@@ -160,7 +160,7 @@ func (r *Room) hold(pg *page, rp *roomPage, g *handle.ErrorGraph) error {
 		}
 	}
 	rp.spans = kept
-	pg.tightNeed = 0 // held slices are no free room (PL33's cache)
+	pg.invalidate() // held slices are no free room (PL33's index)
 	if len(rp.held) > 0 {
 		pg.empty = false
 	}

@@ -40,8 +40,8 @@ type Sliced struct {
 	// tightest: reservations carve from the tightest page, not the first
 	// with room (PL33, tightest.go); the arena's pools, not the small pool.
 	tightest bool
-	kept     []keptSlice // scratch for tightestPage
-	busy     []bool      // scratch for unmapFree
+	runs     *runIndex // the free runs by size, built by the first tightest reservation (runs.go)
+	busy     []bool    // scratch for unmapFree
 }
 
 // NewSliced returns an empty pool of pageSize pages serving slices up to
@@ -228,6 +228,9 @@ func (p *Sliced) addPage(st storage.Storage, pageBytes uint64) (*page, error) {
 	}
 	pg := newPage(r, p.align, p.index, n, granule, &p.reserveChanged, &p.spares)
 	p.pages = append(p.pages, pg)
+	if p.runs != nil {
+		p.runs.add(pg)
+	}
 	p.noFitKnown = false // PL29: a new page has room no scan has seen
 	return pg, nil
 }
@@ -357,6 +360,9 @@ func (p *Sliced) Check() {
 			panic(fmt.Sprintf("pool: pool %d page at position %d carries index %d (PL5)", p.index, i, pg.index))
 		}
 		pg.check()
+		if p.runs != nil && i == 0 {
+			p.runs.check(p.pages)
+		}
 		if !bound || pg.guarded() {
 			continue
 		}

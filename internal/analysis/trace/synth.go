@@ -38,7 +38,7 @@ const MaxSynthAllocs = 10_000_000
 
 // Workloads lists the names Synth accepts.
 func Workloads() []string {
-	return []string{"growth", "churn", "metadata", "multistream", "capture", "transformer", "llm-server"}
+	return []string{"growth", "churn", "metadata", "multistream", "capture", "transformer", "llm-server", "forward"}
 }
 
 // Synth returns the named synthetic workload:
@@ -64,6 +64,15 @@ func Workloads() []string {
 //     per-step temporaries. Early requests that run long leave small
 //     long-lived KV blocks; later ones are larger — the case relocation is
 //     for.
+//   - forward: a decoder-only transformer's forward pass with autograd on,
+//     each layer the allocations and frees of one layer of the shared
+//     snapshot transformer-ctx128-forward (synth_forward.go), at a shape
+//     the seed draws: context 128–2,048 tokens, batch 1–8, width
+//     1,024–4,096, 12–40 layers, fp16 or fp32. The weights come first; what
+//     each layer keeps stays to the end of the pass while its attention
+//     scores (batch × heads × context²) and temporaries come and go; the
+//     backward pass frees it, last layer first, and passes repeat until
+//     the allocations are made.
 //
 // An unknown name is an error wrapping ErrUnknownWorkload; negative
 // parameters wrap ErrInvalidEvent.
@@ -103,6 +112,8 @@ func Synth(name string, seed uint64, p SynthParams) (iter.Seq[Event], error) {
 		run = synthTransformer
 	case "llm-server":
 		run = synthLLMServer
+	case "forward":
+		run = synthForward
 	default:
 		return nil, fmt.Errorf("%w %q (known: %v)", ErrUnknownWorkload, name, Workloads())
 	}
