@@ -182,7 +182,7 @@ func trimExt(name string) string {
 // generatedWorkloads and generatedSeeds are the synthetic traces the
 // results replay: `gpumem synth -workload W -seed N` for each.
 var (
-	generatedWorkloads = []string{"capture", "churn", "growth", "llm-server", "metadata", "multistream", "transformer"}
+	generatedWorkloads = []string{"capture", "churn", "forward", "growth", "llm-server", "metadata", "multistream", "transformer"}
 	generatedSeeds     = []int{1, 2, 3}
 )
 
