@@ -110,11 +110,13 @@ func breakdownAt(ctx context.Context, name string, events []trace.Event, at int,
 		}
 		add(s.Persistent, false)
 		add(s.Dedicated, false)
-		for i, p := range s.Dynamic {
-			// An arena reports its current pool first, then its outdated
-			// ones.
-			arena := s.Dynamic[0].Kind == "adaptive"
-			add(p, arena && i > 0)
+		// Adaptive memory lists its tiny and small pools, then the arena's
+		// current pool (Kind "adaptive"), then the arena's outdated pools:
+		// every pool after the adaptive one is outdated.
+		afterArena := false
+		for _, p := range s.Dynamic {
+			add(p, afterArena)
+			afterArena = afterArena || p.Kind == "adaptive"
 		}
 	}
 	sum := b.Live + b.Rounding + b.FreeInCurrentPages + b.FreeInOutdatedPages + b.GranuleRounding
