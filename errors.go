@@ -30,6 +30,11 @@ var (
 	ErrCaptureCrossStream  = stream.ErrCaptureCrossStream
 )
 
+// ErrIndexOverflow is returned when a pool already holds as many pages or
+// allocations as a location can index (FailureKind "index_overflow"): free
+// buffers, or give the device larger pages (WithProperties).
+var ErrIndexOverflow = handle.ErrIndexOverflow
+
 var (
 	// ErrNotSupported is returned when a backend cannot do what was asked:
 	// no driver on this machine (fall back to Open), or Map on a device
