@@ -451,7 +451,7 @@ func (q *queue) WaitFence(f stream.Fence) error {
 	}
 	t, ok := f.Q.(*queue)
 	if !ok || t.b.ctx != q.b.ctx {
-		return q.waitForeign(f)
+		return backendkit.WaitForeign(q, f)
 	}
 	if err := backendkit.Beyond("cuda", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
 		return err
@@ -506,20 +506,13 @@ func (q *queue) WaitFence(f stream.Fence) error {
 	})
 }
 
-// waitForeign orders later work after a fence of a queue that is not of
-// this context, by waiting for it on the host.
-func (q *queue) waitForeign(f stream.Fence) error {
-	if f.Q.Completed() >= f.Seq {
-		return q.Flush()
-	}
+// RefuseCrossStreamWhileRecording refuses a wait on another queue's
+// incomplete step while q records, invalidating the recording; nil when q
+// does not record (backendkit.ForeignWaiter).
+func (q *queue) RefuseCrossStreamWhileRecording(cause string) error {
 	q.mu.Lock()
-	if q.rec != nil {
-		err := q.rec.RefuseCrossStream("cuda", fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q))
-		q.mu.Unlock()
-		return err
-	}
-	q.mu.Unlock()
-	return f.Q.Wait(context.Background(), f)
+	defer q.mu.Unlock()
+	return q.rec.RefuseCrossStream("cuda", cause)
 }
 
 // TakeFailures implements stream.Queue: failed ops and steps the device

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gpumem/gpumem"
+	"github.com/gpumem/gpumem/internal/hostqueue"
 	"github.com/gpumem/gpumem/stream"
 	"github.com/gpumem/gpumem/vulkan"
 )
@@ -98,13 +100,7 @@ func TestCaptureRefusesWhatACommandBufferCannotHold(t *testing.T) {
 // inside a capture, invalidate the recording; the sealed graph of a clean
 // recording replays.
 func TestRecordingQueueRefusesHostWaitsAndNestedLaunches(t *testing.T) {
-	b := openBackend(t, vulkan.Options{})
-	sq, err := b.NewQueue(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := sq.(stream.Recorder)
-	defer q.Close()
+	q := newRecorderQueue(t)
 	noop := stream.Op{Name: "noop", Run: func() error { return nil }}
 	if err := q.BeginCapture(1); err != nil {
 		t.Fatal(err)
@@ -149,4 +145,63 @@ func TestRecordingQueueRefusesHostWaitsAndNestedLaunches(t *testing.T) {
 	if err := g.(interface{ Close() error }).Close(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A recording queue asked to wait on another backend's incomplete fence
+// refuses, as cuda does: the wait would be a host wait the recorded graph
+// does not repeat, so the recording is invalidated, never left to replay
+// without it.
+func TestRecordingQueueRefusesAForeignQueuesIncompleteFence(t *testing.T) {
+	q := newRecorderQueue(t)
+	host := hostqueue.NewHost()
+	defer host.Close()
+	release := make(chan struct{})
+	if _, err := host.Enqueue(stream.Op{Name: "held", Run: func() error { <-release; return nil }}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := host.Fence()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.BeginCapture(1); err != nil {
+		t.Fatal(err)
+	}
+	// A wait that blocks on the held step instead of refusing would hang:
+	// a generous timeout turns that into a failure.
+	waited := make(chan error, 1)
+	go func() { waited <- q.WaitFence(f) }()
+	select {
+	case err := <-waited:
+		if !errors.Is(err, stream.ErrCaptureCrossStream) {
+			t.Errorf("WaitFence on a host queue's incomplete step while recording = %v, want ErrCaptureCrossStream", err)
+		}
+		close(release)
+	case <-time.After(time.Minute):
+		close(release)
+		<-waited
+		t.Fatal("WaitFence on a host queue's incomplete step while recording waited for it instead of refusing")
+	}
+	if _, err := q.EndCapture(1, nil); !errors.Is(err, stream.ErrCaptureInvalidated) {
+		t.Errorf("EndCapture after a refused foreign wait = %v, want ErrCaptureInvalidated", err)
+	}
+	if err := host.Wait(context.Background(), f); err != nil {
+		t.Fatal(err)
+	}
+	if err := q.WaitFence(f); err != nil {
+		t.Errorf("WaitFence on the host queue's completed step, not recording = %v", err)
+	}
+}
+
+// newRecorderQueue opens a backend and returns its first queue as a
+// stream.Recorder, closed when the test ends (before the backend).
+func newRecorderQueue(t *testing.T) stream.Recorder {
+	t.Helper()
+	b := openBackend(t, vulkan.Options{})
+	sq, err := b.NewQueue(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := sq.(stream.Recorder)
+	t.Cleanup(func() { q.Close() })
+	return q
 }

@@ -672,10 +672,7 @@ func (q *queue) WaitFence(f stream.Fence) error {
 	}
 	t, ok := f.Q.(*queue)
 	if !ok || t.b != q.b {
-		if f.Q.Completed() >= f.Seq {
-			return q.Flush()
-		}
-		return f.Q.Wait(context.Background(), f)
+		return backendkit.WaitForeign(q, f)
 	}
 	if err := backendkit.Beyond("vulkan", "wait fence", f.Seq, t.issued.Load(), t.index); err != nil {
 		return err
@@ -804,4 +801,13 @@ func waitMarks(ms []queueMark) error {
 		errs = append(errs, m.q.WaitSeq(context.Background(), m.seq))
 	}
 	return errors.Join(errs...)
+}
+
+// RefuseCrossStreamWhileRecording refuses a wait on another queue's
+// incomplete step while q records, invalidating the recording; nil when q
+// does not record (backendkit.ForeignWaiter).
+func (q *queue) RefuseCrossStreamWhileRecording(cause string) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.rec.RefuseCrossStream("vulkan", cause)
 }

@@ -101,3 +101,27 @@ func Wait[Q Waiter](backend string, q Q, ctx context.Context, f stream.Fence) er
 	}
 	return t.WaitSeq(ctx, f.Seq)
 }
+
+// ForeignWaiter is what WaitForeign needs of a backend's queue: flushing
+// its own work, and refusing a cross-stream wait while it records
+// (invalidating the recording; nil when it does not record).
+type ForeignWaiter interface {
+	Flush() error
+	RefuseCrossStreamWhileRecording(cause string) error
+}
+
+// WaitForeign is WaitFence on q for a fence of a queue that is not q's
+// device's (another backend's, another device's): no device-side
+// dependency joins the two, so q waits on the host. A recording cannot
+// hold that wait (its graph, launched later, would not repeat it), so an
+// incomplete foreign fence invalidates the recording and returns an error
+// wrapping stream.ErrCaptureCrossStream, as a cross-stream wait does.
+func WaitForeign(q ForeignWaiter, f stream.Fence) error {
+	if f.Q.Completed() >= f.Seq {
+		return q.Flush()
+	}
+	if err := q.RefuseCrossStreamWhileRecording(fmt.Sprintf("wait on incomplete step %d of a %T", f.Seq, f.Q)); err != nil {
+		return err
+	}
+	return f.Q.Wait(context.Background(), f)
+}

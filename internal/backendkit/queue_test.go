@@ -123,3 +123,45 @@ func TestRunOpTurnsPanicsIntoErrors(t *testing.T) {
 		t.Fatalf("RunOp(returns boom) = %v", err)
 	}
 }
+
+// foreignWaiter is a ForeignWaiter that counts its flushes.
+type foreignWaiter struct {
+	rec     *Recording
+	flushes int
+}
+
+func (q *foreignWaiter) Flush() error { q.flushes++; return nil }
+
+func (q *foreignWaiter) RefuseCrossStreamWhileRecording(cause string) error {
+	return q.rec.RefuseCrossStream("fake", cause)
+}
+
+// completedQueue is a queue of another kind whose steps up to done have
+// completed, and which records the waits it is asked for.
+type completedQueue struct {
+	otherQueue
+	done uint64
+}
+
+func (q *completedQueue) Completed() uint64 { return q.done }
+
+// WaitForeign flushes for a completed foreign step, waits on the host for
+// an incomplete one, and refuses that wait, invalidating the recording,
+// while the waiting queue records.
+func TestWaitForeignRefusesAnIncompleteForeignStepWhileRecording(t *testing.T) {
+	q, o := &foreignWaiter{}, &completedQueue{done: 3}
+	if err := WaitForeign(q, stream.Fence{Q: o, Seq: 3}); err != nil || q.flushes != 1 || len(o.waited) != 0 {
+		t.Fatalf("WaitForeign(completed step) = %v, %d flushes, %d waits; want a flush and no wait", err, q.flushes, len(o.waited))
+	}
+	if err := WaitForeign(q, stream.Fence{Q: o, Seq: 4}); err != nil || len(o.waited) != 1 {
+		t.Fatalf("WaitForeign(incomplete step) = %v, %d waits; want one host wait", err, len(o.waited))
+	}
+	q.rec = &Recording{Owner: 1}
+	err := WaitForeign(q, stream.Fence{Q: o, Seq: 5})
+	if !errors.Is(err, stream.ErrCaptureCrossStream) || q.rec.Invalid() == nil || !strings.Contains(q.rec.Invalid().Error(), "incomplete step 5") {
+		t.Fatalf("WaitForeign(incomplete step) while recording = %v, recording invalid %v; want ErrCaptureCrossStream and an invalidation naming step 5", err, q.rec.Invalid())
+	}
+	if len(o.waited) != 1 {
+		t.Fatalf("a refused foreign wait waited: %v", o.waited)
+	}
+}

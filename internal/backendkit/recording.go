@@ -74,8 +74,12 @@ func (r *Recording) RefuseWait(backend, cause string) error {
 
 // RefuseCrossStream invalidates r for a wait on another stream's step not
 // yet complete, which a graph cannot express: the error wraps
-// stream.ErrCaptureCrossStream and stream.ErrCaptureInvalidated.
+// stream.ErrCaptureCrossStream and stream.ErrCaptureInvalidated. Nil when
+// r is nil.
 func (r *Recording) RefuseCrossStream(backend, cause string) error {
+	if r == nil {
+		return nil
+	}
 	return fmt.Errorf("%s: wait fence: %w: %w", backend, stream.ErrCaptureCrossStream, r.Invalidate(cause))
 }
 
