@@ -268,18 +268,7 @@ func replayCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if several(ins) {
-		reports := make([]deviceReport, len(ins))
-		for i, in := range ins {
-			reports[i].in = in
-			if c := cs[i]; c != nil {
-				reports[i].write = func(w io.Writer) error {
-					if *format == "json" {
-						return c.WriteJSON(w)
-					}
-					return c.WriteTextWidth(w, textWidth(*wide))
-				}
-			}
-		}
+		reports := deviceReportsOf(ins, cs, *format == "json", textWidth(*wide))
 		if err := writeDeviceReports(stdout, path, *format == "json", textWidth(*wide), reports); err != nil {
 			return err
 		}
@@ -789,20 +778,11 @@ func adviseCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if several(ins) {
-		reports := make([]deviceReport, len(ins))
+		reports := deviceReportsOf(ins, as, *format == "json", textWidth(*wide))
 		var noFit []string
 		for i, in := range ins {
-			reports[i].in = in
-			if a := as[i]; a != nil {
-				reports[i].write = func(w io.Writer) error {
-					if *format == "json" {
-						return a.WriteJSON(w)
-					}
-					return a.WriteTextWidth(w, textWidth(*wide))
-				}
-				if a.NoneFits() {
-					noFit = append(noFit, fmt.Sprint(in.snap.Device))
-				}
+			if a := as[i]; a != nil && a.NoneFits() {
+				noFit = append(noFit, fmt.Sprint(in.snap.Device))
 			}
 		}
 		if err := writeDeviceReports(stdout, pos[0], *format == "json", textWidth(*wide), reports); err != nil {

@@ -31,6 +31,35 @@ type deviceReport struct {
 	write func(io.Writer) error
 }
 
+// deviceReport's writer, as replay's comparisons and advise's answers
+// both write themselves.
+type reportWriter interface {
+	WriteJSON(w io.Writer) error
+	WriteTextWidth(w io.Writer, width int) error
+}
+
+// deviceReportsOf pairs each input with its result (nil: nothing to
+// replay) written as JSON or as text of the given width.
+func deviceReportsOf[R interface {
+	comparable
+	reportWriter
+}](ins []input, results []R, json bool, width int) []deviceReport {
+	var none R
+	reports := make([]deviceReport, len(ins))
+	for i, in := range ins {
+		reports[i].in = in
+		if r := results[i]; r != none {
+			reports[i].write = func(w io.Writer) error {
+				if json {
+					return r.WriteJSON(w)
+				}
+				return r.WriteTextWidth(w, width)
+			}
+		}
+	}
+	return reports
+}
+
 // devicesJSON is the JSON report on a snapshot with data for several
 // devices.
 type devicesJSON struct {
