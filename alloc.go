@@ -17,8 +17,10 @@
 //     Manager.Reserve → the dynamic memory → its pool.
 //  3. Make room (makeroom.go): only after a failure a reclaim may cure,
 //     under Allow: the stages of roomStages in order (cleanup, own size,
-//     relocate, own size, compact, own size), retrying after each. A
-//     failure is counted, recorded by the history, and dooms a recording.
+//     relocate, own size, compact, own size, then compact again and own
+//     size while the retry fails and each round moves something),
+//     retrying after each. A failure is counted, recorded by the history,
+//     and dooms a recording.
 //  4. Bind (bindLocked): a handle that came back unbound (the recording's
 //     room, storage of the buffer's own size) hands its slice to the
 //     buffer; the Buffer is filled in.

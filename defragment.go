@@ -1,7 +1,7 @@
 // Compaction at a moment the runtime chooses (design §7.7): Defragment, its
 // options and result, and the pass that bounds and counts one compaction.
 //
-// The make-room path compacts on its own, as its last stage, only when a
+// The make-room path compacts on its own, as its last stages, only when a
 // reservation would fail otherwise. A runtime that knows a quiet moment
 // (between training steps, after loading weights) can compact then instead,
 // in bounded passes as the Vulkan Memory Allocator's defragmentation does,
@@ -123,7 +123,7 @@ func (p *compactPass) charge(after, before relocation.Stats) {
 // whole pages, Defragment gives back what Cleanup would, moving nothing
 // (PagesReleased with Moves 0). It is not needed to keep allocations from
 // failing either: a reservation that would fail for want of memory
-// compacts on its own, as the last stage of making room, and relocation
+// compacts on its own, as the last stages of making room, and relocation
 // off outdated pages runs on its own when the arena has used its page
 // sizes and when a capture is prepared (design §7.7, §8.1). It cannot
 // touch pages a graph guards or allocations a mapping or queued

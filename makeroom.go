@@ -46,10 +46,34 @@ const (
 	// room (relocation.ReclaimCompacting), then cleans up; then the
 	// reservation is retried.
 	stageCompact
+	// stageCompactAgain is stageCompact once more, for a reservation its
+	// passes before left failing; then the reservation is retried. It runs
+	// only when the compaction before it moved something (else it answers
+	// errNothingToMove, and the walk skips the rounds left). Why it exists: on whole pages a repack (pool:
+	// repack) needs its tight page free beside the page it empties, so
+	// each pass packs what the device's free bytes allow, and the room a
+	// round gives back lets the next pack a larger page. A round runs only
+	// where the device without it runs out of memory, so it can only let a
+	// trace run on less memory (docs/decisions/2026-12-04-compact-until-it-fits.md).
+	stageCompactAgain
 )
 
-// roomStages is the make-room path, in the order its stages run.
-var roomStages = [...]roomStage{stageCleanup, stageOwnSize, stageRelocate, stageOwnSize, stageCompact, stageOwnSize}
+// maxCompactRounds bounds the compactions one failed reservation runs,
+// each of up to maxCompactPasses passes and followed by a retry: the
+// compact stage and up to maxCompactRounds-1 rounds of stageCompactAgain.
+// Each round waits for every stream and copies, and one runs only while
+// the round before moved something and the reservation still fails.
+const maxCompactRounds = 8
+
+// roomStages is the make-room path, in the order its stages run: the
+// compact stage's rounds after it, each followed by the own-size step.
+var roomStages = func() []roomStage {
+	stages := []roomStage{stageCleanup, stageOwnSize, stageRelocate, stageOwnSize, stageCompact, stageOwnSize}
+	for range maxCompactRounds - 1 {
+		stages = append(stages, stageCompactAgain, stageOwnSize)
+	}
+	return stages
+}()
 
 func (s roomStage) String() string {
 	switch s {
@@ -61,6 +85,8 @@ func (s roomStage) String() string {
 		return "relocate"
 	case stageCompact:
 		return "compact"
+	case stageCompactAgain:
+		return "compact again"
 	}
 	return fmt.Sprintf("roomStage(%d)", uint8(s))
 }
@@ -96,8 +122,12 @@ type roomAttempt interface {
 func makeRoom(a roomAttempt, u memory.PageUpdate, err error) (h *handle.Handle, retried bool, _ error) {
 	first := err
 	warned := false
-	changed := false // room was made since the own size was last tried
+	changed := false  // room was made since the own size was last tried
+	compacted := true // no compaction round has moved nothing yet
 	for _, stage := range roomStages {
+		if stage == stageCompactAgain && !compacted {
+			continue
+		}
 		if stage == stageOwnSize {
 			if !changed || u != memory.Allow || !memory.MaySucceedAfterReclaim(err) {
 				continue
@@ -118,6 +148,7 @@ func makeRoom(a roomAttempt, u memory.PageUpdate, err error) (h *handle.Handle, 
 		next, roomErr := a.room(stage, err)
 		if roomErr != nil {
 			if errors.Is(roomErr, errNothingToMove) {
+				compacted = compacted && stage != stageCompactAgain
 				continue
 			}
 			if errors.Is(roomErr, context.Canceled) || errors.Is(roomErr, context.DeadlineExceeded) {
@@ -152,6 +183,9 @@ type allocRoom struct {
 	ctx  context.Context
 	size uint64
 	h    *handle.Handle
+	// moved is what the latest stage's compaction moved: a further round
+	// after one that moved nothing would plan the same nothing.
+	moved uint64
 }
 
 func (a *allocRoom) reserve(u memory.PageUpdate) (*handle.Handle, error) {
@@ -159,7 +193,12 @@ func (a *allocRoom) reserve(u memory.PageUpdate) (*handle.Handle, error) {
 }
 
 func (a *allocRoom) room(stage roomStage, err error) (memory.PageUpdate, error) {
-	return a.s.d.roomStageLocked(a.ctx, a.s, a.size, err, stage)
+	if stage == stageCompactAgain && a.moved == 0 {
+		return 0, errNothingToMove
+	}
+	u, moved, rerr := a.s.d.roomStageLocked(a.ctx, a.s, a.size, err, stage)
+	a.moved = moved
+	return u, rerr
 }
 
 func (a *allocRoom) ownSize() (*handle.Handle, error) {
@@ -197,32 +236,34 @@ func (s *Stream) exactAllowedLocked() bool {
 // hole for size in s's pages (the room is there but no single slice holds
 // it), else every stream's sparsest current pages emptied, s first, until
 // the room err says was missing is freed (compactGoal); never for
-// exhausted page sizes, which a denser current pool does not cure. A
-// moving stage answers errNothingToMove when it has nothing to move. It
-// waits for the streams with the lock released first (settle.go) and
-// returns the page update the retry may make, as the state is after that
-// wait.
-func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (memory.PageUpdate, error) {
+// exhausted page sizes, which a denser current pool does not cure;
+// stageCompactAgain the same. moved counts the allocations its compaction
+// moved. A moving stage answers errNothingToMove when it has nothing to
+// move. It waits for the streams with the lock released first
+// (settle.go) and returns the page update the retry may make, as the state
+// is after that wait.
+func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (_ memory.PageUpdate, moved uint64, _ error) {
 	if invariantsOn {
 		d.assertLocked("roomStageLocked")
 	}
 	if d.stageIdleLocked(s, size, err, stage, nil) {
-		return 0, errNothingToMove
+		return 0, 0, errNothingToMove
 	}
 	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
 	if stage == stageRelocate && exhausted {
 		if rerr := relocation.Relocate(streamsOf{d: d, s: s, ctx: ctx}, relocation.ArenaFull); rerr != nil {
-			return 0, rerr
+			return 0, 0, rerr
 		}
-		return d.retryUpdateLocked(s)
+		u, uerr := d.retryUpdateLocked(s)
+		return u, 0, uerr
 	}
 	if u, uerr := d.retryUpdateLocked(s); uerr != nil || u != memory.Allow {
-		return u, uerr // a capture records: no reclaim under it
+		return u, 0, uerr // a capture records: no reclaim under it
 	}
 	order := d.reclaimOrder(s)
 	how := reclaimHow{relocate: stage == stageRelocate, reason: relocation.MemoryPressure}
 	goal := packGoal(s, compactGoal(err))
-	if stage == stageCompact {
+	if stage == stageCompact || stage == stageCompactAgain {
 		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}, hole: size, holeFor: s}}
 	}
 	for pass := 1; ; pass++ {
@@ -231,7 +272,7 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 				break // the passes before moved and freed: retry on that
 			}
 			if !errors.Is(rerr, relocation.ErrRecording) {
-				return 0, rerr // the context ended, or an op cannot wait
+				return 0, moved, rerr // the context ended, or an op cannot wait
 			}
 			// A capture began while the reclaim waited: retry under what it allows.
 			break
@@ -247,6 +288,9 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 		// room one pass gives back lets the next repack a larger page.
 		// Bounded, and only while each pass frees something.
 		c := how.compact
+		if c != nil {
+			moved += c.res.Moves
+		}
 		if c == nil || goal == 0 || c.res.BytesFreed == 0 || c.res.BytesFreed >= goal || pass >= maxCompactPasses || d.closed {
 			break
 		}
@@ -256,7 +300,8 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 		goal -= c.res.BytesFreed
 		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}}}
 	}
-	return d.retryUpdateLocked(s)
+	u, uerr := d.retryUpdateLocked(s)
+	return u, moved, uerr
 }
 
 // stageIdleLocked reports that a make-room stage would move nothing for a
@@ -273,7 +318,7 @@ func (d *Device) stageIdleLocked(s *Stream, size uint64, err error, stage roomSt
 	case stageRelocate:
 		x := streamsOf{d: d, s: s, dry: dry}
 		return (exhausted && !x.HasOutdated()) || (!exhausted && !x.DeviceHasOutdated())
-	case stageCompact:
+	case stageCompact, stageCompactAgain:
 		return exhausted || !d.deviceCanCompactLocked(s, size, packGoal(s, compactGoal(err)), dry)
 	}
 	return false

@@ -90,10 +90,14 @@ func TestMappedBufferKeepsItsPageUntilReleasedThenCleanupMovesIt(t *testing.T) {
 // from scripts: the reservations' answers (nil = success), with the page
 // updates they were asked under; each cleanup, relocate or compact stage's
 // (stage; nil: room made, the retry under Allow); the own-size stage's
-// (own; nil: refused); and the failures warned of.
+// (own; nil: refused); and the failures warned of. The compact stage's
+// further rounds (stageCompactAgain) move something only the first again
+// times; after that they answer errNothingToMove without asking stage.
 type scriptedAttempt struct {
 	script []error
 	asked  []memory.PageUpdate
+	again  int
+	asks   int // stageCompactAgain rounds asked for
 	stage  func(stage roomStage, err error) (memory.PageUpdate, error)
 	own    func() (*handle.Handle, error)
 	warns  []error
@@ -123,6 +127,13 @@ func (r *scriptedAttempt) reserve(u memory.PageUpdate) (*handle.Handle, error) {
 }
 
 func (r *scriptedAttempt) room(stage roomStage, err error) (memory.PageUpdate, error) {
+	if stage == stageCompactAgain {
+		r.asks++
+		if r.again == 0 {
+			return 0, errNothingToMove
+		}
+		r.again--
+	}
 	if r.stage == nil {
 		return memory.Allow, nil
 	}
@@ -234,6 +245,66 @@ func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
 			}
 			if !slices.Equal(rooms, c.wantRooms) || len(r.script) != 0 || len(answers) != 0 {
 				t.Fatalf("stages %v (want %v), %d reservations and %d fallback answers left", rooms, c.wantRooms, len(r.script), len(answers))
+			}
+		})
+	}
+}
+
+// The compact stage's rounds (design §8.1): after the compact stage's
+// retry failed, stageCompactAgain runs while each round moves something
+// and the reservation still fails, each followed by a retry and the
+// own-size step, at most maxCompactRounds compactions in all; the first
+// round that moves nothing ends them without a retry.
+func TestMakeRoomCompactsAgainWhileEachRoundMovesSomething(t *testing.T) {
+	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
+	failing := func(n int) []error { return slices.Repeat([]error{oom}, n) }
+	compactions := func(rounds int) []roomStage {
+		return append([]roomStage{stageCleanup, stageRelocate, stageCompact}, slices.Repeat([]roomStage{stageCompactAgain}, rounds)...)
+	}
+	for _, c := range []struct {
+		name      string
+		script    []error
+		again     int // rounds that move something
+		wantRooms []roomStage
+		wantAsks  int
+		wantOK    bool
+	}{
+		{"the second round's retry fits", append(failing(5), nil), 5, compactions(2), 2, true},
+		{"a round that moves nothing ends the rounds", failing(6), 2, compactions(2), 3, false},
+		{"no round moves anything", failing(4), 0, compactions(0), 1, false},
+		{"the rounds are bounded", failing(3 + maxCompactRounds), 100, compactions(maxCompactRounds - 1), maxCompactRounds - 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rooms []roomStage
+			owns := 0
+			r := &scriptedAttempt{script: c.script, again: c.again, stage: func(stage roomStage, _ error) (memory.PageUpdate, error) {
+				rooms = append(rooms, stage)
+				return memory.Allow, nil
+			}}
+			r.own = func() (*handle.Handle, error) {
+				owns++
+				return nil, storage.ErrOutOfMemory
+			}
+			h, _, err := r.run(memory.Allow)
+			if (err == nil) != c.wantOK {
+				t.Fatalf("error = %v, want success %v", err, c.wantOK)
+			}
+			if h != nil {
+				h.Release()
+			}
+			if err != nil && !errors.Is(err, storage.ErrOutOfMemory) {
+				t.Fatalf("error = %v, want the last retry's out of memory", err)
+			}
+			if !slices.Equal(rooms, c.wantRooms) || r.asks != c.wantAsks || len(r.script) != 0 {
+				t.Fatalf("stages %v (want %v), %d rounds asked (want %d), %d reservations left", rooms, c.wantRooms, r.asks, c.wantAsks, len(r.script))
+			}
+			// After each stage that made room, unless its retry fitted.
+			want := len(c.wantRooms)
+			if c.wantOK {
+				want--
+			}
+			if owns != want {
+				t.Fatalf("own size tried %d times after %d stages that made room, want %d", owns, len(c.wantRooms), want)
 			}
 		})
 	}
@@ -372,7 +443,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageCleanup)
+		_, _, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageCleanup)
 		d.mu.Unlock()
 		st := d.Stats()
 		if st.Relocation.Runs != ([relocation.NumReasons]uint64{}) || outdatedPages(d) != 2 {
@@ -384,7 +455,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 
 	d.mu.Lock()
-	_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
+	_, _, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", pool.ErrPageSizesExhausted), stageRelocate)
 	d.mu.Unlock()
 	st := d.Stats()
 	if st.Relocation.Runs[relocation.ArenaFull] != 1 || st.Relocation.Runs[relocation.MemoryPressure] != 0 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -399,7 +470,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	allocatedBefore = st.BytesAllocated
 
 	d.mu.Lock()
-	_, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
+	_, _, _ = d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", storage.ErrOutOfMemory), stageRelocate)
 	d.mu.Unlock()
 	st = d.Stats()
 	if st.Relocation.Runs[relocation.MemoryPressure] != 1 || st.Relocation.Runs[relocation.Explicit] != 0 {
@@ -413,7 +484,7 @@ func TestMakeRoomCleansUpFirstThenRelocatesForTheFailure(t *testing.T) {
 	}
 	for _, cause := range []error{pool.ErrPageSizesExhausted, storage.ErrOutOfMemory} {
 		d.mu.Lock()
-		_, err := d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageRelocate)
+		_, _, err := d.roomStageLocked(nil, a, 0, fmt.Errorf("x: %w", cause), stageRelocate)
 		d.mu.Unlock()
 		if !errors.Is(err, errNothingToMove) {
 			t.Fatalf("relocating make-room for %v with nothing outdated = %v, want errNothingToMove", cause, err)

@@ -28,7 +28,7 @@ const (
 	RelocationCapture
 	// RelocationCompact: current pages hold free room between live
 	// allocations, and emptying the sparsest of them gives whole pages
-	// back: the last stage of making room, and Device.Defragment.
+	// back: the last stages of making room, and Device.Defragment.
 	RelocationCompact
 )
 

@@ -308,7 +308,7 @@ func (a *dryRoom) room(stage roomStage, err error) (memory.PageUpdate, error) {
 	switch stage {
 	case stageRelocate:
 		return 0, &wouldMove{how: FitRelocation, before: err}
-	case stageCompact:
+	case stageCompact, stageCompactAgain:
 		return 0, &wouldMove{how: FitCompaction, before: err}
 	}
 	// The cleanup of every stream (reclaim.go): it settles the streams
