@@ -18,7 +18,7 @@
 //  3. Make room (makeroom.go): only after a failure a reclaim may cure,
 //     under Allow: the stages of roomStages in order (cleanup, own size,
 //     relocate, own size, compact, own size, then compact again and own
-//     size while the retry fails and each round moves something),
+//     size while the retry fails and each round frees something),
 //     retrying after each. A failure is counted, recorded by the history,
 //     and dooms a recording.
 //  4. Bind (bindLocked): a handle that came back unbound (the recording's

@@ -48,7 +48,7 @@ const (
 	stageCompact
 	// stageCompactAgain is stageCompact once more, for a reservation its
 	// passes before left failing; then the reservation is retried. It runs
-	// only when the compaction before it moved something (else it answers
+	// only when the compaction before it gave pages back (else it answers
 	// errNothingToMove, and the walk skips the rounds left). Why it exists: on whole pages a repack (pool:
 	// repack) needs its tight page free beside the page it empties, so
 	// each pass packs what the device's free bytes allow, and the room a
@@ -62,7 +62,7 @@ const (
 // each of up to maxCompactPasses passes and followed by a retry: the
 // compact stage and up to maxCompactRounds-1 rounds of stageCompactAgain.
 // Each round waits for every stream and copies, and one runs only while
-// the round before moved something and the reservation still fails.
+// the round before gave pages back and the reservation still fails.
 const maxCompactRounds = 8
 
 // roomStages is the make-room path, in the order its stages run: the
@@ -123,7 +123,7 @@ func makeRoom(a roomAttempt, u memory.PageUpdate, err error) (h *handle.Handle, 
 	first := err
 	warned := false
 	changed := false  // room was made since the own size was last tried
-	compacted := true // no compaction round has moved nothing yet
+	compacted := true // no round of stageCompactAgain has answered errNothingToMove yet
 	for _, stage := range roomStages {
 		if stage == stageCompactAgain && !compacted {
 			continue
@@ -183,9 +183,10 @@ type allocRoom struct {
 	ctx  context.Context
 	size uint64
 	h    *handle.Handle
-	// moved is what the latest stage's compaction moved: a further round
-	// after one that moved nothing would plan the same nothing.
-	moved uint64
+	// freed is the bytes the latest stage's compaction gave back: a round
+	// after one that freed nothing would plan on the same pages, and the
+	// room a round frees is what lets the next repack a larger page.
+	freed uint64
 }
 
 func (a *allocRoom) reserve(u memory.PageUpdate) (*handle.Handle, error) {
@@ -193,11 +194,11 @@ func (a *allocRoom) reserve(u memory.PageUpdate) (*handle.Handle, error) {
 }
 
 func (a *allocRoom) room(stage roomStage, err error) (memory.PageUpdate, error) {
-	if stage == stageCompactAgain && a.moved == 0 {
-		return 0, errNothingToMove
+	if stage == stageCompactAgain && (a.freed == 0 || a.ctx != nil && a.ctx.Err() != nil) {
+		return 0, errNothingToMove // nothing more to pack, or the caller is gone
 	}
-	u, moved, rerr := a.s.d.roomStageLocked(a.ctx, a.s, a.size, err, stage)
-	a.moved = moved
+	u, freed, rerr := a.s.d.roomStageLocked(a.ctx, a.s, a.size, err, stage)
+	a.freed = freed
 	return u, rerr
 }
 
@@ -237,12 +238,12 @@ func (s *Stream) exactAllowedLocked() bool {
 // it), else every stream's sparsest current pages emptied, s first, until
 // the room err says was missing is freed (compactGoal); never for
 // exhausted page sizes, which a denser current pool does not cure;
-// stageCompactAgain the same. moved counts the allocations its compaction
-// moved. A moving stage answers errNothingToMove when it has nothing to
+// stageCompactAgain the same. freed is the bytes its compaction gave back
+// (pages emptied, net of the tight pages repacks took). A moving stage answers errNothingToMove when it has nothing to
 // move. It waits for the streams with the lock released first
 // (settle.go) and returns the page update the retry may make, as the state
 // is after that wait.
-func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (_ memory.PageUpdate, moved uint64, _ error) {
+func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (_ memory.PageUpdate, freed uint64, _ error) {
 	if invariantsOn {
 		d.assertLocked("roomStageLocked")
 	}
@@ -267,12 +268,16 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}, hole: size, holeFor: s}}
 	}
 	for pass := 1; ; pass++ {
-		if rerr := d.reclaimLocked(ctx, order, how); rerr != nil {
+		rerr := d.reclaimLocked(ctx, order, how)
+		if c := how.compact; c != nil {
+			freed += c.res.BytesFreed // a pass that ended on an error counts what it freed
+		}
+		if rerr != nil {
 			if pass > 1 {
 				break // the passes before moved and freed: retry on that
 			}
 			if !errors.Is(rerr, relocation.ErrRecording) {
-				return 0, moved, rerr // the context ended, or an op cannot wait
+				return 0, freed, rerr // the context ended, or an op cannot wait
 			}
 			// A capture began while the reclaim waited: retry under what it allows.
 			break
@@ -288,9 +293,6 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 		// room one pass gives back lets the next repack a larger page.
 		// Bounded, and only while each pass frees something.
 		c := how.compact
-		if c != nil {
-			moved += c.res.Moves
-		}
 		if c == nil || goal == 0 || c.res.BytesFreed == 0 || c.res.BytesFreed >= goal || pass >= maxCompactPasses || d.closed {
 			break
 		}
@@ -301,7 +303,7 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 		how = reclaimHow{compact: &compactPass{lim: pool.CompactLimits{Goal: goal}}}
 	}
 	u, uerr := d.retryUpdateLocked(s)
-	return u, moved, uerr
+	return u, freed, uerr
 }
 
 // stageIdleLocked reports that a make-room stage would move nothing for a

@@ -91,8 +91,9 @@ func TestMappedBufferKeepsItsPageUntilReleasedThenCleanupMovesIt(t *testing.T) {
 // updates they were asked under; each cleanup, relocate or compact stage's
 // (stage; nil: room made, the retry under Allow); the own-size stage's
 // (own; nil: refused); and the failures warned of. The compact stage's
-// further rounds (stageCompactAgain) move something only the first again
-// times; after that they answer errNothingToMove without asking stage.
+// further rounds (stageCompactAgain) free something only the first again
+// times (allocRoom learns it from its compaction); after that they answer
+// errNothingToMove without asking stage.
 type scriptedAttempt struct {
 	script []error
 	asked  []memory.PageUpdate
@@ -251,11 +252,11 @@ func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
 }
 
 // The compact stage's rounds (design §8.1): after the compact stage's
-// retry failed, stageCompactAgain runs while each round moves something
+// retry failed, stageCompactAgain runs while each round frees something
 // and the reservation still fails, each followed by a retry and the
 // own-size step, at most maxCompactRounds compactions in all; the first
-// round that moves nothing ends them without a retry.
-func TestMakeRoomCompactsAgainWhileEachRoundMovesSomething(t *testing.T) {
+// round that frees nothing ends them without a retry.
+func TestMakeRoomCompactsAgainWhileEachRoundFreesSomething(t *testing.T) {
 	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
 	failing := func(n int) []error { return slices.Repeat([]error{oom}, n) }
 	compactions := func(rounds int) []roomStage {
@@ -264,14 +265,14 @@ func TestMakeRoomCompactsAgainWhileEachRoundMovesSomething(t *testing.T) {
 	for _, c := range []struct {
 		name      string
 		script    []error
-		again     int // rounds that move something
+		again     int // rounds that free something
 		wantRooms []roomStage
 		wantAsks  int
 		wantOK    bool
 	}{
 		{"the second round's retry fits", append(failing(5), nil), 5, compactions(2), 2, true},
-		{"a round that moves nothing ends the rounds", failing(6), 2, compactions(2), 3, false},
-		{"no round moves anything", failing(4), 0, compactions(0), 1, false},
+		{"a round that frees nothing ends the rounds", failing(6), 2, compactions(2), 3, false},
+		{"no round frees anything", failing(4), 0, compactions(0), 1, false},
 		{"the rounds are bounded", failing(3 + maxCompactRounds), 100, compactions(maxCompactRounds - 1), maxCompactRounds - 1, false},
 	} {
 		t.Run(c.name, func(t *testing.T) {

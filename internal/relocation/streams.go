@@ -126,9 +126,9 @@ func CompactPages(s Streams) error {
 
 // ReclaimCompacting is Reclaim by compaction: the current pages' sparsest
 // move into the others' room, then every page left empty goes back. The
-// make-room path's last stage runs it, after a cleanup and a relocation off
-// outdated pages both failed to make room; Device.Defragment runs it at a
-// moment the runtime chose.
+// make-room path's compact stage and its further rounds run it, after a
+// cleanup and a relocation off outdated pages both failed to make room;
+// Device.Defragment runs it at a moment the runtime chose.
 //
 // Order: RefuseWhileRecording (Recording; error → return it); CompactPages (error
 // → return it); CleanupMemory.
