@@ -328,6 +328,52 @@ func TestDefragmentPlansNoCompactionWhereOnlyARepackCouldHelp(t *testing.T) {
 	mustFree(t, a)
 }
 
+// repackablePages fills d's default stream with pages 10 MiB pages, each
+// holding two 4 MiB patterns (seeded from seed on) and a freed 2 MiB gap:
+// pages whose live slices no other page's room holds, each of which a
+// repack shrinks onto a tight 8 MiB page. It returns the patterns' buffers
+// and bytes.
+func repackablePages(t *testing.T, d *Device, pages int, seed byte) (live []Buffer, want [][]byte) {
+	t.Helper()
+	s := d.DefaultStream()
+	mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
+	var gaps []Buffer
+	for i := range 2 * pages {
+		if i%2 == 0 {
+			// The gap first: on a new page a 4 MiB reservation, two to a
+			// 10 MiB page with 2 MiB left over, would get a page of its
+			// own (pool PL32); a 2 MiB one tiles the page and shares it.
+			gaps = append(gaps, mustAlloc(t, s, 2*mib))
+		}
+		b := mustAlloc(t, s, 4*mib)
+		w := pattern(4*mib, seed+byte(i))
+		mustWrite(t, b, w)
+		live, want = append(live, b), append(want, w)
+	}
+	for _, g := range gaps {
+		mustFree(t, g)
+	}
+	if got := arenaPageSize(d, 0); got != 10*mib {
+		t.Fatalf("setup: page size %d, want 10 MiB", got)
+	}
+	if got, want := d.Stats().BytesReserved, uint64(pages)*10*mib; got != want {
+		t.Fatalf("setup: %d bytes reserved, want %d pages of 10 MiB", got, pages)
+	}
+	return live, want
+}
+
+// wantUsableAndIntact checks that b, the size bytes a make-room served,
+// takes a pattern and gives it back, and that every buffer of live still
+// holds its bytes of want after the moves that made the room.
+func wantUsableAndIntact(t *testing.T, b Buffer, size uint64, live []Buffer, want [][]byte) {
+	t.Helper()
+	mustWrite(t, b, pattern(size, 99))
+	wantBytes(t, b, pattern(size, 99))
+	for i, l := range live {
+		wantBytes(t, l, want[i])
+	}
+}
+
 // design §7.7, repack: on whole pages whose live slices no other page's
 // room holds (a 2 MiB gap and two 4 MiB patterns on each 10 MiB page), a
 // reservation the device lacks 4 MiB for is served once compaction moved
@@ -343,31 +389,7 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		}
 		d := openHost(t, opts...)
 		s := d.DefaultStream()
-		mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
-		var live, gaps []Buffer
-		var want [][]byte
-		for i := range 6 {
-			if i%2 == 0 {
-				// The gap first: on a new page a 4 MiB reservation,
-				// two to a 10 MiB page with 2 MiB left over, would
-				// get a page of its own (pool PL32); a 2 MiB one tiles
-				// the page and shares it.
-				gaps = append(gaps, mustAlloc(t, s, 2*mib))
-			}
-			b := mustAlloc(t, s, 4*mib)
-			w := pattern(4*mib, byte(20+i))
-			mustWrite(t, b, w)
-			live, want = append(live, b), append(want, w)
-		}
-		for _, g := range gaps {
-			mustFree(t, g)
-		}
-		if got := arenaPageSize(d, 0); got != 10*mib {
-			t.Fatalf("setup: page size %d, want 10 MiB", got)
-		}
-		if got := d.Stats().BytesReserved; got != 30*mib {
-			t.Fatalf("setup: %d bytes reserved, want three 10 MiB pages", got)
-		}
+		live, want := repackablePages(t, d, 3, 20)
 		b, err := s.Alloc(bg, 12*mib)
 		st := d.Stats()
 		if !compacting {
@@ -394,11 +416,7 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 		if st.BytesReserved > 38*mib {
 			t.Fatalf("%d bytes reserved, more than the capacity", st.BytesReserved)
 		}
-		mustWrite(t, b, pattern(12*mib, 99))
-		wantBytes(t, b, pattern(12*mib, 99))
-		for i, l := range live {
-			wantBytes(t, l, want[i])
-		}
+		wantUsableAndIntact(t, b, 12*mib, live, want)
 	}
 }
 
@@ -414,24 +432,7 @@ func TestMakeRoomRepacksPagesOverSeveralPassesWhenOnePassFreesTooLittle(t *testi
 func TestMakeRoomCompactsAgainWhileTheReservationStillFails(t *testing.T) {
 	d := openHost(t, capacityOptions(128*mib)...)
 	s := d.DefaultStream()
-	mustFree(t, mustAlloc(t, s, 9*mib)) // sets the page size: 10 MiB
-	var live, gaps []Buffer
-	var want [][]byte
-	for i := range 24 {
-		if i%2 == 0 {
-			gaps = append(gaps, mustAlloc(t, s, 2*mib)) // see the test above
-		}
-		b := mustAlloc(t, s, 4*mib)
-		w := pattern(4*mib, byte(40+i))
-		mustWrite(t, b, w)
-		live, want = append(live, b), append(want, w)
-	}
-	for _, g := range gaps {
-		mustFree(t, g)
-	}
-	if got := d.Stats().BytesReserved; got != 120*mib {
-		t.Fatalf("setup: %d bytes reserved, want twelve 10 MiB pages", got)
-	}
+	live, want := repackablePages(t, d, 12, 40)
 	b, err := s.Alloc(bg, 30*mib)
 	if err != nil {
 		t.Fatalf("30 MiB with 8 MiB free and twelve pages a repack shrinks by 2 MiB each: %v", err)
@@ -443,11 +444,7 @@ func TestMakeRoomCompactsAgainWhileTheReservationStillFails(t *testing.T) {
 	if st.BytesReserved > 128*mib {
 		t.Fatalf("%d bytes reserved, more than the capacity", st.BytesReserved)
 	}
-	mustWrite(t, b, pattern(30*mib, 98))
-	wantBytes(t, b, pattern(30*mib, 98))
-	for i, l := range live {
-		wantBytes(t, l, want[i])
-	}
+	wantUsableAndIntact(t, b, 30*mib, live, want)
 }
 
 // On whole pages, the small pool's page is device memory a reservation may
