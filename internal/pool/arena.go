@@ -171,6 +171,7 @@ const (
 	poolPage       pageKind = iota // a page of the pool's size
 	ownLargePage                   // PL32's page of the reservation's own size
 	ownRefusedPage                 // PL30's page of its own size, after a refusal
+	staplePage                     // PL36's page tiled by a staple size
 )
 
 // pageTries is allocPage's sequence of page requests for a reservation of
@@ -188,6 +189,11 @@ func (a *Arena) pageTries(granule uint64, p *Sliced, size uint64, try func(bytes
 		}
 		// Refused: the pool's page is asked as before (and PL30 after it),
 		// so a refusal here changes nothing.
+	} else if tiled, ok := a.stapleTiledPage(granule, p, size); ok {
+		if try(tiled) == nil {
+			return staplePage, 0, nil
+		}
+		// Refused: as PL32's, the pool's page and PL30 are asked as before.
 	}
 	err = try(p.pageSize)
 	if err == nil || !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) || granule > 0 {
@@ -282,7 +288,8 @@ func (a *Arena) refusedOwnOf(refused, size uint64) bool {
 
 func (a *Arena) newPool(slot int, pageSize uint64) *Sliced {
 	p := NewSliced(pageSize, pageSize, false, a.sizing.Align, uint8(ArenaFirstIndex+slot), a.lim)
-	p.tightest = true // PL33
+	p.tightest = true         // PL33
+	p.arenaServed = &a.served // PL37
 	return p
 }
 

@@ -64,8 +64,10 @@
 // size: no second one that large could share the page; so does one needing
 // more than an eighth whose size does not tile the page, where the rest
 // the reservations of its size leave would cost more than the own-size
-// page's rounding. An outdated pool
-// serves nothing; [Arena.Drain] gives its pages back once they are empty and
+// page's rounding. A size the arena keeps making (a staple: a model's
+// weights and activations) that leaves a tail on the pool's page gets
+// pages it tiles, and the pages it opens keep their room for it (PL36,
+// PL37, staple.go). An outdated pool serves nothing; [Arena.Drain] gives its pages back once they are empty and
 // unguarded and drops the pool when it holds none. A long-lived allocation
 // can pin an outdated page indefinitely, so the arena also holds the pool
 // side of a relocation: [Arena.Plan] reserves, on the current pool, a target
@@ -266,6 +268,22 @@
 //     follows the pages: a page whose signal rose or whose slices changed
 //     is listed again before the next answer, and Check compares the list
 //     with every page that is not queued.
+//   - (PL36) On storage that backs pages whole, an arena reservation that
+//     needs a new page, that PL32 does not give one of its own size, and
+//     whose size is a staple (the arena served at least stapleServedPages
+//     pool pages' worth of it) of whole TileStep tiles, at least two to the
+//     pool's page P, with a tail of at least P/stapleTailDiv, gets a page of
+//     ⌊P/need⌋·need bytes: as many of it as P holds, and no tail. A refused
+//     one leaves the reservation to the pool's page and PL30 (staple.go).
+//   - (PL37) A page added for a reservation of a staple size that tiles
+//     it, at least two to the page, keeps its open room (the trailing free
+//     run, and a hole of its size) while that room is a whole number of the
+//     staple and less than the page: a reservation of another size that
+//     does not tile the room, needing more than an eighth of the page, is
+//     carved elsewhere; one needing at least a sixteenth takes it only
+//     when no other run of the pool holds it. The dry run counts only the
+//     room a reservation may take (View.fitOn). Set when the page is added,
+//     never changed.
 //
 // Room held for one owner (room.go):
 //

@@ -55,6 +55,10 @@ type page struct {
 	listedRuns []uint64
 	serial     uint64
 	runsStale  bool
+	// keptFor is the staple size whose reservation opened the page and
+	// tiles it, at least two to the page (0: none): PL37 keeps the page's
+	// open room for it (staple.go). Set once, when the page is added.
+	keptFor uint64
 }
 
 // newPage wraps a fresh storage region as one free slice spanning it. With

@@ -133,14 +133,34 @@ func (ix *runIndex) refresh(g *handle.ErrorGraph) {
 }
 
 // tightest returns the unguarded page holding the smallest run of at least
-// need bytes (the first page on a tie), or nil and the largest run of any
-// unguarded page (PL29's bound). Call it after refresh.
+// need bytes (the first page on a tie) that PL37 does not keep from need,
+// or nil and the largest run of any unguarded page (PL29's bound, kept runs
+// counted: a reservation of another size may take them). Call it after
+// refresh.
 func (ix *runIndex) tightest(need uint64) (best *page, largest uint64) {
 	at, _ := slices.BinarySearchFunc(ix.runs, indexedRun{bytes: need}, compareRuns)
+	var kept uint64
+	soft := false
 	for _, r := range ix.runs[at:] {
-		if !r.pg.guarded() {
-			return r.pg, 0
+		if r.pg.guarded() {
+			continue
 		}
+		if lv := r.kept(need); lv != notKept {
+			kept, soft = max(kept, r.bytes), soft || lv == keptSoft
+			continue
+		}
+		return r.pg, 0
+	}
+	if soft {
+		// No other run holds need: the smallest softly kept one serves.
+		for _, r := range ix.runs[at:] {
+			if !r.pg.guarded() && r.kept(need) == keptSoft {
+				return r.pg, 0
+			}
+		}
+	}
+	if kept > 0 {
+		return nil, kept
 	}
 	for i := at - 1; i >= 0; i-- {
 		if r := ix.runs[i]; !r.pg.guarded() {
@@ -201,4 +221,12 @@ func (ix *runIndex) check(pages []*page) {
 	if n != len(ix.runs) || !slices.IsSortedFunc(ix.runs, compareRuns) {
 		panic(fmt.Sprintf("pool: the run index holds %d runs (sorted %v), its pages list %d (PL33)", len(ix.runs), slices.IsSortedFunc(ix.runs, compareRuns), n))
 	}
+}
+
+// kept is PL37 for the run and a reservation of need effective bytes.
+func (r indexedRun) kept(need uint64) keptLevel {
+	if r.pg.keptFor == 0 {
+		return notKept
+	}
+	return r.pg.roomKept(r.bytes, need, r.pg.openRoom(r.bytes))
 }

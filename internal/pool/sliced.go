@@ -40,8 +40,12 @@ type Sliced struct {
 	// tightest: reservations carve from the tightest page, not the first
 	// with room (PL33, tightest.go); the arena's pools, not the small pool.
 	tightest bool
-	runs     *runIndex // the free runs by size, built by the first tightest reservation (runs.go)
-	busy     []bool    // scratch for unmapFree
+	// arenaServed is the served-size summary of the pool's arena (nil outside
+	// one), which PL37 reads to mark a page opened for a staple size
+	// (staple.go).
+	arenaServed *servedSizes
+	runs        *runIndex // the free runs by size, built by the first tightest reservation (runs.go)
+	busy        []bool    // scratch for unmapFree
 }
 
 // NewSliced returns an empty pool of pageSize pages serving slices up to
@@ -183,6 +187,8 @@ func (p *Sliced) allocSized(st storage.Storage, size, pageBytes uint64) (*handle
 		return nil, fmt.Errorf("%w: %d bytes (with padding) exceed the %d-byte page", ErrBufferTooBig, size, pageBytes)
 	}
 	p.served(size)
+	_, need := padded(size, p.align)
+	p.markKept(pg, need)
 	p.pagesPeak = max(p.pagesPeak, uint64(len(p.pages)))
 	return h, nil
 }

@@ -277,7 +277,19 @@ func (v *View) back(pg *page, off, size uint64) (uint64, error) {
 // granules, backFit tries the rest of the run next, and the dry run the
 // next run. They differ only where the kept slice's granules are unmapped
 // and the rest's are not.
-func (v *View) fitOn(pg *page, need uint64) (uint64, bool) {
+//
+// With keep (an arena pool carving from its tightest page, PL33) a run that
+// PL37 keeps firmly from need is passed over, as the run index passes it
+// over (a softly kept run serves when nothing else does, so it counts): a
+// run counts as the page's open room when its size is that of the page's
+// trailing free run (page.openRoom).
+func (v *View) fitOn(pg *page, need uint64, keep bool) (uint64, bool) {
+	var open uint64 // the page's trailing free run in the view, when keep
+	if keep && pg.keptFor != 0 {
+		for i := len(pg.slices) - 1; i >= 0 && v.free(&pg.slices[i]); i-- {
+			open += pg.slices[i].EffectiveSize()
+		}
+	}
 	var start, run uint64
 	in := false
 	for i := 0; i <= len(pg.slices); i++ {
@@ -289,7 +301,7 @@ func (v *View) fitOn(pg *page, need uint64) (uint64, bool) {
 			run += s.EffectiveSize()
 			continue
 		}
-		if in && run >= need {
+		if in && run >= need && !(open > 0 && pg.roomKept(run, need, run == open) == keptHard) {
 			m, err := v.back(pg, start, need)
 			if err == nil {
 				return m, true
@@ -307,15 +319,17 @@ func (v *View) fitOn(pg *page, need uint64) (uint64, bool) {
 // room the pool holds would serve size, and the device bytes of granules
 // it would map. Whole pages: any unguarded page with a free run of need
 // bytes serves (the tightest one, PL33, or the first: either way one
-// does). Granular pages: first fit across pages, a page whose fit the
-// storage refuses to map passed over.
+// does), a run PL37 keeps firmly from need not counted where the pool
+// carves from its tightest page. Granular pages: first fit across pages, a page whose
+// fit the storage refuses to map passed over.
 func (p *Sliced) wouldTryReserve(v *View, size uint64) (uint64, bool) {
 	_, need := padded(size, p.align)
+	keep := p.tightest && len(p.pages) >= 2
 	for _, pg := range p.pages {
 		if pg.guarded() || !v.present(pg) {
 			continue
 		}
-		if m, ok := v.fitOn(pg, need); ok {
+		if m, ok := v.fitOn(pg, need, keep && pg.granule == 0); ok {
 			return m, true
 		}
 	}

@@ -1,0 +1,154 @@
+package pool
+
+import (
+	"testing"
+
+	"github.com/gpumem/gpumem/internal/handle"
+	"github.com/gpumem/gpumem/internal/hoststorage"
+	"github.com/gpumem/gpumem/storage"
+)
+
+// hundredMiBPages returns an arena on whole pages whose pool's page is
+// 100 MiB, that one page held by a live 100 MiB reservation, on a budget
+// of budget bytes (the first growth on an empty history takes its
+// allocation's size: tiling.go).
+func hundredMiBPages(t *testing.T, budget uint64) (*Arena, storage.Storage, *storage.Budget) {
+	t.Helper()
+	b := storage.NewBudget(budget)
+	st := hoststorage.NewSim(32, b)
+	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
+	arenaReserve(t, a, st, 100*MiB, nil)
+	if a.PageSize() != 100*MiB {
+		t.Fatalf("page size %d MiB after a first 100 MiB reservation, want 100", a.PageSize()/MiB)
+	}
+	return a, st, b
+}
+
+// lastPage is the size and free bytes of the current pool's last page.
+func lastPage(a *Arena) (size, free uint64) {
+	p := a.Current()
+	pg := p.pages[len(p.pages)-1]
+	return pg.size(), pageFree(pg)
+}
+
+// pageFree is the bytes no slice of pg occupies.
+func pageFree(pg *page) uint64 {
+	u := pg.usage()
+	return u.BytesReserved - u.BytesOccupied()
+}
+
+// PL36: a size the arena has served four pages' worth of, that leaves a
+// tail on the pool's page, opens a page that it tiles; before it is a
+// staple, its pages are the pool's.
+func TestStapleSizeOpensAPageItTiles(t *testing.T) {
+	a, st, _ := hundredMiBPages(t, 4*GiB)
+	cur := a.Current().Index()
+	// 12 MiB: eight to a 100 MiB page, a 4 MiB tail each. The first 32
+	// (four pages' worth, 384 MiB) come before it is a staple.
+	for i := range 32 {
+		h := arenaReserve(t, a, st, 12*MiB, nil)
+		if got := pageBytes(t, a, cur, int(h.Location().Page())); got != 100*MiB {
+			t.Fatalf("12 MiB reservation %d on a %d MiB page, want the pool's 100 MiB", i, got/MiB)
+		}
+	}
+	h := arenaReserve(t, a, st, 12*MiB, nil)
+	if got := pageBytes(t, a, cur, int(h.Location().Page())); got != 96*MiB {
+		t.Fatalf("the 33rd 12 MiB reservation opened a %d MiB page, want 96 MiB (eight 12s, no tail)", got/MiB)
+	}
+	if pg := a.Current().pages[h.Location().Page()]; pg.keptFor != 12*MiB {
+		t.Fatalf("the 96 MiB page keeps its room for %d bytes, want 12 MiB (PL37)", pg.keptFor)
+	}
+	// A size that tiles the pool's page keeps it, staple or not: 20 MiB.
+	if page, ok := a.stapleTiledPage(0, a.Current(), 20*MiB); ok {
+		t.Fatalf("20 MiB (five to 100 MiB) gets a %d MiB page, want the pool's", page/MiB)
+	}
+	// Granular storage maps only what a slice uses: no smaller page there.
+	if page, ok := a.stapleTiledPage(hoststorage.DefaultGranule, a.Current(), 12*MiB); ok {
+		t.Fatalf("granular storage: a %d MiB page for a staple, want the pool's", page/MiB)
+	}
+	// A size that is not whole 2 MiB tiles would leave a tail on any page.
+	for range 40 {
+		arenaReserve(t, a, st, 11*MiB, nil)
+	}
+	if page, ok := a.stapleTiledPage(0, a.Current(), 11*MiB); ok {
+		t.Fatalf("11 MiB gets a %d MiB page, want the pool's: only whole 2 MiB tiles tile it", page/MiB)
+	}
+	a.Check()
+}
+
+// stapleTwenty returns a 100 MiB-page arena whose last page was opened by a
+// staple 20 MiB reservation (five to a page): a page that keeps its 80 MiB
+// of open room for 20s (PL37).
+func stapleTwenty(t *testing.T) (*Arena, storage.Storage, *storage.Budget, []*handle.Handle) {
+	t.Helper()
+	a, st, b := hundredMiBPages(t, 4*GiB)
+	var twenties []*handle.Handle
+	for range 21 {
+		twenties = append(twenties, arenaReserve(t, a, st, 20*MiB, nil))
+	}
+	if size, free := lastPage(a); size != 100*MiB || free != 80*MiB || a.Current().pages[len(a.Current().pages)-1].keptFor != 20*MiB {
+		t.Fatalf("last page %d MiB with %d MiB free, kept for %d bytes; want 100, 80, 20 MiB", size/MiB, free/MiB, a.Current().pages[len(a.Current().pages)-1].keptFor)
+	}
+	return a, st, b, twenties
+}
+
+// PL37, firmly: a size above an eighth of the page that does not tile the
+// kept room takes a page (its own size, PL32) rather than the room, and the
+// dry run agrees; a size that tiles the room, or the kept size, takes it.
+func TestKeptRoomIsNotTakenByALargerSizeThatBreaksItsTiling(t *testing.T) {
+	a, st, b, _ := stapleTwenty(t)
+	kept := a.Current().pages[len(a.Current().pages)-1]
+	if w := a.WouldTryReserve(NewView(budgetDry{st, b}, nil), 24*MiB); w.Way != WouldFail {
+		t.Fatalf("WouldTryReserve(24 MiB) = %+v, want no held room: the only room is kept for 20 MiB", w)
+	}
+	h := arenaReserve(t, a, st, 24*MiB, nil)
+	if pg := a.Current().pages[h.Location().Page()]; pg == kept || pg.size() != 24*MiB {
+		t.Fatalf("24 MiB landed on a %d MiB page (the kept page: %v), want its own 24 MiB page", pg.size()/MiB, pg == kept)
+	}
+	if got := pageFree(kept); got != 80*MiB {
+		t.Fatalf("kept page has %d MiB free after the 24 MiB reservation, want 80", got/MiB)
+	}
+	for _, size := range []uint64{40 * MiB, 20 * MiB} { // 40 tiles 80; 20 is the kept size
+		if w := a.WouldTryReserve(NewView(budgetDry{st, b}, nil), size); w.Way != WouldHeld {
+			t.Fatalf("WouldTryReserve(%d MiB) = %+v, want held room", size/MiB, w)
+		}
+		h := arenaReserve(t, a, st, size, nil)
+		if pg := a.Current().pages[h.Location().Page()]; pg != kept {
+			t.Fatalf("%d MiB landed on a %d MiB page, want the kept page's room", size/MiB, pg.size()/MiB)
+		}
+	}
+	a.Check()
+}
+
+// PL37, softly: a size between a sixteenth and an eighth of the page that
+// does not tile the kept room takes any other room first, even a looser
+// run, and the kept room before a new page.
+func TestKeptRoomServesAMidSizeOnlyWhenNoOtherRoomDoes(t *testing.T) {
+	a, st, _, twenties := stapleTwenty(t)
+	kept := a.Current().pages[len(a.Current().pages)-1]
+	pages := len(a.Current().pages)
+	// No other room: 7 MiB (80 is no whole number of 7s) takes the kept
+	// room rather than a new page.
+	h := arenaReserve(t, a, st, 7*MiB, nil)
+	if pg := a.Current().pages[h.Location().Page()]; pg != kept || len(a.Current().pages) != pages {
+		t.Fatalf("7 MiB landed on a %d MiB page, %d pages (%d before); want the kept page, no new one", pg.size()/MiB, len(a.Current().pages), pages)
+	}
+	h.Release()
+	// A looser run elsewhere serves it first: page 1, emptied of its five
+	// 20s (100 MiB free, not kept), against the kept page's 80 MiB.
+	for _, h := range twenties[:5] {
+		h.Release()
+	}
+	h = arenaReserve(t, a, st, 7*MiB, nil)
+	if pg := a.Current().pages[h.Location().Page()]; pg == kept {
+		t.Fatalf("7 MiB took the kept room with a free 100 MiB page beside it, want that page")
+	}
+	// A reservation of at most a sixteenth shares kept room as any room:
+	// with the freed page now holding 7 MiB (93 MiB free), 6 MiB goes to the
+	// tighter kept room.
+	h = arenaReserve(t, a, st, 6*MiB, nil)
+	if pg := a.Current().pages[h.Location().Page()]; pg != kept {
+		t.Fatalf("6 MiB (under a sixteenth) landed on a %d MiB page, want the kept page's tighter room", pg.size()/MiB)
+	}
+	a.Check()
+}
