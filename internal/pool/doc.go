@@ -281,9 +281,10 @@
 //     staple and less than the page: a reservation of another size that
 //     does not tile the room, needing more than an eighth of the page, is
 //     carved elsewhere; one needing at least a sixteenth takes it only
-//     when no other run of the pool holds it. The dry run counts only the
-//     room a reservation may take (View.fitOn). Set when the page is added,
-//     never changed.
+//     when no other run of the pool holds it. A pool of one page carves by
+//     first fit and keeps nothing (PL33), nor do a compaction's moves. The
+//     dry run counts only the room a reservation may take (View.fitOn).
+//     Set when the page is added, never changed.
 //
 // Room held for one owner (room.go):
 //

@@ -436,6 +436,9 @@ func (p *page) check() {
 	if msg := p.checkMapped(); msg != "" {
 		panic(msg)
 	}
+	if k := p.keptFor; k != 0 && (p.granule > 0 || p.size()%k != 0 || p.size()/k < 2) {
+		panic(fmt.Sprintf("pool: page %d of %d bytes (granule %d) keeps its room for %d-byte reservations, which do not tile it at least twice on whole pages (PL37)", p.index, p.size(), p.granule, k))
+	}
 	if !p.changed.Raised() {
 		var largest uint64
 		empty := true

@@ -26,18 +26,18 @@ package pool
 //     a tail of at least a 1/stapleTailDiv of the page in, in whole 2 MiB
 //     tiles (so that the smaller page tiles it exactly), opens a page of
 //     ⌊P/need⌋·need bytes instead of the pool's P: 832 MiB for the 64 MiB
-//     buffers on 860 MiB pages. PL32's sizes (above an eighth of the page,
-//     not tiling it) already get pages of their own size and are not
-//     asked.
+//     buffers on 860 MiB pages. A size PL32 gives a page of its own size
+//     is not asked.
 //   - PL37: a page opened by a staple size that tiles it (the page a whole
 //     number of them, at least two) keeps its open room (the free run
 //     from the last live slice to the end of the page), while that room is
 //     a whole number of the size and less than the page, from a
-//     reservation of another size above an eighth of the page that does
-//     not tile the room: that one takes other room, or a page (PL32's own
-//     size, for most). Smaller reservations, at eight or more to a page,
-//     share the room as before: their tails are what PL32's eighth already
-//     lets them leave.
+//     reservation of another size that does not tile the room: one above
+//     an eighth of the page takes other room, or a page (PL32's own size,
+//     for most); one of at least a sixteenth takes it only when no other
+//     run of the pool holds it, before a new page. Smaller ones share it as
+//     any room. A pool of one page carves by first fit (PL33), and a
+//     compaction's moves by best fit (compact_fit.go): neither keeps room.
 //
 // Like every placement rule they read only sizes, the page and the served
 // history, never the device's free memory, so every capacity places alike
@@ -124,7 +124,7 @@ const (
 // roomKept is PL37 for a free run of run bytes on pg (the page's open room
 // when open) and a reservation of need effective bytes: kept, while the run
 // is a whole number of the page's kept size and less than the page, from
-// another size that does not tile it; softly from one above
+// another size that does not tile it: softly from one of at least
 // 1/keptRoomSoftDiv of the page, firmly from one above 1/keptRoomShareDiv.
 func (pg *page) roomKept(run, need uint64, open bool) keptLevel {
 	o := pg.keptFor

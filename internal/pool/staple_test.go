@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/gpumem/gpumem/internal/handle"
@@ -9,19 +10,19 @@ import (
 )
 
 // hundredMiBPages returns an arena on whole pages whose pool's page is
-// 100 MiB, that one page held by a live 100 MiB reservation, on a budget
+// 100 MiB, that one page held by a live 100 MiB reservation (returned), on a budget
 // of budget bytes (the first growth on an empty history takes its
 // allocation's size: tiling.go).
-func hundredMiBPages(t *testing.T, budget uint64) (*Arena, storage.Storage, *storage.Budget) {
+func hundredMiBPages(t *testing.T, budget uint64) (*Arena, storage.Storage, *storage.Budget, *handle.Handle) {
 	t.Helper()
 	b := storage.NewBudget(budget)
 	st := hoststorage.NewSim(32, b)
 	a := NewArena(NewPageSizing(GiB, 32), Limits{}, nil)
-	arenaReserve(t, a, st, 100*MiB, nil)
+	first := arenaReserve(t, a, st, 100*MiB, nil)
 	if a.PageSize() != 100*MiB {
 		t.Fatalf("page size %d MiB after a first 100 MiB reservation, want 100", a.PageSize()/MiB)
 	}
-	return a, st, b
+	return a, st, b, first
 }
 
 // lastPage is the size and free bytes of the current pool's last page.
@@ -41,7 +42,7 @@ func pageFree(pg *page) uint64 {
 // tail on the pool's page, opens a page that it tiles; before it is a
 // staple, its pages are the pool's.
 func TestStapleSizeOpensAPageItTiles(t *testing.T) {
-	a, st, _ := hundredMiBPages(t, 4*GiB)
+	a, st, _, _ := hundredMiBPages(t, 4*GiB)
 	cur := a.Current().Index()
 	// 12 MiB: eight to a 100 MiB page, a 4 MiB tail each. The first 32
 	// (four pages' worth, 384 MiB) come before it is a staple.
@@ -78,11 +79,11 @@ func TestStapleSizeOpensAPageItTiles(t *testing.T) {
 
 // stapleTwenty returns a 100 MiB-page arena whose last page was opened by a
 // staple 20 MiB reservation (five to a page): a page that keeps its 80 MiB
-// of open room for 20s (PL37).
+// of open room for 20s (PL37); and the reservations, the 100 MiB first.
 func stapleTwenty(t *testing.T) (*Arena, storage.Storage, *storage.Budget, []*handle.Handle) {
 	t.Helper()
-	a, st, b := hundredMiBPages(t, 4*GiB)
-	var twenties []*handle.Handle
+	a, st, b, first := hundredMiBPages(t, 4*GiB)
+	twenties := []*handle.Handle{first} // the 100 MiB first, then the 20s
 	for range 21 {
 		twenties = append(twenties, arenaReserve(t, a, st, 20*MiB, nil))
 	}
@@ -136,7 +137,7 @@ func TestKeptRoomServesAMidSizeOnlyWhenNoOtherRoomDoes(t *testing.T) {
 	h.Release()
 	// A looser run elsewhere serves it first: page 1, emptied of its five
 	// 20s (100 MiB free, not kept), against the kept page's 80 MiB.
-	for _, h := range twenties[:5] {
+	for _, h := range twenties[1:6] {
 		h.Release()
 	}
 	h = arenaReserve(t, a, st, 7*MiB, nil)
@@ -152,3 +153,121 @@ func TestKeptRoomServesAMidSizeOnlyWhenNoOtherRoomDoes(t *testing.T) {
 	}
 	a.Check()
 }
+
+// PL37 in the dry run after a cleanup: a pool left with one page carves by
+// first fit, kept room included, as tryReserveTightest does; the dry run
+// counts the pages its cleanup left, not those the pool holds now.
+func TestKeptRoomDryRunCountsThePagesACleanupLeaves(t *testing.T) {
+	a, st, b, held := stapleTwenty(t)
+	for _, h := range held[:len(held)-1] { // all but the last 20, on the kept page
+		h.Release()
+	}
+	v := NewView(budgetDry{st, b}, nil)
+	a.WouldCleanup(v, Explicit)
+	w := a.WouldReserve(v, 24*MiB)
+	a.Cleanup(st, 0, Explicit, nil)
+	if n := len(a.Current().pages); n != 1 {
+		t.Fatalf("%d pages after the cleanup, want the kept page alone", n)
+	}
+	h := arenaReserve(t, a, st, 24*MiB, nil)
+	if w.Way != WouldHeld || h.Location().Page() != 0 {
+		t.Fatalf("after a cleanup leaving one page: WouldReserve(24 MiB) = %+v, Reserve carved page %d; want held room on page 0 both", w, h.Location().Page())
+	}
+	a.Check()
+}
+
+// The arena's dry run agrees with its reservation where PL36 and PL37
+// decide: a few sizes repeated until they are staples (whole 2 MiB tiles
+// and not, tiling 100 MiB pages and not), on budgets that refuse pages,
+// with an explicit cleanup before some reservations (in the view, and
+// then in the arena): it would succeed ⇔ Reserve does, from held room ⇔ no
+// page was added, else on a page of the size it says.
+func TestArenaWouldReserveAgreesWithReserveOnStapleSizes(t *testing.T) {
+	sizes := []uint64{7 * MiB, 12 * MiB, 20 * MiB, 24 * MiB, 40 * MiB, 3*MiB + 5}
+	ways := map[WouldWay]int{}
+	keptPages := 0
+	for seed := range uint64(40) {
+		rng := rand.New(rand.NewPCG(seed, 0x57a91e))
+		b := storage.NewBudget((800 + uint64(rng.IntN(1200))) * MiB)
+		st := hoststorage.NewSim(256, b)
+		a := NewArena(NewPageSizing(GiB, 256), Limits{}, nil)
+		g := handle.NewErrorGraph()
+		live := []*handle.Handle{arenaReserve(t, a, st, 100*MiB, g)} // 100 MiB pages
+		for step := range 600 {
+			if len(live) > 0 && rng.IntN(4) == 0 {
+				i := rng.IntN(len(live))
+				live[i].Release()
+				live[i] = live[len(live)-1]
+				live = live[:len(live)-1]
+				continue
+			}
+			size := sizes[rng.IntN(len(sizes))]
+			if rng.IntN(2) == 0 {
+				size = sizes[1+rng.IntN(2)] // 12 and 20 MiB become staples first
+			}
+			clean := rng.IntN(8) == 0
+			shape, _ := arenaShape(a)
+			v := NewView(&cleaningDry{budgetDry: budgetDry{st, b}, pages: shape}, nil)
+			if clean {
+				a.WouldCleanup(v, Explicit)
+			}
+			w := a.WouldReserve(v, size)
+			if clean {
+				a.Cleanup(st, 0, Explicit, g)
+			}
+			pages, _ := arenaShape(a)
+			h, err := a.Reserve(st, size, g, Bind{})
+			ways[w.Way]++
+			if w.OK() != (err == nil) {
+				t.Fatalf("seed %d step %d: WouldReserve(%d) = %+v, Reserve: %v", seed, step, size, w, err)
+			}
+			if err != nil {
+				continue
+			}
+			live = append(live, h)
+			after, _ := arenaShape(a)
+			var added []uint64
+			for id, bytes := range after {
+				if _, ok := pages[id]; !ok {
+					added = append(added, bytes)
+				}
+			}
+			if w.Way == WouldHeld && len(added) != 0 || w.Way != WouldHeld && (len(added) != 1 || added[0] != w.Alloc) {
+				t.Fatalf("seed %d step %d: WouldReserve(%d) = %+v, Reserve added pages of %v bytes", seed, step, size, w, added)
+			}
+			for _, pg := range a.Current().pages {
+				if pg.keptFor != 0 {
+					keptPages++
+				}
+			}
+			a.Check()
+		}
+		for _, h := range live {
+			h.Release()
+		}
+	}
+	t.Logf("ways %v, kept pages seen %d times", ways, keptPages)
+	if keptPages == 0 || ways[WouldHeld] == 0 || ways[WouldPage] == 0 || ways[WouldFail] == 0 {
+		t.Errorf("the sequences never exercised kept pages, held room, new pages and refusals: %v, %d kept", ways, keptPages)
+	}
+}
+
+// cleaningDry is budgetDry that counts the pages a dry cleanup hands back
+// (pages: the arena's, by region) as free for the reservation after it.
+type cleaningDry struct {
+	budgetDry
+	pages map[storage.ID]uint64
+	freed uint64
+}
+
+func (d *cleaningDry) grant(n uint64) error {
+	used := d.b.Used() - d.freed
+	if c := d.b.Capacity(); c != 0 && storage.SatAdd(used, n) > c {
+		return &storage.OutOfMemoryError{Requested: n, Allocated: used, Capacity: c}
+	}
+	return nil
+}
+
+func (d *cleaningDry) Alloc(size uint64) error { return d.grant(size) }
+func (d *cleaningDry) Dealloc(id storage.ID)   { d.freed += d.pages[id] }
+func (d *cleaningDry) Allocated() uint64       { return d.st.BytesAllocated() - d.freed }

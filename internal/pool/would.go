@@ -324,7 +324,7 @@ func (v *View) fitOn(pg *page, need uint64, keep bool) (uint64, bool) {
 // fit the storage refuses to map passed over.
 func (p *Sliced) wouldTryReserve(v *View, size uint64) (uint64, bool) {
 	_, need := padded(size, p.align)
-	keep := p.tightest && len(p.pages) >= 2
+	keep := p.tightest && v.pageCount(p) >= 2 // as tryReserveTightest, after the view's releases
 	for _, pg := range p.pages {
 		if pg.guarded() || !v.present(pg) {
 			continue
