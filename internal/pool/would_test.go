@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -51,6 +52,45 @@ func arenaShape(a *Arena) (pages map[storage.ID]uint64, growths uint64) {
 	return pages, a.Growths()
 }
 
+// releaseOne releases one of live, at random, and returns the rest.
+func releaseOne(rng *rand.Rand, live []*handle.Handle) []*handle.Handle {
+	i := rng.IntN(len(live))
+	live[i].Release()
+	live[i] = live[len(live)-1]
+	return live[:len(live)-1]
+}
+
+// reserveAsWould reserves size on a and fails t (naming where) unless w,
+// the dry run's answer on the arena as it is now, said what happened: it
+// would succeed ⇔ Reserve does; a growth ⇔ the arena grew; held room ⇔ no
+// page was added, else one page of w.Alloc bytes. It returns the
+// reservation, nil when refused.
+func reserveAsWould(t *testing.T, a *Arena, st storage.Storage, g *handle.ErrorGraph, size uint64, w Would, where string) *handle.Handle {
+	t.Helper()
+	before, growths := arenaShape(a)
+	h, err := a.Reserve(st, size, g, Bind{})
+	if w.OK() != (err == nil) {
+		t.Fatalf("%s: WouldReserve(%d) = %+v, Reserve: %v", where, size, w, err)
+	}
+	if err != nil {
+		return nil
+	}
+	after, grown := arenaShape(a)
+	var added []uint64
+	for id, bytes := range after {
+		if _, ok := before[id]; !ok {
+			added = append(added, bytes)
+		}
+	}
+	switch {
+	case (grown > growths) != (w.Way == WouldGrow):
+		t.Fatalf("%s: WouldReserve(%d) = %+v, the arena grew %d times", where, size, w, grown-growths)
+	case w.Way == WouldHeld && len(added) != 0, w.Way != WouldHeld && (len(added) != 1 || added[0] != w.Alloc):
+		t.Fatalf("%s: WouldReserve(%d) = %+v, Reserve added pages of %v bytes", where, size, w, added)
+	}
+	return h
+}
+
 // The arena's dry run agrees with its reservation over random sequences on
 // whole and granular pages at capacities that refuse pages: it would
 // succeed ⇔ Reserve does, from held room ⇔ no page was added, on a new
@@ -71,10 +111,7 @@ func TestArenaWouldReserveAgreesWithReserve(t *testing.T) {
 		var live []*handle.Handle
 		for step := range 200 {
 			if len(live) > 0 && rng.IntN(3) == 0 {
-				i := rng.IntN(len(live))
-				live[i].Release()
-				live[i] = live[len(live)-1]
-				live = live[:len(live)-1]
+				live = releaseOne(rng, live)
 				continue
 			}
 			size := 1 + uint64(rng.IntN(int(6*MiB)))
@@ -87,30 +124,13 @@ func TestArenaWouldReserveAgreesWithReserve(t *testing.T) {
 				t.Fatalf("seed %d step %d: WouldReserve(%d) changed the report", seed, step, size)
 			}
 			a.Check()
-			pages, growths := arenaShape(a)
-			h, err := a.Reserve(st, size, g, Bind{})
 			cases++
 			ways[w.Way]++
-			if w.OK() != (err == nil) {
-				t.Fatalf("seed %d step %d: WouldReserve(%d) = %+v, Reserve: %v", seed, step, size, w, err)
-			}
-			if err != nil {
+			h := reserveAsWould(t, a, st, g, size, w, fmt.Sprintf("seed %d step %d", seed, step))
+			if h == nil {
 				continue
 			}
 			live = append(live, h)
-			after, grown := arenaShape(a)
-			var added []uint64
-			for id, size := range after {
-				if _, ok := pages[id]; !ok {
-					added = append(added, size)
-				}
-			}
-			switch {
-			case (grown > growths) != (w.Way == WouldGrow):
-				t.Fatalf("seed %d step %d: WouldReserve(%d) = %+v, the arena grew %d times", seed, step, size, w, grown-growths)
-			case w.Way == WouldHeld && len(added) != 0, w.Way != WouldHeld && (len(added) != 1 || added[0] != w.Alloc):
-				t.Fatalf("seed %d step %d: WouldReserve(%d) = %+v, Reserve added pages of %v bytes", seed, step, size, w, added)
-			}
 			a.Check()
 		}
 		for _, h := range live {
