@@ -41,13 +41,11 @@ package pool
 //
 // Like every placement rule they read only sizes, the page and the served
 // history, never the device's free memory, so every capacity places alike
-// until the first refusal. Measured with scripts/policy-sweep.sh on 344
-// generated and shared traces, and on the 21-trace shape grid of the shared
-// forward model: no trace above the torch model any more (nine before), and
-// no change on the workloads whose sizes are not staples; some forward
-// passes and the synthetic training step need a little more, all still
-// below the torch model (the record lists each:
-// docs/decisions/2026-12-05-staple-sizes.md).
+// until the first refusal. Together they bring whole pages to or below the
+// torch model on every forward pass measured and leave the workloads without
+// staples as they were; some forward passes need a little more than before.
+// The figures, trace by trace, and the variants rejected are in
+// docs/decisions/2026-12-05-staple-sizes.md.
 
 const (
 	// stapleServedPages is how many pool pages' worth of one size the arena
