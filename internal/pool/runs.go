@@ -140,24 +140,22 @@ func (ix *runIndex) refresh(g *handle.ErrorGraph) {
 func (ix *runIndex) tightest(need uint64) (best *page, largest uint64) {
 	at, _ := slices.BinarySearchFunc(ix.runs, indexedRun{bytes: need}, compareRuns)
 	var kept uint64
-	soft := false
+	var soft *page // the page of the smallest softly kept run
 	for _, r := range ix.runs[at:] {
 		if r.pg.guarded() {
 			continue
 		}
 		if lv := r.kept(need); lv != notKept {
-			kept, soft = max(kept, r.bytes), soft || lv == keptSoft
+			kept = max(kept, r.bytes)
+			if lv == keptSoft && soft == nil {
+				soft = r.pg
+			}
 			continue
 		}
 		return r.pg, 0
 	}
-	if soft {
-		// No other run holds need: the smallest softly kept one serves.
-		for _, r := range ix.runs[at:] {
-			if !r.pg.guarded() && r.kept(need) == keptSoft {
-				return r.pg, 0
-			}
-		}
+	if soft != nil {
+		return soft, 0 // no other run holds need
 	}
 	if kept > 0 {
 		return nil, kept
