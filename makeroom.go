@@ -56,6 +56,15 @@ const (
 	// where the device without it runs out of memory, so it can only let a
 	// trace run on less memory (docs/decisions/2026-12-04-compact-until-it-fits.md).
 	stageCompactAgain
+	// stageKeptRoom lets the reservation take room the arena keeps for a
+	// staple size (pool PL37: a page tiled by one size keeps its open room
+	// from sizes that would break the tiling), when every stage before
+	// left it failing; then the reservation is retried. Kept room is a
+	// preference of placement, never a reason to run out of memory: without
+	// it an allocation could fail beside a free run that holds it. It moves
+	// nothing and runs only where the device would otherwise fail
+	// (docs/decisions/2026-12-05-staple-sizes.md).
+	stageKeptRoom
 )
 
 // maxCompactRounds bounds the compactions one failed reservation runs,
@@ -66,13 +75,14 @@ const (
 const maxCompactRounds = 8
 
 // roomStages is the make-room path, in the order its stages run: the
-// compact stage's rounds after it, each followed by the own-size step.
+// compact stage's rounds after it, each followed by the own-size step,
+// and the kept room last.
 var roomStages = func() []roomStage {
 	stages := []roomStage{stageCleanup, stageOwnSize, stageRelocate, stageOwnSize, stageCompact, stageOwnSize}
 	for range maxCompactRounds - 1 {
 		stages = append(stages, stageCompactAgain, stageOwnSize)
 	}
-	return stages
+	return append(stages, stageKeptRoom)
 }()
 
 func (s roomStage) String() string {
@@ -87,6 +97,8 @@ func (s roomStage) String() string {
 		return "compact"
 	case stageCompactAgain:
 		return "compact again"
+	case stageKeptRoom:
+		return "kept room"
 	}
 	return fmt.Sprintf("roomStage(%d)", uint8(s))
 }
@@ -96,7 +108,7 @@ func (s roomStage) String() string {
 type roomAttempt interface {
 	// reserve tries the reservation again under u.
 	reserve(u memory.PageUpdate) (*handle.Handle, error)
-	// room runs stage (cleanup, relocate or compact) for the failure err
+	// room runs stage (cleanup, relocate, compact or kept room) for the failure err
 	// and returns the page update a retry may make now (the stage may have
 	// waited with the lock released); errNothingToMove when the stage has
 	// nothing to do.
@@ -110,9 +122,9 @@ type roomAttempt interface {
 }
 
 // makeRoom walks roomStages for a reservation that failed with err under
-// u. A cleanup, relocate or compact stage runs only while the latest
-// failure is one a reclaim may cure and u is Allow; it answers
-// errNothingToMove when it has nothing to move, and the failure before it
+// u. A cleanup, relocate, compact or kept-room stage runs only while the
+// latest failure is one a reclaim may cure and u is Allow; it answers
+// errNothingToMove when it has nothing to move (or no kept room to yield), and the failure before it
 // then stands for the next stage. The own-size stage runs only when room
 // was made since it last ran. When a stage cannot make room (the caller's
 // context ended, or it is an op, which cannot wait), its error is returned
@@ -227,7 +239,7 @@ func (s *Stream) exactAllowedLocked() bool {
 	return !s.d.closed && s.pageUpdateLocked() == memory.Allow && !s.d.captureWindowOpenLocked()
 }
 
-// roomStageLocked runs a cleanup, relocate or compact stage for a
+// roomStageLocked runs a cleanup, relocate, compact or kept-room stage for a
 // reservation of size bytes on s that failed with err. stageCleanup: the
 // reclaim of every stream (reclaimOrder: s first, since cached pages of
 // other streams count against the same device), moving nothing.
@@ -238,7 +250,8 @@ func (s *Stream) exactAllowedLocked() bool {
 // it), else every stream's sparsest current pages emptied, s first, until
 // the room err says was missing is freed (compactGoal); never for
 // exhausted page sizes, which a denser current pool does not cure;
-// stageCompactAgain the same. freed is the bytes its compaction gave back
+// stageCompactAgain the same. stageKeptRoom: the arena's kept room that
+// holds size yields to it (memory.Manager.YieldKeptRoom), moving nothing. freed is the bytes its compaction gave back
 // (pages emptied, net of the tight pages repacks took). A moving stage answers errNothingToMove when it has nothing to
 // move. It waits for the streams with the lock released first
 // (settle.go) and returns the page update the retry may make, as the state
@@ -249,6 +262,13 @@ func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, er
 	}
 	if d.stageIdleLocked(s, size, err, stage, nil) {
 		return 0, 0, errNothingToMove
+	}
+	if stage == stageKeptRoom {
+		if !s.mem.YieldKeptRoom(size) {
+			return 0, 0, errNothingToMove
+		}
+		u, uerr := d.retryUpdateLocked(s)
+		return u, 0, uerr
 	}
 	exhausted := errors.Is(err, pool.ErrPageSizesExhausted)
 	if stage == stageRelocate && exhausted {

@@ -93,15 +93,17 @@ func TestMappedBufferKeepsItsPageUntilReleasedThenCleanupMovesIt(t *testing.T) {
 // (own; nil: refused); and the failures warned of. The compact stage's
 // further rounds (stageCompactAgain) free something only the first again
 // times (allocRoom learns it from its compaction); after that they answer
-// errNothingToMove without asking stage.
+// errNothingToMove without asking stage. The kept-room stage has no kept
+// room to yield (errNothingToMove, stage not asked) unless keptYields.
 type scriptedAttempt struct {
-	script []error
-	asked  []memory.PageUpdate
-	again  int
-	asks   int // stageCompactAgain rounds asked for
-	stage  func(stage roomStage, err error) (memory.PageUpdate, error)
-	own    func() (*handle.Handle, error)
-	warns  []error
+	script     []error
+	asked      []memory.PageUpdate
+	again      int
+	asks       int // stageCompactAgain rounds asked for
+	keptYields bool
+	stage      func(stage roomStage, err error) (memory.PageUpdate, error)
+	own        func() (*handle.Handle, error)
+	warns      []error
 }
 
 // run is what Stream.Alloc runs: the reservation under u, then, when it
@@ -134,6 +136,9 @@ func (r *scriptedAttempt) room(stage roomStage, err error) (memory.PageUpdate, e
 			return 0, errNothingToMove
 		}
 		r.again--
+	}
+	if stage == stageKeptRoom && !r.keptYields {
+		return 0, errNothingToMove
 	}
 	if r.stage == nil {
 		return memory.Allow, nil
@@ -246,6 +251,37 @@ func TestReserveTriesTheExactSizeBeforeEachMovingStage(t *testing.T) {
 			}
 			if !slices.Equal(rooms, c.wantRooms) || len(r.script) != 0 || len(answers) != 0 {
 				t.Fatalf("stages %v (want %v), %d reservations and %d fallback answers left", rooms, c.wantRooms, len(r.script), len(answers))
+			}
+		})
+	}
+}
+
+// The kept-room stage (design §8.1) comes last: after every other stage's
+// retry failed, the arena's kept room yields (pool PL37) and the retry
+// takes it; a reservation an earlier stage served never gets there.
+func TestMakeRoomYieldsKeptRoomOnlyAfterEveryOtherStage(t *testing.T) {
+	oom := fmt.Errorf("wrapped: %w", &storage.OutOfMemoryError{Requested: 1, Capacity: 1})
+	for _, c := range []struct {
+		name      string
+		script    []error
+		wantRooms []roomStage
+	}{
+		{"served by the kept room", []error{oom, oom, oom, oom, nil}, []roomStage{stageCleanup, stageRelocate, stageCompact, stageKeptRoom}},
+		{"served after the compaction, kept room untouched", []error{oom, oom, oom, nil}, []roomStage{stageCleanup, stageRelocate, stageCompact}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var rooms []roomStage
+			r := &scriptedAttempt{script: c.script, keptYields: true, stage: func(stage roomStage, _ error) (memory.PageUpdate, error) {
+				rooms = append(rooms, stage)
+				return memory.Allow, nil
+			}}
+			h, retried, err := r.run(memory.Allow)
+			if err != nil || !retried {
+				t.Fatalf("retried %v, error %v; want served by a retry", retried, err)
+			}
+			h.Release()
+			if !slices.Equal(rooms, c.wantRooms) || len(r.script) != 0 {
+				t.Fatalf("stages %v, want %v; %d reservations left", rooms, c.wantRooms, len(r.script))
 			}
 		})
 	}

@@ -310,6 +310,11 @@ func (a *dryRoom) room(stage roomStage, err error) (memory.PageUpdate, error) {
 		return 0, &wouldMove{how: FitRelocation, before: err}
 	case stageCompact, stageCompactAgain:
 		return 0, &wouldMove{how: FitCompaction, before: err}
+	case stageKeptRoom:
+		if !s.mem.WouldYieldKeptRoomIn(a.dry.view(s), a.size) {
+			return 0, errNothingToMove
+		}
+		return s.pageUpdateLocked(), nil
 	}
 	// The cleanup of every stream (reclaim.go): it settles the streams
 	// first when it would wait for them, which an op cannot; then every

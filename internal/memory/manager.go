@@ -666,6 +666,27 @@ func (m *Manager) MakeHole(q relocation.CopyQueue, size uint64, lim pool.Compact
 	return out
 }
 
+// YieldKeptRoom lets a reservation of size that nothing else made room for
+// take room the arena keeps for a staple size (pool PL37's last step,
+// Arena.YieldKeptRoom): true when a page yielded its room, so that the
+// reservation retried takes it. Only where size would be served by the
+// adaptive memory's arena.
+func (m *Manager) YieldKeptRoom(size uint64) bool {
+	a, ok := m.keptRoomArena(size, nil)
+	return ok && a.arena.YieldKeptRoom(size, m.g)
+}
+
+// keptRoomArena is the adaptive memory whose arena a reservation of size
+// would be carved from (nil v: as it is), if any.
+func (m *Manager) keptRoomArena(size uint64, v *pool.View) (*AdaptiveMemory, bool) {
+	a, ok := m.dynamic.(*AdaptiveMemory)
+	if !ok || !a.routesToArena(size) {
+		return nil, false
+	}
+	r := m.addRoute(size, m.cfg.Persistent == SizeMatch && m.persistent.HasSizeIn(v, size))
+	return a, !r.dedicated && !r.persistentNew
+}
+
 // Cleanup gives back what each pool's policy allows (design §6.4): persistent,
 // then dedicated (every free dedicated buffer goes back at once), then the
 // dynamic memory; Explicit flushes the storage. Renumbering rewrites

@@ -98,6 +98,12 @@ func (m *Manager) WouldCleanup(v *pool.View, kind pool.CleanupKind) {
 	}
 }
 
+// WouldYieldKeptRoomIn is YieldKeptRoom in v (recorded there).
+func (m *Manager) WouldYieldKeptRoomIn(v *pool.View, size uint64) bool {
+	a, ok := m.keptRoomArena(size, v)
+	return ok && a.arena.WouldYieldKeptRoom(v, size)
+}
+
 // HasOutdatedIn is HasOutdated in v.
 func (m *Manager) HasOutdatedIn(v *pool.View) bool {
 	return m.relocating != nil && m.relocating.HasOutdatedIn(v)

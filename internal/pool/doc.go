@@ -284,7 +284,9 @@
 //     when no other run of the pool holds it. A pool of one page carves by
 //     first fit and keeps nothing (PL33), nor do a compaction's moves. The
 //     dry run counts only the room a reservation may take (View.fitOn).
-//     Set when the page is added, never changed.
+//     Set when the page is added; cleared only when the page yields its
+//     room to a reservation nothing else made room for (YieldKeptRoom,
+//     gpumem's last make-room stage), so kept room never fails one.
 //
 // Room held for one owner (room.go):
 //

@@ -57,7 +57,9 @@ type page struct {
 	runsStale  bool
 	// keptFor is the staple size whose reservation opened the page and
 	// tiles it, at least two to the page (0: none): PL37 keeps the page's
-	// open room for it (staple.go). Set once, when the page is added.
+	// open room for it (staple.go). Set when the page is added; cleared when
+	// the page yields its room to a reservation nothing else could place
+	// (Arena.YieldKeptRoom).
 	keptFor uint64
 }
 

@@ -168,6 +168,19 @@ func (ix *runIndex) tightest(need uint64) (best *page, largest uint64) {
 	return nil, 0
 }
 
+// firmlyKept returns the unguarded page holding the smallest run of at
+// least need bytes that PL37 keeps firmly from need (the first page on a
+// tie), or nil. Call it after refresh.
+func (ix *runIndex) firmlyKept(need uint64) *page {
+	at, _ := slices.BinarySearchFunc(ix.runs, indexedRun{bytes: need}, compareRuns)
+	for _, r := range ix.runs[at:] {
+		if !r.pg.guarded() && r.kept(need) == keptHard {
+			return r.pg
+		}
+	}
+	return nil
+}
+
 // appendRuns appends the bytes of each of the page's free runs, in offset
 // order.
 func (p *page) appendRuns(runs []uint64) []uint64 {

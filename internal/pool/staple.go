@@ -38,6 +38,9 @@ package pool
 //     run of the pool holds it, before a new page. Smaller ones share it as
 //     any room. A pool of one page carves by first fit (PL33), and a
 //     compaction's moves by best fit (compact_fit.go): neither keeps room.
+//     And a reservation that the device could place nowhere else, after
+//     every way to make room failed, takes it (YieldKeptRoom): kept room
+//     decides where a buffer goes, never whether it fits.
 //
 // Like every placement rule they read only sizes, the page and the served
 // history, never the device's free memory, so every capacity places alike
@@ -46,6 +49,8 @@ package pool
 // staples as they were; some forward passes need a little more than before.
 // The figures, trace by trace, and the variants rejected are in
 // docs/decisions/2026-12-05-staple-sizes.md.
+
+import "github.com/gpumem/gpumem/internal/handle"
 
 const (
 	// stapleServedPages is how many pool pages' worth of one size the arena
@@ -143,4 +148,68 @@ func (pg *page) roomKept(run, need uint64, open bool) keptLevel {
 func (pg *page) openRoom(run uint64) bool {
 	n, m := len(pg.slices), len(pg.listedRuns)
 	return n > 0 && m > 0 && pg.slices[n-1].h.IsFree() && pg.listedRuns[m-1] == run
+}
+
+// YieldKeptRoom is PL37's last step, for a reservation of size that the
+// storage refused room for after every other way to make room (gpumem's
+// make-room stages: cleanup, relocation, compaction): the page of the
+// current pool whose open room PL37 keeps firmly from size and holds it
+// (the smallest such room, the run the tightest page would be) stops
+// keeping its room, and a retried reservation takes it. Kept room is a
+// preference of placement, never a reason to run out of memory: without
+// this an allocation could fail beside a free run that holds it. Only
+// where the device would otherwise fail, so, as a make-room stage, it can
+// only let a trace run on less memory. It reports whether a page yielded;
+// g coalesces the pages whose signal rose first, as a reservation does.
+func (a *Arena) YieldKeptRoom(size uint64, g *handle.ErrorGraph) bool {
+	p, need, ok := a.keptRoomPool(size)
+	if !ok || len(p.pages) < 2 {
+		return false
+	}
+	ix := p.runIndex()
+	ix.refresh(g)
+	pg := ix.firmlyKept(need)
+	if pg == nil {
+		return false
+	}
+	pg.keptFor = 0
+	return true
+}
+
+// WouldYieldKeptRoom is YieldKeptRoom in a dry run's view: whether a page
+// of the current pool would yield its kept room to size (the view records
+// it, so the dry reservation retried takes that room). A page holding such
+// room serves the retry whichever it is, so the dry run takes the first.
+func (a *Arena) WouldYieldKeptRoom(v *View, size uint64) bool {
+	p, need, ok := a.keptRoomPool(size)
+	if !ok || v.pageCount(p) < 2 {
+		return false
+	}
+	for _, pg := range p.pages {
+		if pg.guarded() || !v.present(pg) {
+			continue
+		}
+		open := v.keptOpenRoom(pg)
+		if open < need || pg.roomKept(open, need, true) != keptHard {
+			continue
+		}
+		if v.unkept == nil {
+			v.unkept = map[*page]bool{}
+		}
+		v.unkept[pg] = true
+		return true
+	}
+	return false
+}
+
+// keptRoomPool is the pool a reservation of size is carved from where PL37
+// may keep room from it, and size's effective bytes: the current pool,
+// which size fits without a growth, carving from its tightest page.
+func (a *Arena) keptRoomPool(size uint64) (*Sliced, uint64, bool) {
+	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
+		return nil, 0, false
+	}
+	p := a.Current()
+	_, need := padded(size, p.align)
+	return p, need, p.tightest
 }

@@ -1,6 +1,7 @@
 package pool
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -255,3 +256,48 @@ func (d *cleaningDry) grant(n uint64) error {
 func (d *cleaningDry) Alloc(size uint64) error { return d.grant(size) }
 func (d *cleaningDry) Dealloc(id storage.ID)   { d.freed += d.pages[id] }
 func (d *cleaningDry) Allocated() uint64       { return d.st.BytesAllocated() - d.freed }
+
+// PL37's last step: on a device with no room for another page, a size the
+// kept room is firmly kept from fails, and once the page yields its room
+// (YieldKeptRoom, make-room's last stage) takes it; the dry run says so
+// before, and agrees after. No yield where nothing firmly kept holds the
+// size.
+func TestKeptRoomYieldsBeforeAReservationFails(t *testing.T) {
+	a, st, b, _ := stapleTwenty(t)
+	kept := a.Current().pages[len(a.Current().pages)-1]
+	if err := b.Take(b.Capacity() - b.Used()); err != nil { // no room for any page
+		t.Fatal(err)
+	}
+	dry := func() *View { return NewView(budgetDry{st, b}, nil) }
+	if w := a.WouldReserve(dry(), 24*MiB); w.OK() {
+		t.Fatalf("WouldReserve(24 MiB) = %+v with the device full and the only room kept, want a failure", w)
+	}
+	if _, err := a.Reserve(st, 24*MiB, nil, Bind{}); !errors.Is(err, storage.ErrOutOfMemory) {
+		t.Fatalf("Reserve(24 MiB) = %v, want out of memory: the only room is kept for 20 MiB", err)
+	}
+	// Nothing firmly kept holds these: 90 MiB exceeds the room, 40 MiB tiles
+	// it, 7 MiB is kept only softly (and took no room here: none was tried).
+	for _, size := range []uint64{90 * MiB, 40 * MiB, 7 * MiB} {
+		if a.WouldYieldKeptRoom(dry(), size) || a.YieldKeptRoom(size, nil) {
+			t.Fatalf("kept room yielded to %d MiB, want no yield: nothing firmly kept holds it", size/MiB)
+		}
+	}
+	v := dry()
+	if !a.WouldYieldKeptRoom(v, 24*MiB) {
+		t.Fatal("WouldYieldKeptRoom(24 MiB) = false, want the kept page to yield")
+	}
+	if w := a.WouldReserve(v, 24*MiB); w.Way != WouldHeld {
+		t.Fatalf("after the dry yield, WouldReserve(24 MiB) = %+v, want held room", w)
+	}
+	if kept.keptFor == 0 {
+		t.Fatal("the dry yield changed the page, want it untouched")
+	}
+	if !a.YieldKeptRoom(24*MiB, nil) {
+		t.Fatal("YieldKeptRoom(24 MiB) = false, want the kept page to yield")
+	}
+	h := arenaReserve(t, a, st, 24*MiB, nil)
+	if pg := a.Current().pages[h.Location().Page()]; pg != kept {
+		t.Fatalf("24 MiB landed on a %d MiB page after the yield, want the kept page's room", pg.size()/MiB)
+	}
+	a.Check()
+}

@@ -22,6 +22,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"iter"
 
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
@@ -63,6 +64,7 @@ type View struct {
 	gone     map[storage.ID]bool   // allocations given back
 	unmapped map[storage.ID]bitset // granules unmapped, by page
 	dropped  map[*Sliced]bool      // outdated pools a drain drops
+	unkept   map[*page]bool        // pages whose kept room yielded (PL37's last step)
 	// Attempts is the reservations the allocation made before this one:
 	// each moved the exclusive pools' averages of the sizes asked (PL11),
 	// which size their next page.
@@ -284,35 +286,63 @@ func (v *View) back(pg *page, off, size uint64) (uint64, error) {
 // run counts as the page's open room when its size is that of the page's
 // trailing free run (page.openRoom).
 func (v *View) fitOn(pg *page, need uint64, keep bool) (uint64, bool) {
-	var open uint64 // the page's trailing free run in the view, when keep
-	if keep && pg.keptFor != 0 {
-		for i := len(pg.slices) - 1; i >= 0 && v.free(&pg.slices[i]); i-- {
-			open += pg.slices[i].EffectiveSize()
-		}
+	var open uint64 // the page's open room in the view, when PL37 may keep it
+	if keep {
+		open = v.keptOpenRoom(pg)
 	}
-	var start, run uint64
-	in := false
-	for i := 0; i <= len(pg.slices); i++ {
-		if i < len(pg.slices) && v.free(&pg.slices[i]) {
-			s := &pg.slices[i]
-			if !in {
-				start, run, in = s.Region.Offset, 0, true
-			}
-			run += s.EffectiveSize()
+	for start, run := range v.freeRuns(pg) {
+		if run < need || open > 0 && pg.roomKept(run, need, run == open) == keptHard {
 			continue
 		}
-		if in && run >= need && !(open > 0 && pg.roomKept(run, need, run == open) == keptHard) {
-			m, err := v.back(pg, start, need)
-			if err == nil {
-				return m, true
-			}
-			if !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) {
-				return 0, false
-			}
+		m, err := v.back(pg, start, need)
+		if err == nil {
+			return m, true
 		}
-		in = false
+		if !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) {
+			return 0, false
+		}
 	}
 	return 0, false
+}
+
+// freeRuns yields the free runs of pg in the view (adjacent free slices,
+// as coalescing merges them), in offset order: each run's offset and bytes.
+func (v *View) freeRuns(pg *page) iter.Seq2[uint64, uint64] {
+	return func(yield func(uint64, uint64) bool) {
+		var start, run uint64
+		in := false
+		for i := range pg.slices {
+			s := &pg.slices[i]
+			if v.free(s) {
+				if !in {
+					start, run, in = s.Region.Offset, 0, true
+				}
+				run += s.EffectiveSize()
+				continue
+			}
+			if in && !yield(start, run) {
+				return
+			}
+			in = false
+		}
+		if in {
+			yield(start, run)
+		}
+	}
+}
+
+// keptOpenRoom is the open room of pg in the view (its trailing free run)
+// when the page keeps room for a staple size (PL37) and has not yielded
+// it, else 0.
+func (v *View) keptOpenRoom(pg *page) uint64 {
+	if pg.keptFor == 0 || v.unkept[pg] {
+		return 0
+	}
+	var open uint64
+	for i := len(pg.slices) - 1; i >= 0 && v.free(&pg.slices[i]); i-- {
+		open += pg.slices[i].EffectiveSize()
+	}
+	return open
 }
 
 // wouldTryReserve is TryReserve in the view (whatever its Bind): whether
