@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"time"
 
@@ -240,8 +241,10 @@ type PolicyResult struct {
 	Relocations                  uint64  `json:"relocations"`
 	BytesMoved                   uint64  `json:"bytes_moved"`
 	CopySeconds                  float64 `json:"copy_seconds"`
-	ReplaySeconds                float64 `json:"replay_seconds"`
-	FailedAllocs                 int     `json:"failed_allocs"`
+	// ReplaySeconds is the unlimited replay's wall time; on Sim storage
+	// the other policies replay beside it (runPolicies), sharing the CPUs.
+	ReplaySeconds float64 `json:"replay_seconds"`
+	FailedAllocs  int     `json:"failed_allocs"`
 	// FirstFailed names the first allocation the policy failed at
 	// unlimited capacity (its device_traces entry for a snapshot), absent
 	// when none failed.
@@ -434,11 +437,11 @@ func run(ctx context.Context, src Source, opts Options, explainFits bool) (*Comp
 		r := src.PyTorch.PeakReserved
 		c.Recorded = &r
 	}
-	for _, name := range names {
-		res, err := runPolicy(ctx, name, src.Events, c, opts, how)
-		if err != nil {
-			return nil, fmt.Errorf("policy %s: %w", name, err)
-		}
+	results, err := runPolicies(ctx, names, src.Events, c, opts, how)
+	if err != nil {
+		return nil, err
+	}
+	for _, res := range results {
 		if r := res.Report; r != nil && res.FailedAllocs > 0 && r.FirstFailure >= 0 {
 			res.FirstFailed = failingAllocation(src, r.FirstFailure)
 		}
@@ -652,7 +655,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(events, capacity, settings, how, failFast, timeline)
+		return replayTorch(events, capacity, settings, how, failFast, timeline, progress)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -664,14 +667,40 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 	})
 }
 
+// withProgress is events as a sequence that tells progress (nil: nothing)
+// how far its reader got, every progressEvery events and where the reader
+// stopped, as replay.Run tells it of a device's replay: the torch model's
+// replays show on the progress bar as the others do.
+func withProgress(events []trace.Event, progress func(done, total int)) iter.Seq[trace.Event] {
+	if progress == nil {
+		return slices.Values(events)
+	}
+	return func(yield func(trace.Event) bool) {
+		for i, e := range events {
+			if i > 0 && i%progressEvery == 0 {
+				progress(i, len(events))
+			}
+			if !yield(e) {
+				progress(i+1, len(events))
+				return
+			}
+		}
+		progress(len(events), len(events))
+	}
+}
+
+// progressEvery is how many events pass between two progress reports of a
+// torch model's replay (replay.Run's default for a device's).
+const progressEvery = 1 << 16
+
 // replayTorch runs the PyTorch caching-allocator model and reports it in
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int) (*replay.Report, error) {
+func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
 	start := time.Now()
 	cfg := torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: how.torchRecorded, Addresses: how.torchAddresses}
-	res, err := torch.Replay(slices.Values(events), cfg)
+	res, err := torch.Replay(withProgress(events, progress), cfg)
 	if err != nil {
 		return nil, err
 	}

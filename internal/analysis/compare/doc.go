@@ -18,6 +18,11 @@
 // worth a change, ChangeThreshold), and the text, JSON and HTML
 // renderings.
 //
+// The policies of one run replay side by side on Sim storage, at most
+// GOMAXPROCS at once, each on a device of its own over the same read-only
+// events; on host storage or a device backend one after the other, since
+// they would share that memory (run_policies.go).
+//
 // # Invariants
 //
 //   - (C1) Every policy replays the same events; gpumem policies run on Sim
