@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/gpumem/gpumem/internal/analysis/trace/torch"
 )
@@ -147,30 +145,15 @@ func Advise(ctx context.Context, src Source, opts Options) (*Advice, error) {
 	}
 	results := make([]*Comparison, len(policies))
 	errs := make([]error, len(policies))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	var progressMu sync.Mutex
-	for i, p := range policies {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			o := opts
-			o.Policies = []string{p}
-			o.Frames = 0 // read once, for all of them, below
-			o.noAddressDependence = true
-			if opts.Progress != nil {
-				o.Progress = func(policy, step string, done, total int) {
-					progressMu.Lock()
-					defer progressMu.Unlock()
-					opts.Progress(policy, step, done, total)
-				}
-			}
-			results[i], errs[i] = run(ctx, src, o, false)
-		}()
-	}
-	wg.Wait()
+	progress := oneAtATime(opts.Progress)
+	sideBySide(len(policies), func(i int) {
+		o := opts
+		o.Policies = []string{policies[i]}
+		o.Frames = 0 // read once, for all of them, below
+		o.noAddressDependence = true
+		o.Progress = progress
+		results[i], errs[i] = run(ctx, src, o, false)
+	})
 	for _, err := range errs {
 		if err != nil {
 			return nil, err

@@ -8,7 +8,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/gpumem/gpumem/internal/analysis/trace"
 	"github.com/gpumem/gpumem/internal/analysis/trace/torch"
@@ -150,29 +149,19 @@ func Diff(ctx context.Context, a, b Source, opts DiffOptions) (*Difference, erro
 		c        *Comparison
 		err      error
 	}{{src: a, settings: opts.ATorchSettings, flag: "-a-torch-conf"}, {src: b, settings: opts.BTorchSettings, flag: "-b-torch-conf"}}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	for i := range sides {
+	progress := oneAtATime(opts.Progress)
+	sideBySide(len(sides), func(i int) {
 		s := &sides[i]
 		so := o
 		if s.settings != nil {
 			so.TorchSettings = s.settings
 		}
-		if p := opts.Progress; p != nil {
+		if progress != nil {
 			side := string(rune('A' + i))
-			so.Progress = func(policy, step string, done, total int) {
-				mu.Lock()
-				defer mu.Unlock()
-				p(side+" "+policy, step, done, total)
-			}
+			so.Progress = func(policy, step string, done, total int) { progress(side+" "+policy, step, done, total) }
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.c, s.err = Run(ctx, s.src, so)
-		}()
-	}
-	wg.Wait()
+		s.c, s.err = Run(ctx, s.src, so)
+	})
 	for i, s := range sides {
 		if s.err != nil {
 			return nil, fmt.Errorf("%c (%s): %w", 'A'+i, s.src.Name, s.err)

@@ -35,32 +35,18 @@ func runPolicies(ctx context.Context, names []string, events []trace.Event, c *C
 	}
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	if p := opts.Progress; p != nil {
-		var mu sync.Mutex
-		opts.Progress = func(policy, step string, done, total int) {
-			mu.Lock()
-			defer mu.Unlock()
-			p(policy, step, done, total)
-		}
-	}
+	opts.Progress = oneAtATime(opts.Progress)
 	errs := make([]error, len(names))
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if context.Cause(ctx) == errStopped {
-				errs[i] = errStopped
-				return
-			}
-			results[i], errs[i] = runPolicy(ctx, name, events, c, opts, how)
-			if errs[i] != nil {
-				stop(errStopped)
-			}
-		})
-	}
-	wg.Wait()
+	sideBySide(len(names), func(i int) {
+		if context.Cause(ctx) == errStopped {
+			errs[i] = errStopped
+			return
+		}
+		results[i], errs[i] = runPolicy(ctx, names[i], events, c, opts, how)
+		if errs[i] != nil {
+			stop(errStopped)
+		}
+	})
 	var first error
 	for i, err := range errs {
 		switch {
@@ -83,3 +69,34 @@ var errStopped = errors.New("compare: another policy failed")
 
 // policyError names the policy whose replay failed with err.
 func policyError(name string, err error) error { return fmt.Errorf("policy %s: %w", name, err) }
+
+// sideBySide runs run(0), …, run(n−1), at most GOMAXPROCS at once, and
+// returns once every one has: replays (a run's policies, advise's
+// settings) are independent and each keeps a CPU busy.
+func sideBySide(n int, run func(i int)) {
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			run(i)
+		})
+	}
+	wg.Wait()
+}
+
+// oneAtATime is progress (nil: nil) for replays running side by side:
+// called by one at a time, as the CLI's progress bar, which is not safe for
+// concurrent use, must be.
+func oneAtATime(progress func(policy, step string, done, total int)) func(policy, step string, done, total int) {
+	if progress == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	return func(policy, step string, done, total int) {
+		mu.Lock()
+		defer mu.Unlock()
+		progress(policy, step, done, total)
+	}
+}
