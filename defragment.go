@@ -1,7 +1,7 @@
 // Compaction at a moment the runtime chooses (design §7.7): Defragment, its
 // options and result, and the pass that bounds and counts one compaction.
 //
-// The make-room path compacts on its own, as its last stages, only when a
+// The make-room path compacts on its own, as its last moving stages, only when a
 // reservation would fail otherwise. A runtime that knows a quiet moment
 // (between training steps, after loading weights) can compact then instead,
 // in bounded passes as the Vulkan Memory Allocator's defragmentation does,

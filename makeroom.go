@@ -181,10 +181,10 @@ func makeRoom(a roomAttempt, u memory.PageUpdate, err error) (h *handle.Handle, 
 // the reservation's own error stands.
 var errExactNotTried = errors.New("gpumem: own-size storage not tried")
 
-// errNothingToMove is a relocating or compacting stage's answer when it
-// has nothing it would move (nothing outdated, no current page a
-// compaction could empty, or the device never moves): a cleanup and retry
-// would repeat the one before.
+// errNothingToMove is a relocating, compacting or kept-room stage's answer
+// when it has nothing it would move or yield (nothing outdated, no current
+// page a compaction could empty, the device never moves, no kept room holds
+// the buffer): a retry would repeat the one before.
 var errNothingToMove = errors.New("gpumem: nothing to relocate or compact")
 
 // allocRoom is Stream.Alloc's reservation as the make-room stages act on
@@ -250,12 +250,13 @@ func (s *Stream) exactAllowedLocked() bool {
 // it), else every stream's sparsest current pages emptied, s first, until
 // the room err says was missing is freed (compactGoal); never for
 // exhausted page sizes, which a denser current pool does not cure;
-// stageCompactAgain the same. stageKeptRoom: the arena's kept room that
-// holds size yields to it (memory.Manager.YieldKeptRoom), moving nothing. freed is the bytes its compaction gave back
+// stageCompactAgain the same. freed is the bytes its compaction gave back
 // (pages emptied, net of the tight pages repacks took). A moving stage answers errNothingToMove when it has nothing to
 // move. It waits for the streams with the lock released first
 // (settle.go) and returns the page update the retry may make, as the state
-// is after that wait.
+// is after that wait. stageKeptRoom moves nothing and waits for nothing:
+// the arena's kept room that holds size yields to it
+// (memory.Manager.YieldKeptRoom), or it answers errNothingToMove.
 func (d *Device) roomStageLocked(ctx context.Context, s *Stream, size uint64, err error, stage roomStage) (_ memory.PageUpdate, freed uint64, _ error) {
 	if invariantsOn {
 		d.assertLocked("roomStageLocked")

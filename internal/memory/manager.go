@@ -677,10 +677,12 @@ func (m *Manager) YieldKeptRoom(size uint64) bool {
 }
 
 // keptRoomArena is the adaptive memory whose arena a reservation of size
-// would be carved from (nil v: as it is), if any.
+// would be carved from (nil v: as it is), if any, on storage that backs
+// pages whole: granular pages keep no room (PL37), and their pools keep no
+// run index to look in.
 func (m *Manager) keptRoomArena(size uint64, v *pool.View) (*AdaptiveMemory, bool) {
 	a, ok := m.dynamic.(*AdaptiveMemory)
-	if !ok || !a.routesToArena(size) {
+	if !ok || a.granule > 0 || !a.routesToArena(size) {
 		return nil, false
 	}
 	r := m.addRoute(size, m.cfg.Persistent == SizeMatch && m.persistent.HasSizeIn(v, size))

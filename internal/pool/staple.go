@@ -202,14 +202,14 @@ func (a *Arena) WouldYieldKeptRoom(v *View, size uint64) bool {
 	return false
 }
 
-// keptRoomPool is the pool a reservation of size is carved from where PL37
-// may keep room from it, and size's effective bytes: the current pool,
-// which size fits without a growth, carving from its tightest page.
+// keptRoomPool is the pool a reservation of size is carved from, where
+// PL37 may keep room from it, and size's effective bytes: the current pool,
+// when size fits it without a growth.
 func (a *Arena) keptRoomPool(size uint64) (*Sliced, uint64, bool) {
 	if kind, _ := a.sizing.Fit(size, a.PageSize()); kind != Fits {
 		return nil, 0, false
 	}
 	p := a.Current()
 	_, need := padded(size, p.align)
-	return p, need, p.tightest
+	return p, need, true
 }

@@ -22,7 +22,6 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"iter"
 
 	"github.com/gpumem/gpumem/internal/handle"
 	"github.com/gpumem/gpumem/storage"
@@ -290,45 +289,29 @@ func (v *View) fitOn(pg *page, need uint64, keep bool) (uint64, bool) {
 	if keep {
 		open = v.keptOpenRoom(pg)
 	}
-	for start, run := range v.freeRuns(pg) {
-		if run < need || open > 0 && pg.roomKept(run, need, run == open) == keptHard {
+	var start, run uint64
+	in := false
+	for i := 0; i <= len(pg.slices); i++ {
+		if i < len(pg.slices) && v.free(&pg.slices[i]) {
+			s := &pg.slices[i]
+			if !in {
+				start, run, in = s.Region.Offset, 0, true
+			}
+			run += s.EffectiveSize()
 			continue
 		}
-		m, err := v.back(pg, start, need)
-		if err == nil {
-			return m, true
+		if in && run >= need && !(open > 0 && pg.roomKept(run, need, run == open) == keptHard) {
+			m, err := v.back(pg, start, need)
+			if err == nil {
+				return m, true
+			}
+			if !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) {
+				return 0, false
+			}
 		}
-		if !errors.Is(err, storage.ErrOutOfMemory) || storage.IsDevicePoisoned(err) {
-			return 0, false
-		}
+		in = false
 	}
 	return 0, false
-}
-
-// freeRuns yields the free runs of pg in the view (adjacent free slices,
-// as coalescing merges them), in offset order: each run's offset and bytes.
-func (v *View) freeRuns(pg *page) iter.Seq2[uint64, uint64] {
-	return func(yield func(uint64, uint64) bool) {
-		var start, run uint64
-		in := false
-		for i := range pg.slices {
-			s := &pg.slices[i]
-			if v.free(s) {
-				if !in {
-					start, run, in = s.Region.Offset, 0, true
-				}
-				run += s.EffectiveSize()
-				continue
-			}
-			if in && !yield(start, run) {
-				return
-			}
-			in = false
-		}
-		if in {
-			yield(start, run)
-		}
-	}
 }
 
 // keptOpenRoom is the open room of pg in the view (its trailing free run)

@@ -55,7 +55,7 @@
 // room, so the page really empties;
 // the copy and the commit are the ones above, and the emptied pages go back
 // in the cleanup that follows. Compaction is the make-room path's last
-// stage, after a cleanup and a relocation off outdated pages both failed,
+// moving stage, after a cleanup and a relocation off outdated pages both failed,
 // so up to that moment a compacting device does exactly what one without
 // compaction does.
 //

@@ -40,7 +40,7 @@ const (
 	Capture
 	// Compact: current pages hold free room between live allocations, and
 	// emptying the sparsest of them gives whole pages back; raised by the
-	// make-room path's last stages (after a cleanup and a relocation off
+	// make-room path's compacting stages (after a cleanup and a relocation off
 	// outdated pages both failed to make room) and by Device.Defragment,
 	// through CompactPages. Room Held: a compaction that took a new page to empty
 	// one would free nothing.

@@ -147,7 +147,9 @@ type Options struct {
 	// library workspaces): the allocator gets Capacity − Overhead, and the
 	// smallest device is the smallest capacity plus Overhead.
 	Overhead uint64
-	// Progress is told which policy and step runs, and how far it is.
+	// Progress is told which policy and step runs, and how far it is. The
+	// policies replay side by side (runPolicies): it is called from several
+	// goroutines, one at a time, their reports interleaved.
 	Progress func(policy, step string, done, total int)
 	// Open, when set, opens every device a gpumem policy replays on, in
 	// place of gpumem.Open (for example cuda.OpenDevice with its options
@@ -655,7 +657,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(events, capacity, settings, how, failFast, timeline, progress)
+		return replayTorch(ctx, events, capacity, settings, how, failFast, timeline, progress)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -667,25 +669,32 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 	})
 }
 
-// withProgress is events as a sequence that tells progress (nil: nothing)
-// how far its reader got, every progressEvery events and where the reader
-// stopped, as replay.Run tells it of a device's replay: the torch model's
-// replays show on the progress bar as the others do.
-func withProgress(events []trace.Event, progress func(done, total int)) iter.Seq[trace.Event] {
-	if progress == nil {
-		return slices.Values(events)
-	}
+// watched is events as a sequence for the torch model that, as replay.Run
+// does for a device's replay, tells progress (nil: nothing) how far its
+// reader got, every progressEvery events and where the reader stopped, and
+// ends early once ctx has (the caller then reads ctx.Err()): the torch
+// model's replays show on the progress bar, and stop with the others.
+func watched(ctx context.Context, events []trace.Event, progress func(done, total int)) iter.Seq[trace.Event] {
 	return func(yield func(trace.Event) bool) {
 		for i, e := range events {
 			if i > 0 && i%progressEvery == 0 {
-				progress(i, len(events))
+				if ctx.Err() != nil {
+					return
+				}
+				if progress != nil {
+					progress(i, len(events))
+				}
 			}
 			if !yield(e) {
-				progress(i+1, len(events))
+				if progress != nil {
+					progress(i+1, len(events))
+				}
 				return
 			}
 		}
-		progress(len(events), len(events))
+		if progress != nil {
+			progress(len(events), len(events))
+		}
 	}
 }
 
@@ -697,12 +706,15 @@ const progressEvery = 1 << 16
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
+func replayTorch(ctx context.Context, events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
 	start := time.Now()
 	cfg := torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: how.torchRecorded, Addresses: how.torchAddresses}
-	res, err := torch.Replay(withProgress(events, progress), cfg)
+	res, err := torch.Replay(watched(ctx, events, progress), cfg)
 	if err != nil {
 		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // the replay stopped short: its figures are not the trace's
 	}
 	rep := &replay.Report{
 		Backend:      "torch-model",

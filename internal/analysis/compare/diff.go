@@ -137,8 +137,8 @@ type Site struct {
 	BCount      int     `json:"b_allocations"`
 }
 
-// Diff replays a and b under opts's policies (the two sides at once) and
-// compares them. A side whose replay fails is that error, naming the side.
+// Diff replays a and b under opts's policies (one side after the other,
+// each side's policies side by side) and compares them. A side whose replay fails is that error, naming the side.
 func Diff(ctx context.Context, a, b Source, opts DiffOptions) (*Difference, error) {
 	o := opts.Options
 	o.Capacity, o.Overhead, o.Frames = 0, 0, 0
@@ -149,19 +149,18 @@ func Diff(ctx context.Context, a, b Source, opts DiffOptions) (*Difference, erro
 		c        *Comparison
 		err      error
 	}{{src: a, settings: opts.ATorchSettings, flag: "-a-torch-conf"}, {src: b, settings: opts.BTorchSettings, flag: "-b-torch-conf"}}
-	progress := oneAtATime(opts.Progress)
-	sideBySide(len(sides), func(i int) {
+	for i := range sides {
 		s := &sides[i]
 		so := o
 		if s.settings != nil {
 			so.TorchSettings = s.settings
 		}
-		if progress != nil {
+		if p := opts.Progress; p != nil {
 			side := string(rune('A' + i))
-			so.Progress = func(policy, step string, done, total int) { progress(side+" "+policy, step, done, total) }
+			so.Progress = func(policy, step string, done, total int) { p(side+" "+policy, step, done, total) }
 		}
-		s.c, s.err = Run(ctx, s.src, so)
-	})
+		s.c, s.err = Run(ctx, s.src, so) // its policies side by side
+	}
 	for i, s := range sides {
 		if s.err != nil {
 			return nil, fmt.Errorf("%c (%s): %w", 'A'+i, s.src.Name, s.err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gpumem/gpumem/internal/analysis/trace"
 )
@@ -19,8 +20,8 @@ import (
 // cores. A replay on host storage or on a device backend (Options.Host,
 // Options.Open) runs alone, one policy after the other: its memory is the
 // machine's or the GPU's, which side-by-side replays would share and
-// misjudge. The first policy to fail stops the others; the error returned is
-// the first in names' order that is not that stop.
+// misjudge. The first policy to fail stops the others (those not begun
+// never begin), and its error is returned.
 func runPolicies(ctx context.Context, names []string, events []trace.Event, c *Comparison, opts Options, how deviceOptions) ([]PolicyResult, error) {
 	results := make([]PolicyResult, len(names))
 	if opts.Host || opts.Open != nil || len(names) == 1 {
@@ -37,28 +38,22 @@ func runPolicies(ctx context.Context, names []string, events []trace.Event, c *C
 	defer stop(nil)
 	opts.Progress = oneAtATime(opts.Progress)
 	errs := make([]error, len(names))
+	var stopper atomic.Int32 // the index of the first policy to fail, -1 before
+	stopper.Store(-1)
 	sideBySide(len(names), func(i int) {
-		if context.Cause(ctx) == errStopped {
-			errs[i] = errStopped
-			return
+		if ctx.Err() != nil {
+			return // another policy failed, or the caller's context ended
 		}
 		results[i], errs[i] = runPolicy(ctx, names[i], events, c, opts, how)
-		if errs[i] != nil {
+		if errs[i] != nil && stopper.CompareAndSwap(-1, int32(i)) {
 			stop(errStopped)
 		}
 	})
-	var first error
-	for i, err := range errs {
-		switch {
-		case err == nil:
-		case errors.Is(err, errStopped) || context.Cause(ctx) == errStopped && errors.Is(err, context.Canceled):
-			// stopped because another policy failed: that one's error is returned
-		case first == nil:
-			first = policyError(names[i], err)
-		}
+	if i := stopper.Load(); i >= 0 {
+		return nil, policyError(names[i], errs[i])
 	}
-	if first != nil {
-		return nil, first
+	if err := ctx.Err(); err != nil {
+		return nil, err // ended before any policy saw it
 	}
 	return results, nil
 }

@@ -101,3 +101,32 @@ func timelessReport(r *replay.Report) *replay.Report {
 	c.WallSeconds = 0
 	return &c
 }
+
+// A context that ends while the policies replay stops every one of them,
+// the torch model's search included, within the replays in flight: without
+// it the torch model would run its search to the end (about sixty replays
+// here), each reporting progress.
+func TestPoliciesSideBySideStopWhenTheirContextEnds(t *testing.T) {
+	events := synthEvents(t, "llm-server", 2, trace.SynthParams{Allocs: 800})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var ended atomic.Bool
+	var after atomic.Int32
+	progress := func(policy, step string, done, total int) {
+		if ended.Load() {
+			after.Add(1)
+			return
+		}
+		if policy == Torch && step == "capacity search" {
+			cancel()
+			ended.Store(true)
+		}
+	}
+	_, err := Run(ctx, Source{Name: "llm-server", Events: events}, Options{Policies: []string{Torch, AdaptivePages}, Progress: progress})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run whose context ended mid-search = %v, want context.Canceled", err)
+	}
+	if n := after.Load(); n > 4 {
+		t.Fatalf("%d progress reports after the context ended, want at most the replays in flight's", n)
+	}
+}
