@@ -75,7 +75,7 @@ func BenchmarkReplay(b *testing.B) {
 		for _, policy := range Policies() {
 			b.Run(name+"/"+policy, func(b *testing.B) {
 				for b.Loop() {
-					rep, err := replayOnce(context.Background(), policy, events, 0, maxPage, deviceOptions{}, false, 0, nil)
+					rep, err := replayOnce(context.Background(), policy, events, 0, maxPage, deviceOptions{}, fullReplay, 0, nil)
 					if err != nil {
 						b.Fatal(err)
 					}

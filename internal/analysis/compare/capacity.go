@@ -52,7 +52,7 @@ func minCapacity(ctx context.Context, name string, events []trace.Event, peakLiv
 	try := func(mib uint64) (bool, error) {
 		probes++
 		probed[mib] = true
-		rep, err := replayOnce(ctx, name, events, mib*capacityGranule, maxPage, dev, true, 0, progress("capacity search"))
+		rep, err := replayOnce(ctx, name, events, mib*capacityGranule, maxPage, dev, probeReplay, 0, progress("capacity search"))
 		if err != nil {
 			return false, err
 		}

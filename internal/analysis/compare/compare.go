@@ -649,15 +649,32 @@ func openPolicy(name string, capacity, maxPage uint64, dev deviceOptions) (*gpum
 	return gpumem.Open(opts...)
 }
 
-// replayOnce replays events under a policy at capacity and returns the
-// figures that matter for the search and the report.
-func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
+// replayMode is what a replay is for, which decides where it may stop and
+// what its report must hold.
+type replayMode uint8
+
+const (
+	// fullReplay runs every event: the unlimited replay, every figure.
+	fullReplay replayMode = iota
+	// failFastReplay stops at the first failed allocation and describes
+	// the state there (a verdict at a capacity).
+	failFastReplay
+	// probeReplay stops at the first failed allocation and needs only the
+	// failure: a capacity probe, whose report minCapacity drops when an
+	// allocation failed. The torch model then skips the second replay that
+	// describes its state and the timeline that finds its peak event.
+	probeReplay
+)
+
+// replayOnce replays events under a policy at capacity, for mode, and
+// returns the figures that matter for the search and the report.
+func replayOnce(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, mode replayMode, timeline int, progress func(done, total int)) (*replay.Report, error) {
 	if isTorch(name) {
 		settings, err := torchSettings(name, how.torchBase)
 		if err != nil {
 			return nil, err
 		}
-		return replayTorch(ctx, events, capacity, settings, how, failFast, timeline, progress)
+		return replayTorch(ctx, events, capacity, settings, how, mode, timeline, progress)
 	}
 	dev, err := openPolicy(name, capacity, maxPage, how)
 	if err != nil {
@@ -665,7 +682,7 @@ func replayOnce(ctx context.Context, name string, events []trace.Event, capacity
 	}
 	defer dev.Close()
 	return replay.Run(ctx, dev, slices.Values(events), replay.Options{
-		Total: len(events), FailFast: failFast, Timeline: timeline, Progress: progress,
+		Total: len(events), FailFast: mode != fullReplay, Timeline: timeline, Progress: progress,
 	})
 }
 
@@ -706,9 +723,9 @@ const progressEvery = 1 << 16
 // the replay's terms: its reserve as the device bytes, the event where it
 // peaked, the state at the first failed allocation, and (timeline > 0) the
 // same downsampled timeline a device replay records.
-func replayTorch(ctx context.Context, events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, failFast bool, timeline int, progress func(done, total int)) (*replay.Report, error) {
+func replayTorch(ctx context.Context, events []trace.Event, capacity uint64, settings torch.Settings, how deviceOptions, mode replayMode, timeline int, progress func(done, total int)) (*replay.Report, error) {
 	start := time.Now()
-	cfg := torch.Config{Capacity: capacity, Settings: settings, FailFast: failFast, Recorded: how.torchRecorded, Addresses: how.torchAddresses}
+	cfg := torch.Config{Capacity: capacity, Settings: settings, FailFast: mode != fullReplay, Recorded: how.torchRecorded, Addresses: how.torchAddresses}
 	res, err := torch.Replay(watched(ctx, events, progress), cfg)
 	if err != nil {
 		return nil, err
@@ -742,6 +759,9 @@ func replayTorch(ctx context.Context, events []trace.Event, capacity uint64, set
 	}
 	if res.PeakLive > 0 {
 		rep.Fragmentation = float64(res.PeakReserved) / float64(res.PeakLive)
+	}
+	if mode == probeReplay && res.FirstFailure >= 0 {
+		return rep, nil // a failed probe: only the failure counts
 	}
 	var tl *replay.Timeline
 	if timeline > 0 {
@@ -817,7 +837,7 @@ func runPolicy(ctx context.Context, name string, events []trace.Event, c *Compar
 		}
 		return func(done, total int) { opts.Progress(name, step, done, total) }
 	}
-	rep, err := replayOnce(ctx, name, events, 0, c.MaxPage, how, false, opts.Timeline, progress("replay"))
+	rep, err := replayOnce(ctx, name, events, 0, c.MaxPage, how, fullReplay, opts.Timeline, progress("replay"))
 	if err != nil {
 		return PolicyResult{}, err
 	}

@@ -27,7 +27,7 @@ func synthEvents(t *testing.T, workload string, seed uint64, p trace.SynthParams
 // a failed allocation.
 func runsClean(t *testing.T, policy string, events []trace.Event, capacity, maxPage uint64) bool {
 	t.Helper()
-	rep, err := replayOnce(context.Background(), policy, events, capacity, maxPage, deviceOptions{}, true, 0, nil)
+	rep, err := replayOnce(context.Background(), policy, events, capacity, maxPage, deviceOptions{}, failFastReplay, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

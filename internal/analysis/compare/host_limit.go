@@ -61,7 +61,7 @@ func planHost(ctx context.Context, names []string, events []trace.Event, maxPage
 		if progress != nil {
 			told = func(done, total int) { progress(name, "host plan", done, total) }
 		}
-		rep, err := replayOnce(ctx, name, events, 0, maxPage, sim, false, 0, told)
+		rep, err := replayOnce(ctx, name, events, 0, maxPage, sim, fullReplay, 0, told)
 		if err != nil {
 			return hostPlan{}, err
 		}

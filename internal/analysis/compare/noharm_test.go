@@ -33,7 +33,7 @@ func noHarmViolations(t *testing.T, name string, events []trace.Event) []string 
 	var bad []string
 	for _, pair := range relocationPairs {
 		for _, policy := range pair {
-			rep, err := replayOnce(ctx, policy, events, 0, maxPage, deviceOptions{}, false, 0, nil)
+			rep, err := replayOnce(ctx, policy, events, 0, maxPage, deviceOptions{}, fullReplay, 0, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +44,7 @@ func noHarmViolations(t *testing.T, name string, events []trace.Event) []string 
 				}
 			}
 		}
-		norel, err := replayOnce(ctx, pair[1], events, 0, maxPage, deviceOptions{}, false, 0, nil)
+		norel, err := replayOnce(ctx, pair[1], events, 0, maxPage, deviceOptions{}, fullReplay, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +56,7 @@ func noHarmViolations(t *testing.T, name string, events []trace.Event) []string 
 			bad = append(bad, fmt.Sprintf("%s/%s fails at %d MiB, where %s runs clean", name, pair[0], res.capacity>>20, pair[1]))
 		}
 		noCompact := deviceOptions{noCompact: true}
-		nocomp, err := replayOnce(ctx, pair[0], events, 0, maxPage, noCompact, false, 0, nil)
+		nocomp, err := replayOnce(ctx, pair[0], events, 0, maxPage, noCompact, fullReplay, 0, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -258,7 +258,7 @@ func (v *Verdict) setMargin(capacity, minDevice uint64) {
 // verdictAt replays events at capacity, stopping at the first failed
 // allocation, and says whether the policy fits.
 func verdictAt(ctx context.Context, name string, events []trace.Event, capacity, maxPage uint64, how deviceOptions, progress func(done, total int)) (*Verdict, error) {
-	rep, err := replayOnce(ctx, name, events, capacity, maxPage, how, true, 0, progress)
+	rep, err := replayOnce(ctx, name, events, capacity, maxPage, how, failFastReplay, 0, progress)
 	if err != nil {
 		return nil, err
 	}
