@@ -2,7 +2,6 @@ package compare
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -34,8 +33,8 @@ func runPolicies(ctx context.Context, names []string, events []trace.Event, c *C
 		}
 		return results, nil
 	}
-	ctx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	opts.Progress = oneAtATime(opts.Progress)
 	errs := make([]error, len(names))
 	var stopper atomic.Int32 // the index of the first policy to fail, -1 before
@@ -46,7 +45,7 @@ func runPolicies(ctx context.Context, names []string, events []trace.Event, c *C
 		}
 		results[i], errs[i] = runPolicy(ctx, names[i], events, c, opts, how)
 		if errs[i] != nil && stopper.CompareAndSwap(-1, int32(i)) {
-			stop(errStopped)
+			stop()
 		}
 	})
 	if i := stopper.Load(); i >= 0 {
@@ -57,10 +56,6 @@ func runPolicies(ctx context.Context, names []string, events []trace.Event, c *C
 	}
 	return results, nil
 }
-
-// errStopped is the cause runPolicies cancels the other policies' replays
-// with when one fails.
-var errStopped = errors.New("compare: another policy failed")
 
 // policyError names the policy whose replay failed with err.
 func policyError(name string, err error) error { return fmt.Errorf("policy %s: %w", name, err) }
